@@ -1,0 +1,136 @@
+"""Device choice, precision contexts (autocast + GradScaler), backend flags, channels_last, compile."""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+from torch import nn
+
+from .errors import AutotuneError
+
+DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
+
+
+def resolve_device(name: str) -> torch.device:
+    """`auto` picks cuda, then mps, then cpu; a named device must exist."""
+    if name == "auto":
+        if torch.cuda.is_available():
+            return torch.device("cuda")
+        if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
+            return torch.device("mps")
+        return torch.device("cpu")
+    try:
+        dev = torch.device(name)
+    except (RuntimeError, ValueError):
+        raise AutotuneError(f"unknown device {name!r}; allowed: auto, cpu, cuda, cuda:N, mps") from None
+    if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            raise AutotuneError(f"device {name!r} is not available: this torch build sees no CUDA GPU")
+        if dev.index is not None and dev.index >= torch.cuda.device_count():
+            raise AutotuneError(f"device {name!r} is not available: {torch.cuda.device_count()} CUDA GPU(s) visible")
+    elif dev.type == "mps" and not torch.backends.mps.is_available():
+        raise AutotuneError(f"device {name!r} is not available on this machine")
+    elif dev.type not in ("cpu", "cuda", "mps"):
+        raise AutotuneError(f"unknown device {name!r}; allowed: auto, cpu, cuda, cuda:N, mps")
+    return dev
+
+
+def device_name(dev: torch.device) -> str:
+    if dev.type == "cuda":
+        return torch.cuda.get_device_name(dev)
+    if dev.type == "cpu":
+        import platform
+
+        return f"cpu ({platform.processor() or platform.machine()}, {torch.get_num_threads()} threads)"
+    return dev.type
+
+
+@functools.lru_cache(maxsize=16)
+def precision_error(device_str: str, precision: str) -> str | None:
+    """None if `precision` really runs a forward and backward pass on this device, else why not."""
+    if precision == "fp32":
+        return None
+    dev = torch.device(device_str)
+    try:
+        lin = nn.Linear(8, 8).to(dev)
+        x = torch.randn(4, 8, device=dev)
+        with torch.autocast(dev.type, dtype=DTYPES[precision]):
+            y = lin(x)
+        if y.dtype != DTYPES[precision]:
+            return f"autocast on {dev.type} computed {y.dtype}, not {precision}"
+        y.float().sum().backward()
+        if precision == "fp16":
+            torch.amp.GradScaler(dev.type)
+    except Exception as e:  # the exact error differs by device and build
+        return f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+    return None
+
+
+def autocast(dev: torch.device, precision: str) -> contextlib.AbstractContextManager[Any]:
+    """Mixed precision for the forward pass; fp32 is a no-op context."""
+    if precision == "fp32":
+        return contextlib.nullcontext()
+    return torch.autocast(dev.type, dtype=DTYPES[precision])
+
+
+def grad_scaler(dev: torch.device, precision: str) -> torch.amp.GradScaler | None:
+    """fp16 needs loss scaling to keep small gradients from flushing to zero; bf16 does not."""
+    return torch.amp.GradScaler(dev.type) if precision == "fp16" else None
+
+
+@contextlib.contextmanager
+def backend_flags(settings: dict[str, Any]) -> Iterator[None]:
+    """Apply per-trial backend settings and put the previous ones back afterwards."""
+    old_bench = torch.backends.cudnn.benchmark
+    old_matmul = torch.get_float32_matmul_precision()
+    old_threads = torch.get_num_threads()
+    try:
+        torch.backends.cudnn.benchmark = bool(settings["cudnn_benchmark"])
+        torch.set_float32_matmul_precision(settings["matmul_precision"])
+        if settings["cpu_threads"]:
+            torch.set_num_threads(int(settings["cpu_threads"]))
+        yield
+    finally:
+        torch.backends.cudnn.benchmark = old_bench
+        torch.set_float32_matmul_precision(old_matmul)
+        torch.set_num_threads(old_threads)
+
+
+def compile_model(model: nn.Module, mode: str) -> nn.Module:
+    """torch.compile; compilation itself happens lazily on the first call (timed by the trainer)."""
+    return torch.compile(model, mode=None if mode == "default" else mode)  # type: ignore[return-value]
+
+
+def synchronize(dev: torch.device) -> None:
+    """Wait for queued device work so a clock read measures it (GPU kernels are asynchronous)."""
+    if dev.type == "cuda":
+        torch.cuda.synchronize(dev)
+    elif dev.type == "mps":
+        torch.mps.synchronize()
+
+
+def clock(dev: torch.device) -> float:
+    synchronize(dev)
+    return time.perf_counter()
+
+
+def release_memory() -> None:
+    """Free what a finished trial held, so the next one starts from an empty allocator."""
+    import gc
+
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
+def is_oom(exc: BaseException) -> bool:
+    if isinstance(exc, torch.OutOfMemoryError):
+        return True
+    return isinstance(exc, (RuntimeError, MemoryError)) and (
+        isinstance(exc, MemoryError) or "out of memory" in str(exc).lower()
+    )

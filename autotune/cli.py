@@ -1,0 +1,165 @@
+"""`autotune run / validate / best / ...`: turns every AutotuneError into one line and exit 2."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from .errors import AutotuneError, ConfigError
+
+Command = Callable[[argparse.Namespace], int]
+COMMANDS: dict[str, tuple[Command, Callable[[argparse.ArgumentParser], None], str]] = {}
+
+
+def command(name: str, help: str) -> Callable[[Callable[[argparse.ArgumentParser], None]], None]:
+    """Register `autotune NAME`: the decorated function adds arguments, `_cmd_NAME` runs it."""
+
+    def deco(add_args: Callable[[argparse.ArgumentParser], None]) -> None:
+        COMMANDS[name] = (globals()[f"_cmd_{name}"], add_args, help)
+
+    return deco
+
+
+def _overrides(args: argparse.Namespace) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for flag, key in (("n_trials", "study.n_trials"), ("timeout", "study.timeout"), ("storage", "study.storage"),
+                      ("sampler", "study.sampler"), ("seed", "study.seed"), ("study_name", "study.name")):
+        value = getattr(args, flag, None)
+        if value is not None:
+            out[key] = value
+    return out
+
+
+def _load(args: argparse.Namespace) -> Any:
+    from .config import load
+
+    return load(args.file, _overrides(args))
+
+
+# ---------------------------------------------------------------- run
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    import optuna
+
+    from . import progress
+    from .study import run
+
+    cfg = _load(args)
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    view = progress.RunView(cfg, plain=args.plain or not sys.stdout.isatty())
+    t0 = time.perf_counter()
+    try:
+        result = run(cfg, fresh=args.fresh, callbacks=[view.on_trial], on_start=view.on_start)
+    except KeyboardInterrupt:
+        view.close()
+        print(f"interrupted: finished trials are kept in {cfg.study.storage}; run again to resume", file=sys.stderr)
+        return 130
+    view.close()
+    view.summary(result, time.perf_counter() - t0)
+    return 0
+
+
+def _add_study_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--n-trials", type=int, help="finished trials the study should hold (overrides study.n_trials)")
+    p.add_argument("--timeout", type=float, help="seconds for this run (overrides study.timeout)")
+    p.add_argument("--storage", help="storage URL (overrides study.storage)")
+    p.add_argument("--sampler", help="tpe, random, gp, cmaes, nsga2, qmc or grid (overrides study.sampler)")
+    p.add_argument("--seed", type=int, help="sampler and training seed (overrides study.seed)")
+    p.add_argument("--study-name", help="study name (overrides study.name)")
+
+
+@command("run", "run or resume the study a YAML file describes")
+def _args_run(p: argparse.ArgumentParser) -> None:
+    p.add_argument("file", help="YAML run file, e.g. search_spaces/cnn.yaml")
+    _add_study_flags(p)
+    p.add_argument("--fresh", action="store_true", help="delete the stored study of this name and start over")
+    p.add_argument("--plain", action="store_true", help="plain lines instead of a live display")
+
+
+# ---------------------------------------------------------------- validate
+
+
+def _cmd_validate(args: argparse.Namespace) -> int:
+    from .study import make_storage, preflight
+
+    cfg = _load(args)
+    preflight(cfg)
+    if args.storage_check:
+        make_storage(cfg)
+    n = len(cfg.space)
+    print(f"{args.file}: ok: {len(cfg.objectives)} objective(s), {n} searched setting(s), sampler "
+          f"{cfg.study.sampler}, storage {cfg.study.storage}")
+    return 0
+
+
+@command("validate", "check a YAML file without running it")
+def _args_validate(p: argparse.ArgumentParser) -> None:
+    p.add_argument("file")
+    _add_study_flags(p)
+    p.add_argument("--storage-check", action="store_true", help="also connect to the storage")
+
+
+# ---------------------------------------------------------------- best
+
+
+def _cmd_best(args: argparse.Namespace) -> int:
+    from . import progress
+    from .study import TuneResult, open_study
+
+    cfg = _load(args)
+    study = open_study(cfg, create=False)
+    result = TuneResult(study=study, config=cfg)
+    best = result.best
+    if best is None:
+        raise AutotuneError(f"study {cfg.study.name!r} has no completed trial yet")
+    progress.print_best(result)
+    if args.export:
+        from .export import export_best
+
+        path = export_best(cfg, best, Path(args.export))
+        print(f"wrote {path}")
+    return 0
+
+
+@command("best", "print the recommended trial of a study (and --export it as a runnable YAML)")
+def _args_best(p: argparse.ArgumentParser) -> None:
+    p.add_argument("file", help="the study's YAML run file")
+    _add_study_flags(p)
+    p.add_argument("--export", metavar="PATH", help="write a YAML with every setting of the best trial fixed")
+
+
+# ---------------------------------------------------------------- entry point
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from . import __version__
+
+    parser = argparse.ArgumentParser(prog="autotune", description="Find the best speed-accuracy trade-off for "
+                                                                  "training a PyTorch model.")
+    parser.add_argument("--version", action="version", version=f"autotune {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for name, (_, add_args, help) in COMMANDS.items():
+        add_args(sub.add_parser(name, help=help, description=help))
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return COMMANDS[args.command][0](args)
+    except ConfigError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except AutotuneError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

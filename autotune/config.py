@@ -1,0 +1,540 @@
+"""`load(path, overrides) -> RunConfig`: the only code that sees raw YAML dicts.
+
+Validation happens here, once: unknown keys (all of them, with close matches), types,
+ranges and names against the registries' names. Past this module every config is a
+frozen, typed object.
+"""
+
+from __future__ import annotations
+
+import copy
+import importlib
+import re
+import types
+import typing
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from .errors import ConfigError, one_of, suggest
+from .settings import SETTINGS
+
+SAMPLERS = ("tpe", "random", "gp", "cmaes", "nsga2", "qmc", "grid")
+SINGLE_PRUNERS = ("none", "median", "percentile", "successive_halving", "hyperband", "threshold", "wilcoxon")
+MULTI_PRUNERS = ("pareto", "pareto_asha")
+PRUNERS = ("auto", *SINGLE_PRUNERS, *MULTI_PRUNERS)
+# metric -> natural direction
+METRICS: dict[str, str] = {
+    "val_accuracy": "maximize",
+    "val_loss": "minimize",
+    "train_time_s": "minimize",
+    "samples_per_s": "maximize",
+    "model_size_bytes": "minimize",
+    "inference_latency_ms": "minimize",
+    "params_nonzero": "minimize",
+}
+DATASETS = ("digits", "synthetic", "npz")
+MODELS = ("cnn", "mlp")
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class StudyConfig(_Model):
+    name: str = ""
+    storage: str = ""
+    sampler: str = "tpe"
+    sampler_args: dict[str, Any] = Field(default_factory=dict)
+    n_trials: int | None = Field(30, ge=1)
+    timeout: float | None = Field(None, gt=0)
+    seed: int | None = 0
+    heartbeat_interval: int | None = Field(None, ge=1)
+    grace_period: int | None = Field(None, ge=1)
+
+    @field_validator("sampler")
+    @classmethod
+    def _sampler(cls, v: str) -> str:
+        if v not in SAMPLERS:
+            raise ValueError(f"unknown sampler {v!r}{suggest(v, SAMPLERS)}; {one_of(SAMPLERS)}")
+        return v
+
+
+class Objective(_Model):
+    metric: str
+    direction: Literal["maximize", "minimize"] | None = None
+
+    @field_validator("metric")
+    @classmethod
+    def _metric(cls, v: str) -> str:
+        if v not in METRICS:
+            raise ValueError(f"unknown metric {v!r}{suggest(v, METRICS)}; {one_of(METRICS)}")
+        return v
+
+    @model_validator(mode="after")
+    def _direction(self) -> Objective:
+        if self.direction is None:
+            object.__setattr__(self, "direction", METRICS[self.metric])
+        return self
+
+
+class DataConfig(_Model):
+    name: str | None = "digits"
+    factory: str | None = None
+    val_fraction: float = Field(0.2, gt=0, lt=1)
+    split_seed: int = 0
+    path: str | None = None  # npz: arrays x and y
+    n_samples: int = Field(4000, ge=10)  # synthetic
+    shape: tuple[int, ...] = (3, 16, 16)  # synthetic: C, H, W (or a flat feature count)
+    n_classes: int = Field(10, ge=2)  # synthetic
+    label_noise: float = Field(0.0, ge=0, lt=1)  # synthetic
+    kwargs: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str | None) -> str | None:
+        if v is not None and v not in DATASETS:
+            raise ValueError(f"unknown dataset {v!r}{suggest(v, DATASETS)}; {one_of(DATASETS)} (or data.factory)")
+        return v
+
+
+class ModelConfig(_Model):
+    name: str | None = "cnn"
+    factory: str | None = None
+    channels: tuple[int, ...] = (32, 64)
+    hidden: int = Field(128, ge=1)
+    kwargs: dict[str, Any] = Field(default_factory=dict)
+    checkpoint: str | None = None
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str | None) -> str | None:
+        if v is not None and v not in MODELS:
+            raise ValueError(f"unknown model {v!r}{suggest(v, MODELS)}; {one_of(MODELS)} (or model.factory)")
+        return v
+
+    @field_validator("channels")
+    @classmethod
+    def _channels(cls, v: tuple[int, ...]) -> tuple[int, ...]:
+        if not v or any(c < 1 for c in v):
+            raise ValueError(f"must be a non-empty list of positive integers; got {list(v)}")
+        return v
+
+
+class ParamSpec(_Model):
+    """One searched setting: float/int ranges, categorical choices, or bool; optional `when`."""
+
+    type: Literal["float", "int", "categorical", "bool"]
+    low: float | None = None
+    high: float | None = None
+    log: bool = False
+    step: float | None = None
+    choices: tuple[Any, ...] | None = None
+    when: dict[str, Any] | None = None
+
+    @model_validator(mode="after")
+    def _shape(self) -> ParamSpec:
+        if self.type in ("float", "int"):
+            if self.low is None or self.high is None:
+                raise ValueError("low: type float and int need low and high")
+            if self.choices is not None:
+                raise ValueError(f"choices: is for type categorical, not {self.type}")
+            if self.low >= self.high:
+                raise ValueError(f"low: must be < high; got low={self.low:g}, high={self.high:g}")
+            if self.log and self.low <= 0:
+                raise ValueError(f"low: must be > 0 when log is true; got {self.low:g}")
+            if self.log and self.step is not None:
+                raise ValueError("step: step and log cannot be used together")
+            if self.step is not None and self.step <= 0:
+                raise ValueError(f"step: must be > 0; got {self.step:g}")
+            if self.type == "int" and (self.low != int(self.low) or self.high != int(self.high)):
+                raise ValueError(f"low: low and high must be integers for type int; got {self.low:g}, {self.high:g}")
+        elif self.type == "categorical":
+            if not self.choices:
+                raise ValueError("choices: must be a non-empty list")
+            if len(set(map(repr, self.choices))) != len(self.choices):
+                raise ValueError(f"choices: must be distinct; got {list(self.choices)}")
+            if any(k is not None for k in (self.low, self.high, self.step)) or self.log:
+                raise ValueError("type: low/high/step/log are for float and int, not categorical")
+        else:  # bool: the two values
+            if any(k is not None for k in (self.low, self.high, self.step, self.choices)):
+                raise ValueError("type: bool takes no low/high/step/choices")
+            object.__setattr__(self, "choices", (False, True))
+        return self
+
+
+class Divergence(_Model):
+    loss_factor: float = Field(4.0, gt=1)
+
+
+class Slow(_Model):
+    max_trial_seconds: float | None = Field(None, gt=0)
+    vs_front: float | None = Field(None, gt=1)
+    hang_seconds: float | None = Field(None, gt=0)
+
+
+class PruningConfig(_Model):
+    pruner: str = "auto"
+    pruner_args: dict[str, Any] = Field(default_factory=dict)
+    divergence: Divergence | None = Divergence()
+    slow: Slow = Slow()
+    oom: Literal["prune", "retry_smaller_batch"] = "prune"
+
+    @field_validator("pruner")
+    @classmethod
+    def _pruner(cls, v: str) -> str:
+        if v not in PRUNERS:
+            raise ValueError(f"unknown pruner {v!r}{suggest(v, PRUNERS)}; {one_of(PRUNERS)}")
+        return v
+
+
+class FastestWithin(_Model):
+    fastest_within: float = Field(ge=0, lt=1)
+
+
+class MostAccurateUnder(_Model):
+    most_accurate_under_s: float = Field(gt=0)
+
+
+class Constraints(_Model):
+    max_accuracy_drop: float | None = Field(None, ge=0, lt=1)
+
+
+class RunConfig(_Model):
+    study: StudyConfig = StudyConfig()
+    objectives: tuple[Objective, ...] = (
+        Objective(metric="val_accuracy"),
+        Objective(metric="train_time_s"),
+    )
+    data: DataConfig = DataConfig()
+    model: ModelConfig = ModelConfig()
+    train: dict[str, Any] = Field(default_factory=dict)
+    space: dict[str, ParamSpec] = Field(default_factory=dict)
+    pruning: PruningConfig = PruningConfig()
+    select: str | FastestWithin | MostAccurateUnder = "knee"
+    constraints: Constraints = Constraints()
+    source: str = Field("<config>", exclude=True)
+
+    @field_validator("select", mode="before")
+    @classmethod
+    def _select(cls, v: Any) -> Any:
+        if v == "knee":
+            return v
+        if isinstance(v, dict) and len(v) == 1:
+            key = next(iter(v))
+            if key == "fastest_within":
+                return FastestWithin.model_validate(v)
+            if key == "most_accurate_under_s":
+                return MostAccurateUnder.model_validate(v)
+        raise ValueError(f"must be knee, {{fastest_within: F}} or {{most_accurate_under_s: S}}; got {v!r}")
+
+    @property
+    def multi_objective(self) -> bool:
+        return len(self.objectives) > 1
+
+    @property
+    def directions(self) -> list[str]:
+        return [str(o.direction) for o in self.objectives]
+
+    def fixed(self) -> dict[str, Any]:
+        """Every trainer setting that is not searched: defaults overlaid with `train:`."""
+        out = {name: s.default for name, s in SETTINGS.items() if name not in self.space}
+        out.update(self.train)
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        return self.model_dump(mode="json")
+
+
+# ---------------------------------------------------------------- loading
+
+
+def load(path: str | Path, overrides: dict[str, Any] | None = None) -> RunConfig:
+    """Read, validate and freeze a YAML run file. Raises ConfigError on any mistake."""
+    path = Path(path)
+    name = path.name
+    if not path.is_file():
+        raise ConfigError(str(path), "", "no such file")
+    try:
+        raw = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
+        problem = getattr(e, "problem", None) or str(e).splitlines()[0]
+        raise ConfigError(name, "", f"malformed YAML: {where}{problem}") from None
+    if not isinstance(raw, dict):
+        raise ConfigError(name, "", f"top level must be a mapping of sections; got {type(raw).__name__}")
+    return from_dict(raw, overrides=overrides, source=str(path))
+
+
+def from_dict(raw: dict[str, Any], overrides: dict[str, Any] | None = None, source: str = "<config>") -> RunConfig:
+    """Validate a raw dict (as read from YAML) into a RunConfig."""
+    file = Path(source).name
+    raw = copy.deepcopy(raw)
+    for key, value in (overrides or {}).items():
+        _apply_override(raw, key, value, file)
+    _check_unknown_keys(raw, RunConfig, "", file)
+    _normalize(raw, file)
+    try:
+        cfg = RunConfig.model_validate({**raw, "source": source})
+    except ValidationError as e:
+        raise _first_error(e, file) from None
+    return _check_semantics(cfg, file, source)
+
+
+def _apply_override(raw: dict[str, Any], dotted: str, value: Any, file: str) -> None:
+    parts = dotted.split(".")
+    node = raw
+    for i, part in enumerate(parts[:-1]):
+        nxt = node.setdefault(part, {})
+        if not isinstance(nxt, dict):
+            raise ConfigError(file, ".".join(parts[: i + 1]), "cannot override inside a non-mapping value")
+        node = nxt
+    node[parts[-1]] = value
+
+
+def _fields(model: type[BaseModel]) -> list[str]:
+    return [n for n in model.model_fields if n != "source"]
+
+
+def _check_unknown_keys(raw: Any, model: type[BaseModel], prefix: str, file: str) -> None:
+    """Report every unknown key at this level and below, at once."""
+    problems: list[str] = []
+
+    def walk(node: Any, m: type[BaseModel], pre: str) -> None:
+        if not isinstance(node, dict):
+            return
+        known = _fields(m)
+        for key in node:
+            if key not in known:
+                problems.append(f"{pre}{key}: unknown key{suggest(str(key), known)}; {one_of(known)}")
+        for key in known:
+            sub = _submodel(m, key)
+            if sub is not None and key in node:
+                walk(node[key], sub, f"{pre}{key}.")
+
+    walk(raw, model, prefix)
+    problems += _check_settings_keys(raw)
+    if problems:
+        first_key, _, first_msg = problems[0].partition(": ")
+        more = "; ".join(problems[1:])
+        raise ConfigError(file, first_key, first_msg + (f"; also {more}" if more else ""))
+
+
+def _check_settings_keys(raw: dict[str, Any]) -> list[str]:
+    problems = []
+    for section in ("train", "space"):
+        block = raw.get(section)
+        if not isinstance(block, dict):
+            continue
+        for key in block:
+            if key == "early_stopping" and section == "train":
+                continue
+            if key not in SETTINGS:
+                problems.append(f"{section}.{key}: unknown setting{suggest(str(key), SETTINGS)}; {one_of(SETTINGS)}")
+        if section == "space":
+            for key, spec in block.items():
+                if isinstance(spec, dict):
+                    for k in spec:
+                        if k not in ParamSpec.model_fields:
+                            known = list(ParamSpec.model_fields)
+                            problems.append(f"space.{key}.{k}: unknown key{suggest(str(k), known)}; {one_of(known)}")
+    return problems
+
+
+def _submodel(model: type[BaseModel], field: str) -> type[BaseModel] | None:
+    ann = model.model_fields[field].annotation
+    if isinstance(ann, type) and issubclass(ann, BaseModel):
+        return ann
+    if typing.get_origin(ann) in (typing.Union, types.UnionType):  # Optional[Model]
+        for arg in typing.get_args(ann):
+            if isinstance(arg, type) and issubclass(arg, BaseModel):
+                return arg
+    return None
+
+
+def _normalize(raw: dict[str, Any], file: str) -> None:
+    """Shorthands: `train.early_stopping: {patience, min_delta}`; `objectives: [val_accuracy]`."""
+    train = raw.get("train")
+    if isinstance(train, dict) and "early_stopping" in train:
+        es = train.pop("early_stopping")
+        if es is None or es is False:
+            es = {"patience": 0}
+        if not isinstance(es, dict) or set(es) - {"patience", "min_delta"}:
+            raise ConfigError(file, "train.early_stopping", "must be a mapping with keys patience, min_delta")
+        train["early_stopping_patience"] = es.get("patience", 3)
+        train["early_stopping_min_delta"] = es.get("min_delta", 0.0)
+    objs = raw.get("objectives")
+    if isinstance(objs, list):
+        raw["objectives"] = [{"metric": o} if isinstance(o, str) else o for o in objs]
+    if isinstance(objs, (list, tuple)) and not objs:
+        raise ConfigError(file, "objectives", "must list at least one objective")
+
+
+def _first_error(e: ValidationError, file: str) -> ConfigError:
+    err = e.errors()[0]
+    loc = [str(p) for p in err["loc"] if not re.fullmatch(r"[A-Z]\w*|function-after\[.*\]|literal\[.*\]", str(p))]
+    msg = err["msg"]
+    if msg.startswith("Value error, "):
+        msg = msg[len("Value error, "):]
+        sub = re.match(r"(\w+): ", msg)  # a model validator names the field it blames
+        if sub:
+            loc.append(sub.group(1))
+            msg = msg[sub.end():]
+    elif "input" in err and err["type"] not in ("missing",):
+        msg = f"{msg}; got {err['input']!r}"
+    return ConfigError(file, ".".join(loc), msg)
+
+
+def _check_semantics(cfg: RunConfig, file: str, source: str) -> RunConfig:
+    """Rules that span fields: settings values, fixed-vs-searched, `when`, sampler fit, data files."""
+    for key, value in cfg.train.items():
+        try:
+            SETTINGS[key].check(value)
+        except ValueError as e:
+            raise ConfigError(file, f"train.{key}", str(e)) from None
+    for key in cfg.space:
+        if key in cfg.train:
+            raise ConfigError(file, f"space.{key}", "is both fixed in train and searched in space; keep one")
+    for key, spec in cfg.space.items():
+        _check_spec(key, spec, cfg, file)
+    _check_when_order(cfg, file)
+    metrics = [o.metric for o in cfg.objectives]
+    if len(set(metrics)) != len(metrics):
+        raise ConfigError(file, "objectives", f"each metric may appear once; got {metrics}")
+    if cfg.study.sampler == "cmaes" and cfg.multi_objective:
+        raise ConfigError(file, "study.sampler", "cmaes handles one objective only; for several use tpe, nsga2, "
+                                                 "random, gp or qmc")
+    if cfg.study.sampler == "grid":
+        for key, spec in cfg.space.items():
+            if spec.type in ("float", "int") and spec.step is None:
+                raise ConfigError(file, f"space.{key}", "the grid sampler needs categorical, bool or stepped "
+                                                        "(step: ...) parameters; add a step or pick another sampler")
+    if cfg.pruning.pruner in MULTI_PRUNERS and not cfg.multi_objective:
+        raise ConfigError(file, "pruning.pruner", f"{cfg.pruning.pruner} is for studies with two or more objectives; "
+                                                  f"for one use {', '.join(SINGLE_PRUNERS)}")
+    if cfg.pruning.pruner in SINGLE_PRUNERS[1:] and cfg.multi_objective:
+        raise ConfigError(file, "pruning.pruner", f"Optuna's {cfg.pruning.pruner} pruner cannot prune a study with "
+                                                  f"several objectives; use pareto, pareto_asha or none")
+    d = cfg.data
+    if d.factory is None and d.name is None:
+        raise ConfigError(file, "data.name", f"give a dataset name ({', '.join(DATASETS)}) or data.factory")
+    if d.factory is None and d.name == "npz":
+        if not d.path:
+            raise ConfigError(file, "data.path", "the npz dataset needs a path to a .npz file with arrays x and y")
+        if not _resolve(d.path, source).is_file():
+            raise ConfigError(file, "data.path", f"no such file: {d.path}")
+    if d.factory is not None:
+        _check_factory(d.factory, file, "data.factory")
+    m = cfg.model
+    if m.factory is None and m.name is None:
+        raise ConfigError(file, "model.name", f"give a model name ({', '.join(MODELS)}) or model.factory")
+    if m.factory is not None:
+        _check_factory(m.factory, file, "model.factory")
+    if m.checkpoint is not None and not _resolve(m.checkpoint, source).is_file():
+        raise ConfigError(file, "model.checkpoint", f"no such file: {m.checkpoint}")
+    if not cfg.study.name:
+        object.__setattr__(cfg.study, "name", Path(source).stem if source != "<config>" else "autotune")
+    if not cfg.study.storage:
+        object.__setattr__(cfg.study, "storage", f"sqlite:///studies/{cfg.study.name}.db")
+    return cfg
+
+
+def _check_spec(key: str, spec: ParamSpec, cfg: RunConfig, file: str) -> None:
+    setting = SETTINGS[key]
+    where = f"space.{key}"
+    if not setting.searchable:
+        raise ConfigError(file, where, f"{key} cannot be searched; set it in train")
+    if spec.type in ("float", "int"):
+        if setting.kind not in ("float", "int"):
+            raise ConfigError(file, f"{where}.type", f"{key} takes {setting.rule()}: use type categorical"
+                                                     + (" or bool" if setting.kind == "bool" else ""))
+        if setting.kind == "int" and spec.type == "float":
+            raise ConfigError(file, f"{where}.type", f"{key} is an integer setting: use type int")
+        for bound in ("low", "high"):
+            try:
+                setting.check(getattr(spec, bound))
+            except ValueError as e:
+                raise ConfigError(file, f"{where}.{bound}", f"{key} {e}") from None
+    else:
+        if setting.kind == "bool" and spec.type == "categorical":
+            bad = [c for c in spec.choices or () if not isinstance(c, bool)]
+            if bad:
+                raise ConfigError(file, f"{where}.choices", f"{key} takes true or false; got {bad[0]!r}")
+        for c in spec.choices or ():
+            try:
+                setting.check(c)
+            except ValueError as e:
+                if setting.kind == "choice":
+                    msg = f"unknown {key} {c!r}{suggest(str(c), setting.choices)}; {one_of(setting.choices)}"
+                else:
+                    msg = f"{key} {e}"
+                raise ConfigError(file, f"{where}.choices", msg) from None
+    if spec.when:
+        for dep, val in spec.when.items():
+            if dep not in cfg.space and dep not in SETTINGS:
+                raise ConfigError(file, f"{where}.when.{dep}", f"unknown setting{suggest(dep, SETTINGS)}")
+            if dep == key:
+                raise ConfigError(file, f"{where}.when", "a parameter cannot depend on itself")
+            if dep in cfg.space:
+                choices = cfg.space[dep].choices
+                vals = val if isinstance(val, list) else [val]
+                if choices is None:
+                    raise ConfigError(file, f"{where}.when.{dep}", f"{dep} must be categorical or bool to be a "
+                                                                   "condition")
+                for v in vals:
+                    if v not in choices:
+                        raise ConfigError(file, f"{where}.when.{dep}", f"{v!r} is not among {dep}'s choices "
+                                                                       f"{list(choices)}")
+
+
+def _check_when_order(cfg: RunConfig, file: str) -> None:
+    """`when` conditions must not form a cycle (sampling order is a topological order)."""
+    seen: dict[str, int] = {}
+
+    def visit(k: str, stack: tuple[str, ...]) -> None:
+        if seen.get(k) == 2:
+            return
+        if k in stack:
+            raise ConfigError(file, f"space.{k}.when", "conditions form a cycle: " + " -> ".join((*stack, k)))
+        spec = cfg.space.get(k)
+        for dep in (spec.when or {}) if spec else {}:
+            if dep in cfg.space:
+                visit(dep, (*stack, k))
+        seen[k] = 2
+
+    for k in cfg.space:
+        visit(k, ())
+
+
+def _check_factory(ref: str, file: str, key: str) -> None:
+    load_factory(ref, file, key)
+
+
+def load_factory(ref: str, file: str = "<config>", key: str = "factory") -> Any:
+    """Import `package.module:function`; a failure is a ConfigError naming the reference."""
+    mod_name, sep, attr = ref.partition(":")
+    if not sep or not mod_name or not attr:
+        raise ConfigError(file, key, f"must look like 'package.module:function'; got {ref!r}")
+    try:
+        module = importlib.import_module(mod_name)
+    except Exception as e:  # ImportError, or the user's module raising on import
+        raise ConfigError(file, key, f"cannot import {mod_name!r}: {type(e).__name__}: {e}") from None
+    fn = module.__dict__.get(attr)
+    if fn is None or not callable(fn):
+        raise ConfigError(file, key, f"module {mod_name!r} has no callable {attr!r}")
+    return fn
+
+
+def _resolve(p: str, source: str) -> Path:
+    """Relative data paths are tried as given (cwd), then next to the config file."""
+    path = Path(p)
+    if path.is_absolute() or path.exists() or source == "<config>":
+        return path
+    return Path(source).parent / path
+
+
+def resolve_path(p: str, source: str) -> Path:
+    return _resolve(p, source)

@@ -1,0 +1,52 @@
+"""Error types shared by every module.
+
+`ConfigError` is the one shape of a user mistake: ``file: key.path: message``.
+The CLI prints it as one line and exits 2; nothing else is ever shown to a user
+as a traceback for bad input.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable
+
+# Why a trial stopped before its last epoch (stored as the trial's `stop_reason`).
+STOP_REASONS = ("diverged", "slow", "oom", "dominated", "early_stopped", "pruned", "unsupported", "error")
+
+
+class AutotuneError(Exception):
+    """Base class: anything autotune raises on purpose."""
+
+
+class ConfigError(AutotuneError):
+    """A user mistake in a config file, an override or a Python-API argument."""
+
+    def __init__(self, file: str | None, key_path: str, message: str) -> None:
+        self.file = file or "<config>"
+        self.key_path = key_path
+        self.message = message
+        where = f"{self.file}: {key_path}: " if key_path else f"{self.file}: "
+        super().__init__(where + message)
+
+
+class TrialStopped(AutotuneError):
+    """Raised inside the trainer's epoch callback to end a trial early, with a reason."""
+
+    def __init__(self, reason: str, epoch: int, detail: str = "") -> None:
+        if reason not in STOP_REASONS:
+            raise ValueError(f"unknown stop reason {reason!r}")
+        self.reason = reason
+        self.epoch = epoch
+        self.detail = detail
+        super().__init__(f"{reason} at epoch {epoch}" + (f": {detail}" if detail else ""))
+
+
+def suggest(name: str, known: Iterable[str]) -> str:
+    """' (did you mean 'x'?)' when a close match exists, else ''."""
+    match = difflib.get_close_matches(name, list(known), n=1, cutoff=0.6)
+    return f" (did you mean {match[0]!r}?)" if match else ""
+
+
+def one_of(known: Iterable[str]) -> str:
+    """The sorted list of allowed names, for error messages."""
+    return "allowed: " + ", ".join(sorted(str(k) for k in known))

@@ -1,0 +1,217 @@
+"""Stop rules: divergence, slow trials, and Pareto-aware pruning for multi-objective studies.
+
+Optuna refuses `trial.report` / `should_prune` when a study has several directions, so
+each trial records its own per-epoch objective values in the user attr `epoch_values`
+(a list, one entry per epoch). `ParetoPruner` and `ParetoASHAPruner` read those
+records: they are real `optuna.pruners.BasePruner`s (Optuna can call `prune`), and
+the objective also calls them directly each epoch in multi-objective studies.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import optuna
+from optuna.trial import FrozenTrial, TrialState
+
+from .config import SINGLE_PRUNERS, PruningConfig, RunConfig
+from .errors import ConfigError, TrialStopped
+from .results import dominates, pareto_front
+
+EPOCH_VALUES = "epoch_values"  # user attr: list[list[float]], objective values after each epoch
+
+
+def check_divergence(losses: Sequence[float], loss_factor: float, epoch: int) -> None:
+    """Non-finite loss, or a loss above loss_factor x the first epoch's, is divergence."""
+    last = losses[-1]
+    if not math.isfinite(last):
+        raise TrialStopped("diverged", epoch, "non-finite training loss")
+    if len(losses) > 1 and last > loss_factor * losses[0]:
+        raise TrialStopped("diverged", epoch, f"training loss {last:.3g} > {loss_factor:g} x first epoch's "
+                                              f"{losses[0]:.3g}")
+
+
+def projected_time_s(elapsed_s: float, epoch: int, epochs: int) -> float:
+    """Train time the whole run will take, at the mean epoch time so far."""
+    return elapsed_s / epoch * epochs
+
+
+def check_slow(elapsed_s: float, epoch: int, epochs: int, max_trial_seconds: float | None) -> None:
+    if max_trial_seconds is None:
+        return
+    proj = projected_time_s(elapsed_s, epoch, epochs)
+    if proj > max_trial_seconds:
+        raise TrialStopped("slow", epoch, f"projected {proj:.1f}s > max_trial_seconds {max_trial_seconds:g}")
+
+
+def check_vs_front(elapsed_s: float, epoch: int, epochs: int, accuracy: float, factor: float | None,
+                   front: list[FrozenTrial]) -> None:
+    """Slower than `factor` x the slowest Pareto trial, and not more accurate than the front was at this epoch."""
+    if factor is None or not front:
+        return
+    times = [float(t.user_attrs["train_time_s"]) for t in front if "train_time_s" in t.user_attrs]
+    if not times:
+        return
+    proj = projected_time_s(elapsed_s, epoch, epochs)
+    limit = factor * max(times)
+    if proj <= limit:
+        return
+    accs = [h["val_accuracy"] for t in front for h in t.user_attrs.get("history", []) if h["epoch"] == epoch]
+    if accs and accuracy > max(accs):
+        return
+    raise TrialStopped("slow", epoch, f"projected {proj:.1f}s > {factor:g} x slowest Pareto trial "
+                                      f"({max(times):.1f}s) without better accuracy")
+
+
+def _values_at(t: FrozenTrial, step: int) -> list[float] | None:
+    rec = t.user_attrs.get(EPOCH_VALUES) or []
+    return list(rec[step - 1]) if len(rec) >= step else None
+
+
+class ParetoPruner(optuna.pruners.BasePruner):
+    """Prune a trial whose objective values at epoch k are dominated, by a margin, by a completed
+    trial's values at epoch k. The margin is a share of each objective's spread among those trials."""
+
+    def __init__(self, directions: Sequence[str], n_startup_trials: int = 4, n_warmup_steps: int = 2,
+                 margin: float = 0.05) -> None:
+        self.directions = list(directions)
+        self.n_startup_trials = n_startup_trials
+        self.n_warmup_steps = n_warmup_steps
+        self.margin = margin
+
+    def prune(self, study: optuna.Study, trial: FrozenTrial) -> bool:
+        rec = trial.user_attrs.get(EPOCH_VALUES) or []
+        if not rec:
+            return False
+        done = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+        return self.dominated_by(list(rec[-1]), len(rec), done) is not None
+
+    def dominated_by(self, current: list[float], step: int, completed: list[FrozenTrial]) -> FrozenTrial | None:
+        """The completed trial that dominates `current` at `step` by the margin, if any."""
+        if step < self.n_warmup_steps or len(completed) < self.n_startup_trials:
+            return None
+        refs = [(t, v) for t in completed if (v := _values_at(t, step)) is not None]
+        if not refs:
+            return None
+        spreads = []
+        for i in range(len(self.directions)):
+            col = [v[i] for _, v in refs] + [current[i]]
+            spreads.append(max(col) - min(col))
+        for t, v in refs:
+            if self._beats(v, current, spreads):
+                return t
+        return None
+
+    def _beats(self, ref: list[float], cur: list[float], spreads: list[float]) -> bool:
+        if not dominates(ref, cur, self.directions):
+            return False
+        for r, c, d, s in zip(ref, cur, self.directions, spreads):
+            gain = (c - r) if d == "minimize" else (r - c)
+            if gain < self.margin * s:
+                return False
+        return True
+
+
+def nondominated_ranks(points: list[list[float]], directions: list[str]) -> list[int]:
+    """Front index of each point (0 = non-dominated) by repeated peeling."""
+    ranks = [-1] * len(points)
+    left = set(range(len(points)))
+    r = 0
+    while left:
+        front = {i for i in left if not any(dominates(points[j], points[i], directions) for j in left if j != i)}
+        for i in front:
+            ranks[i] = r
+        left -= front
+        r += 1
+    return ranks
+
+
+class ParetoASHAPruner(optuna.pruners.BasePruner):
+    """Successive halving on Pareto ranks: at rung epochs min_epochs x eta^k, a trial survives only
+    if it sits in the non-dominated top 1/eta of all trials that reached that rung."""
+
+    def __init__(self, directions: Sequence[str], min_epochs: int = 1, reduction_factor: int = 3,
+                 n_startup_trials: int = 3) -> None:
+        self.directions = list(directions)
+        self.min_epochs = min_epochs
+        self.eta = reduction_factor
+        self.n_startup_trials = n_startup_trials
+
+    def rungs(self, max_epochs: int) -> list[int]:
+        out, r = [], self.min_epochs
+        while r < max_epochs:
+            out.append(r)
+            r *= self.eta
+        return out
+
+    def prune(self, study: optuna.Study, trial: FrozenTrial) -> bool:
+        rec = trial.user_attrs.get(EPOCH_VALUES) or []
+        others = [t for t in study.get_trials(deepcopy=False) if t.number != trial.number]
+        return self.cut(list(rec[-1]), len(rec), others, 10**9) if rec else False
+
+    def cut(self, current: list[float], step: int, others: list[FrozenTrial], max_epochs: int) -> bool:
+        if step not in self.rungs(max_epochs) and not (step == self.min_epochs):
+            return False
+        peers = [v for t in others if (v := _values_at(t, step)) is not None]
+        if len(peers) < self.n_startup_trials:
+            return False
+        ranks = nondominated_ranks([current, *peers], self.directions)
+        n_keep = max(1, math.ceil((len(peers) + 1) / self.eta))
+        ahead = sum(1 for r in ranks[1:] if r < ranks[0])
+        return ahead >= n_keep
+
+
+def optuna_pruner(cfg: RunConfig) -> optuna.pruners.BasePruner:
+    """Optuna's own pruner for a single-objective study (multi-objective: Optuna gets NopPruner)."""
+    p: PruningConfig = cfg.pruning
+    name = p.pruner
+    if cfg.multi_objective or name in ("none", "pareto", "pareto_asha"):
+        return optuna.pruners.NopPruner()
+    if name == "auto":
+        name = "median"
+    args = dict(p.pruner_args)
+    if name == "median":
+        args.setdefault("n_startup_trials", 4)
+        args.setdefault("n_warmup_steps", 2)
+    if name == "threshold" and not ({"lower", "upper"} & set(args)):
+        # threshold on the objective itself: a maximized accuracy below `lower` is hopeless
+        raise ConfigError(cfg.source.rsplit("/", 1)[-1], "pruning.pruner_args",
+                          "threshold needs lower or upper (e.g. {lower: 0.5})")
+    builders: dict[str, Any] = {
+        "median": optuna.pruners.MedianPruner,
+        "percentile": optuna.pruners.PercentilePruner,
+        "successive_halving": optuna.pruners.SuccessiveHalvingPruner,
+        "hyperband": optuna.pruners.HyperbandPruner,
+        "threshold": optuna.pruners.ThresholdPruner,
+        "wilcoxon": optuna.pruners.WilcoxonPruner,
+    }
+    assert set(builders) == set(SINGLE_PRUNERS) - {"none"}
+    if name == "percentile":
+        args.setdefault("percentile", 25.0)
+    if name == "hyperband":
+        args.setdefault("min_resource", 1)
+        args.setdefault("max_resource", int(cfg.fixed().get("epochs", 10)) if "epochs" not in cfg.space
+                        else int(cfg.space["epochs"].high or 10))
+    try:
+        return builders[name](**args)
+    except (TypeError, ValueError) as e:
+        raise ConfigError(cfg.source.rsplit("/", 1)[-1], "pruning.pruner_args", f"{name}: {e}") from None
+
+
+def pareto_pruner(cfg: RunConfig) -> ParetoPruner | ParetoASHAPruner | None:
+    """autotune's own pruner for a multi-objective study (auto = pareto)."""
+    if not cfg.multi_objective or cfg.pruning.pruner == "none":
+        return None
+    args = dict(cfg.pruning.pruner_args)
+    try:
+        if cfg.pruning.pruner == "pareto_asha":
+            return ParetoASHAPruner(cfg.directions, **args)
+        return ParetoPruner(cfg.directions, **args)
+    except TypeError as e:
+        raise ConfigError(cfg.source.rsplit("/", 1)[-1], "pruning.pruner_args", f"{cfg.pruning.pruner}: {e}") from None
+
+
+def front_of(study: optuna.Study, cfg: RunConfig) -> list[FrozenTrial]:
+    return pareto_front(study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)), cfg.directions)

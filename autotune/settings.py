@@ -1,0 +1,123 @@
+"""The catalogue of trainer settings: every key allowed in `train:` and `space:`.
+
+One table, so the config validator, the search space, the trainer and the README
+agree on names, types, defaults and allowed values.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+OPTIMIZERS = ("sgd", "sgd_nesterov", "adam", "adamw", "rmsprop")
+LR_SCHEDULES = ("constant", "cosine", "onecycle")
+PRECISIONS = ("fp32", "fp16", "bf16")
+INITS = ("default", "xavier_uniform", "xavier_normal", "kaiming_uniform", "kaiming_normal", "orthogonal")
+COMPILE_MODES = ("default", "reduce-overhead", "max-autotune")
+MATMUL_PRECISIONS = ("highest", "high", "medium")
+PRUNE_METHODS = ("none", "l1_unstructured", "ln_structured")
+QUANTIZE_MODES = ("none", "dynamic_int8", "static_int8", "bf16", "fp16")
+
+
+@dataclass(frozen=True)
+class Setting:
+    name: str
+    kind: str  # "float" | "int" | "bool" | "choice" | "str"
+    default: Any
+    doc: str
+    choices: tuple[str, ...] = ()
+    low: float | None = None  # inclusive bound
+    high: float | None = None  # inclusive bound
+    low_open: bool = False  # True: value must be > low
+    high_open: bool = False  # True: value must be < high
+    searchable: bool = True
+
+    def check(self, value: Any) -> Any:
+        """Return the value coerced to this setting's type, or raise ValueError with the rule."""
+        if self.kind == "bool":
+            if not isinstance(value, bool):
+                raise ValueError(f"must be true or false; got {value!r}")
+            return value
+        if self.kind == "choice":
+            if value not in self.choices:
+                raise ValueError(f"must be one of {', '.join(self.choices)}; got {value!r}")
+            return value
+        if self.kind == "str":
+            if not isinstance(value, str) or not value:
+                raise ValueError(f"must be a non-empty string; got {value!r}")
+            return value
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ValueError(f"must be a number; got {value!r}")
+        if self.kind == "int":
+            if float(value) != int(value):
+                raise ValueError(f"must be an integer; got {value!r}")
+            value = int(value)
+        else:
+            value = float(value)
+        if self.low is not None and (value <= self.low if self.low_open else value < self.low):
+            raise ValueError(f"must be {'>' if self.low_open else '>='} {self.low:g}; got {value!r}")
+        if self.high is not None and (value >= self.high if self.high_open else value > self.high):
+            raise ValueError(f"must be {'<' if self.high_open else '<='} {self.high:g}; got {value!r}")
+        return value
+
+    def rule(self) -> str:
+        if self.kind == "choice":
+            return "one of " + ", ".join(self.choices)
+        if self.kind in ("bool", "str"):
+            return self.kind
+        lo = "" if self.low is None else f"{'>' if self.low_open else '>='} {self.low:g}"
+        hi = "" if self.high is None else f"{'<' if self.high_open else '<='} {self.high:g}"
+        return f"{self.kind} " + " and ".join(p for p in (lo, hi) if p)
+
+
+def _s(name: str, kind: str, default: Any, doc: str, **kw: Any) -> Setting:
+    return Setting(name=name, kind=kind, default=default, doc=doc, **kw)
+
+
+SETTINGS: dict[str, Setting] = {
+    s.name: s
+    for s in [
+        # Hyper-parameters
+        _s("lr", "float", 1e-3, "peak learning rate", low=0, low_open=True),
+        _s("optimizer", "choice", "adam", "optimizer", choices=OPTIMIZERS),
+        _s("momentum", "float", 0.9, "momentum (sgd, sgd_nesterov, rmsprop)", low=0, high=1, high_open=True),
+        _s("weight_decay", "float", 0.0, "L2 / decoupled weight decay", low=0),
+        _s("batch_size", "int", 64, "training batch size", low=1),
+        _s("epochs", "int", 10, "training epochs", low=1),
+        _s("dropout", "float", 0.0, "dropout before the classifier head", low=0, high=1, high_open=True),
+        _s("lr_schedule", "choice", "constant", "learning-rate schedule over the run", choices=LR_SCHEDULES),
+        _s("label_smoothing", "float", 0.0, "cross-entropy label smoothing", low=0, high=1, high_open=True),
+        _s("data_fraction", "float", 1.0, "stratified share of the training split used (low-fidelity trials)",
+           low=0, low_open=True, high=1),
+        _s("grad_accum_steps", "int", 1, "micro-batches per optimizer step (effective batch = batch_size x this)",
+           low=1),
+        _s("grad_clip", "float", 0.0, "max gradient norm; 0 turns clipping off", low=0),
+        # Weight initialization
+        _s("init", "choice", "default", "weight initialization (biases zeroed unless default)", choices=INITS),
+        # Acceleration
+        _s("device", "str", "auto", "auto (cuda, then mps, then cpu), cpu, cuda, cuda:N or mps", searchable=False),
+        _s("precision", "choice", "fp32", "autocast precision; fp16 adds a GradScaler", choices=PRECISIONS),
+        _s("channels_last", "bool", False, "channels_last memory format for conv nets"),
+        _s("compile", "bool", False, "torch.compile the model"),
+        _s("compile_mode", "choice", "default", "torch.compile mode", choices=COMPILE_MODES),
+        _s("time_excludes_compile", "bool", False, "leave compile time out of train_time_s", searchable=False),
+        _s("data_on_device", "bool", True, "keep the dataset on the device and batch by index (no DataLoader)"),
+        _s("num_workers", "int", 0, "DataLoader worker processes (data_on_device: false)", low=0),
+        _s("pin_memory", "bool", False, "pinned host memory for DataLoader batches"),
+        _s("prefetch_factor", "int", 2, "batches prefetched per DataLoader worker", low=1),
+        _s("persistent_workers", "bool", False, "keep DataLoader workers alive between epochs"),
+        _s("cudnn_benchmark", "bool", False, "torch.backends.cudnn.benchmark during the trial"),
+        _s("matmul_precision", "choice", "highest", "torch.set_float32_matmul_precision (high/medium: TF32)",
+           choices=MATMUL_PRECISIONS),
+        _s("cpu_threads", "int", 0, "torch CPU threads; 0 keeps torch's default", low=0),
+        _s("eval_batch_size", "int", 1024, "batch size for validation passes", low=1),
+        # Early stopping inside a trial (0 turns it off)
+        _s("early_stopping_patience", "int", 0, "epochs without val_loss improvement before stopping; 0 = off",
+           low=0, searchable=False),
+        _s("early_stopping_min_delta", "float", 0.0, "improvement smaller than this does not count", low=0,
+           searchable=False),
+    ]
+}
+
+# Settings that only make sense with others; used to warn, never to fail.
+DEFAULTS: dict[str, Any] = {name: s.default for name, s in SETTINGS.items()}

@@ -1,0 +1,100 @@
+"""Search-space parameters and `sample(trial) -> settings`: the only caller of `trial.suggest_*`.
+
+A parameter with `when: {optimizer: sgd}` is sampled only in trials where that
+condition holds; elsewhere the setting keeps its fixed value (so TPE never sees a
+meaningless momentum for Adam).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import optuna
+
+from .config import ParamSpec, RunConfig
+from .settings import SETTINGS
+
+
+def order(space: dict[str, ParamSpec]) -> list[str]:
+    """Parameters in an order where each comes after the ones its `when` names (stable otherwise)."""
+    done: list[str] = []
+
+    def visit(k: str) -> None:
+        if k in done:
+            return
+        for dep in space[k].when or {}:
+            if dep in space:
+                visit(dep)
+        done.append(k)
+
+    for k in space:
+        visit(k)
+    return done
+
+
+def active(spec: ParamSpec, values: dict[str, Any]) -> bool:
+    """Does this parameter's `when` hold for the values chosen so far?"""
+    for dep, want in (spec.when or {}).items():
+        allowed = want if isinstance(want, list) else [want]
+        if values.get(dep) not in allowed:
+            return False
+    return True
+
+
+def suggest(trial: optuna.Trial, name: str, spec: ParamSpec) -> Any:
+    if spec.type == "float":
+        assert spec.low is not None and spec.high is not None  # checked by config
+        return trial.suggest_float(name, spec.low, spec.high, log=spec.log, step=spec.step)
+    if spec.type == "int":
+        assert spec.low is not None and spec.high is not None
+        step = int(spec.step) if spec.step else 1
+        return trial.suggest_int(name, int(spec.low), int(spec.high), log=spec.log, step=step)
+    value = trial.suggest_categorical(name, list(spec.choices or ()))
+    return value.item() if isinstance(value, np.generic) else value
+
+
+def sample(trial: optuna.Trial, cfg: RunConfig) -> dict[str, Any]:
+    """All trainer settings for this trial: the fixed ones plus one value per active parameter."""
+    values = cfg.fixed()
+    for name in order(cfg.space):
+        spec = cfg.space[name]
+        if active(spec, values):
+            values[name] = suggest(trial, name, spec)
+        else:
+            values[name] = SETTINGS[name].default
+    return values
+
+
+def grid(cfg: RunConfig) -> dict[str, list[Any]]:
+    """The search space as Optuna's GridSampler wants it (config has checked every param is discrete)."""
+    out: dict[str, list[Any]] = {}
+    for name, spec in cfg.space.items():
+        if spec.choices is not None:
+            out[name] = list(spec.choices)
+        else:
+            assert spec.low is not None and spec.high is not None and spec.step is not None
+            out[name] = [v.item() for v in np.arange(spec.low, spec.high + spec.step / 2, spec.step)]
+            if spec.type == "int":
+                out[name] = [int(v) for v in out[name]]
+    return out
+
+
+def fixed_point(cfg: RunConfig, params: dict[str, Any]) -> dict[str, Any]:
+    """Settings for given parameter values (used by `autotune.train` and `best --export`)."""
+    values = cfg.fixed()
+    for name in order(cfg.space):
+        spec = cfg.space[name]
+        if name in params:
+            values[name] = params[name]
+        elif active(spec, values):
+            if spec.choices is not None:
+                values[name] = spec.choices[0]
+            else:
+                assert spec.low is not None and spec.high is not None
+                mid = float(np.sqrt(spec.low * spec.high)) if spec.log else (spec.low + spec.high) / 2
+                values[name] = int(round(mid)) if spec.type == "int" else mid
+    for name, value in params.items():
+        values.setdefault(name, value)
+        values[name] = value
+    return values

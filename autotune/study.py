@@ -1,0 +1,270 @@
+"""Storage, sampler and pruner from registries; create or resume the study; run it; `TuneResult`."""
+
+from __future__ import annotations
+
+import platform
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import optuna
+from optuna.trial import FrozenTrial, TrialState
+
+from . import __version__, accel, data, models, pruners, results, space
+from .config import RunConfig
+from .errors import AutotuneError, ConfigError
+from .objective import Objective
+
+FINISHED = (TrialState.COMPLETE, TrialState.PRUNED)
+
+
+def _file(cfg: RunConfig) -> str:
+    return Path(cfg.source).name
+
+
+# ---------------------------------------------------------------- registries
+
+
+def _tpe(cfg: RunConfig, seed: int | None, args: dict[str, Any]) -> optuna.samplers.BaseSampler:
+    args.setdefault("n_startup_trials", 8)
+    return optuna.samplers.TPESampler(seed=seed, **args)
+
+
+def _random(cfg: RunConfig, seed: int | None, args: dict[str, Any]) -> optuna.samplers.BaseSampler:
+    return optuna.samplers.RandomSampler(seed=seed, **args)
+
+
+def _gp(cfg: RunConfig, seed: int | None, args: dict[str, Any]) -> optuna.samplers.BaseSampler:
+    return optuna.samplers.GPSampler(seed=seed, **args)
+
+
+def _cmaes(cfg: RunConfig, seed: int | None, args: dict[str, Any]) -> optuna.samplers.BaseSampler:
+    # Categorical parameters fall back to random sampling inside CMA-ES: say nothing, it is documented.
+    args.setdefault("warn_independent_sampling", False)
+    return optuna.samplers.CmaEsSampler(seed=seed, **args)
+
+
+def _nsga2(cfg: RunConfig, seed: int | None, args: dict[str, Any]) -> optuna.samplers.BaseSampler:
+    return optuna.samplers.NSGAIISampler(seed=seed, **args)
+
+
+def _qmc(cfg: RunConfig, seed: int | None, args: dict[str, Any]) -> optuna.samplers.BaseSampler:
+    args.setdefault("warn_independent_sampling", False)
+    return optuna.samplers.QMCSampler(seed=seed, **args)
+
+
+def _grid(cfg: RunConfig, seed: int | None, args: dict[str, Any]) -> optuna.samplers.BaseSampler:
+    return optuna.samplers.GridSampler(space.grid(cfg), seed=seed, **args)
+
+
+SAMPLERS: dict[str, Callable[[RunConfig, int | None, dict[str, Any]], optuna.samplers.BaseSampler]] = {
+    "tpe": _tpe, "random": _random, "gp": _gp, "cmaes": _cmaes, "nsga2": _nsga2, "qmc": _qmc, "grid": _grid,
+}
+
+
+def make_sampler(cfg: RunConfig) -> optuna.samplers.BaseSampler:
+    try:
+        return SAMPLERS[cfg.study.sampler](cfg, cfg.study.seed, dict(cfg.study.sampler_args))
+    except (TypeError, ValueError, ImportError) as e:
+        raise ConfigError(_file(cfg), "study.sampler_args", f"{cfg.study.sampler}: {e}") from None
+
+
+def make_storage(cfg: RunConfig) -> optuna.storages.BaseStorage:
+    """The study's storage; an unreachable one is a ConfigError before anything is written."""
+    url = cfg.study.storage
+    file = _file(cfg)
+    if url.startswith("journal://"):
+        path = Path(url[len("journal://"):])
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            backend = optuna.storages.journal.JournalFileBackend(str(path))
+        except OSError as e:
+            raise ConfigError(file, "study.storage", f"cannot open journal file {path}: {e}") from None
+        return optuna.storages.JournalStorage(backend)
+    if "://" not in url:
+        raise ConfigError(file, "study.storage", f"must be a URL: sqlite:///path.db, postgresql://..., "
+                                                 f"mysql://... or journal:///path.log; got {url!r}")
+    kwargs: dict[str, Any] = {}
+    engine: dict[str, Any] = {}
+    if url.startswith("sqlite:///"):
+        db = Path(url[len("sqlite:///"):])
+        try:
+            db.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise ConfigError(file, "study.storage", f"cannot create {db.parent}: {e}") from None
+        # A reader (the dashboard) and a writer share the file: wait for locks instead of failing.
+        engine["connect_args"] = {"timeout": 60}
+    elif url.startswith(("postgresql", "mysql")):
+        engine["connect_args"] = {"connect_timeout": 10}
+        engine["pool_pre_ping"] = True
+    if cfg.study.heartbeat_interval is not None:
+        kwargs["heartbeat_interval"] = cfg.study.heartbeat_interval
+        kwargs["grace_period"] = cfg.study.grace_period or 2 * cfg.study.heartbeat_interval
+        kwargs["failed_trial_callback"] = optuna.storages.RetryHeartbeatStaleTrialCallback(max_retry=1)
+    try:
+        storage = optuna.storages.RDBStorage(url, engine_kwargs=engine, **kwargs)
+        if url.startswith("sqlite:///"):
+            _sqlite_wal(storage)
+        return storage
+    except Exception as e:  # sqlalchemy's errors differ by driver
+        msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise ConfigError(file, "study.storage", f"cannot reach {_redact(url)}: {msg}") from None
+
+
+def _sqlite_wal(storage: optuna.storages.RDBStorage) -> None:
+    """WAL journal mode: readers never block the writer, so the dashboard can watch a live study."""
+    from sqlalchemy import text
+
+    with storage.engine.connect() as conn:
+        conn.execute(text("PRAGMA journal_mode=WAL"))
+        conn.commit()
+
+
+def _redact(url: str) -> str:
+    """Hide a password in a storage URL before printing it."""
+    if "@" in url and "://" in url:
+        scheme, rest = url.split("://", 1)
+        cred, host = rest.rsplit("@", 1)
+        user = cred.split(":", 1)[0]
+        return f"{scheme}://{user}:***@{host}" if ":" in cred else url
+    return url
+
+
+# ---------------------------------------------------------------- checks before a study exists
+
+
+def preflight(cfg: RunConfig) -> None:
+    """Everything that can be wrong before a trial runs: device, fixed precision, data, model."""
+    file = _file(cfg)
+    fixed = cfg.fixed()
+    try:
+        dev = accel.resolve_device(fixed["device"])
+    except AutotuneError as e:
+        raise ConfigError(file, "train.device", str(e)) from None
+    if "precision" not in cfg.space:
+        why = accel.precision_error(str(dev), fixed["precision"])
+        if why is not None:
+            raise ConfigError(file, "train.precision", f"{fixed['precision']} cannot run on {dev}: {why}; "
+                                                       f"use fp32 or search precision")
+    ds = data.load(cfg.data, cfg.source)
+    try:
+        models.build(cfg.model, ds.input_shape, ds.n_classes, 0.0, "default", file)
+    except AutotuneError:
+        raise
+    except Exception as e:
+        key = "model.factory" if cfg.model.factory else "model"
+        raise ConfigError(file, key, f"cannot build the model for input {ds.input_shape}: "
+                                     f"{type(e).__name__}: {e}") from None
+    make_sampler(cfg)
+    pruners.optuna_pruner(cfg)
+    pruners.pareto_pruner(cfg)
+
+
+def versions() -> dict[str, str]:
+    return {"autotune": __version__, "torch": __import__("torch").__version__, "optuna": optuna.__version__,
+            "python": platform.python_version()}
+
+
+# ---------------------------------------------------------------- running
+
+
+@dataclass
+class TuneResult:
+    study: optuna.Study
+    config: RunConfig
+
+    @property
+    def metrics(self) -> list[str]:
+        return [o.metric for o in self.config.objectives]
+
+    def trials(self) -> list[results.TrialSummary]:
+        return [results.summarize(t, self.metrics) for t in self.study.get_trials(deepcopy=False)]
+
+    @property
+    def pareto(self) -> list[results.TrialSummary]:
+        front = results.pareto_front(self.study.get_trials(deepcopy=False), self.config.directions)
+        if not self.config.multi_objective:
+            best = results.select(front, self.config)
+            front = [best] if best is not None else []
+        return [results.summarize(t, self.metrics) for t in front]
+
+    @property
+    def best(self) -> results.TrialSummary | None:
+        t = results.best_trial(self.study, self.config)
+        return results.summarize(t, self.metrics) if t is not None else None
+
+    def to_dataframe(self) -> Any:
+        """A pandas DataFrame if pandas is installed, else a list of row dicts."""
+        rows = [s.row() for s in self.trials()]
+        try:
+            import pandas as pd
+        except ImportError:
+            return rows
+        return pd.DataFrame(rows)
+
+    def report(self, path: str | Path) -> Path:
+        from . import report
+
+        return report.write(self.study, self.config, Path(path))
+
+
+def open_study(cfg: RunConfig, fresh: bool = False, create: bool = True) -> optuna.Study:
+    storage = make_storage(cfg)
+    name = cfg.study.name
+    if fresh:
+        try:
+            optuna.delete_study(study_name=name, storage=storage)
+        except KeyError:
+            pass
+    existing = {s.study_name: s for s in optuna.get_all_study_summaries(storage, include_best_trial=False)}
+    if name in existing:
+        dirs = [d.name.lower() for d in existing[name].directions]
+        if dirs != cfg.directions:
+            raise ConfigError(_file(cfg), "objectives", f"study {name!r} in {_redact(cfg.study.storage)} has "
+                                                        f"directions {dirs}, this config {cfg.directions}; use "
+                                                        f"--fresh or another study.name")
+    elif not create:
+        raise ConfigError(_file(cfg), "study.name", f"no study {name!r} in {_redact(cfg.study.storage)}; known: "
+                                                    f"{', '.join(sorted(existing)) or 'none'}")
+    study = optuna.create_study(
+        study_name=name, storage=storage, sampler=make_sampler(cfg), pruner=pruners.optuna_pruner(cfg),
+        directions=cfg.directions, load_if_exists=True,
+    )
+    if name not in existing:
+        import torch
+
+        study.set_user_attr("config", cfg.to_dict())
+        study.set_user_attr("source", cfg.source)
+        study.set_user_attr("versions", versions())
+        study.set_user_attr("device", accel.device_name(accel.resolve_device(cfg.fixed()["device"])))
+        study.set_user_attr("metrics", [o.metric for o in cfg.objectives])
+        study.set_user_attr("torch_threads", torch.get_num_threads())
+    return study
+
+
+def n_finished(study: optuna.Study) -> int:
+    return len(study.get_trials(deepcopy=False, states=FINISHED))
+
+
+TrialCallback = Callable[[optuna.Study, FrozenTrial], None]
+
+
+def run(cfg: RunConfig, fresh: bool = False, callbacks: list[TrialCallback] | None = None,
+        on_start: Callable[[optuna.Study, int], None] | None = None) -> TuneResult:
+    """Create or resume the study and run trials until it holds `n_trials` finished ones (or timeout)."""
+    preflight(cfg)
+    study = open_study(cfg, fresh=fresh)
+    todo = None
+    if cfg.study.n_trials is not None:
+        todo = max(0, cfg.study.n_trials - n_finished(study))
+    if on_start is not None:
+        on_start(study, todo if todo is not None else -1)
+    if todo != 0:
+        cbs: list[TrialCallback] = list(callbacks or [])
+        if cfg.study.n_trials is not None:
+            cbs.append(optuna.study.MaxTrialsCallback(cfg.study.n_trials, states=FINISHED))
+        study.optimize(Objective(cfg), n_trials=todo, timeout=cfg.study.timeout, callbacks=cbs,
+                       catch=(RuntimeError, ValueError, TypeError, ArithmeticError, MemoryError),
+                       gc_after_trial=True)
+    return TuneResult(study=study, config=cfg)
