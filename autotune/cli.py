@@ -85,12 +85,10 @@ def _args_run(p: argparse.ArgumentParser) -> None:
 
 
 def _cmd_validate(args: argparse.Namespace) -> int:
-    from .study import make_storage, preflight
+    from .study import validate
 
     cfg = _load(args)
-    preflight(cfg)
-    if args.storage_check:
-        make_storage(cfg)
+    validate(cfg)
     n = len(cfg.space)
     print(f"{args.file}: ok: {len(cfg.objectives)} objective(s), {n} searched setting(s), sampler "
           f"{cfg.study.sampler}, storage {cfg.study.storage}")
@@ -101,7 +99,6 @@ def _cmd_validate(args: argparse.Namespace) -> int:
 def _args_validate(p: argparse.ArgumentParser) -> None:
     p.add_argument("file")
     _add_study_flags(p)
-    p.add_argument("--storage-check", action="store_true", help="also connect to the storage")
 
 
 # ---------------------------------------------------------------- best

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import copy
 import importlib
+import os
 import re
+import sys
 import types
 import typing
 from pathlib import Path
@@ -312,7 +314,7 @@ def _check_unknown_keys(raw: Any, model: type[BaseModel], prefix: str, file: str
                 problems.append(f"{pre}{key}: unknown key{suggest(str(key), known)}; {one_of(known)}")
         for key in known:
             sub = _submodel(m, key)
-            if sub is not None and key in node:
+            if sub is not None and key in node and not (m is RunConfig and key == "select"):
                 walk(node[key], sub, f"{pre}{key}.")
 
     walk(raw, model, prefix)
@@ -518,6 +520,8 @@ def load_factory(ref: str, file: str = "<config>", key: str = "factory") -> Any:
     mod_name, sep, attr = ref.partition(":")
     if not sep or not mod_name or not attr:
         raise ConfigError(file, key, f"must look like 'package.module:function'; got {ref!r}")
+    if os.getcwd() not in sys.path and "" not in sys.path:  # a user's own module next to the YAML file
+        sys.path.append(os.getcwd())
     try:
         module = importlib.import_module(mod_name)
     except Exception as e:  # ImportError, or the user's module raising on import

@@ -10,7 +10,7 @@ from typing import Any
 import optuna
 from optuna.trial import TrialState
 
-from . import accel, pruners, space, trainer
+from . import accel, data, pruners, space, trainer
 from .config import RunConfig
 from .errors import AutotuneError, ConfigError, TrialStopped
 from .pruners import EPOCH_VALUES
@@ -34,6 +34,11 @@ class Objective:
         self.pareto = pruners.pareto_pruner(cfg) if len(epoch_dirs) >= 2 else None
         if self.pareto is not None:
             self.pareto.directions = epoch_dirs
+
+    @property
+    def chance_loss(self) -> float:
+        """Cross-entropy of a uniform guess: ln(number of classes)."""
+        return math.log(data.load(self.cfg.data, self.cfg.source).n_classes)
 
     def __call__(self, trial: optuna.Trial) -> float | list[float]:
         cfg = self.cfg
@@ -76,7 +81,8 @@ class Objective:
             trial.set_user_attr("history", history)
             trial.set_user_attr(EPOCH_VALUES, epoch_values)
             if p.divergence is not None:
-                pruners.check_divergence([h["train_loss"] for h in history], p.divergence.loss_factor, rec.epoch)
+                pruners.check_divergence([h["train_loss"] for h in history], p.divergence.loss_factor, rec.epoch,
+                                         self.chance_loss)
             pruners.check_slow(rec.train_time_s, rec.epoch, epochs, p.slow.max_trial_seconds)
             if p.slow.hang_seconds is not None and time.perf_counter() - t_start > p.slow.hang_seconds:
                 raise TrialStopped("slow", rec.epoch, f"trial wall time over hang_seconds {p.slow.hang_seconds:g}")

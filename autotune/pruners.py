@@ -23,14 +23,19 @@ from .results import dominates, pareto_front
 EPOCH_VALUES = "epoch_values"  # user attr: list[list[float]], objective values after each epoch
 
 
-def check_divergence(losses: Sequence[float], loss_factor: float, epoch: int) -> None:
-    """Non-finite loss, or a loss above loss_factor x the first epoch's, is divergence."""
+def check_divergence(losses: Sequence[float], loss_factor: float, epoch: int, chance_loss: float) -> None:
+    """Non-finite loss, or a loss above loss_factor x the reference, is divergence.
+
+    The reference is the first epoch's loss, but never more than the loss of guessing
+    (ln of the class count): a first epoch that already blew up must not become the yardstick.
+    """
     last = losses[-1]
     if not math.isfinite(last):
         raise TrialStopped("diverged", epoch, "non-finite training loss")
-    if len(losses) > 1 and last > loss_factor * losses[0]:
-        raise TrialStopped("diverged", epoch, f"training loss {last:.3g} > {loss_factor:g} x first epoch's "
-                                              f"{losses[0]:.3g}")
+    ref = min(losses[0], chance_loss)
+    if last > loss_factor * ref:
+        raise TrialStopped("diverged", epoch, f"training loss {last:.3g} > {loss_factor:g} x {ref:.3g} "
+                                              f"(first epoch's loss, at most ln(classes))")
 
 
 def projected_time_s(elapsed_s: float, epoch: int, epochs: int) -> float:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import platform
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -159,6 +160,27 @@ def preflight(cfg: RunConfig) -> None:
     make_sampler(cfg)
     pruners.optuna_pruner(cfg)
     pruners.pareto_pruner(cfg)
+
+
+def check_storage(cfg: RunConfig) -> None:
+    """Can the storage be reached? SQLite and journal files are checked without being created."""
+    url = cfg.study.storage
+    for prefix in ("sqlite:///", "journal://"):
+        if url.startswith(prefix):
+            parent = Path(url[len(prefix):]).parent
+            probe = parent
+            while not probe.exists() and probe != probe.parent:
+                probe = probe.parent
+            if not probe.is_dir() or not os.access(probe, os.W_OK):
+                raise ConfigError(_file(cfg), "study.storage", f"cannot create {parent}: not a writable directory")
+            return
+    make_storage(cfg)
+
+
+def validate(cfg: RunConfig) -> None:
+    """Everything `autotune validate` checks: preflight plus the storage."""
+    preflight(cfg)
+    check_storage(cfg)
 
 
 def versions() -> dict[str, str]:

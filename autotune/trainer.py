@@ -60,6 +60,7 @@ class TrainResult:
     precision: str
     history: list[EpochRecord] = field(default_factory=list)
     stopped_early_at: int | None = None  # epoch at which early stopping ended training
+    loss_scale: float | None = None  # the GradScaler's final scale (fp16 only)
     model: nn.Module | None = field(default=None, repr=False)
     extra: dict[str, Any] = field(default_factory=dict)  # further metrics (compression)
 
@@ -249,5 +250,5 @@ def train(job: TrainJob, on_epoch: OnEpoch | None = None) -> TrainResult:
         data_wait_fraction=sum(r.data_wait_fraction * r.epoch_time_s for r in history) / max(
             1e-12, sum(r.epoch_time_s for r in history)),
         epochs_run=len(history), device=accel.device_name(dev), precision=s["precision"], history=history,
-        stopped_early_at=stopped_early_at, model=model,
+        stopped_early_at=stopped_early_at, loss_scale=float(scaler.get_scale()) if scaler else None, model=model,
     )

@@ -1,0 +1,47 @@
+"""Shared fixtures: small, fast configs on real digits training."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import optuna
+import pytest
+import torch
+
+from autotune import config
+
+ROOT = Path(__file__).resolve().parent.parent
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+# One torch thread per test process (and per subprocess a test starts): the tests' models are tiny,
+# and on a 2-core machine shared with other processes, spinning OpenMP threads make them 5-10x slower.
+torch.set_num_threads(1)
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+
+def tiny(tmp_path: Path, **sections: Any) -> config.RunConfig:
+    """A 2-objective digits study of a few 2-epoch trials, stored in tmp_path."""
+    raw: dict[str, Any] = {
+        "study": {"name": "t", "storage": f"sqlite:///{tmp_path}/t.db", "n_trials": 3, "seed": 0},
+        "model": {"name": "cnn", "channels": [8, 16], "hidden": 32},
+        "train": {"epochs": 2, "batch_size": 128},
+    }
+    for key, value in sections.items():
+        if isinstance(value, dict) and isinstance(raw.get(key), dict):
+            raw[key] = {**raw[key], **value}
+        else:
+            raw[key] = value
+    for key in raw.get("space", {}):  # a searched key is not also fixed
+        raw["train"].pop(key, None)
+    return config.from_dict(raw, source=str(tmp_path / "tiny.yaml"))
+
+
+@pytest.fixture
+def postgres_url() -> str:
+    url = os.environ.get("AUTOTUNE_TEST_POSTGRES")
+    if not url:
+        if os.environ.get("AUTOTUNE_REQUIRE_POSTGRES"):
+            pytest.fail("AUTOTUNE_TEST_POSTGRES is not set but AUTOTUNE_REQUIRE_POSTGRES is")
+        pytest.skip("no PostgreSQL server: run `bash .ci/start_postgres.sh` and export AUTOTUNE_TEST_POSTGRES")
+    return url

@@ -1,0 +1,69 @@
+"""User-style factories referenced from test configs as 'tests.factories:NAME'."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from torch import nn
+
+
+def small_net(input_shape: tuple[int, ...], n_classes: int, width: int = 16) -> nn.Module:
+    return nn.Sequential(nn.Flatten(), nn.Linear(int(np.prod(input_shape)), width), nn.ReLU(),
+                         nn.Linear(width, n_classes))
+
+
+class _OOMAbove(nn.Module):
+    """Raises the error a real CUDA out-of-memory raises once a batch is larger than `limit`."""
+
+    def __init__(self, inner: nn.Module, limit: int) -> None:
+        super().__init__()
+        self.inner = inner
+        self.limit = limit
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.training and x.shape[0] > self.limit:
+            raise torch.OutOfMemoryError(f"CUDA out of memory. Tried to allocate {x.shape[0]} MiB (test)")
+        return self.inner(x)
+
+
+def oom_above_64(input_shape: tuple[int, ...], n_classes: int) -> nn.Module:
+    return _OOMAbove(small_net(input_shape, n_classes), 64)
+
+
+def blobs(n: int = 300, n_features: int = 6) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(0)
+    y = rng.integers(0, 3, n)
+    x = rng.normal(size=(n, n_features)).astype(np.float32) + y[:, None] * 2.0
+    return x, y
+
+
+def not_a_module(input_shape: tuple[int, ...], n_classes: int) -> object:
+    return "nope"
+
+
+PROBE: list[dict] = []  # what the probe model saw during its last training run
+
+
+class _Probe(nn.Module):
+    """A small CNN that records the dtype, memory format and compile state it runs under."""
+
+    def __init__(self, input_shape: tuple[int, ...], n_classes: int) -> None:
+        super().__init__()
+        c = input_shape[0]
+        self.conv = nn.Conv2d(c, 8, 3, padding=1)
+        self.head = nn.Sequential(nn.Flatten(), nn.Linear(8 * input_shape[1] * input_shape[2], n_classes))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.conv(x)
+        if self.training:
+            PROBE.append({
+                "conv_dtype": h.dtype,
+                "channels_last": x.is_contiguous(memory_format=torch.channels_last) and not x.is_contiguous(),
+                "compiling": torch.compiler.is_compiling(),
+            })
+        return self.head(torch.relu(h))
+
+
+def probe(input_shape: tuple[int, ...], n_classes: int) -> nn.Module:
+    PROBE.clear()
+    return _Probe(input_shape, n_classes)

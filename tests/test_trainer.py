@@ -1,0 +1,130 @@
+"""The trainer learns for real, and every acceleration setting really takes effect."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from autotune import config, trainer
+from autotune.errors import TrialStopped
+from autotune.settings import INITS, OPTIMIZERS, PRECISIONS
+from tests import factories
+
+
+def job(model: dict | None = None, data: dict | None = None, **settings) -> trainer.TrainJob:
+    cfg = config.from_dict({"model": model or {"name": "cnn", "channels": [8, 16], "hidden": 32},
+                            "data": data or {"name": "digits"}})
+    s = cfg.fixed()
+    s.update({"epochs": 2, "batch_size": 128, **settings})
+    return trainer.TrainJob(settings=s, data=cfg.data, model=cfg.model, seed=0)
+
+
+def test_learns_digits() -> None:
+    r = trainer.train(job(model={"name": "cnn"}, epochs=4, batch_size=64, lr=3e-3))
+    assert r.val_accuracy >= 0.95
+    assert r.epochs_run == 4 and len(r.history) == 4
+    assert r.train_time_s == pytest.approx(sum(h.epoch_time_s for h in r.history))
+    assert r.samples_per_s > 0 and 0 <= r.data_wait_fraction < 1
+    assert r.history[-1].train_loss < r.history[0].train_loss
+
+
+@pytest.mark.parametrize("optimizer", OPTIMIZERS)
+def test_every_optimizer_trains(optimizer: str) -> None:
+    r = trainer.train(job(optimizer=optimizer, lr=0.01 if optimizer.startswith("sgd") else 2e-3, epochs=3))
+    assert r.val_accuracy > 0.5, optimizer
+
+
+@pytest.mark.parametrize("init", INITS)
+def test_every_init_trains_and_changes_weights(init: str) -> None:
+    from autotune import models
+
+    torch.manual_seed(0)
+    a = models.build(config.ModelConfig(), (1, 8, 8), 10, 0.0, "default")
+    torch.manual_seed(0)
+    b = models.build(config.ModelConfig(), (1, 8, 8), 10, 0.0, init)
+    same = torch.equal(a[0].weight, b[0].weight)
+    assert same == (init == "default")
+    if init != "default":
+        assert all(float(m.bias.detach().abs().sum()) == 0 for m in b.modules() if isinstance(m, torch.nn.Linear))
+    assert trainer.train(job(init=init, lr=3e-3, epochs=3)).val_accuracy > 0.5
+
+
+@pytest.mark.parametrize("model", [{"name": "cnn", "channels": [8]}, {"name": "mlp", "hidden": 32},
+                                   {"factory": "tests.factories:small_net", "kwargs": {"width": 16}}])
+def test_every_model_trains(model: dict) -> None:
+    assert trainer.train(job(model=model, epochs=3, lr=1e-2)).val_accuracy > 0.5
+
+
+@pytest.mark.parametrize("precision", PRECISIONS)
+def test_precision_really_used(precision: str) -> None:
+    r = trainer.train(job(model={"factory": "tests.factories:probe"}, precision=precision, epochs=1))
+    want = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}[precision]
+    assert {p["conv_dtype"] for p in factories.PROBE} == {want}
+    assert (r.loss_scale is not None) == (precision == "fp16")  # GradScaler only for fp16
+    assert r.precision == precision
+
+
+@pytest.mark.parametrize("on_device", [True, False])
+def test_channels_last_reaches_the_model(on_device: bool) -> None:
+    rgb = {"name": "synthetic", "shape": [3, 8, 8], "n_samples": 256}  # 1-channel images look the same either way
+    trainer.train(job(model={"factory": "tests.factories:probe"}, data=rgb, channels_last=True,
+                      data_on_device=on_device, epochs=1))
+    assert factories.PROBE and all(p["channels_last"] for p in factories.PROBE)
+    trainer.train(job(model={"factory": "tests.factories:probe"}, data=rgb, channels_last=False, epochs=1))
+    assert not any(p["channels_last"] for p in factories.PROBE)
+
+
+def test_dataloader_path_with_workers() -> None:
+    r = trainer.train(job(data_on_device=False, num_workers=1, persistent_workers=True, prefetch_factor=2))
+    assert r.val_accuracy > 0.5
+
+
+def test_backend_flags_restored() -> None:
+    before = (torch.backends.cudnn.benchmark, torch.get_float32_matmul_precision(), torch.get_num_threads())
+    trainer.train(job(cudnn_benchmark=not before[0], matmul_precision="medium", cpu_threads=1, epochs=1))
+    assert (torch.backends.cudnn.benchmark, torch.get_float32_matmul_precision(), torch.get_num_threads()) == before
+
+
+def test_grad_accum_and_schedules() -> None:
+    for sched in ("cosine", "onecycle"):
+        r = trainer.train(job(lr_schedule=sched, grad_accum_steps=2, epochs=2, lr=3e-3))
+        assert r.history[-1].lr < 3e-3 and r.val_accuracy > 0.3
+
+
+def test_data_fraction_trains_on_fewer_samples() -> None:
+    full = trainer.train(job(epochs=1))
+    half = trainer.train(job(epochs=1, data_fraction=0.5))
+    ratio = half.history[0].samples_per_s * half.history[0].epoch_time_s / (
+        full.history[0].samples_per_s * full.history[0].epoch_time_s)
+    assert ratio == pytest.approx(0.5, abs=0.02)
+
+
+def test_huge_lr_diverges() -> None:
+    with pytest.raises(TrialStopped) as info:
+        trainer.train(job(optimizer="sgd", lr=1e6, momentum=0.9, epochs=3, model={"name": "mlp", "hidden": 32}))
+    assert info.value.reason == "diverged"
+
+
+def test_early_stopping() -> None:
+    r = trainer.train(job(epochs=30, lr=3e-3, early_stopping_patience=1, early_stopping_min_delta=0.5))
+    assert r.stopped_early_at is not None and r.epochs_run < 30
+
+
+def test_synthetic_and_npz(tmp_path) -> None:
+    import numpy as np
+
+    r = trainer.train(job(data={"name": "synthetic", "shape": [1, 8, 8], "n_samples": 400, "n_classes": 4},
+                          epochs=3, lr=3e-3))
+    assert r.val_accuracy > 0.4
+    x, y = factories.blobs()
+    np.savez(tmp_path / "b.npz", x=x, y=y)
+    r = trainer.train(job(model={"name": "mlp", "hidden": 16}, data={"name": "npz", "path": str(tmp_path / "b.npz")},
+                          epochs=3, lr=1e-2, batch_size=16))
+    assert r.val_accuracy > 0.8
+
+
+@pytest.mark.slow
+def test_compile_wraps_the_model() -> None:
+    r = trainer.train(job(model={"factory": "tests.factories:probe"}, compile=True, epochs=1))
+    assert any(p["compiling"] for p in factories.PROBE)
+    assert r.compile_time_s > 0 and r.train_time_s >= r.compile_time_s
