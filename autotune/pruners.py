@@ -114,7 +114,8 @@ class ParetoPruner(optuna.pruners.BasePruner):
             return False
         for r, c, d, s in zip(ref, cur, self.directions, spreads):
             gain = (c - r) if d == "minimize" else (r - c)
-            if gain < self.margin * s:
+            # better by a margin on every objective; a zero spread (identical trials) is no excuse
+            if gain < self.margin * max(s, 0.01 * abs(c)):
                 return False
         return True
 

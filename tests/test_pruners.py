@@ -1,0 +1,114 @@
+"""Stop rules with real training: dominated, slow, vs_front, and Pareto rungs in multi-objective studies."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import optuna
+import pytest
+from optuna.trial import create_trial
+
+import autotune
+from autotune import pruners
+from autotune.errors import TrialStopped
+from autotune.pruners import EPOCH_VALUES
+from autotune.study import open_study
+from tests.conftest import tiny
+
+GOOD = {"lr": 3e-3, "optimizer": "adam", "batch_size": 128}
+BAD = {"lr": 1e-5, "optimizer": "sgd", "batch_size": 16}  # slower per epoch and barely learning
+SPACE = {"lr": {"type": "float", "low": 1e-5, "high": 1e-2, "log": True},
+         "optimizer": {"type": "categorical", "choices": ["adam", "sgd"]},
+         "batch_size": {"type": "categorical", "choices": [16, 128]}}
+
+
+def test_dominated_trial_stopped_before_last_epoch(tmp_path: Path) -> None:
+    cfg = tiny(tmp_path, study={"n_trials": 5}, train={"epochs": 4}, space=SPACE,
+               pruning={"pruner": "pareto", "pruner_args": {"n_startup_trials": 2, "n_warmup_steps": 1}})
+    study = open_study(cfg)
+    for _ in range(4):
+        study.enqueue_trial(GOOD)
+    study.enqueue_trial(BAD)
+    res = autotune.run(cfg)
+    bad = res.study.trials[4]
+    assert bad.state.name == "PRUNED", bad.user_attrs
+    assert bad.user_attrs["stop_reason"] == "dominated"
+    assert bad.user_attrs["stop_epoch"] < 4
+    assert len(bad.user_attrs["history"]) == bad.user_attrs["stop_epoch"]
+    assert all(t.state.name == "COMPLETE" for t in res.study.trials[:4])
+
+
+def test_slow_trial_stopped_at_first_epoch_that_shows_it(tmp_path: Path) -> None:
+    one = tiny(tmp_path, study={"n_trials": 1, "name": "probe"}, train={"epochs": 5})
+    epoch_s = autotune.run(one).study.trials[0].user_attrs["history"][0]["epoch_time_s"]
+    # 5 epochs at ~epoch_s each: a limit of 2.5 epochs' time is crossed by the projection after epoch 1.
+    cfg = tiny(tmp_path, study={"n_trials": 1, "name": "slow"}, train={"epochs": 5},
+               pruning={"slow": {"max_trial_seconds": 2.5 * epoch_s}})
+    t = autotune.run(cfg).study.trials[0]
+    assert t.state.name == "PRUNED" and t.user_attrs["stop_reason"] == "slow"
+    assert t.user_attrs["stop_epoch"] == 1
+    assert "projected" in t.user_attrs["stop_detail"]
+
+
+def test_pruned_trials_do_not_break_multi_objective_samplers(tmp_path: Path) -> None:
+    for sampler in ("tpe", "nsga2"):
+        cfg = tiny(tmp_path, study={"n_trials": 10, "name": sampler, "sampler": sampler,
+                                    "sampler_args": {"n_startup_trials": 2} if sampler == "tpe" else
+                                    {"population_size": 4}},
+                   train={"epochs": 2}, space=SPACE,
+                   pruning={"pruner": "pareto", "pruner_args": {"n_startup_trials": 1, "n_warmup_steps": 1,
+                                                               "margin": 0.0}})
+        res = autotune.run(cfg)
+        states = [t.state.name for t in res.study.trials]
+        assert len(states) == 10 and "FAIL" not in states
+        assert "PRUNED" in states, states  # pruned trials were fed back to the sampler, which kept going
+
+
+def test_pareto_asha_runs_and_records_reason(tmp_path: Path) -> None:
+    cfg = tiny(tmp_path, study={"n_trials": 6, "sampler": "random"}, train={"epochs": 3}, space=SPACE,
+               pruning={"pruner": "pareto_asha", "pruner_args": {"min_epochs": 1, "reduction_factor": 2,
+                                                                 "n_startup_trials": 2}})
+    res = autotune.run(cfg)
+    pruned = [t for t in res.study.trials if t.state.name == "PRUNED"]
+    assert pruned and all(t.user_attrs["stop_reason"] == "dominated" for t in pruned)
+    assert all(t.user_attrs["stop_epoch"] in (1, 2) for t in pruned)
+
+
+def _done(values_per_epoch: list[list[float]], final: list[float], **attrs) -> optuna.trial.FrozenTrial:
+    return create_trial(values=final, user_attrs={EPOCH_VALUES: values_per_epoch, **attrs})
+
+
+def test_pareto_pruner_margin_and_guards() -> None:
+    p = pruners.ParetoPruner(["maximize", "minimize"], n_startup_trials=2, n_warmup_steps=2, margin=0.1)
+    done = [_done([[0.90, 1.0], [0.95, 2.0]], [0.95, 2.0]), _done([[0.5, 3.0], [0.6, 6.0]], [0.6, 6.0])]
+    assert p.dominated_by([0.55, 2.5], 1, done) is None  # warm-up
+    assert p.dominated_by([0.55, 2.5], 2, done[:1]) is None  # too few completed trials
+    assert p.dominated_by([0.55, 5.0], 2, done) is done[0]
+    assert p.dominated_by([0.94, 2.1], 2, done) is None  # dominated, but within the margin
+
+
+def test_asha_rungs_and_cut() -> None:
+    p = pruners.ParetoASHAPruner(["maximize", "minimize"], min_epochs=1, reduction_factor=3, n_startup_trials=2)
+    assert p.rungs(10) == [1, 3, 9]
+    peers = [_done([[0.9, 1.0]], [0.9, 1.0]), _done([[0.8, 0.5]], [0.8, 0.5]), _done([[0.95, 0.4]], [0.95, 0.4])]
+    assert p.cut([0.5, 2.0], 1, peers, 10)  # worst on both: outside the top third
+    assert not p.cut([0.99, 0.3], 1, peers, 10)
+    assert not p.cut([0.5, 2.0], 2, peers, 10)  # not a rung
+
+
+def test_vs_front_rule() -> None:
+    front = [create_trial(values=[0.95, 1.0], user_attrs={"train_time_s": 1.0,
+                                                          "history": [{"epoch": 1, "val_accuracy": 0.9}]})]
+    with pytest.raises(TrialStopped) as info:
+        pruners.check_vs_front(1.0, 1, 5, 0.8, 2.0, front)  # projects 5 s > 2 x 1 s, no better accuracy
+    assert info.value.reason == "slow"
+    pruners.check_vs_front(1.0, 1, 5, 0.95, 2.0, front)  # more accurate than the front was: keep going
+    pruners.check_vs_front(0.3, 1, 5, 0.8, 2.0, front)  # projects 1.5 s: within the factor
+
+
+def test_divergence_rule() -> None:
+    with pytest.raises(TrialStopped, match="diverged"):
+        pruners.check_divergence([1e9], 4.0, 1, 2.3)  # first epoch already far above chance
+    with pytest.raises(TrialStopped, match="diverged"):
+        pruners.check_divergence([1.0, 5.0], 4.0, 2, 2.3)
+    pruners.check_divergence([2.0, 1.0], 4.0, 2, 2.3)
