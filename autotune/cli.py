@@ -130,6 +130,46 @@ def _args_best(p: argparse.ArgumentParser) -> None:
     p.add_argument("--export", metavar="PATH", help="write a YAML with every setting of the best trial fixed")
 
 
+# ---------------------------------------------------------------- doctor
+
+
+def _cmd_doctor(args: argparse.Namespace) -> int:
+    from . import doctor
+
+    print(doctor.render(doctor.report(args.device, with_compile=not args.no_compile)))
+    return 0
+
+
+@command("doctor", "show the device, versions, and which precisions and compile work here")
+def _args_doctor(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N or mps")
+    p.add_argument("--no-compile", action="store_true", help="skip the torch.compile check (it takes seconds)")
+
+
+# ---------------------------------------------------------------- profile
+
+
+def _cmd_profile(args: argparse.Namespace) -> int:
+    from . import profiling
+
+    cfg = _load(args)
+    params = profiling.read_params(Path(args.params)) if args.params else {}
+    result, trace, table = profiling.profile(cfg, params, args.epochs, Path(args.out))
+    print(table)
+    print(f"input wait: {result.data_wait_fraction:.1%} of step time; {result.samples_per_s:,.0f} samples/s; "
+          f"train time {result.train_time_s:.2f}s over {result.epochs_run} epoch(s)")
+    print(f"chrome trace: {trace}")
+    return 0
+
+
+@command("profile", "run one configuration under torch.profiler: Chrome trace, top operators, input wait")
+def _args_profile(p: argparse.ArgumentParser) -> None:
+    p.add_argument("file", help="YAML run file (its fixed settings are used)")
+    p.add_argument("--params", help="YAML of settings to apply (e.g. the file `autotune best --export` wrote)")
+    p.add_argument("--epochs", type=int, default=1, help="epochs to profile (default 1)")
+    p.add_argument("--out", default="studies", help="folder for the trace (default studies/)")
+
+
 # ---------------------------------------------------------------- entry point
 
 

@@ -1,0 +1,61 @@
+"""`autotune profile`: one configuration for a few epochs under torch.profiler.
+
+Writes a Chrome trace (open in chrome://tracing or https://ui.perfetto.dev) and prints the
+top operators and the share of step time spent waiting for input.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+import yaml
+
+from . import accel
+from .config import RunConfig
+from .errors import ConfigError
+from .objective import job_for
+from .settings import SETTINGS
+from .trainer import TrainResult, train
+
+
+def read_params(path: Path) -> dict[str, Any]:
+    """Settings from a YAML file: a plain mapping of settings, or a run file's `train:` section."""
+    if not path.is_file():
+        raise ConfigError(str(path), "", "no such file")
+    try:
+        doc = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as e:
+        raise ConfigError(path.name, "", f"malformed YAML: {e}") from None
+    if not isinstance(doc, dict):
+        raise ConfigError(path.name, "", "must be a mapping of settings")
+    params = doc.get("train", doc) if "train" in doc else doc
+    for key, value in params.items():
+        if key not in SETTINGS:
+            raise ConfigError(path.name, key, f"unknown setting; allowed: {', '.join(sorted(SETTINGS))}")
+        try:
+            SETTINGS[key].check(value)
+        except ValueError as e:
+            raise ConfigError(path.name, key, str(e)) from None
+    return dict(params)
+
+
+def profile(cfg: RunConfig, params: dict[str, Any], epochs: int, out_dir: Path,
+            row_limit: int = 15) -> tuple[TrainResult, Path, str]:
+    settings = {name: s.default for name, s in SETTINGS.items()}
+    settings.update(cfg.train)
+    settings.update(params)
+    settings["epochs"] = epochs
+    dev = accel.resolve_device(settings["device"])
+    activities = [torch.profiler.ProfilerActivity.CPU]
+    if dev.type == "cuda":
+        activities.append(torch.profiler.ProfilerActivity.CUDA)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    with torch.profiler.profile(activities=activities, record_shapes=False) as prof:
+        result = train(job_for(cfg, settings, cfg.study.seed or 0))
+    trace = out_dir / f"{cfg.study.name}-trace.json"
+    prof.export_chrome_trace(str(trace))
+    sort = "self_cuda_time_total" if dev.type == "cuda" else "self_cpu_time_total"
+    table = prof.key_averages().table(sort_by=sort, row_limit=row_limit)
+    return result, trace, table
