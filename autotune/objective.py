@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import time
 from typing import Any
 
 import optuna
@@ -72,7 +71,6 @@ class Objective:
         epoch_values: list[list[float]] = []
         epochs = int(settings["epochs"])
         p = self.cfg.pruning
-        t_start = time.perf_counter()
 
         def on_epoch(rec: trainer.EpochRecord) -> None:
             d = dataclasses.asdict(rec)
@@ -84,8 +82,6 @@ class Objective:
                 pruners.check_divergence([h["train_loss"] for h in history], p.divergence.loss_factor, rec.epoch,
                                          self.chance_loss)
             pruners.check_slow(rec.train_time_s, rec.epoch, epochs, p.slow.max_trial_seconds)
-            if p.slow.hang_seconds is not None and time.perf_counter() - t_start > p.slow.hang_seconds:
-                raise TrialStopped("slow", rec.epoch, f"trial wall time over hang_seconds {p.slow.hang_seconds:g}")
             if p.slow.vs_front is not None and rec.epoch < epochs:
                 pruners.check_vs_front(rec.train_time_s, rec.epoch, epochs, rec.val_accuracy, p.slow.vs_front,
                                        pruners.front_of(trial.study, self.cfg))
@@ -99,7 +95,8 @@ class Objective:
                 self._pareto_check(trial, epoch_values, epochs)
 
         try:
-            result = trainer.train(job_for(self.cfg, settings, seed), on_epoch)
+            job = dataclasses.replace(job_for(self.cfg, settings, seed), wall_limit_s=p.slow.hang_seconds)
+            result = trainer.train(job, on_epoch)
             if result.stopped_early_at is not None:  # a finished trial: values are its last epoch's
                 trial.set_user_attr("stop_reason", "early_stopped")
                 trial.set_user_attr("stop_epoch", result.stopped_early_at)

@@ -32,6 +32,7 @@ class TrainJob:
     model: ModelConfig
     seed: int = 0
     source: str = "<config>"
+    wall_limit_s: float | None = None  # a trial still running after this many seconds is stopped as hung
 
 
 @dataclass
@@ -127,6 +128,7 @@ def evaluate(model: nn.Module, x: torch.Tensor, y: torch.Tensor, batch_size: int
 def train(job: TrainJob, on_epoch: OnEpoch | None = None) -> TrainResult:
     """Train one configuration; `on_epoch` sees each epoch's record and may raise TrialStopped."""
     s = job.settings
+    deadline = time.perf_counter() + job.wall_limit_s if job.wall_limit_s is not None else math.inf
     dev = accel.resolve_device(s["device"])
     with accel.backend_flags(s):
         torch.manual_seed(job.seed)
@@ -193,7 +195,11 @@ def train(job: TrainJob, on_epoch: OnEpoch | None = None) -> TrainResult:
                     xb, yb = next(it)
                 except StopIteration:
                     break
-                wait_s += time.perf_counter() - tw
+                now = time.perf_counter()
+                wait_s += now - tw
+                if now > deadline:  # one clock read per step: cheap, and safe (no async exception)
+                    raise TrialStopped("slow", epoch - 1, f"trial wall time over hang_seconds {job.wall_limit_s:g}"
+                                                          " (hung or far too slow)")
                 n_batches += 1
                 loss_sum += step(xb, yb, 1.0 / accum) * len(yb)
                 if n_batches % accum == 0 or n_batches == len(batches):

@@ -67,3 +67,22 @@ class _Probe(nn.Module):
 def probe(input_shape: tuple[int, ...], n_classes: int) -> nn.Module:
     PROBE.clear()
     return _Probe(input_shape, n_classes)
+
+
+class _Sleepy(nn.Module):
+    """Stands in for a hung input pipeline or kernel: each training batch takes `seconds`."""
+
+    def __init__(self, inner: nn.Module, seconds: float) -> None:
+        super().__init__()
+        self.inner, self.seconds = inner, seconds
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.training:
+            import time
+
+            time.sleep(self.seconds)
+        return self.inner(x)
+
+
+def sleepy(input_shape: tuple[int, ...], n_classes: int) -> nn.Module:
+    return _Sleepy(small_net(input_shape, n_classes), 0.2)

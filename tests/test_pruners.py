@@ -112,3 +112,14 @@ def test_divergence_rule() -> None:
     with pytest.raises(TrialStopped, match="diverged"):
         pruners.check_divergence([1.0, 5.0], 4.0, 2, 2.3)
     pruners.check_divergence([2.0, 1.0], 4.0, 2, 2.3)
+
+
+def test_hung_trial_stopped_mid_epoch(tmp_path: Path) -> None:
+    cfg = tiny(tmp_path, model={"factory": "tests.factories:sleepy"}, study={"n_trials": 2},
+               train={"epochs": 3, "batch_size": 64}, pruning={"slow": {"hang_seconds": 0.7}})
+    t0 = __import__("time").perf_counter()
+    res = autotune.run(cfg)
+    assert __import__("time").perf_counter() - t0 < 20  # an epoch alone would take 23 x 0.2 s per trial
+    for t in res.study.trials:
+        assert t.state.name == "PRUNED" and t.user_attrs["stop_reason"] == "slow"
+        assert t.user_attrs["stop_epoch"] == 0 and "hung" in t.user_attrs["stop_detail"]
