@@ -86,3 +86,18 @@ class _Sleepy(nn.Module):
 
 def sleepy(input_shape: tuple[int, ...], n_classes: int) -> nn.Module:
     return _Sleepy(small_net(input_shape, n_classes), 0.2)
+
+
+class _Broken(nn.Module):
+    def __init__(self, inner: nn.Module) -> None:
+        super().__init__()
+        self.inner = inner
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.training and x.shape[0] > 64:
+            raise RuntimeError("a bug in the user's model")
+        return self.inner(x)
+
+
+def broken_above_64(input_shape: tuple[int, ...], n_classes: int) -> nn.Module:
+    return _Broken(small_net(input_shape, n_classes))

@@ -147,3 +147,28 @@ def test_objective_never_returns_nan(tmp_path: Path) -> None:
     study_mod.preflight(cfg)
     study.optimize(study_mod.Objective(cfg), n_trials=1)
     assert all(v == v for v in study.trials[0].values)
+
+
+def test_trial_that_raises_is_recorded_and_study_goes_on(tmp_path: Path) -> None:
+    cfg = tiny(tmp_path, model={"factory": "tests.factories:broken_above_64"}, study={"n_trials": 2, "sampler": "grid"},
+               space={"batch_size": {"type": "categorical", "choices": [32, 128]}}, train={"epochs": 1})
+    trials = {t.params["batch_size"]: t for t in autotune.run(cfg).study.trials}
+    assert trials[128].state.name == "FAIL" and trials[128].user_attrs["stop_reason"] == "error"
+    assert "a bug in the user's model" in trials[128].user_attrs["error"]
+    assert trials[32].state.name == "COMPLETE"
+
+
+def test_precision_the_device_cannot_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from autotune import accel
+
+    real = accel.precision_error
+    monkeypatch.setattr(accel, "precision_error",
+                        lambda dev, p: "bf16 is not supported here (simulated)" if p == "bf16" else real(dev, p))
+    with pytest.raises(ConfigError, match=r"train\.precision: bf16 cannot run on cpu: bf16 is not supported"):
+        autotune.run(tiny(tmp_path, train={"precision": "bf16"}))
+    assert not (tmp_path / "t.db").exists()
+    cfg = tiny(tmp_path, study={"n_trials": 2, "sampler": "grid"}, train={"epochs": 1},
+               space={"precision": {"type": "categorical", "choices": ["fp32", "bf16"]}})
+    trials = {t.params["precision"]: t for t in autotune.run(cfg).study.trials}
+    assert trials["bf16"].state.name == "PRUNED" and trials["bf16"].user_attrs["stop_reason"] == "unsupported"
+    assert trials["fp32"].state.name == "COMPLETE"
