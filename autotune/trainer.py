@@ -62,6 +62,7 @@ class TrainResult:
     stopped_early_at: int | None = None  # epoch at which early stopping ended training
     model: nn.Module | None = field(default=None, repr=False)
     extra: dict[str, Any] = field(default_factory=dict)  # further metrics (compression)
+    compressed_model: nn.Module | None = field(default=None, repr=False)  # pruned/quantized copy of `model`
 
     def metrics(self) -> dict[str, float]:
         out = {k: getattr(self, k) for k in ("val_accuracy", "val_loss", "train_time_s", "samples_per_s",
@@ -127,6 +128,11 @@ def train(job: TrainJob, on_epoch: OnEpoch | None = None) -> TrainResult:
     """Train one configuration; `on_epoch` sees each epoch's record and may raise TrialStopped."""
     s = job.settings
     dev = accel.resolve_device(s["device"])
+    from . import compress  # compression settings that cannot run here end the trial before it trains
+
+    bad = compress.unsupported(s, dev)
+    if bad is not None:
+        raise TrialStopped("unsupported", 0, f"{bad[0]}: {bad[1]}")
     with accel.backend_flags(s):
         torch.manual_seed(job.seed)
         ds = data.load(job.data, job.source)
@@ -147,6 +153,8 @@ def train(job: TrainJob, on_epoch: OnEpoch | None = None) -> TrainResult:
             from .compress import load_checkpoint  # transfer learning: optional, kept out of the hot path
 
             load_checkpoint(model, job.model.checkpoint, job.source, s.get("freeze", "none"))
+        if s["qat"]:  # fake int8 in every training forward; converted to a real int8 model after training
+            model = compress.prepare_qat(model).to(dev)
         if channels_last:
             model = model.to(memory_format=torch.channels_last)
         accum = s["grad_accum_steps"]
@@ -238,16 +246,26 @@ def train(job: TrainJob, on_epoch: OnEpoch | None = None) -> TrainResult:
                 stopped_early_at = epoch
                 break
 
+        # Compression of a copy (prune + fine-tune, quantize), then what it costs and gains, measured.
+        def finetune(m: nn.Module, n_epochs: int) -> float:
+            ft_opt = make_optimizer(s["optimizer"], [p for p in m.parameters() if p.requires_grad],
+                                    {**s, "lr": s["lr"] * compress.FINETUNE_LR_FACTOR}, dev)
+            return compress.finetune_loop(m, n_epochs, batches, ft_opt, loss_fn, dev, s["precision"])
+
+        packed = compress.compress_and_measure(model, s, dev, compress.calibration_batches(batches), x_val, y_val,
+                                               history[-1].val_accuracy, history[-1].val_loss, finetune,
+                                               len(history))
+        train_time_s += packed.finetune_time_s
+
     # Steady state: leave out the first epoch (allocator and kernel warm-up) when there are others.
     steady = history[1:] or history
     steady_time = sum(r.epoch_time_s for r in steady)
-    last = history[-1]
     return TrainResult(
-        val_accuracy=last.val_accuracy, val_loss=last.val_loss, train_time_s=train_time_s,
+        val_accuracy=packed.val_accuracy, val_loss=packed.val_loss, train_time_s=train_time_s,
         samples_per_s=n_train * len(steady) / steady_time if steady_time > 0 else 0.0,
         compile_time_s=compile_time_s,
         data_wait_fraction=sum(r.data_wait_fraction * r.epoch_time_s for r in history) / max(
             1e-12, sum(r.epoch_time_s for r in history)),
         epochs_run=len(history), device=accel.device_name(dev), precision=s["precision"], history=history,
-        stopped_early_at=stopped_early_at, model=model,
+        stopped_early_at=stopped_early_at, model=model, extra=packed.extra, compressed_model=packed.model,
     )
