@@ -8,8 +8,8 @@ The trainer calls `compress_and_measure` once, after its epoch loop. The steps, 
    of the layers, so the model really is smaller and faster;
 2. quantize (`dynamic_int8`: Linear weights int8, activations quantized on the fly;
    `static_int8`: conv and linear int8 with activations calibrated on training batches, eager-mode
-   torch.ao on the x86/fbgemm engine, conv+bn+relu fused first; `qat: true` trains with fake
-   quantization instead of calibrating; `bf16` / `fp16`: the whole model cast);
+   torch.ao on the x86/fbgemm engine, conv+bn+relu fused first; `qat: true` fine-tunes the trained
+   model with fake quantization instead of calibrating; `bf16` / `fp16`: the whole model cast);
 3. measure on the inference device: accuracy, serialized size, non-zero parameters and the median
    latency of repeated batches after warm-up.
 
@@ -80,17 +80,14 @@ def unsupported(settings: dict[str, Any], train_dev: torch.device) -> tuple[str,
         if q != "static_int8":
             return "qat", f"quantization-aware training produces a static int8 model: needs quantize static_int8; " \
                           f"got quantize {q}"
-        if settings["compile"]:
-            return "qat", "qat with compile is not supported: fake-quant observers update state in forward"
-        if pm == "ln_structured":
-            return "qat", "qat with ln_structured is not supported: fused conv-bn modules cannot be shrunk"
+        if pm == "l1_unstructured" and settings["prune_amount"] > 0:
+            return "qat", "qat with l1_unstructured is not supported: QAT fine-tuning would regrow the pruned " \
+                          "weights; use ln_structured (its channels are cut out first) or post-training static_int8"
     if q in CAST_DTYPES:
         dev = infer_device(settings, train_dev)
         why = _cast_error(str(dev), q)
         if why is not None:
             return "quantize", f"{q} inference on {dev}: {why}"
-    if pm != "none" and settings["prune_amount"] <= 0:
-        return None  # nothing to prune: a no-op, not an error
     return None
 
 
@@ -136,7 +133,7 @@ def preflight(cfg: RunConfig) -> None:
     if freeze_set and cfg.model.checkpoint is None:
         raise ConfigError(file, "space.freeze" if "freeze" in searched else "train.freeze",
                           "freeze needs model.checkpoint: freezing untrained layers keeps them random")
-    keys = ("quantize", "qat", "compile", "prune_method", "infer_device", "prune_amount")
+    keys = ("quantize", "qat", "prune_method", "infer_device", "prune_amount")
     if any(k in searched for k in keys):
         return  # a sampled combination that cannot run becomes a pruned trial (stop_reason unsupported)
     bad = unsupported(fixed, dev)
@@ -385,7 +382,7 @@ def _fuse_patterns(model: nn.Module) -> list[list[str]]:
 
 
 def prepare_qat(model: nn.Module) -> nn.Module:
-    """Fuse conv-bn-relu and insert fake quantization, so training sees int8 rounding (x86 qconfig)."""
+    """Fuse conv-bn-relu and insert fake quantization, so fine-tuning sees int8 rounding (x86 qconfig)."""
     import torch.ao.quantization as tq
 
     with _quiet():
@@ -546,6 +543,9 @@ def compress_and_measure(model: nn.Module, settings: dict[str, Any], train_dev: 
             m = small if small is not None else m
     dev = infer_device(s, train_dev)
     q = s["quantize"]
+    if s["qat"]:  # QAT as fine-tuning of the trained model (the stable way): fake int8 forwards, then convert
+        m = prepare_qat(m)
+        finetune_time_s += finetune(m, max(1, s["finetune_epochs"]))
     try:
         if s["qat"]:
             m = convert_qat(m)

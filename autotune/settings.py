@@ -125,8 +125,8 @@ SETTINGS: dict[str, Setting] = {
         _s("finetune_epochs", "int", 0, "epochs of training after pruning, masks held, at 0.1 x lr", low=0),
         _s("quantize", "choice", "none", "post-training quantization (int8 on CPU) or an inference dtype cast",
            choices=QUANTIZE_MODES),
-        _s("qat", "bool", False, "quantization-aware training (fake int8 during training; needs quantize "
-           "static_int8)"),
+        _s("qat", "bool", False, "quantization-aware fine-tuning: max(1, finetune_epochs) epochs with fake int8, "
+           "then int8 (needs quantize static_int8)"),
         _s("freeze", "choice", "none", "layers kept fixed after loading model.checkpoint", choices=FREEZE_MODES),
         _s("infer_batch_size", "int", 256, "batch size of the inference-latency measurement", low=1),
         _s("infer_device", "str", "auto", "device for inference metrics: auto (training device; cpu for int8), "

@@ -153,8 +153,6 @@ def train(job: TrainJob, on_epoch: OnEpoch | None = None) -> TrainResult:
             from .compress import load_checkpoint  # transfer learning: optional, kept out of the hot path
 
             load_checkpoint(model, job.model.checkpoint, job.source, s.get("freeze", "none"))
-        if s["qat"]:  # fake int8 in every training forward; converted to a real int8 model after training
-            model = compress.prepare_qat(model).to(dev)
         if channels_last:
             model = model.to(memory_format=torch.channels_last)
         accum = s["grad_accum_steps"]

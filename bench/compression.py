@@ -97,6 +97,10 @@ def main() -> None:
         if compress._cast_error("cpu", mode) is None:
             models[mode] = copy.deepcopy(fp32).to(compress.CAST_DTYPES[mode]).eval()
     models["ln_structured 0.5 + static_int8"] = compress.quantize_static(pruned("ln_structured", 0.5), calib())
+    qat = compress.prepare_qat(copy.deepcopy(fp32))
+    opt = make_optimizer("adam", list(qat.parameters()), {**s, "lr": 3e-3 * compress.FINETUNE_LR_FACTOR}, cpu)
+    compress.finetune_loop(qat, max(1, args.finetune_epochs), batches, opt, loss_fn, cpu, "fp32")
+    models["static_int8 (qat fine-tune)"] = compress.convert_qat(qat)
 
     acc = {k: compress.evaluate(m, ds.x_val, ds.y_val, 512, cpu)[1] for k, m in models.items()}
     size = {k: compress.model_size_bytes(m) for k, m in models.items()}

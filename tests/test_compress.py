@@ -230,8 +230,9 @@ def test_unsupported_fixed_combinations_are_config_errors(tmp_path: Path, monkey
         study.preflight(_cfg(tmp_path, train={"qat": True}))
     with pytest.raises(ConfigError, match=r"train\.freeze: freeze needs model\.checkpoint"):
         study.preflight(_cfg(tmp_path, train={"freeze": "all_but_head"}))
-    with pytest.raises(ConfigError, match=r"train\.qat: qat with compile"):
-        study.preflight(_cfg(tmp_path, train={"qat": True, "quantize": "static_int8", "compile": True}))
+    with pytest.raises(ConfigError, match=r"train\.qat: qat with l1_unstructured"):
+        study.preflight(_cfg(tmp_path, train={"qat": True, "quantize": "static_int8", "prune_method": "l1_unstructured",
+                                              "prune_amount": 0.5}))
     monkeypatch.setattr(compress, "quantized_engine", lambda: None)
     with pytest.raises(ConfigError, match=r"train\.quantize: static_int8 needs a quantized engine"):
         study.preflight(_cfg(tmp_path, train={"quantize": "static_int8"}))
@@ -247,9 +248,11 @@ def test_unsupported_sampled_combination_is_a_pruned_trial(tmp_path: Path) -> No
     assert "needs quantize static_int8" in t.user_attrs["stop_detail"]
 
 
-def test_qat_trains_fake_quant_and_converts_to_int8(tmp_path: Path) -> None:
-    r = autotune.train(_cfg(tmp_path), params={"qat": True, "quantize": "static_int8"})
-    assert any("FakeQuantize" in type(m).__name__ for m in r.model.modules())
+def test_qat_fine_tunes_with_fake_quant_and_converts_to_int8(tmp_path: Path) -> None:
+    r = autotune.train(_cfg(tmp_path, train={"epochs": 3}), params={"qat": True, "quantize": "static_int8",
+                                                                     "prune_method": "ln_structured",
+                                                                     "prune_amount": 0.25})
+    assert r.extra["finetune_time_s"] > 0 and r.extra["pruned_shrunk"] is True
     qconv = next(m for m in r.compressed_model.modules() if type(m).__name__ == "ConvReLU2d")
-    assert qconv.weight().dtype == torch.qint8
-    assert r.val_accuracy > 0.7
+    assert qconv.weight().dtype == torch.qint8 and qconv.out_channels == 6  # shrunk 8 -> 6, then int8
+    assert r.val_accuracy > 0.8
