@@ -256,3 +256,36 @@ def test_qat_fine_tunes_with_fake_quant_and_converts_to_int8(tmp_path: Path) -> 
     qconv = next(m for m in r.compressed_model.modules() if type(m).__name__ == "ConvReLU2d")
     assert qconv.weight().dtype == torch.qint8 and qconv.out_channels == 6  # shrunk 8 -> 6, then int8
     assert r.val_accuracy > 0.8
+
+
+class _Residual(nn.Module):
+    """A user model shrink cannot follow (a skip connection) and eager int8 cannot convert (a tensor `+`)."""
+
+    def __init__(self, n_classes: int) -> None:
+        super().__init__()
+        self.conv1 = nn.Conv2d(1, 8, 3, padding=1)
+        self.conv2 = nn.Conv2d(8, 8, 3, padding=1)
+        self.fc = nn.Linear(8 * 8 * 8, n_classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = torch.relu(self.conv1(x))
+        h = h + torch.relu(self.conv2(h))
+        return self.fc(h.flatten(1))
+
+
+def residual_net(n_classes: int) -> nn.Module:
+    return _Residual(n_classes)
+
+
+def test_user_model_keeps_masked_zeros_and_unconvertible_int8_is_a_pruned_trial(tmp_path: Path) -> None:
+    model = {"name": None, "factory": "tests.test_compress:residual_net"}
+    r = autotune.train(_cfg(tmp_path, model=model), params={"prune_method": "ln_structured", "prune_amount": 0.5})
+    assert r.extra["pruned_shrunk"] is False  # not a Sequential: masked zeros, same shapes
+    assert r.compressed_model.conv1.weight.shape == (8, 1, 3, 3)
+    assert int((r.compressed_model.conv1.weight.flatten(1).abs().sum(1) == 0).sum()) == 4
+    assert r.val_accuracy > 0.1
+    cfg = _cfg(tmp_path, model=model, study={"n_trials": 1},
+               space={"quantize": {"type": "categorical", "choices": ["static_int8"]}})
+    (t,) = autotune.run(cfg).study.trials
+    assert t.state == optuna.trial.TrialState.PRUNED and t.user_attrs["stop_reason"] == "unsupported"
+    assert t.user_attrs["stop_detail"].startswith("quantize static_int8: ")
