@@ -133,6 +133,14 @@ def preflight(cfg: RunConfig) -> None:
     if freeze_set and cfg.model.checkpoint is None:
         raise ConfigError(file, "space.freeze" if "freeze" in searched else "train.freeze",
                           "freeze needs model.checkpoint: freezing untrained layers keeps them random")
+    if cfg.model.checkpoint is not None:  # a checkpoint that does not fit fails here, not in every trial
+        from . import data, models
+
+        ds = data.load(cfg.data, cfg.source)
+        model = models.build(cfg.model, ds.input_shape, ds.n_classes, 0.0, "default", file)
+        freezes = cfg.space["freeze"].choices or () if "freeze" in searched else (fixed["freeze"],)
+        for freeze in freezes:
+            load_checkpoint(copy.deepcopy(model), cfg.model.checkpoint, cfg.source, str(freeze))
     keys = ("quantize", "qat", "prune_method", "infer_device", "prune_amount")
     if any(k in searched for k in keys):
         return  # a sampled combination that cannot run becomes a pruned trial (stop_reason unsupported)
@@ -151,7 +159,9 @@ def load_checkpoint(model: nn.Module, path: str, source: str = "<config>", freez
     try:
         state = torch.load(p, map_location="cpu", weights_only=True)
     except Exception as e:
-        raise ConfigError(file, "model.checkpoint", f"cannot read {path}: {type(e).__name__}: {e}") from None
+        first = str(e).strip().splitlines()[0][:160] if str(e).strip() else ""
+        raise ConfigError(file, "model.checkpoint", f"cannot read {path} as a state dict: {type(e).__name__}: "
+                                                    f"{first}") from None
     if isinstance(state, dict) and isinstance(state.get("state_dict"), dict):
         state = state["state_dict"]
     if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
