@@ -35,7 +35,7 @@ from torch import nn
 from torch.nn.utils import prune
 
 from . import accel
-from .config import RunConfig, resolve_path
+from .config import DistillConfig, ModelConfig, RunConfig, resolve_path
 from .errors import ConfigError, TrialStopped
 
 INT8_MODES = ("dynamic_int8", "static_int8")
@@ -133,6 +133,13 @@ def preflight(cfg: RunConfig) -> None:
     if freeze_set and cfg.model.checkpoint is None:
         raise ConfigError(file, "space.freeze" if "freeze" in searched else "train.freeze",
                           "freeze needs model.checkpoint: freezing untrained layers keeps them random")
+    if cfg.distill is not None:
+        if not resolve_path(cfg.distill.teacher, cfg.source).is_file():
+            raise ConfigError(file, "distill.teacher", f"no such file: {cfg.distill.teacher}")
+        from . import data
+
+        ds = data.load(cfg.data, cfg.source)
+        load_teacher(cfg.distill, cfg.model, ds.input_shape, ds.n_classes, torch.device("cpu"), cfg.source)
     if cfg.model.checkpoint is not None:  # a checkpoint that does not fit fails here, not in every trial
         from . import data, models
 
@@ -152,7 +159,8 @@ def preflight(cfg: RunConfig) -> None:
 # ---------------------------------------------------------------- transfer learning
 
 
-def load_checkpoint(model: nn.Module, path: str, source: str = "<config>", freeze: str = "none") -> None:
+def load_checkpoint(model: nn.Module, path: str, source: str = "<config>", freeze: str = "none",
+                    key: str = "model.checkpoint") -> None:
     """Warm-start `model` from a saved state dict; every missing, unexpected or mis-shaped key is named."""
     file = Path(source).name
     p = resolve_path(path, source)
@@ -160,12 +168,12 @@ def load_checkpoint(model: nn.Module, path: str, source: str = "<config>", freez
         state = torch.load(p, map_location="cpu", weights_only=True)
     except Exception as e:
         first = str(e).strip().splitlines()[0][:160] if str(e).strip() else ""
-        raise ConfigError(file, "model.checkpoint", f"cannot read {path} as a state dict: {type(e).__name__}: "
+        raise ConfigError(file, key, f"cannot read {path} as a state dict: {type(e).__name__}: "
                                                     f"{first}") from None
     if isinstance(state, dict) and isinstance(state.get("state_dict"), dict):
         state = state["state_dict"]
     if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
-        raise ConfigError(file, "model.checkpoint", f"{path} is not a state dict (a mapping of names to tensors)")
+        raise ConfigError(file, key, f"{path} is not a state dict (a mapping of names to tensors)")
     own = model.state_dict()
     missing = [k for k in own if k not in state]
     unexpected = [k for k in state if k not in own]
@@ -179,7 +187,7 @@ def load_checkpoint(model: nn.Module, path: str, source: str = "<config>", freez
     if shape:
         problems.append("shape mismatch " + ", ".join(shape))
     if problems:
-        raise ConfigError(file, "model.checkpoint", f"{path} does not fit the model: " + "; ".join(problems))
+        raise ConfigError(file, key, f"{path} does not fit the model: " + "; ".join(problems))
     model.load_state_dict(state)
     apply_freeze(model, freeze, file)
 
@@ -207,6 +215,33 @@ def apply_freeze(model: nn.Module, freeze: str, file: str = "<config>") -> None:
             p.requires_grad_(False)
         if isinstance(m, nn.modules.batchnorm._BatchNorm):
             m.momentum = 0.0  # frozen running statistics too: momentum 0 keeps them as loaded
+
+
+def load_teacher(distill: DistillConfig, student: ModelConfig, input_shape: tuple[int, ...], n_classes: int,
+                 dev: torch.device, source: str = "<config>", channels_last: bool = False) -> nn.Module:
+    """The distillation teacher: `teacher_model` (default: the student's section) loaded from `teacher`, frozen."""
+    from . import models
+
+    file = Path(source).name
+    arch = (distill.teacher_model or student).model_copy(update={"checkpoint": None})
+    teacher = models.build(arch, input_shape, n_classes, 0.0, "default", file)
+    load_checkpoint(teacher, distill.teacher, source, "none", key="distill.teacher")
+    teacher = teacher.to(dev).eval()
+    if channels_last:
+        teacher = teacher.to(memory_format=torch.channels_last)
+    for p in teacher.parameters():
+        p.requires_grad_(False)
+    return teacher
+
+
+def distill_loss(label_loss: torch.Tensor, logits: torch.Tensor, teacher: nn.Module, xb: torch.Tensor,
+                 distill: DistillConfig) -> torch.Tensor:
+    """(1 - alpha) x label loss + alpha x T^2 x KL(teacher || student) at temperature T (Hinton et al.)."""
+    t = distill.temperature
+    with torch.no_grad():
+        soft = nn.functional.softmax(teacher(xb).float() / t, dim=1)
+    kd = nn.functional.kl_div(nn.functional.log_softmax(logits / t, dim=1), soft, reduction="batchmean") * t * t
+    return (1 - distill.alpha) * label_loss + distill.alpha * kd
 
 
 # ---------------------------------------------------------------- pruning

@@ -19,7 +19,8 @@ PER_EPOCH_METRICS = {f.name for f in dataclasses.fields(trainer.EpochRecord)}
 
 
 def job_for(cfg: RunConfig, settings: dict[str, Any], seed: int) -> trainer.TrainJob:
-    return trainer.TrainJob(settings=settings, data=cfg.data, model=cfg.model, seed=seed, source=cfg.source)
+    return trainer.TrainJob(settings=settings, data=cfg.data, model=cfg.model, seed=seed, source=cfg.source,
+                            distill=cfg.distill)
 
 
 class Objective:

@@ -19,7 +19,7 @@ import torch
 from torch import nn
 
 from . import accel, data, models
-from .config import DataConfig, ModelConfig
+from .config import DataConfig, DistillConfig, ModelConfig
 from .errors import TrialStopped
 
 
@@ -32,6 +32,7 @@ class TrainJob:
     model: ModelConfig
     seed: int = 0
     source: str = "<config>"
+    distill: DistillConfig | None = None
 
 
 @dataclass
@@ -153,6 +154,8 @@ def train(job: TrainJob, on_epoch: OnEpoch | None = None) -> TrainResult:
             from .compress import load_checkpoint  # transfer learning: optional, kept out of the hot path
 
             load_checkpoint(model, job.model.checkpoint, job.source, s.get("freeze", "none"))
+        teacher = compress.load_teacher(job.distill, job.model, ds.input_shape, ds.n_classes, dev, job.source,
+                                        channels_last) if job.distill is not None else None
         if channels_last:
             model = model.to(memory_format=torch.channels_last)
         accum = s["grad_accum_steps"]
@@ -165,7 +168,10 @@ def train(job: TrainJob, on_epoch: OnEpoch | None = None) -> TrainResult:
 
         def step(xb: torch.Tensor, yb: torch.Tensor, scale: float) -> torch.Tensor:
             with accel.autocast(dev, s["precision"]):
-                loss = loss_fn(step_model(xb).float(), yb)
+                logits = step_model(xb).float()
+                loss = loss_fn(logits, yb)
+                if teacher is not None:  # knowledge distillation: match the teacher's softened predictions too
+                    loss = compress.distill_loss(loss, logits, teacher, xb, job.distill)
             (scaler.scale(loss * scale) if scaler else loss * scale).backward()
             return loss.detach()
 

@@ -289,3 +289,22 @@ def test_user_model_keeps_masked_zeros_and_unconvertible_int8_is_a_pruned_trial(
     (t,) = autotune.run(cfg).study.trials
     assert t.state == optuna.trial.TrialState.PRUNED and t.user_attrs["stop_reason"] == "unsupported"
     assert t.user_attrs["stop_detail"].startswith("quantize static_int8: ")
+
+
+def test_distillation_trains_a_small_student_against_a_teacher(tmp_path: Path) -> None:
+    teacher_arch = {"name": "cnn", "channels": [16, 32], "hidden": 64}
+    teacher = autotune.train(_cfg(tmp_path, model=teacher_arch, train={"epochs": 3}))
+    torch.save(teacher.model.state_dict(), tmp_path / "teacher.pt")
+    student = {"channels": [4, 8], "hidden": 16}
+    plain = autotune.train(_cfg(tmp_path, model=student))
+    distilled = autotune.train(_cfg(tmp_path, model=student, distill={
+        "teacher": str(tmp_path / "teacher.pt"), "teacher_model": teacher_arch, "alpha": 0.7, "temperature": 4.0}))
+    # same seed and data order: only the loss differs
+    assert distilled.history[0].train_loss != plain.history[0].train_loss
+    assert distilled.val_accuracy > 0.6
+    with pytest.raises(ConfigError, match=r"distill\.teacher: .*shape mismatch 0\.weight"):
+        autotune.train(_cfg(tmp_path, model=student, distill={"teacher": str(tmp_path / "teacher.pt")}))
+    with pytest.raises(ConfigError, match=r"distill\.teacher: no such file"):
+        autotune.train(_cfg(tmp_path, distill={"teacher": str(tmp_path / "missing.pt")}))
+    with pytest.raises(ConfigError, match=r"distill\.alpha"):
+        _cfg(tmp_path, distill={"teacher": "x", "alpha": 1.5})
