@@ -22,6 +22,7 @@ import contextlib
 import copy
 import functools
 import io
+import itertools
 import statistics
 import time
 import warnings
@@ -148,12 +149,19 @@ def preflight(cfg: RunConfig) -> None:
         freezes = cfg.space["freeze"].choices or () if "freeze" in searched else (fixed["freeze"],)
         for freeze in freezes:
             load_checkpoint(copy.deepcopy(model), cfg.model.checkpoint, cfg.source, str(freeze))
-    keys = ("quantize", "qat", "prune_method", "infer_device", "prune_amount")
-    if any(k in searched for k in keys):
-        return  # a sampled combination that cannot run becomes a pruned trial (stop_reason unsupported)
-    bad = unsupported(fixed, dev)
-    if bad is not None:
-        raise ConfigError(file, f"train.{bad[0]}", bad[1])
+    # Every combination the space can draw (float ranges by their ends): if none can run, say so now;
+    # if some can, a drawn one that cannot becomes a pruned trial (stop_reason unsupported).
+    options: dict[str, list[Any]] = {}
+    for k in ("quantize", "qat", "prune_method", "prune_amount"):
+        spec = cfg.space.get(k)
+        options[k] = [fixed[k]] if spec is None else list(spec.choices) if spec.choices is not None else \
+            [spec.low, spec.high]
+    problems = [unsupported({**fixed, **dict(zip(options, values))}, dev)
+                for values in itertools.product(*options.values())]
+    if all(p is not None for p in problems):
+        name, why = next(p for p in problems if p is not None)
+        every = " (so does every combination the space can draw)" if len(problems) > 1 else ""
+        raise ConfigError(file, f"{'space' if name in searched else 'train'}.{name}", why + every)
 
 
 # ---------------------------------------------------------------- transfer learning

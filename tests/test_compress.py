@@ -239,13 +239,16 @@ def test_unsupported_fixed_combinations_are_config_errors(tmp_path: Path, monkey
 
 
 def test_unsupported_sampled_combination_is_a_pruned_trial(tmp_path: Path) -> None:
-    cfg = _cfg(tmp_path, study={"n_trials": 1}, space={"qat": {"type": "categorical", "choices": [True]}})
-    study.preflight(cfg)  # searched: not an error up front
+    with pytest.raises(ConfigError, match=r"space\.qat: .*needs quantize static_int8"):  # nothing could run
+        study.preflight(_cfg(tmp_path, space={"qat": {"type": "categorical", "choices": [True]}}))
+    cfg = _cfg(tmp_path, space={"qat": {"type": "bool"}})
+    study.preflight(cfg)  # qat false can run: not an error up front
     res = autotune.run(cfg)
-    (t,) = res.study.trials
-    assert t.state == optuna.trial.TrialState.PRUNED
-    assert t.user_attrs["stop_reason"] == "unsupported"
-    assert "needs quantize static_int8" in t.user_attrs["stop_detail"]
+    by_qat = {t.params["qat"]: t for t in res.study.trials}
+    assert by_qat[False].state == optuna.trial.TrialState.COMPLETE
+    assert by_qat[True].state == optuna.trial.TrialState.PRUNED
+    assert by_qat[True].user_attrs["stop_reason"] == "unsupported"
+    assert "needs quantize static_int8" in by_qat[True].user_attrs["stop_detail"]
 
 
 def test_qat_fine_tunes_with_fake_quant_and_converts_to_int8(tmp_path: Path) -> None:
