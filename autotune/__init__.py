@@ -55,7 +55,7 @@ def train(cfg: RunConfig | str, params: dict[str, Any] | None = None, seed: int 
         except ValueError as e:
             raise _CE("params", key, str(e)) from None
     preflight(cfg)
-    return _train(job_for(cfg, settings, cfg.study.seed or 0 if seed is None else seed))
+    return _train(job_for(cfg, settings, cfg.study.seed or 0 if seed is None else seed, measure_inference=True))
 
 
 def __getattr__(name: str) -> Any:

@@ -120,7 +120,30 @@ def _cmd_best(args: argparse.Namespace) -> int:
 
         path = export_best(cfg, best, Path(args.export))
         print(f"wrote {path}")
+    if args.save_model:
+        path = _save_model(cfg, study, best, Path(args.save_model))
+        print(f"wrote {path} (state dict of trial {best.number}'s settings, retrained; use it as model.checkpoint)")
     return 0
+
+
+def _save_model(cfg: Any, study: Any, best: Any, path: Path) -> Path:
+    """Retrain the best trial's settings (same seed) and save the dense fp32 state dict.
+
+    Compression is switched off for the retrain: the file is the trained model itself, the warm
+    start that `model.checkpoint` loads into the config's architecture (a pruned-and-shrunk or
+    int8 model would not fit it).
+    """
+    import torch
+
+    from . import space, train
+
+    settings = dict(best.settings) or space.fixed_point(cfg, best.params)
+    settings.update(prune_method="none", prune_amount=0.0, finetune_epochs=0, quantize="none", qat=False)
+    seed = study.trials[best.number].user_attrs.get("seed")
+    result = train(cfg, params=settings, seed=seed)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    torch.save(result.model.state_dict(), path)
+    return path
 
 
 @command("best", "print the recommended trial of a study (and --export it as a runnable YAML)")
@@ -128,6 +151,8 @@ def _args_best(p: argparse.ArgumentParser) -> None:
     p.add_argument("file", help="the study's YAML run file")
     _add_study_flags(p)
     p.add_argument("--export", metavar="PATH", help="write a YAML with every setting of the best trial fixed")
+    p.add_argument("--save-model", metavar="PATH", help="retrain the best trial's settings and save the model's "
+                                                        "state dict (a warm start for model.checkpoint)")
 
 
 # ---------------------------------------------------------------- doctor

@@ -204,6 +204,15 @@ class Constraints(_Model):
     max_accuracy_drop: float | None = Field(None, ge=0, lt=1)
 
 
+class DistillConfig(_Model):
+    """Knowledge distillation: train the model against a teacher's softened predictions too."""
+
+    teacher: str  # a state dict, e.g. from `autotune best FILE --save-model PATH`
+    teacher_model: ModelConfig | None = None  # the teacher's architecture; default: the `model` section
+    alpha: float = Field(0.5, ge=0, le=1)  # weight of the distillation term (1 - alpha: the label loss)
+    temperature: float = Field(4.0, gt=0)
+
+
 class RunConfig(_Model):
     study: StudyConfig = StudyConfig()
     objectives: tuple[Objective, ...] = (
@@ -217,6 +226,7 @@ class RunConfig(_Model):
     pruning: PruningConfig = PruningConfig()
     select: str | FastestWithin | MostAccurateUnder = "knee"
     constraints: Constraints = Constraints()
+    distill: DistillConfig | None = None
     source: str = Field("<config>", exclude=True)
 
     @field_validator("select", mode="before")

@@ -17,8 +17,18 @@ from .pruners import EPOCH_VALUES
 PER_EPOCH_METRICS = {f.name for f in dataclasses.fields(trainer.EpochRecord)}
 
 
-def job_for(cfg: RunConfig, settings: dict[str, Any], seed: int) -> trainer.TrainJob:
-    return trainer.TrainJob(settings=settings, data=cfg.data, model=cfg.model, seed=seed, source=cfg.source)
+INFERENCE_METRICS = ("model_size_bytes", "inference_latency_ms", "params_nonzero")
+
+
+def job_for(cfg: RunConfig, settings: dict[str, Any], seed: int,
+            measure_inference: bool | None = None) -> trainer.TrainJob:
+    """The trainer's job for these settings. Inference metrics (size, latency) cost a few timed
+    forward passes per trial, so a study measures them only when an objective or constraint uses them."""
+    if measure_inference is None:
+        measure_inference = any(o.metric in INFERENCE_METRICS for o in cfg.objectives) or \
+            cfg.constraints.max_accuracy_drop is not None
+    return trainer.TrainJob(settings=settings, data=cfg.data, model=cfg.model, seed=seed, source=cfg.source,
+                            distill=cfg.distill, measure_inference=measure_inference)
 
 
 class Objective:

@@ -81,6 +81,8 @@ class RunView:
             state = f"{state} ({ua.get('stop_reason', 'pruned')} @ epoch {ua.get('stop_epoch', '?')})"
         elif state == "FAIL":
             state = f"FAIL ({ua.get('stop_reason', 'error')}: {ua.get('error', '')[:80]})"
+        elif state == "COMPLETE" and any(v > 0 for v in t.constraints.values()):
+            state = "COMPLETE (infeasible)"  # violates a constraint: kept, never recommended
         measured = "  ".join(f"{SHORT.get(m, m)} {fmt_metric(m, ua.get(m))}" for m in
                              dict.fromkeys([*self.metrics, "val_accuracy", "train_time_s"]))
         line = f"trial {t.number:>3}  {state:<34} {measured}  | {fmt_params(t.params)}"

@@ -44,13 +44,25 @@ def summarize(t: FrozenTrial, metrics: list[str]) -> TrialSummary:
     ua = t.user_attrs
     values = dict(zip(metrics, t.values)) if t.values is not None else {}
     measured = {k: float(ua[k]) for k in METRIC_KEYS if k in ua and ua[k] is not None}
-    constraints = t.system_attrs.get("constraints")
+    constraints = constraint_values(t)
     return TrialSummary(
         number=t.number, state=t.state.name, params=dict(t.params), values=values, metrics=measured,
         history=list(ua.get("history", [])), stop_reason=ua.get("stop_reason"), stop_epoch=ua.get("stop_epoch"),
         settings=dict(ua.get("settings", {})),
-        feasible=constraints is None or all(c <= 0 for c in constraints),
+        feasible=all(c <= 0 for c in constraints),
     )
+
+
+def constraint_values(t: FrozenTrial) -> list[float]:
+    """The trial's constraint values (feasible when all <= 0).
+
+    Optuna 5 stores `trial.set_constraint(key, v)` as a `constraints:KEY` system attr, which
+    `FrozenTrial.constraints` gathers (old studies: a `constraints` list, which it reads too).
+    """
+    cons = getattr(t, "constraints", None)
+    if isinstance(cons, dict):
+        return [float(v) for v in cons.values()]
+    return [float(v) for v in t.system_attrs.get("constraints") or []]
 
 
 def dominates(a: list[float], b: list[float], directions: list[str]) -> bool:
@@ -68,7 +80,7 @@ def pareto_front(trials: list[FrozenTrial], directions: list[str]) -> list[Froze
     """Non-dominated COMPLETE (and feasible, when constrained) trials, in trial order."""
     done = [t for t in trials if t.state == TrialState.COMPLETE and t.values is not None
             and all(math.isfinite(v) for v in t.values)]
-    feasible = [t for t in done if all(c <= 0 for c in t.system_attrs.get("constraints", []) or [])]
+    feasible = [t for t in done if all(c <= 0 for c in constraint_values(t))]
     pool = feasible or done
     return [t for t in pool if not any(dominates(list(o.values), list(t.values), directions) for o in pool
                                        if o is not t)]

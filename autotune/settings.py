@@ -17,6 +17,7 @@ COMPILE_MODES = ("default", "reduce-overhead", "max-autotune")
 MATMUL_PRECISIONS = ("highest", "high", "medium")
 PRUNE_METHODS = ("none", "l1_unstructured", "ln_structured")
 QUANTIZE_MODES = ("none", "dynamic_int8", "static_int8", "bf16", "fp16")
+FREEZE_MODES = ("none", "features", "all_but_head")
 
 
 @dataclass(frozen=True)
@@ -116,6 +117,20 @@ SETTINGS: dict[str, Setting] = {
            low=0, searchable=False),
         _s("early_stopping_min_delta", "float", 0.0, "improvement smaller than this does not count", low=0,
            searchable=False),
+        # Compression after training, and transfer learning (autotune/compress.py)
+        _s("prune_method", "choice", "none", "weight pruning after training: global L1 magnitude, or whole "
+           "conv channels / linear rows (cut out of the layers)", choices=PRUNE_METHODS),
+        _s("prune_amount", "float", 0.0, "share of weights (l1_unstructured) or channels per layer "
+           "(ln_structured) pruned", low=0, high=0.95),
+        _s("finetune_epochs", "int", 0, "epochs of training after pruning, masks held, at 0.1 x lr", low=0),
+        _s("quantize", "choice", "none", "post-training quantization (int8 on CPU) or an inference dtype cast",
+           choices=QUANTIZE_MODES),
+        _s("qat", "bool", False, "quantization-aware fine-tuning: max(1, finetune_epochs) epochs with fake int8, "
+           "then int8 (needs quantize static_int8)"),
+        _s("freeze", "choice", "none", "layers kept fixed after loading model.checkpoint", choices=FREEZE_MODES),
+        _s("infer_batch_size", "int", 256, "batch size of the inference-latency measurement", low=1),
+        _s("infer_device", "str", "auto", "device for inference metrics: auto (training device; cpu for int8), "
+           "cpu, cuda, cuda:N or mps", searchable=False),
     ]
 }
 

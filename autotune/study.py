@@ -160,6 +160,9 @@ def preflight(cfg: RunConfig) -> None:
     make_sampler(cfg)
     pruners.optuna_pruner(cfg)
     pruners.pareto_pruner(cfg)
+    from . import compress  # fixed compression settings that cannot run here
+
+    compress.preflight(cfg)
 
 
 def check_storage(cfg: RunConfig) -> None:

@@ -19,7 +19,7 @@ import torch
 from torch import nn
 
 from . import accel, data, models
-from .config import DataConfig, ModelConfig
+from .config import DataConfig, DistillConfig, ModelConfig
 from .errors import TrialStopped
 
 
@@ -33,6 +33,8 @@ class TrainJob:
     seed: int = 0
     source: str = "<config>"
     wall_limit_s: float | None = None  # a trial still running after this many seconds is stopped as hung
+    distill: DistillConfig | None = None
+    measure_inference: bool = True  # size / latency / nonzero metrics even when nothing is compressed
 
 
 @dataclass
@@ -64,6 +66,7 @@ class TrainResult:
     loss_scale: float | None = None  # the GradScaler's final scale (fp16 only)
     model: nn.Module | None = field(default=None, repr=False)
     extra: dict[str, Any] = field(default_factory=dict)  # further metrics (compression)
+    compressed_model: nn.Module | None = field(default=None, repr=False)  # pruned/quantized copy of `model`
 
     def metrics(self) -> dict[str, float]:
         out = {k: getattr(self, k) for k in ("val_accuracy", "val_loss", "train_time_s", "samples_per_s",
@@ -130,6 +133,11 @@ def train(job: TrainJob, on_epoch: OnEpoch | None = None) -> TrainResult:
     s = job.settings
     deadline = time.perf_counter() + job.wall_limit_s if job.wall_limit_s is not None else math.inf
     dev = accel.resolve_device(s["device"])
+    from . import compress  # compression settings that cannot run here end the trial before it trains
+
+    bad = compress.unsupported(s, dev)
+    if bad is not None:
+        raise TrialStopped("unsupported", 0, f"{bad[0]}: {bad[1]}")
     with accel.backend_flags(s):
         torch.manual_seed(job.seed)
         ds = data.load(job.data, job.source)
@@ -150,6 +158,8 @@ def train(job: TrainJob, on_epoch: OnEpoch | None = None) -> TrainResult:
             from .compress import load_checkpoint  # transfer learning: optional, kept out of the hot path
 
             load_checkpoint(model, job.model.checkpoint, job.source, s.get("freeze", "none"))
+        teacher = compress.load_teacher(job.distill, job.model, ds.input_shape, ds.n_classes, dev, job.source,
+                                        channels_last) if job.distill is not None else None
         if channels_last:
             model = model.to(memory_format=torch.channels_last)
         accum = s["grad_accum_steps"]
@@ -162,7 +172,10 @@ def train(job: TrainJob, on_epoch: OnEpoch | None = None) -> TrainResult:
 
         def step(xb: torch.Tensor, yb: torch.Tensor, scale: float) -> torch.Tensor:
             with accel.autocast(dev, s["precision"]):
-                loss = loss_fn(step_model(xb).float(), yb)
+                logits = step_model(xb).float()
+                loss = loss_fn(logits, yb)
+                if teacher is not None:  # knowledge distillation: match the teacher's softened predictions too
+                    loss = compress.distill_loss(loss, logits, teacher, xb, job.distill)
             (scaler.scale(loss * scale) if scaler else loss * scale).backward()
             return loss.detach()
 
@@ -245,16 +258,31 @@ def train(job: TrainJob, on_epoch: OnEpoch | None = None) -> TrainResult:
                 stopped_early_at = epoch
                 break
 
+        # Compression of a copy (prune + fine-tune, quantize), then what it costs and gains, measured.
+        def finetune(m: nn.Module, n_epochs: int) -> float:
+            ft_opt = make_optimizer(s["optimizer"], [p for p in m.parameters() if p.requires_grad],
+                                    {**s, "lr": s["lr"] * compress.FINETUNE_LR_FACTOR}, dev)
+            return compress.finetune_loop(m, n_epochs, batches, ft_opt, loss_fn, dev, s["precision"])
+
+        compressing = s["prune_method"] != "none" or s["quantize"] != "none" or s["qat"]
+        packed = None
+        if compressing or job.measure_inference:
+            packed = compress.compress_and_measure(model, s, dev, compress.calibration_batches(batches), x_val,
+                                                   y_val, history[-1].val_accuracy, history[-1].val_loss, finetune,
+                                                   len(history))
+            train_time_s += packed.finetune_time_s
+
     # Steady state: leave out the first epoch (allocator and kernel warm-up) when there are others.
     steady = history[1:] or history
     steady_time = sum(r.epoch_time_s for r in steady)
-    last = history[-1]
     return TrainResult(
-        val_accuracy=last.val_accuracy, val_loss=last.val_loss, train_time_s=train_time_s,
+        val_accuracy=packed.val_accuracy if packed else history[-1].val_accuracy,
+        val_loss=packed.val_loss if packed else history[-1].val_loss, train_time_s=train_time_s,
         samples_per_s=n_train * len(steady) / steady_time if steady_time > 0 else 0.0,
         compile_time_s=compile_time_s,
         data_wait_fraction=sum(r.data_wait_fraction * r.epoch_time_s for r in history) / max(
             1e-12, sum(r.epoch_time_s for r in history)),
         epochs_run=len(history), device=accel.device_name(dev), precision=s["precision"], history=history,
         stopped_early_at=stopped_early_at, loss_scale=float(scaler.get_scale()) if scaler else None, model=model,
+        extra=packed.extra if packed else {}, compressed_model=packed.model if packed else None,
     )

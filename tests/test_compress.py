@@ -1,0 +1,313 @@
+"""compress.py: each method really changes the model and keeps it usable; the metrics reach the study."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import optuna
+import pytest
+import torch
+import yaml
+from torch import nn
+
+import autotune
+from autotune import compress, config, data, models, results, study
+from autotune.errors import ConfigError
+
+ROOT = Path(__file__).resolve().parents[1]
+SMALL_MODEL = {"name": "cnn", "channels": [8, 16], "hidden": 32}
+
+
+def _cfg(tmp_path: Path, **sections: Any) -> config.RunConfig:
+    raw: dict[str, Any] = {
+        "study": {"name": "t", "storage": f"sqlite:///{tmp_path / 't.db'}", "n_trials": 2, "sampler": "grid"},
+        "objectives": ["val_accuracy", "inference_latency_ms"],
+        "data": {"name": "digits"},
+        "model": SMALL_MODEL,
+        # one thread: on a shared 2-core machine two-thread torch runs several times slower
+        "train": {"device": "cpu", "epochs": 2, "lr": 0.01, "infer_batch_size": 64, "cpu_threads": 1},
+    }
+    for key, value in sections.items():
+        raw[key] = {**raw[key], **value} if isinstance(value, dict) and key in raw and key != "space" else value
+    src = tmp_path / "t.yaml"
+    src.write_text(yaml.safe_dump(raw))
+    return config.load(src)
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory: pytest.TempPathFactory) -> tuple[nn.Module, data.Dataset]:
+    """A small CNN trained on digits for 3 epochs (shared by the unit tests, which work on copies)."""
+    cfg = _cfg(tmp_path_factory.mktemp("trained"), train={"epochs": 3})
+    res = autotune.train(cfg)
+    assert res.model is not None
+    return res.model.eval(), data.load(cfg.data, cfg.source)
+
+
+def _acc(model: nn.Module, ds: data.Dataset) -> float:
+    return compress.evaluate(model, ds.x_val, ds.y_val, 512, torch.device("cpu"))[1]
+
+
+def _weights(model: nn.Module) -> list[torch.Tensor]:
+    return [m.weight for m in model.modules() if isinstance(m, (nn.Conv2d, nn.Linear))]
+
+
+def test_l1_unstructured_zeroes_the_smallest_weights_for_good(trained: tuple[nn.Module, data.Dataset]) -> None:
+    model, ds = copy.deepcopy(trained[0]), trained[1]
+    total = sum(w.numel() for w in _weights(model))
+    before = compress.params_nonzero(model)
+    layers = compress.prune_model(model, "l1_unstructured", 0.5)
+    compress.make_permanent(layers)
+    zeros = sum(int((w == 0).sum()) for w in _weights(model))
+    assert zeros == pytest.approx(total * 0.5, abs=1)
+    assert compress.params_nonzero(model) == pytest.approx(before - total * 0.5, abs=2)
+    # permanent: no masks, no *_orig copies, no hooks left
+    assert not any(torch.nn.utils.prune.is_pruned(m) for m in model.modules())
+    assert not any(k.endswith(("_orig", "_mask")) for k in model.state_dict())
+    assert _acc(model, ds) > 0.5  # still a working classifier
+
+
+def test_ln_structured_cuts_channels_out_exactly(trained: tuple[nn.Module, data.Dataset]) -> None:
+    model, ds = copy.deepcopy(trained[0]), trained[1]
+    size_before = compress.model_size_bytes(model)
+    layers = compress.prune_model(model, "ln_structured", 0.5)
+    compress.make_permanent(layers)
+    small = compress.shrink(model, ds.x_val[:64])
+    assert small is not None
+    convs = [m for m in small.modules() if isinstance(m, nn.Conv2d)]
+    assert [c.out_channels for c in convs] == [4, 8]
+    assert convs[1].in_channels == 4
+    linears = [m for m in small.modules() if isinstance(m, nn.Linear)]
+    assert linears[0].out_features == 16 and linears[-1].out_features == 10  # classes untouched
+    assert compress.model_size_bytes(small) < 0.5 * size_before
+    with torch.no_grad():  # cutting zero channels out changes nothing
+        torch.testing.assert_close(small(ds.x_val), model(ds.x_val), rtol=1e-4, atol=1e-4)
+
+
+def test_dynamic_int8_quantizes_linear_weights(trained: tuple[nn.Module, data.Dataset]) -> None:
+    model, ds = copy.deepcopy(trained[0]), trained[1]
+    q = compress.quantize_dynamic(model)
+    qlinears = [m for m in q.modules() if type(m).__name__ == "Linear" and "dynamic" in type(m).__module__]
+    assert len(qlinears) == 2 and qlinears[0].weight().dtype == torch.qint8
+    assert compress.model_size_bytes(q) < compress.model_size_bytes(trained[0])
+    assert abs(_acc(q, ds) - _acc(trained[0], ds)) <= 0.03
+
+
+def test_static_int8_quantizes_conv_and_linear(trained: tuple[nn.Module, data.Dataset]) -> None:
+    model, ds = copy.deepcopy(trained[0]), trained[1]
+    q = compress.quantize_static(model, [ds.x_train[i: i + 128] for i in range(0, 512, 128)])
+    kinds = {type(m).__name__ for m in q.modules()}
+    assert "ConvReLU2d" in kinds and "LinearReLU" in kinds and "Linear" in kinds  # fused, quantized modules
+    qconv = next(m for m in q.modules() if type(m).__name__ == "ConvReLU2d")
+    assert qconv.weight().dtype == torch.qint8
+    assert compress.model_size_bytes(q) < 0.75 * compress.model_size_bytes(trained[0])  # tiny model: headers weigh
+    assert abs(_acc(q, ds) - _acc(trained[0], ds)) <= 0.03
+
+
+@pytest.mark.parametrize("mode", ["bf16", "fp16"])
+def test_casts_change_dtype_and_halve_size(trained: tuple[nn.Module, data.Dataset], mode: str) -> None:
+    if compress._cast_error("cpu", mode) is not None:
+        pytest.skip(f"{mode} does not run on this CPU")
+    model, ds = copy.deepcopy(trained[0]), trained[1]
+    cast = model.to(compress.CAST_DTYPES[mode])
+    assert all(p.dtype == compress.CAST_DTYPES[mode] for p in cast.parameters())
+    param_bytes = sum(p.numel() * p.element_size() for p in cast.parameters())
+    assert param_bytes == sum(p.numel() * 4 for p in trained[0].parameters()) // 2
+    assert compress.model_size_bytes(cast) < 0.75 * compress.model_size_bytes(trained[0])  # tiny model: headers
+    assert abs(_acc(cast, ds) - _acc(trained[0], ds)) <= 0.03
+    assert compress.latency_ms(cast, ds.x_val, 32, torch.device("cpu"), warmup=1, repeats=3) > 0
+
+
+def test_trainer_reports_compression_metrics(tmp_path: Path) -> None:
+    """Structured pruning + static int8 through autotune.train: smaller, fewer weights, still accurate."""
+    cfg = _cfg(tmp_path)
+    base = autotune.train(cfg)
+    small = autotune.train(cfg, params={"prune_method": "ln_structured", "prune_amount": 0.5, "finetune_epochs": 1,
+                                        "quantize": "static_int8"})
+    for r in (base, small):
+        assert {"model_size_bytes", "inference_latency_ms", "params_nonzero",
+                "val_accuracy_before_compress"} <= set(r.metrics())
+        assert r.extra["inference_latency_ms"] > 0
+    assert base.val_accuracy == base.extra["val_accuracy_before_compress"]  # nothing compressed
+    assert small.extra["pruned_shrunk"] is True
+    assert small.extra["model_size_bytes"] < 0.6 * base.extra["model_size_bytes"]  # tiny model: headers weigh
+    assert small.extra["params_nonzero"] < 0.4 * base.extra["params_nonzero"]
+    assert small.val_accuracy > 0.8
+    qconv = next(m for m in small.compressed_model.modules() if type(m).__name__ == "ConvReLU2d")
+    assert qconv.weight().dtype == torch.qint8
+
+
+def test_half_magnitude_pruning_with_finetune_keeps_accuracy(tmp_path: Path) -> None:
+    cfg = _cfg(tmp_path, model={"channels": [16, 32], "hidden": 64}, train={"epochs": 4, "lr": 0.005})
+    r = autotune.train(cfg, params={"prune_method": "l1_unstructured", "prune_amount": 0.5, "finetune_epochs": 1})
+    unpruned = r.extra["val_accuracy_before_compress"]
+    assert unpruned > 0.9
+    assert r.val_accuracy >= unpruned - 0.02
+    nonzero_weights = sum(int(torch.count_nonzero(w)) for w in _weights(r.compressed_model))
+    assert nonzero_weights <= 0.5 * sum(w.numel() for w in _weights(r.compressed_model)) + 1
+
+
+def test_accuracy_drop_constraint_marks_infeasible_trial(tmp_path: Path) -> None:
+    cfg = _cfg(tmp_path, constraints={"max_accuracy_drop": 0.0},
+               train={"prune_amount": 0.9},
+               space={"prune_method": {"type": "categorical", "choices": ["none", "ln_structured"]}})
+    res = autotune.run(cfg)
+    by_method = {t.params["prune_method"]: t for t in res.study.trials}
+    assert set(by_method) == {"none", "ln_structured"}
+    pruned_t, plain_t = by_method["ln_structured"], by_method["none"]
+    assert pruned_t.user_attrs["val_accuracy"] < pruned_t.user_attrs["val_accuracy_before_compress"]
+    assert pruned_t.constraints["accuracy_drop"] > 0
+    assert plain_t.constraints == {"accuracy_drop": 0.0}
+    summaries = {s.number: s for s in res.trials()}
+    assert summaries[pruned_t.number].feasible is False and summaries[plain_t.number].feasible is True
+    assert summaries[pruned_t.number].row()["feasible"] is False
+    # the front keeps feasible trials only, although the pruned model is faster
+    front = results.pareto_front(res.study.trials, cfg.directions)
+    assert [t.number for t in front] == [plain_t.number]
+
+
+def test_compress_yaml_study_runs_end_to_end(tmp_path: Path) -> None:
+    cfg = config.load(ROOT / "search_spaces" / "compress.yaml", overrides={
+        "study.storage": f"sqlite:///{tmp_path / 'c.db'}", "study.n_trials": 4, "study.sampler": "random",
+        "space.epochs": {"type": "int", "low": 1, "high": 2}, "model.channels": [8, 16], "model.hidden": 32,
+        "train.cpu_threads": 1, "train.infer_batch_size": 64,
+    })
+    res = autotune.run(cfg)
+    trials = res.study.trials
+    assert len(trials) == 4
+    assert all(t.state in (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED) for t in trials)
+    done = [t for t in trials if t.state == optuna.trial.TrialState.COMPLETE]
+    assert done
+    for t in done:
+        assert len(t.values) == 3
+        assert t.values[1] == t.user_attrs["inference_latency_ms"] > 0
+        assert t.values[2] == t.user_attrs["model_size_bytes"] > 0
+        assert "accuracy_drop" in t.constraints
+    assert res.best is not None
+
+
+def test_checkpoint_warm_start_freeze_and_save_model(tmp_path: Path) -> None:
+    cfg = _cfg(tmp_path, study={"n_trials": 1})
+    autotune.run(cfg)
+    ckpt = tmp_path / "best.pt"
+    from autotune import cli
+
+    args = ["best", str(tmp_path / "t.yaml"), "--save-model", str(ckpt)]
+    assert cli.main(args) == 0
+    state = torch.load(ckpt, weights_only=True)
+    ds = data.load(cfg.data, cfg.source)
+    fresh = models.build(cfg.model, ds.input_shape, ds.n_classes, 0.0, "default")
+    compress.load_checkpoint(fresh, str(ckpt), cfg.source, "none")
+    for k, v in fresh.state_dict().items():
+        torch.testing.assert_close(v, state[k])
+    assert _acc(fresh, ds) > 0.8  # a trained model, not a fresh one
+
+    # warm start with the features frozen: conv weights come through training unchanged
+    warm = _cfg(tmp_path, model={"checkpoint": str(ckpt)}, train={"freeze": "features", "epochs": 1})
+    r = autotune.train(warm)
+    torch.testing.assert_close(r.model[0].weight.detach(), state["0.weight"])
+    assert not torch.equal(r.model[-1].weight.detach(), state[f"{len(r.model) - 1}.weight"])
+    assert r.history[0].val_accuracy > 0.8  # starts where the checkpoint left off
+
+
+def test_checkpoint_mismatch_names_the_layers(tmp_path: Path) -> None:
+    other = models.build(config.ModelConfig(name="cnn", channels=(4, 16), hidden=32), (1, 8, 8), 10, 0.0, "default")
+    state = other.state_dict()
+    del state["12.bias"]
+    torch.save(state, tmp_path / "other.pt")
+    cfg = _cfg(tmp_path, model={"checkpoint": str(tmp_path / "other.pt")})
+    with pytest.raises(ConfigError, match=r"model\.checkpoint: .*missing 12\.bias.*shape mismatch 0\.weight "
+                                          r"\(checkpoint \[4, 1, 3, 3\], model \[8, 1, 3, 3\]\)"):
+        autotune.train(cfg)
+    (tmp_path / "junk.pt").write_bytes(b"not a checkpoint")
+    with pytest.raises(ConfigError, match=r"model\.checkpoint: cannot read .*junk\.pt as a state dict: "):
+        autotune.train(_cfg(tmp_path, model={"checkpoint": str(tmp_path / "junk.pt")}))
+
+
+def test_unsupported_fixed_combinations_are_config_errors(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    with pytest.raises(ConfigError, match=r"train\.qat: .*needs quantize static_int8"):
+        study.preflight(_cfg(tmp_path, train={"qat": True}))
+    with pytest.raises(ConfigError, match=r"train\.freeze: freeze needs model\.checkpoint"):
+        study.preflight(_cfg(tmp_path, train={"freeze": "all_but_head"}))
+    with pytest.raises(ConfigError, match=r"train\.qat: qat with l1_unstructured"):
+        study.preflight(_cfg(tmp_path, train={"qat": True, "quantize": "static_int8", "prune_method": "l1_unstructured",
+                                              "prune_amount": 0.5}))
+    monkeypatch.setattr(compress, "quantized_engine", lambda: None)
+    with pytest.raises(ConfigError, match=r"train\.quantize: static_int8 needs a quantized engine"):
+        study.preflight(_cfg(tmp_path, train={"quantize": "static_int8"}))
+
+
+def test_unsupported_sampled_combination_is_a_pruned_trial(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"space\.qat: .*needs quantize static_int8"):  # nothing could run
+        study.preflight(_cfg(tmp_path, space={"qat": {"type": "categorical", "choices": [True]}}))
+    cfg = _cfg(tmp_path, space={"qat": {"type": "bool"}})
+    study.preflight(cfg)  # qat false can run: not an error up front
+    res = autotune.run(cfg)
+    by_qat = {t.params["qat"]: t for t in res.study.trials}
+    assert by_qat[False].state == optuna.trial.TrialState.COMPLETE
+    assert by_qat[True].state == optuna.trial.TrialState.PRUNED
+    assert by_qat[True].user_attrs["stop_reason"] == "unsupported"
+    assert "needs quantize static_int8" in by_qat[True].user_attrs["stop_detail"]
+
+
+def test_qat_fine_tunes_with_fake_quant_and_converts_to_int8(tmp_path: Path) -> None:
+    r = autotune.train(_cfg(tmp_path, train={"epochs": 3}), params={"qat": True, "quantize": "static_int8",
+                                                                     "prune_method": "ln_structured",
+                                                                     "prune_amount": 0.25})
+    assert r.extra["finetune_time_s"] > 0 and r.extra["pruned_shrunk"] is True
+    qconv = next(m for m in r.compressed_model.modules() if type(m).__name__ == "ConvReLU2d")
+    assert qconv.weight().dtype == torch.qint8 and qconv.out_channels == 6  # shrunk 8 -> 6, then int8
+    assert r.val_accuracy > 0.8
+
+
+class _Residual(nn.Module):
+    """A user model shrink cannot follow (a skip connection) and eager int8 cannot convert (a tensor `+`)."""
+
+    def __init__(self, n_classes: int) -> None:
+        super().__init__()
+        self.conv1 = nn.Conv2d(1, 8, 3, padding=1)
+        self.conv2 = nn.Conv2d(8, 8, 3, padding=1)
+        self.fc = nn.Linear(8 * 8 * 8, n_classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = torch.relu(self.conv1(x))
+        h = h + torch.relu(self.conv2(h))
+        return self.fc(h.flatten(1))
+
+
+def residual_net(n_classes: int) -> nn.Module:
+    return _Residual(n_classes)
+
+
+def test_user_model_keeps_masked_zeros_and_unconvertible_int8_is_a_pruned_trial(tmp_path: Path) -> None:
+    model = {"name": None, "factory": "tests.test_compress:residual_net"}
+    r = autotune.train(_cfg(tmp_path, model=model), params={"prune_method": "ln_structured", "prune_amount": 0.5})
+    assert r.extra["pruned_shrunk"] is False  # not a Sequential: masked zeros, same shapes
+    assert r.compressed_model.conv1.weight.shape == (8, 1, 3, 3)
+    assert int((r.compressed_model.conv1.weight.flatten(1).abs().sum(1) == 0).sum()) == 4
+    assert r.val_accuracy > 0.1
+    cfg = _cfg(tmp_path, model=model, study={"n_trials": 1},
+               space={"quantize": {"type": "categorical", "choices": ["static_int8"]}})
+    (t,) = autotune.run(cfg).study.trials
+    assert t.state == optuna.trial.TrialState.PRUNED and t.user_attrs["stop_reason"] == "unsupported"
+    assert t.user_attrs["stop_detail"].startswith("quantize static_int8: ")
+
+
+def test_distillation_trains_a_small_student_against_a_teacher(tmp_path: Path) -> None:
+    teacher_arch = {"name": "cnn", "channels": [16, 32], "hidden": 64}
+    teacher = autotune.train(_cfg(tmp_path, model=teacher_arch, train={"epochs": 3}))
+    torch.save(teacher.model.state_dict(), tmp_path / "teacher.pt")
+    student = {"channels": [4, 8], "hidden": 16}
+    plain = autotune.train(_cfg(tmp_path, model=student))
+    distilled = autotune.train(_cfg(tmp_path, model=student, distill={
+        "teacher": str(tmp_path / "teacher.pt"), "teacher_model": teacher_arch, "alpha": 0.7, "temperature": 4.0}))
+    # same seed and data order: only the loss differs
+    assert distilled.history[0].train_loss != plain.history[0].train_loss
+    assert distilled.val_accuracy > 0.6
+    with pytest.raises(ConfigError, match=r"distill\.teacher: .*shape mismatch 0\.weight"):
+        autotune.train(_cfg(tmp_path, model=student, distill={"teacher": str(tmp_path / "teacher.pt")}))
+    with pytest.raises(ConfigError, match=r"distill\.teacher: no such file"):
+        autotune.train(_cfg(tmp_path, distill={"teacher": str(tmp_path / "missing.pt")}))
+    with pytest.raises(ConfigError, match=r"distill\.alpha"):
+        _cfg(tmp_path, distill={"teacher": "x", "alpha": 1.5})
