@@ -19,6 +19,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from . import results
 from .config import RunConfig
+from .progress import fmt_metric
 
 # Colour per point category / learning-curve group; stop reasons share the pruned hue family.
 COLORS = {
@@ -468,7 +469,7 @@ def _table(top: list[dict[str, Any]], metrics: list[str]) -> str:
         mark = "recommended" if r["recommended"] else "Pareto" if r["pareto"] else ""
         if not r["feasible"]:
             mark += " infeasible"
-        vals = "".join(f"<td>{_fmt(r['metrics'].get(c, r['values'].get(c, '')))}</td>" for c in cols)
+        vals = "".join(f"<td>{fmt_metric(c, r['metrics'].get(c, r['values'].get(c)))}</td>" for c in cols)
         params = html.escape(" ".join(f"{k}={_fmt(v)}" for k, v in r["params"].items()))
         rows.append(f"<tr class=\"{'rec' if r['recommended'] else ''}\"><td>{r['number']}</td><td>{mark}</td>"
                     f"{vals}<td>{html.escape(str(r['precision']))}</td><td class=\"params\">{params}</td></tr>")
@@ -499,7 +500,7 @@ def render(data: dict[str, Any]) -> str:
     rec = s["recommended"]
     if rec is not None:
         rec_html = (f"<p><b>Recommended: trial {rec['number']}</b> (select: {esc(s['select'])}): "
-                    + esc(", ".join(f"{k} {_fmt(v)}" for k, v in rec["metrics"].items() if k in
+                    + esc(", ".join(f"{k} {fmt_metric(k, v)}" for k, v in rec["metrics"].items() if k in
                                     ("val_accuracy", "train_time_s", "samples_per_s", *metrics)))
                     + "<br><code>" + esc(" ".join(f"{k}={_fmt(v)}" for k, v in rec["params"].items()))
                     + "</code></p>")

@@ -109,6 +109,7 @@ def test_dashboard_serves_a_study_while_it_runs(tmp_path: Path) -> None:
         assert seen_live, "the dashboard never listed a finished trial while the study was running"
         assert min(seen_live) < n_trials
         assert detail["name"] == "tiny" and detail["directions"] == ["maximize", "minimize"]
+        assert detail["objective_names"] == ["val_accuracy", "train_time_s"]  # axes labelled by metric
         trials = detail["trials"]
         assert sorted(t["number"] for t in trials) == list(range(n_trials))
         for t in trials:

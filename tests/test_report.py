@@ -198,3 +198,20 @@ def test_cli_report_errors_are_one_line(tuned: autotune.TuneResult, tmp_path: Pa
     assert cli.main(["report"]) == 2
     assert "FILE_OR_STUDY" in capsys.readouterr().err
     assert not out.exists()
+
+
+@pytest.mark.slow
+def test_report_renders_in_headless_chromium(tuned: autotune.TuneResult, tmp_path: Path) -> None:
+    from browser import console_errors, run, screenshot
+
+    path = tuned.report(tmp_path / "report.html")
+    url = path.resolve().as_uri()
+    dom = run(url, tmp_path, "--dump-dom", wait_ms=8000)
+    assert dom.returncode == 0, dom.stderr[-2000:]
+    assert console_errors(dom.stderr) == []
+    # Plotly replaced each figure's div with its rendered SVG (parcoords draws WebGL plus SVG axes).
+    for name in ("pareto", "history", "curves", "importances", "parallel", "throughput"):
+        div = dom.stdout.split(f'id="fig-{name}"', 1)[1].split('id="fig-', 1)[0]
+        assert 'class="main-svg"' in div and "js-plotly-plot" in div, name
+    assert dom.stdout.count('class="main-svg"') >= 6
+    screenshot(url, tmp_path / "report.png", tmp_path)
