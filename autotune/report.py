@@ -204,6 +204,7 @@ def parallel_data(study: optuna.Study, cfg: RunConfig) -> dict[str, Any]:
         vals = [t.params[name] for t in complete]
         if isinstance(dist, optuna.distributions.CategoricalDistribution):
             choices = [str(c) for c in dist.choices]
+            choices += sorted({str(v) for v in vals} - set(choices))  # a resumed study may have changed its space
             dims.append({"label": name, "values": [choices.index(str(v)) for v in vals],
                          "tickvals": list(range(len(choices))), "ticktext": choices})
         elif getattr(dist, "log", False):

@@ -155,6 +155,22 @@ def test_top_trials_recommended_first_then_front(tuned: autotune.TuneResult) -> 
     assert all(r["precision"] in ("fp32", "bf16") for r in rows)
 
 
+def test_single_objective_study(tuned: autotune.TuneResult, tmp_path: Path) -> None:
+    cfg = autotune.load_config(str(TINY), overrides={"objectives": [{"metric": "val_accuracy"}],
+                                                     "pruning.pruner": "none"})
+    study = optuna.create_study(direction="maximize")
+    for t in tuned.study.get_trials(states=(TrialState.COMPLETE,)):
+        study.add_trial(create_trial(state=TrialState.COMPLETE, values=[t.user_attrs["val_accuracy"]], params=t.params,
+                                     distributions=t.distributions, user_attrs=t.user_attrs))
+    d = report.pareto_data(study, cfg)
+    assert (d["x_metric"], d["y_metric"]) == ("train_time_s", "val_accuracy")
+    best = max(study.trials, key=lambda t: t.values[0])
+    assert d["recommended"] == best.number and d["front"] == [best.number]
+    assert [o["metric"] for o in report.importances(study, cfg)["objectives"]] == ["val_accuracy"]
+    assert report.top_trials(study, cfg)[0]["number"] == best.number
+    assert "Recommended: trial" in report.write(study, cfg, tmp_path / "single.html").read_text()
+
+
 def test_empty_study_builds_and_renders(tuned: autotune.TuneResult, tmp_path: Path) -> None:
     study = optuna.create_study(directions=tuned.config.directions)
     data = report.build(study, tuned.config)
