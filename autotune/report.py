@@ -373,7 +373,7 @@ def curves_figure(d: dict[str, Any]) -> Any:
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
 
-    fig = make_subplots(rows=1, cols=2, subplot_titles=["validation accuracy", "training loss"])
+    fig = make_subplots(rows=1, cols=2, subplot_titles=["validation accuracy", "training loss (log scale)"])
     shown: set[str] = set()
     for c in d["curves"]:
         g = c["group"]
@@ -386,6 +386,7 @@ def curves_figure(d: dict[str, Any]) -> Any:
                 hovertext=f"trial {c['number']} ({g})", hoverinfo="text+y"), 1, col)
         shown.add(g)
     fig.update_xaxes(title_text="epoch")
+    fig.update_yaxes(type="log", row=1, col=2)  # one diverging trial would flatten every other curve
     fig.update_layout(title="Learning curves, coloured by state / stop reason (dotted: stopped early)", height=440,
                       template="plotly_white")
     return fig

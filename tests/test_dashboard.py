@@ -156,7 +156,8 @@ def test_dashboard_screenshot(tmp_path: Path) -> None:
     autotune.run(cfg)
     dash, base = _start_dashboard(url)
     try:
-        out = tmp_path / "dashboard.png"
-        screenshot(f"{base}/dashboard/studies/1", out, tmp_path, wait_ms=15000)
+        screenshot(f"{base}/dashboard/studies/1", tmp_path / "dashboard.png", tmp_path, wait_ms=15000)
+        # The trial list: each trial's user attributes (device, precision, seed, history, samples_per_s, ...).
+        screenshot(f"{base}/dashboard/studies/1/trials", tmp_path / "dashboard-trials.png", tmp_path, wait_ms=15000)
     finally:
         dash.stop()
