@@ -149,15 +149,20 @@ def test_dashboard_errors_are_one_line(tmp_path: Path, capsys: pytest.CaptureFix
 
 @pytest.mark.slow
 def test_dashboard_screenshot(tmp_path: Path) -> None:
-    from browser import screenshot
+    from browser import run, screenshot
 
     url = f"sqlite:///{tmp_path / 'shot.db'}"
     cfg = autotune.load_config(str(TINY), {"study.storage": url, "study.n_trials": 8})
     autotune.run(cfg)
     dash, base = _start_dashboard(url)
     try:
+        page = run(f"{base}/dashboard/studies/1", tmp_path, "--dump-dom", wait_ms=15000).stdout
+        assert "Pareto Front" in page and 'class="main-svg"' in page  # the app drew its plots from the API
         screenshot(f"{base}/dashboard/studies/1", tmp_path / "dashboard.png", tmp_path, wait_ms=15000)
-        # The trial list: each trial's user attributes (device, precision, seed, history, samples_per_s, ...).
+        # The trial list shows each trial's user attributes: what it ran with and what it measured.
+        trials = run(f"{base}/dashboard/studies/1/trials", tmp_path, "--dump-dom", wait_ms=15000).stdout
+        for attr in ("User Attributes", "device", "precision", "seed", "samples_per_s", "history"):
+            assert attr in trials, attr
         screenshot(f"{base}/dashboard/studies/1/trials", tmp_path / "dashboard-trials.png", tmp_path, wait_ms=15000)
     finally:
         dash.stop()
