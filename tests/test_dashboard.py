@@ -82,14 +82,15 @@ def _start_dashboard(url: str) -> tuple[Proc, str]:
 
 def test_dashboard_serves_a_study_while_it_runs(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'live.db'}"
-    n_trials = 4
+    n_trials = 3
     # The schema exists before either process starts, as after any earlier `autotune run`.
     study.make_storage(autotune.load_config(str(TINY), {"study.storage": url}))
+    dash, base = _start_dashboard(url)  # listening before the run starts: it must see the study grow
     run = Proc("run", str(TINY), "--storage", url, "--n-trials", str(n_trials), "--plain")
-    dash, base = _start_dashboard(url)
     try:
-        seen_live: list[int] = []  # finished trials the API listed while the run was still going
+        seen_live: list[int] = []  # finished-trial counts the API listed while the run was still going
         detail: dict[str, Any] = {}
+        seen_running = False  # a trial in progress, as the run's process wrote it
         deadline = time.monotonic() + 240
         while time.monotonic() < deadline:
             running = run.p.poll() is None
@@ -100,6 +101,7 @@ def test_dashboard_serves_a_study_while_it_runs(tmp_path: Path) -> None:
                 done = [t for t in detail["trials"] if t["state"] in ("Complete", "Pruned")]
                 if running and done:
                     seen_live.append(len(done))
+                seen_running = seen_running or any(t["state"] == "Running" for t in detail["trials"])
                 if not running and len(done) == n_trials:
                     break
             if not running and run.p.returncode != 0:
@@ -107,7 +109,7 @@ def test_dashboard_serves_a_study_while_it_runs(tmp_path: Path) -> None:
             time.sleep(0.5)
         assert run.p.wait(timeout=60) == 0, run.text
         assert seen_live, "the dashboard never listed a finished trial while the study was running"
-        assert min(seen_live) < n_trials
+        assert min(seen_live) < n_trials and seen_running
         assert detail["name"] == "tiny" and detail["directions"] == ["maximize", "minimize"]
         assert detail["objective_names"] == ["val_accuracy", "train_time_s"]  # axes labelled by metric
         trials = detail["trials"]
