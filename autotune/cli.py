@@ -195,6 +195,100 @@ def _args_profile(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", default="studies", help="folder for the trace (default studies/)")
 
 
+# ---------------------------------------------------------------- report / dashboard
+
+
+def _bare_config(storage: str, name: str = "") -> Any:
+    """A config that only names a storage (and study), for commands given --storage without a YAML file."""
+    from .config import from_dict
+
+    return from_dict({"study": {"storage": storage, **({"name": name} if name else {})}}, source="--storage")
+
+
+def _study_and_config(target: str | None, storage: str | None, name: str | None) -> tuple[Any, Any]:
+    """(study, RunConfig) from a YAML run file, or from --storage and a study name stored there."""
+    import optuna
+
+    from .config import from_dict
+    from .study import _redact, make_storage, open_study
+
+    if target is not None and (Path(target).is_file() or target.endswith((".yaml", ".yml"))):
+        from .config import load
+
+        over = {k: v for k, v in (("study.storage", storage), ("study.name", name)) if v}
+        cfg = load(target, over)
+        return open_study(cfg, create=False), cfg
+    name = name or target
+    if storage is None:
+        raise ConfigError("autotune report", "--storage", f"{target!r} is not a YAML file: give the run file, or "
+                                                          f"--storage URL with the study name")
+    st = make_storage(_bare_config(storage))
+    known = sorted(s.study_name for s in optuna.get_all_study_summaries(st, include_best_trial=False))
+    if name is None and len(known) == 1:
+        name = known[0]
+    if name not in known:
+        raise ConfigError("--storage", "--study", f"no study {name!r} in {_redact(storage)}; known: "
+                                                  f"{', '.join(known) or 'none'}")
+    study = optuna.load_study(study_name=name, storage=st)
+    raw = study.user_attrs.get("config")
+    if not isinstance(raw, dict):
+        raise ConfigError("--storage", "--study", f"study {name!r} was not made by autotune (no `config` user attr)")
+    cfg = from_dict(raw, overrides={"study.storage": storage, "study.name": name},
+                    source=str(study.user_attrs.get("source", "<config>")))
+    return study, cfg
+
+
+def _cmd_report(args: argparse.Namespace) -> int:
+    import optuna
+
+    from . import report
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+
+    if args.target is None and args.storage is None:
+        raise ConfigError("autotune report", "FILE_OR_STUDY", "give the YAML run file, or --storage URL --study NAME")
+    study, cfg = _study_and_config(args.target, args.storage, args.study)
+    out = Path(args.output or f"{study.study_name}.html")
+    path = report.write(study, cfg, out)
+    print(f"wrote {path} ({len(study.trials)} trials, {path.stat().st_size / 1e6:.1f} MB, opens offline)")
+    return 0
+
+
+@command("report", "write one self-contained HTML report (Plotly, opens offline) of a study")
+def _args_report(p: argparse.ArgumentParser) -> None:
+    p.add_argument("target", nargs="?", metavar="FILE_OR_STUDY", help="the YAML run file, or a study name with "
+                                                                         "--storage")
+    p.add_argument("-o", "--output", metavar="PATH", help="HTML file to write (default: STUDY_NAME.html)")
+    p.add_argument("--storage", help="storage URL (overrides study.storage; alone: a study stored there)")
+    p.add_argument("--study", help="study name in --storage (default: the only one)")
+
+
+def _cmd_dashboard(args: argparse.Namespace) -> int:
+    from . import dashboard
+    from .study import _redact, make_storage
+
+    if args.file is None and args.storage is None:
+        raise ConfigError("autotune dashboard", "FILE", "give the YAML run file or --storage URL")
+    if args.file is not None:
+        from .config import load
+
+        cfg = load(args.file, {"study.storage": args.storage} if args.storage else None)
+    else:
+        cfg = _bare_config(args.storage)
+    storage = make_storage(cfg)
+    print(f"storage {_redact(cfg.study.storage)}", flush=True)
+    dashboard.serve(storage, host=args.host, port=args.port, study_name=cfg.study.name if args.file else None)
+    return 0
+
+
+@command("dashboard", "serve optuna-dashboard on a study's storage (live while `autotune run` writes)")
+def _args_dashboard(p: argparse.ArgumentParser) -> None:
+    p.add_argument("file", nargs="?", help="the YAML run file whose storage to show")
+    p.add_argument("--storage", help="storage URL (overrides study.storage, or instead of FILE)")
+    p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
+    p.add_argument("--port", type=int, default=8080, help="port (default 8080; 0 picks a free one)")
+
+
 # ---------------------------------------------------------------- entry point
 
 
