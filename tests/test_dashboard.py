@@ -21,7 +21,7 @@ import autotune
 from autotune import cli, study
 
 ROOT = Path(__file__).resolve().parents[1]
-TINY = ROOT / "tests" / "configs" / "tiny_study.yaml"
+TINY = ROOT / "tests" / "studies" / "tiny_study.yaml"
 ENV = {**os.environ, "PYTHONUNBUFFERED": "1"}
 
 
@@ -82,7 +82,7 @@ def _start_dashboard(url: str) -> tuple[Proc, str]:
 
 def test_dashboard_serves_a_study_while_it_runs(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'live.db'}"
-    n_trials = 3
+    n_trials = 8
     # The schema exists before either process starts, as after any earlier `autotune run`.
     study.make_storage(autotune.load_config(str(TINY), {"study.storage": url}))
     dash, base = _start_dashboard(url)  # listening before the run starts: it must see the study grow
@@ -106,7 +106,7 @@ def test_dashboard_serves_a_study_while_it_runs(tmp_path: Path) -> None:
                     break
             if not running and run.p.returncode != 0:
                 break
-            time.sleep(0.5)
+            time.sleep(0.2)
         assert run.p.wait(timeout=60) == 0, run.text
         assert seen_live, "the dashboard never listed a finished trial while the study was running"
         assert min(seen_live) < n_trials and seen_running

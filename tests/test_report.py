@@ -13,7 +13,7 @@ from optuna.trial import TrialState, create_trial
 import autotune
 from autotune import cli, report, results
 
-TINY = Path(__file__).parent / "configs" / "tiny_study.yaml"
+TINY = Path(__file__).parent / "studies" / "tiny_study.yaml"
 
 
 @pytest.fixture(scope="module")
