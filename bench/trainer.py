@@ -71,11 +71,6 @@ def autotune_run(cfg: config.RunConfig, seed: int, **settings: Any) -> tuple[flo
     return r.samples_per_s, r.val_accuracy, r.compile_time_s
 
 
-def median_of(fn: Any, repeats: int) -> tuple[float, ...]:
-    runs = [fn(seed) for seed in range(repeats)]
-    return tuple(statistics.median(r[i] for r in runs) for i in range(len(runs[0])))
-
-
 def matmul_gflops(dev: torch.device, n: int = 2048, reps: int = 10) -> float:
     a, b = torch.randn(n, n, device=dev), torch.randn(n, n, device=dev)
     a @ b
@@ -110,9 +105,6 @@ def main() -> None:
           f"Adam {LR:g}; median of {args.repeats}; data: {cfg.data.name}")
     autotune.train(cfg, params={"epochs": 1})  # warm caches (dataset, kernels) before any timing
 
-    base_sps, base_acc = median_of(lambda s: plain_loop(cfg, s), args.repeats)
-    print(f"\n(a) plain PyTorch loop: {base_sps:,.0f} samples/s, val accuracy {base_acc:.4f}")
-
     arms: dict[str, dict[str, Any]] = {
         "autotune defaults (data on device)": {},
         "+ channels_last": {"channels_last": True},
@@ -120,6 +112,7 @@ def main() -> None:
         "+ fp16": {"precision": "fp16"},
         "data_on_device: false (DataLoader)": {"data_on_device": False},
         "cpu_threads: 1": {"cpu_threads": 1},
+        "channels_last + cpu_threads: 1": {"channels_last": True, "cpu_threads": 1},
         "batch_size 128": {"batch_size": 128},
         "batch_size 256": {"batch_size": 256},
     }
@@ -129,11 +122,19 @@ def main() -> None:
     if not args.no_compile:
         arms["+ compile"] = {"compile": True}
         arms["+ compile + channels_last"] = {"compile": True, "channels_last": True}
-    measured: dict[str, tuple[float, ...]] = {}
+    # Rounds, not arms one after another: every round runs (a) and each arm once, so a slow spell of
+    # this shared machine hits all of them alike; each figure is the median over rounds.
+    runs: dict[str, list[tuple[float, ...]]] = {"(a)": [], **{k: [] for k in arms}}
+    for seed in range(args.repeats):
+        runs["(a)"].append(plain_loop(cfg, seed))
+        for name, settings in arms.items():
+            runs[name].append(autotune_run(cfg, seed, **settings))
+    med = {k: tuple(statistics.median(r[i] for r in v) for i in range(len(v[0]))) for k, v in runs.items()}
+    base_sps, base_acc = med["(a)"]
+    print(f"\n(a) plain PyTorch loop: {base_sps:,.0f} samples/s, val accuracy {base_acc:.4f}")
+    measured = {k: med[k] for k in arms}
     print(f"\n{'setting':<38}{'samples/s':>12}{'vs (a)':>9}{'val acc':>9}{'d acc':>8}{'compile s':>10}")
-    for name, settings in arms.items():
-        sps, acc, comp = median_of(lambda s, st=settings: autotune_run(cfg, s, **st), args.repeats)
-        measured[name] = (sps, acc, comp)
+    for name, (sps, acc, comp) in measured.items():
         print(f"{name:<38}{sps:>12,.0f}{sps / base_sps:>8.2f}x{acc:>9.4f}{(acc - base_acc) * 100:>+7.1f}p"
               f"{comp:>10.1f}")
 
