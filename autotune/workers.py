@@ -291,14 +291,14 @@ def fail_stale(study: optuna.Study, everywhere: bool = False) -> list[int]:
             dead = is_dead_here(t) or (everywhere and _owner(t) != (socket.gethostname(), os.getpid()))
             if not dead:
                 continue
-            try:
+            try:  # the reason first: a finished trial takes no more attrs
+                study._storage.set_trial_user_attr(t._trial_id, "stop_reason", "error")
+                study._storage.set_trial_user_attr(t._trial_id, "error", f"worker {t.user_attrs.get(WORKER_ATTR, '?')} "
+                                                                         "died mid-trial")
                 if not study._storage.set_trial_state_values(t._trial_id, state=TrialState.FAIL):
                     continue
             except optuna.exceptions.UpdateFinishedTrialError:
                 continue  # another worker got there first
-            study._storage.set_trial_user_attr(t._trial_id, "stop_reason", "error")
-            study._storage.set_trial_user_attr(t._trial_id, "error", f"worker {t.user_attrs.get(WORKER_ATTR, '?')} "
-                                                                     "died mid-trial")
             retry(study, study._storage.get_trial(t._trial_id))
             done.append(t.number)
     return done
@@ -516,6 +516,9 @@ def run_parallel(cfg: RunConfig, slots: list[Slot], fresh: bool = False,
     for slot, p in procs:
         if p.exitcode not in (0, None) and p.pid not in reported:
             note(f"worker {slot.index} (pid {p.pid}) {_exit_text(p.exitcode)}")
+    surplus = sum(1 for t in study.get_trials(deepcopy=False) if t.user_attrs.get("surplus"))
+    if surplus:
+        note(f"{surplus} FAIL trial(s) marked surplus: workers raced for the last slots and these never ran")
     left = None if n is None else n - counts(study.get_trials(deepcopy=False)).finished
     if left and cfg.study.timeout is None:
         raise AutotuneError(f"every worker stopped and the study holds {n - left} of its {n} finished trials: see the "

@@ -65,7 +65,7 @@ def autotune(*args: str, cwd: Path) -> subprocess.Popen[str]:
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
 
 
-def finish(p: subprocess.Popen[str], timeout: float = 150) -> tuple[int, str, str]:
+def finish(p: subprocess.Popen[str], timeout: float = 480) -> tuple[int, str, str]:
     out, err = p.communicate(timeout=timeout)
     return p.returncode, out, err
 
@@ -229,8 +229,8 @@ def test_four_workers_on_postgres_finish_exactly_forty_trials(tmp_path: Path, pg
 @pytest.mark.postgres
 def test_sigkilled_worker_trial_fails_within_grace_period_and_is_retried(tmp_path: Path, pg_url: str) -> None:
     grace = 3
-    epochs = 30
-    path = write_cfg(tmp_path, pg_url, 5, name="kill", epochs=epochs, single=True, data_fraction=1.0, batch_size=32,
+    epochs = 10
+    path = write_cfg(tmp_path, pg_url, 4, name="kill", epochs=epochs, single=True, data_fraction=0.5, batch_size=32,
                      study_extra={"heartbeat_interval": 1, "grace_period": grace})
     p = autotune("run", str(path), "--workers", "2", "--plain", cwd=tmp_path)
     try:
@@ -245,7 +245,7 @@ def test_sigkilled_worker_trial_fails_within_grace_period_and_is_retried(tmp_pat
     assert rc == 0, err
     assert "killed by SIGKILL" in err
     study = load(path)
-    done = assert_exact(study, 5)
+    done = assert_exact(study, 4)
     dead = study.trials[victim.number]
     assert dead.state == TrialState.FAIL
     failed_after = (dead.datetime_complete - killed_at).total_seconds()
@@ -255,13 +255,13 @@ def test_sigkilled_worker_trial_fails_within_grace_period_and_is_retried(tmp_pat
     assert retries[0].params == dead.params  # retried once with the same settings
     for number, values in done_before.items():  # no completed trial lost
         assert study.trials[number].state == TrialState.COMPLETE and study.trials[number].values == values
-    assert len(done) == 5
+    assert len(done) == 4
 
 
 @pytest.mark.postgres
 def test_resume_after_the_driver_is_killed(tmp_path: Path, pg_url: str) -> None:
-    epochs = 12
-    path = write_cfg(tmp_path, pg_url, 6, name="resume", epochs=epochs, single=True, data_fraction=1.0,
+    epochs = 8
+    path = write_cfg(tmp_path, pg_url, 5, name="resume", epochs=epochs, single=True, data_fraction=0.5,
                      study_extra={"heartbeat_interval": 1, "grace_period": 2})
     p = autotune("run", str(path), "--workers", "2", "--plain", cwd=tmp_path)
     try:
@@ -276,12 +276,12 @@ def test_resume_after_the_driver_is_killed(tmp_path: Path, pg_url: str) -> None:
         p.kill()
         p.communicate()
     before = {t.number: t.values for t in study.get_trials(states=(TrialState.COMPLETE,))}
-    assert 2 <= len(before) < 6
+    assert 2 <= len(before) < 5
     _wait_no_running_pids(study)
     rc, out, err = finish(autotune("run", str(path), "--workers", "2", "--plain", cwd=tmp_path))
     assert rc == 0, err
     study = load(path)
-    assert_exact(study, 6)
+    assert_exact(study, 5)
     for number, values in before.items():
         assert study.trials[number].state == TrialState.COMPLETE and study.trials[number].values == values
 
@@ -313,9 +313,9 @@ def _wait_no_running_pids(study: optuna.Study, timeout: float = 30) -> None:
 
 
 def test_journal_sigkilled_worker_is_seen_by_its_sibling_on_this_host(tmp_path: Path) -> None:
-    epochs = 30
-    path = write_cfg(tmp_path, f"journal:///{tmp_path}/k.log", 4, name="jk", epochs=epochs, single=True,
-                     data_fraction=1.0, batch_size=32)
+    epochs = 10
+    path = write_cfg(tmp_path, f"journal:///{tmp_path}/k.log", 3, name="jk", epochs=epochs, single=True,
+                     data_fraction=0.5, batch_size=32)
     p = autotune("run", str(path), "--workers", "2", "--plain", cwd=tmp_path)
     try:
         study = optuna.load_study(study_name="jk", storage=_wait_storage(path))
@@ -326,14 +326,14 @@ def test_journal_sigkilled_worker_is_seen_by_its_sibling_on_this_host(tmp_path: 
         p.kill()
     assert rc == 0, err
     study = load(path)
-    assert_exact(study, 4)
+    assert_exact(study, 3)
     dead = study.trials[victim.number]
     assert dead.state == TrialState.FAIL and "died mid-trial" in dead.user_attrs["error"]
     retries = [t for t in study.trials if t.system_attrs.get("failed_trial") == victim.number]
     assert len(retries) == 1 and retries[0].state in FINISHED and retries[0].params == dead.params
 
 
-def test_journal_cannot_see_a_dead_worker_on_another_host_until_fail_stale(tmp_path: Path) -> None:
+def test_journal_cannot_see_a_dead_worker_on_another_host_until_fail_stale(tmp_path: Path, capsys: Any) -> None:
     """No heartbeats: a trial RUNNING for a worker elsewhere looks alive forever; --fail-stale clears it."""
     url = f"journal:///{tmp_path}/o.log"
     path = write_cfg(tmp_path, url, 3, name="jo", single=True)
@@ -341,13 +341,14 @@ def test_journal_cannot_see_a_dead_worker_on_another_host_until_fail_stale(tmp_p
     study = study_mod.open_study(cfg)
     ghost = study.ask()  # a worker on another machine took this trial and died
     ghost.set_user_attr(workers.WORKER_ATTR, "another-host:4242")
-    rc, out, err = finish(autotune("worker", "--storage", url, "--study", "jo", cwd=tmp_path))
-    assert rc == 0, err
+    # The CLI in this process (no second torch start-up): the ghost's owner is not this process either way.
+    assert cli.main(["worker", "--storage", url, "--study", "jo"]) == 0
     study = load(path)
     assert study.trials[ghost.number].state == TrialState.RUNNING  # it cannot tell
     assert len(study.get_trials(states=FINISHED)) == 2  # the ghost holds the third slot
-    rc, out, err = finish(autotune("worker", "--storage", url, "--study", "jo", "--fail-stale", cwd=tmp_path))
-    assert rc == 0, err
+    capsys.readouterr()
+    assert cli.main(["worker", "--storage", url, "--study", "jo", "--fail-stale"]) == 0
+    err = capsys.readouterr().err
     assert f"failed 1 stale RUNNING trial(s) and queued their retries: {ghost.number}" in err
     study = load(path)
     assert study.trials[ghost.number].state == TrialState.FAIL
