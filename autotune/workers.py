@@ -10,7 +10,7 @@ Three rules keep a shared study honest:
   this is exact on RDB and journal storages alike.
 - Stale trials. On RDB storage with heartbeats, Optuna fails a trial whose heartbeat stopped for
   `grace_period` seconds and (RetryHeartbeatStaleTrialCallback) queues one retry with the same params;
-  workers that are waiting for the last trials keep calling it. Without heartbeats (journal), a trial
+  every worker calls it every grace_period / 2 seconds, mid-trial and while waiting too. Without heartbeats (journal), a trial
   whose worker process on this host is gone is failed and retried the same way; a dead worker on
   another host cannot be seen (`autotune worker --fail-stale` clears those by hand).
 - Waiting. A worker whose budget is all in flight elsewhere waits instead of exiting while it can
@@ -371,18 +371,52 @@ def run_worker(cfg: RunConfig, sampler_seed_offset: int | None = 0, callbacks: l
     cbs = [_unless_surplus(cb) for cb in callbacks or []]
     deadline = None if cfg.study.timeout is None else time.monotonic() + cfg.study.timeout
     ran = 0
-    while deadline is None or time.monotonic() < deadline:
-        step = next_step(study, n)
-        if step == "done":
-            break
-        if step == "wait":
-            time.sleep(POLL_S)
-            continue
-        left = None if deadline is None else max(0.0, deadline - time.monotonic())
-        # No gc_after_trial: the objective already collects after each trial (accel.release_memory).
-        study.optimize(claimed, n_trials=1, timeout=left, callbacks=cbs, catch=(*CATCH, SurplusTrial))
-        ran += 1
+    with _StaleWatcher(study, cfg):
+        while deadline is None or time.monotonic() < deadline:
+            step = next_step(study, n)
+            if step == "done":
+                break
+            if step == "wait":
+                time.sleep(POLL_S)
+                continue
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            # No gc_after_trial: the objective already collects after each trial (accel.release_memory).
+            study.optimize(claimed, n_trials=1, timeout=left, callbacks=cbs, catch=(*CATCH, SurplusTrial))
+            ran += 1
     return WorkerResult(ran=ran, surplus=claimed.surplus, study=study)
+
+
+class _StaleWatcher:
+    """Look for dead workers' trials while this one trains, not only between trials (Optuna's habit):
+    a stale trial is failed and retried within grace_period + grace_period / 2, however long trials are."""
+
+    def __init__(self, study: optuna.Study, cfg: RunConfig) -> None:
+        import threading
+
+        self.study = study
+        grace = cfg.study.grace_period or 2 * (cfg.study.heartbeat_interval or 1)
+        self.every = max(0.5, grace / 2) if heartbeat_enabled(study) else 2.0
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._loop, name="autotune-stale-watcher", daemon=True)
+
+    def _loop(self) -> None:
+        while not self.stop.wait(self.every):
+            try:
+                if heartbeat_enabled(self.study):
+                    with _quiet_experimental():
+                        optuna.storages.fail_stale_trials(self.study)
+                else:
+                    fail_stale(self.study)
+            except Exception:  # a storage hiccup here must not kill the worker; the main loop checks too
+                pass
+
+    def __enter__(self) -> _StaleWatcher:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        self.thread.join(timeout=10)
 
 
 def _unless_surplus(cb: TrialCallback) -> TrialCallback:
