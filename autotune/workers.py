@@ -10,9 +10,10 @@ Three rules keep a shared study honest:
   this is exact on RDB and journal storages alike.
 - Stale trials. On RDB storage with heartbeats, Optuna fails a trial whose heartbeat stopped for
   `grace_period` seconds and (RetryHeartbeatStaleTrialCallback) queues one retry with the same params;
-  every worker calls it every grace_period / 2 seconds, mid-trial and while waiting too. Without heartbeats (journal), a trial
-  whose worker process on this host is gone is failed and retried the same way; a dead worker on
-  another host cannot be seen (`autotune worker --fail-stale` clears those by hand).
+  every worker calls it every grace_period / 2 seconds, mid-trial and while waiting too. Without
+  heartbeats (journal), a trial whose worker process on this host is gone is failed and retried the
+  same way; a dead worker on another host cannot be seen (`autotune worker --fail-stale` clears
+  those by hand).
 - Waiting. A worker whose budget is all in flight elsewhere waits instead of exiting while it can
   still tell a dead trial: the study always ends with n_trials finished trials if any worker lives.
 """
