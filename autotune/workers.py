@@ -359,6 +359,10 @@ def run_worker(cfg: RunConfig, sampler_seed_offset: int | None = 0, callbacks: l
     gives worker k its own stream, so parallel workers do not propose the same first settings; None
     reseeds at random (a worker that joined from elsewhere).
     """
+    import warnings
+
+    # fail_stale_trials and the retry callback are "experimental" since Optuna 2.8: say it once, in the docs.
+    warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
     if study is None:
         study = study_mod.open_study(cfg, create=False)
     if sampler_seed_offset is None:
@@ -403,9 +407,8 @@ class _StaleWatcher:
     def _loop(self) -> None:
         while not self.stop.wait(self.every):
             try:
-                if heartbeat_enabled(self.study):
-                    with _quiet_experimental():
-                        optuna.storages.fail_stale_trials(self.study)
+                if heartbeat_enabled(self.study):  # (warnings.catch_warnings is not thread-safe: see run_worker)
+                    optuna.storages.fail_stale_trials(self.study)
                 else:
                     fail_stale(self.study)
             except Exception:  # a storage hiccup here must not kill the worker; the main loop checks too

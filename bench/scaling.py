@@ -18,6 +18,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import statistics
 import sys
@@ -69,9 +70,13 @@ def throughput(n_trials: int, tmp: Path) -> None:
     print(f"\n1. Throughput: {n_trials} real trials (CNN 8-16 on digits, 2 epochs, TPE), journal storage, "
           f"{cores} cores")
     rows = []
-    for n in (1, 2):
-        cfg = make_cfg(f"journal:///{tmp}/tp{n}.log", f"tp{n}", n_trials)
+    # 1 worker on all cores (what --workers 1 does), 1 worker on 1 thread (the control: is the gain from
+    # processes or from fewer threads fighting over busy cores?), then 2 workers on cores // 2 threads each.
+    for i, (n, threads) in enumerate(((1, None), (1, 1), (2, None))):
+        cfg = make_cfg(f"journal:///{tmp}/tp{i}.log", f"tp{i}", n_trials)
         slots = workers.plan(cfg, n, None)
+        if threads is not None:
+            slots = [dataclasses.replace(s, threads=threads) for s in slots]
         t0 = time.perf_counter()
         res = workers.run_parallel(cfg, slots, on_note=lambda s: print("  " + s))
         wall = time.perf_counter() - t0
