@@ -260,8 +260,8 @@ def test_sigkilled_worker_trial_fails_within_grace_period_and_is_retried(tmp_pat
 
 @pytest.mark.postgres
 def test_resume_after_the_driver_is_killed(tmp_path: Path, pg_url: str) -> None:
-    n = 8
-    path = write_cfg(tmp_path, pg_url, n, name="resume", epochs=6, single=True, data_fraction=0.5,
+    n = 6
+    path = write_cfg(tmp_path, pg_url, n, name="resume", epochs=4, single=True, data_fraction=0.5,
                      study_extra={"heartbeat_interval": 1, "grace_period": 2})
     p = autotune("run", str(path), "--workers", "2", "--plain", cwd=tmp_path)
     try:
