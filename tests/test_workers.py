@@ -169,6 +169,12 @@ def test_stored_config_rebuilds_the_run_config(tmp_path: Path) -> None:
         workers.join_config(f"journal:///{tmp_path}/j.log", "nope")
 
 
+def test_heartbeats_on_a_journal_are_refused(tmp_path: Path) -> None:
+    cfg = config.load(write_cfg(tmp_path, f"journal:///{tmp_path}/h.log", 2, study_extra={"heartbeat_interval": 5}))
+    with pytest.raises(ConfigError, match=r"study\.heartbeat_interval: the journal backend has no heartbeats"):
+        study_mod.make_storage(cfg)
+
+
 # ---------------------------------------------------------------- the budget is exact
 
 
