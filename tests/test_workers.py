@@ -264,6 +264,7 @@ def test_sigkilled_worker_trial_fails_within_grace_period_and_is_retried(tmp_pat
     assert len(done) == 4
 
 
+@pytest.mark.slow  # ~70 s: keeps the default suite's PostgreSQL part well under 3 minutes (run with -m slow)
 @pytest.mark.postgres
 def test_resume_after_the_driver_is_killed(tmp_path: Path, pg_url: str) -> None:
     n = 6
