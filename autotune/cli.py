@@ -50,6 +50,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from .study import run
 
     cfg = _load(args)
+    if getattr(args, "workers", None) is not None or getattr(args, "gpus", None) is not None:
+        return _run_workers(args, cfg)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     view = progress.RunView(cfg, plain=args.plain or not sys.stdout.isatty())
     t0 = time.perf_counter()
@@ -79,6 +81,102 @@ def _args_run(p: argparse.ArgumentParser) -> None:
     _add_study_flags(p)
     p.add_argument("--fresh", action="store_true", help="delete the stored study of this name and start over")
     p.add_argument("--plain", action="store_true", help="plain lines instead of a live display")
+    p.add_argument("--workers", type=int, help="worker processes on this machine sharing the study (one GPU each, "
+                                               "or a share of the CPU cores); needs journal:// or an RDB server")
+    p.add_argument("--gpus", type=lambda s: s.split(","), help="GPU index per worker, e.g. 0,1 (default: every "
+                                                               "visible GPU, one worker each; repeat to share)")
+    p.add_argument("--fail-stale", action="store_true", help="first fail (and retry once) every RUNNING trial: "
+                                                             "for a journal study whose workers were all killed")
+
+
+def _run_workers(args: argparse.Namespace, cfg: Any) -> int:
+    import optuna
+
+    from . import progress, workers
+
+    slots = workers.plan(cfg, args.workers, args.gpus)
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    if args.fail_stale:
+        _fail_stale_all(cfg)
+    view = progress.RunView(cfg, plain=args.plain or not sys.stdout.isatty())
+    print(f"{len(slots)} worker(s): " + "; ".join(s.describe() for s in slots), flush=True)
+    t0 = time.perf_counter()
+    try:
+        result = workers.run_parallel(cfg, slots, fresh=args.fresh, on_start=view.on_start, on_trial=view.on_trial,
+                                      on_note=lambda line: print(line, file=sys.stderr, flush=True))
+    except KeyboardInterrupt:
+        view.close()
+        print(f"interrupted: finished trials are kept in {cfg.study.storage}; run again to resume", file=sys.stderr)
+        return 130
+    view.close()
+    view.summary(result, time.perf_counter() - t0)
+    return 0
+
+
+def _fail_stale_all(cfg: Any) -> None:
+    from . import workers
+    from .study import open_study
+
+    study = open_study(cfg, create=False)
+    failed = workers.fail_stale(study, everywhere=True)
+    if failed:
+        print(f"failed {len(failed)} stale RUNNING trial(s) and queued their retries: "
+              f"{', '.join(map(str, failed))}", file=sys.stderr)
+
+
+# ---------------------------------------------------------------- worker
+
+
+def _cmd_worker(args: argparse.Namespace) -> int:
+    import optuna
+
+    from . import progress, workers
+
+    cfg = workers.join_config(args.storage, args.study)
+    if args.n_trials is not None or args.timeout is not None:
+        from .config import from_dict
+
+        over = {k: v for k, v in (("study.n_trials", args.n_trials), ("study.timeout", args.timeout)) if v is not None}
+        cfg = from_dict(cfg.to_dict(), overrides=over, source=cfg.source)
+    workers.check_storage(cfg, 2, key="--storage")  # a joining worker is never alone
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    if args.threads:
+        import torch
+
+        torch.set_num_threads(args.threads)
+    from .study import open_study
+
+    study = open_study(cfg, create=False)
+    for line in workers.version_notes(study):
+        print(f"note: {line}", file=sys.stderr)
+    if args.fail_stale:
+        _fail_stale_all(cfg)
+    view = progress.RunView(cfg, plain=True)
+    me = workers.worker_id()
+    print(f"worker {me} joined study {cfg.study.name} ({cfg.study.storage}); "
+          f"{workers.counts(study.get_trials(deepcopy=False)).finished} of {cfg.study.n_trials} finished", flush=True)
+    try:
+        res = workers.run_worker(cfg, sampler_seed_offset=None, callbacks=[view.on_trial], study=study)
+    except KeyboardInterrupt:
+        print("interrupted: this worker's finished trials are kept; its running one was marked FAIL",
+              file=sys.stderr)
+        return 130
+    c = workers.counts(res.study.get_trials(deepcopy=False))
+    print(f"worker {me} ran {res.ran - res.surplus} trial(s); the study holds {c.finished} finished, "
+          f"{c.running} running, {c.failed} failed")
+    return 0
+
+
+@command("worker", "join an existing study from any machine and run its trials until it is done")
+def _args_worker(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--storage", required=True, help="the study's storage: postgresql://..., mysql://... or "
+                                                    "journal:///path (SQLite is refused: it cannot share)")
+    p.add_argument("--study", required=True, help="the study's name")
+    p.add_argument("--n-trials", type=int, help="finished trials the study should hold (default: its config's)")
+    p.add_argument("--timeout", type=float, help="seconds this worker runs at most")
+    p.add_argument("--threads", type=int, help="torch CPU threads for this worker (default: torch's)")
+    p.add_argument("--fail-stale", action="store_true", help="first fail (and retry once) every RUNNING trial: "
+                                                             "for a journal study whose workers were all killed")
 
 
 # ---------------------------------------------------------------- validate

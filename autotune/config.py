@@ -161,7 +161,9 @@ class ParamSpec(_Model):
             if any(k is not None for k in (self.low, self.high, self.step)) or self.log:
                 raise ValueError("type: low/high/step/log are for float and int, not categorical")
         else:  # bool: the two values
-            if any(k is not None for k in (self.low, self.high, self.step, self.choices)):
+            # choices [false, true] is what to_dict() writes back: accept it so a stored config round-trips.
+            if any(k is not None for k in (self.low, self.high, self.step)) or \
+                    self.choices not in (None, (False, True)):
                 raise ValueError("type: bool takes no low/high/step/choices")
             object.__setattr__(self, "choices", (False, True))
         return self

@@ -77,6 +77,9 @@ def make_storage(cfg: RunConfig) -> optuna.storages.BaseStorage:
     url = cfg.study.storage
     file = _file(cfg)
     if url.startswith("journal://"):
+        if cfg.study.heartbeat_interval is not None:
+            raise ConfigError(file, "study.heartbeat_interval", "the journal backend has no heartbeats; use "
+                                                                "postgresql://... or mysql://... for them, or drop it")
         path = Path(url[len("journal://"):])
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -98,12 +101,13 @@ def make_storage(cfg: RunConfig) -> optuna.storages.BaseStorage:
         # A reader (the dashboard) and a writer share the file: wait for locks instead of failing.
         engine["connect_args"] = {"timeout": 60}
     elif url.startswith(("postgresql", "mysql")):
+        url = _sql_driver(url, file)
         engine["connect_args"] = {"connect_timeout": 10}
         engine["pool_pre_ping"] = True
     if cfg.study.heartbeat_interval is not None:
         kwargs["heartbeat_interval"] = cfg.study.heartbeat_interval
         kwargs["grace_period"] = cfg.study.grace_period or 2 * cfg.study.heartbeat_interval
-        kwargs["failed_trial_callback"] = optuna.storages.RetryHeartbeatStaleTrialCallback(max_retry=1)
+        kwargs["heartbeat_stale_trial_callback"] = optuna.storages.RetryHeartbeatStaleTrialCallback(max_retry=1)
     try:
         storage = optuna.storages.RDBStorage(url, engine_kwargs=engine, **kwargs)
         if url.startswith("sqlite:///"):
@@ -112,6 +116,19 @@ def make_storage(cfg: RunConfig) -> optuna.storages.BaseStorage:
     except Exception as e:  # sqlalchemy's errors differ by driver
         msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise ConfigError(file, "study.storage", f"cannot reach {_redact(url)}: {msg}") from None
+
+
+def _sql_driver(url: str, file: str) -> str:
+    """`postgresql://` means psycopg2 to SQLAlchemy; use psycopg 3 (autotune[postgres]) when that is what is here."""
+    import importlib.util
+
+    if not url.startswith("postgresql://"):
+        return url
+    if importlib.util.find_spec("psycopg2") is not None:
+        return url
+    if importlib.util.find_spec("psycopg") is not None:
+        return "postgresql+psycopg://" + url[len("postgresql://"):]
+    raise ConfigError(file, "study.storage", "no PostgreSQL driver installed: pip install 'autotune[postgres]'")
 
 
 def _sqlite_wal(storage: optuna.storages.RDBStorage) -> None:

@@ -1,0 +1,599 @@
+"""Many workers on one study: processes on this machine (one GPU or a share of the cores each) or
+`autotune worker` on any machine, all sharing the study through its storage. No coordinator of our own:
+the storage is the only shared state.
+
+Three rules keep a shared study honest:
+- Exact budget. A worker starts a trial only while finished + running < n_trials, and a trial that
+  lost a race (more workers passed that check than slots were left) fails itself as `surplus` before
+  it samples anything: a trial runs only if fewer than n_trials trials numbered below it are still
+  alive (finished, running or waiting). Trial numbers come from the storage in creation order, so
+  this is exact on RDB and journal storages alike.
+- Stale trials. On RDB storage with heartbeats, Optuna fails a trial whose heartbeat stopped for
+  `grace_period` seconds and (RetryHeartbeatStaleTrialCallback) queues one retry with the same params;
+  every worker calls it every grace_period / 2 seconds, mid-trial and while waiting too. Without
+  heartbeats (journal), a trial whose worker process on this host is gone is failed and retried the
+  same way; a dead worker on another host cannot be seen (`autotune worker --fail-stale` clears
+  those by hand).
+- Waiting. A worker whose budget is all in flight elsewhere waits instead of exiting while it can
+  still tell a dead trial: the study always ends with n_trials finished trials if any worker lives.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import logging
+import os
+import signal
+import socket
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import optuna
+from optuna.storages import RetryHeartbeatStaleTrialCallback
+from optuna.storages._heartbeat import is_heartbeat_enabled  # what Study.optimize itself checks
+from optuna.trial import FrozenTrial, TrialState
+
+from . import study as study_mod
+from .config import RunConfig, from_dict
+from .errors import AutotuneError, ConfigError
+from .objective import Objective
+
+FINISHED = study_mod.FINISHED
+# Trials that hold a slot of the budget: done, in flight, or queued (a retry, an enqueued trial).
+ALIVE = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.RUNNING, TrialState.WAITING)
+CATCH = (RuntimeError, ValueError, TypeError, ArithmeticError, MemoryError)
+POLL_S = 0.5
+WORKER_ATTR = "worker"  # trial user attr: "host:pid" of the process that runs it
+
+
+def worker_id() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def _file(cfg: RunConfig) -> str:
+    return Path(cfg.source).name
+
+
+# ---------------------------------------------------------------- where each worker runs
+
+
+@dataclass(frozen=True)
+class Slot:
+    """One worker process: its index, the GPU it sees (CUDA_VISIBLE_DEVICES) or None, its CPU threads."""
+
+    index: int
+    gpu: str | None
+    threads: int
+
+    def env(self) -> dict[str, str]:
+        env = {"OMP_NUM_THREADS": str(self.threads), "MKL_NUM_THREADS": str(self.threads),
+               "AUTOTUNE_WORKER_INDEX": str(self.index)}
+        if self.gpu is not None:
+            env["CUDA_VISIBLE_DEVICES"] = self.gpu
+        return env
+
+    def describe(self) -> str:
+        where = f"GPU {self.gpu}" if self.gpu is not None else "CPU"
+        return f"worker {self.index}: {where}, {self.threads} thread(s)"
+
+
+def cpu_cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+def check_storage(cfg: RunConfig, n_workers: int, key: str = "study.storage") -> None:
+    """SQLite serializes writers and fails them with "database is locked": refuse it for several workers."""
+    url = cfg.study.storage
+    if n_workers > 1 and url.startswith("sqlite"):
+        name = cfg.study.name
+        raise ConfigError(_file(cfg), key, f"SQLite cannot take {n_workers} concurrent workers ({url}); use "
+                                           f"journal:///studies/{name}.log on one machine or "
+                                           f"postgresql://USER:PASSWORD@HOST/DB (or mysql://...) across machines")
+
+
+def plan(cfg: RunConfig, n_workers: int | None, gpus: list[str] | None) -> list[Slot]:
+    """Which GPU and how many threads each worker gets; a request that cannot be met is a ConfigError."""
+    file = _file(cfg)
+    if n_workers is not None and n_workers < 1:
+        raise ConfigError(file, "--workers", f"must be >= 1; got {n_workers}")
+    device = str(cfg.fixed()["device"])
+    cores = cpu_cores()
+    if gpus is not None:
+        if device in ("cpu", "mps"):
+            raise ConfigError(file, "--gpus", f"train.device is {device}: GPUs would sit idle; drop --gpus or use "
+                                              "device auto or cuda")
+        bad = [g for g in gpus if not g.strip().isdigit()]
+        if bad or not gpus:
+            raise ConfigError(file, "--gpus", f"must be GPU indices like 0,1,2; got {','.join(gpus)!r}")
+        n = n_workers or len(gpus)
+        if len(gpus) < n:
+            raise ConfigError(file, "--gpus", f"{n} workers need {n} GPU indices, got {len(gpus)}: repeat an index "
+                                              f"to put two workers on one GPU, e.g. 0,0,1,1")
+        visible = _visible_gpus()
+        missing = [g for g in gpus[:n] if int(g) >= len(visible)]
+        if missing:
+            raise ConfigError(file, "--gpus", f"GPU {missing[0]} is not visible; {len(visible)} visible"
+                                              + (f" ({', '.join(map(str, range(len(visible))))})" if visible else ""))
+        chosen = [visible[int(g)] for g in gpus[:n]]
+    elif device in ("cpu", "mps") or not _visible_gpus():
+        n = n_workers or 1
+        chosen = [None] * n
+    else:
+        visible = _visible_gpus()
+        n = n_workers or len(visible)
+        if n > len(visible):
+            raise ConfigError(file, "--workers", f"{n} workers but {len(visible)} GPU(s) visible, and two workers "
+                                                 f"never share a GPU unless asked: give --gpus, e.g. "
+                                                 f"{','.join(str(i % len(visible)) for i in range(n))}")
+        chosen = visible[:n]
+    if n > 1 and device.startswith("cuda:"):
+        raise ConfigError(file, "train.device", f"{device} puts every worker on one GPU; use device cuda or auto "
+                                                "and pick GPUs with --gpus")
+    check_storage(cfg, n)
+    threads = max(1, cores // n)
+    return [Slot(index=i, gpu=g, threads=threads) for i, g in enumerate(chosen)]
+
+
+def _visible_gpus() -> list[str]:
+    """Physical ids of the GPUs this process may use, honouring an outer CUDA_VISIBLE_DEVICES."""
+    import torch
+
+    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    outer = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if outer is not None and outer.strip():
+        ids = [s.strip() for s in outer.split(",") if s.strip()]
+        return ids[:count]
+    return [str(i) for i in range(count)]
+
+
+# ---------------------------------------------------------------- the budget
+
+
+@dataclass(frozen=True)
+class Counts:
+    finished: int
+    running: int
+    waiting: int
+    failed: int
+
+
+def counts(trials: list[FrozenTrial]) -> Counts:
+    by = {s: 0 for s in TrialState}
+    for t in trials:
+        by[t.state] += 1
+    return Counts(finished=by[TrialState.COMPLETE] + by[TrialState.PRUNED], running=by[TrialState.RUNNING],
+                  waiting=by[TrialState.WAITING], failed=by[TrialState.FAIL])
+
+
+def claim(study: optuna.Study, number: int, n_trials: int) -> bool:
+    """May trial `number` run? Only if fewer than n_trials trials numbered below it are alive.
+
+    Every alive trial was created before it (numbers follow creation), so of any n_trials + 1 trials
+    that finish, the highest-numbered one saw the others alive when it checked: it cannot have run.
+    """
+    ahead = sum(1 for t in study.get_trials(deepcopy=False, states=ALIVE) if t.number < number)
+    return ahead < n_trials
+
+
+class SurplusTrial(AutotuneError):
+    """A trial that lost the race for the last slots: it fails at once, before sampling anything."""
+
+
+class _SurplusLogFilter(logging.Filter):
+    """Optuna logs every failed trial with a traceback; a surplus trial is bookkeeping, not an error."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.numbers: set[int] = set()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        msg = record.getMessage()
+        return not any(msg.startswith(f"Trial {n} failed") for n in self.numbers)
+
+
+class ClaimedObjective:
+    """The objective every worker runs: stamp the trial with its worker, claim a budget slot, then train."""
+
+    def __init__(self, inner: Callable[[optuna.Trial], Any], n_trials: int | None) -> None:
+        self.inner = inner
+        self.n_trials = n_trials
+        self.surplus = 0
+        self._filter = _SurplusLogFilter()
+        logging.getLogger("optuna.study._optimize").addFilter(self._filter)
+
+    def __call__(self, trial: optuna.Trial) -> Any:
+        trial.set_user_attr(WORKER_ATTR, worker_id())
+        if self.n_trials is not None and not claim(trial.study, trial.number, self.n_trials):
+            self.surplus += 1
+            self._filter.numbers.add(trial.number)
+            trial.set_user_attr("surplus", True)
+            raise SurplusTrial(f"trial {trial.number}: the study's {self.n_trials} trials were already claimed")
+        return self.inner(trial)
+
+
+# ---------------------------------------------------------------- stale trials
+
+
+def heartbeat_enabled(study: optuna.Study) -> bool:
+    return is_heartbeat_enabled(study._storage)
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's process: it exists
+        return True
+    return True
+
+
+def _owner(t: FrozenTrial) -> tuple[str, int] | None:
+    w = t.user_attrs.get(WORKER_ATTR)
+    if not isinstance(w, str) or ":" not in w:
+        return None
+    host, _, pid = w.rpartition(":")
+    return (host, int(pid)) if pid.isdigit() else None
+
+
+def is_dead_here(t: FrozenTrial) -> bool:
+    """A RUNNING trial whose worker ran on this host and is gone (the only death we can see without heartbeats)."""
+    owner = _owner(t)
+    return owner is not None and owner[0] == socket.gethostname() and owner[1] != os.getpid() and \
+        not _pid_alive(owner[1])
+
+
+@contextlib.contextmanager
+def _stale_lock(study: optuna.Study) -> Iterator[None]:
+    """Workers on one host fail a dead trial once, not once each (and so retry it once)."""
+    import fcntl
+
+    key = hashlib.sha1(f"{study.study_name}\0{_storage_key(study)}".encode()).hexdigest()
+    path = Path(tempfile.gettempdir()) / f"autotune-stale-{key[:16]}.lock"
+    with open(path, "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def _storage_key(study: optuna.Study) -> str:
+    inner = getattr(study._storage, "_backend", None)  # RDBStorage sits in a _CachedStorage; journal: its backend
+    for attr in ("url", "_file_path"):
+        if hasattr(inner, attr):
+            return str(getattr(inner, attr))
+    return repr(study._storage)
+
+
+def fail_stale(study: optuna.Study, everywhere: bool = False) -> list[int]:
+    """Fail RUNNING trials whose worker is gone and queue one retry each, with the same params.
+
+    Without `everywhere`, only trials of dead processes on this host; with it, every RUNNING trial
+    not run by this process (the caller vouches that no other worker is alive). Returns their numbers.
+    """
+    done: list[int] = []
+    running = study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
+    if not any(is_dead_here(t) or (everywhere and _owner(t) != (socket.gethostname(), os.getpid()))
+               for t in running):
+        return done
+    with _stale_lock(study), _quiet_experimental():
+        retry = RetryHeartbeatStaleTrialCallback(max_retry=1)
+        for t in study.get_trials(deepcopy=True, states=(TrialState.RUNNING,)):
+            dead = is_dead_here(t) or (everywhere and _owner(t) != (socket.gethostname(), os.getpid()))
+            if not dead:
+                continue
+            try:  # the reason first: a finished trial takes no more attrs
+                study._storage.set_trial_user_attr(t._trial_id, "stop_reason", "error")
+                study._storage.set_trial_user_attr(t._trial_id, "error", f"worker {t.user_attrs.get(WORKER_ATTR, '?')} "
+                                                                         "died mid-trial")
+                if not study._storage.set_trial_state_values(t._trial_id, state=TrialState.FAIL):
+                    continue
+            except optuna.exceptions.UpdateFinishedTrialError:
+                continue  # another worker got there first
+            retry(study, study._storage.get_trial(t._trial_id))
+            done.append(t.number)
+    return done
+
+
+# ---------------------------------------------------------------- one worker
+
+
+def next_step(study: optuna.Study, n_trials: int | None) -> str:
+    """'run', 'wait' (the budget is in flight in workers that may still die) or 'done'."""
+    if heartbeat_enabled(study):
+        with _quiet_experimental():
+            optuna.storages.fail_stale_trials(study)
+    else:
+        fail_stale(study)
+    if n_trials is None:
+        return "run"
+    trials = study.get_trials(deepcopy=False)
+    c = counts(trials)
+    if c.finished >= n_trials:
+        return "done"
+    if c.waiting or c.finished + c.running < n_trials:
+        return "run"
+    if heartbeat_enabled(study):
+        return "wait"
+    # No heartbeats: only trials of live processes on this host can still be seen dying.
+    here = socket.gethostname()
+    mine = [t for t in trials if t.state == TrialState.RUNNING and (o := _owner(t)) is not None and o[0] == here]
+    return "wait" if mine else "done"
+
+
+@contextlib.contextmanager
+def _quiet_experimental() -> Iterator[None]:
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        yield
+
+
+TrialCallback = Callable[[optuna.Study, FrozenTrial], None]
+
+
+@dataclass
+class WorkerResult:
+    ran: int  # trials this worker started (surplus ones included)
+    surplus: int
+    study: optuna.Study
+
+
+def run_worker(cfg: RunConfig, sampler_seed_offset: int | None = 0, callbacks: list[TrialCallback] | None = None,
+               objective: Callable[[optuna.Trial], Any] | None = None,
+               study: optuna.Study | None = None) -> WorkerResult:
+    """Run trials of an existing study until it holds n_trials finished ones (or the timeout passes).
+
+    `sampler_seed_offset`: 0 keeps the study's seed (one worker reproduces a one-process run); k > 0
+    gives worker k its own stream, so parallel workers do not propose the same first settings; None
+    reseeds at random (a worker that joined from elsewhere).
+    """
+    import warnings
+
+    # fail_stale_trials and the retry callback are "experimental" since Optuna 2.8: say it once, in the docs.
+    warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
+    if study is None:
+        study = study_mod.open_study(cfg, create=False)
+    if sampler_seed_offset is None:
+        study.sampler.reseed_rng()
+    elif sampler_seed_offset and cfg.study.seed is not None:
+        seed = cfg.study.seed + 1_000_003 * sampler_seed_offset
+        study.sampler = study_mod.SAMPLERS[cfg.study.sampler](cfg, seed, dict(cfg.study.sampler_args))
+    n = cfg.study.n_trials
+    claimed = ClaimedObjective(objective or Objective(cfg), n)
+    # Callbacks see the trials this worker ran, not the ones that lost the race for a slot.
+    cbs = [_unless_surplus(cb) for cb in callbacks or []]
+    deadline = None if cfg.study.timeout is None else time.monotonic() + cfg.study.timeout
+    ran = 0
+    with _StaleWatcher(study, cfg):
+        while deadline is None or time.monotonic() < deadline:
+            step = next_step(study, n)
+            if step == "done":
+                break
+            if step == "wait":
+                time.sleep(POLL_S)
+                continue
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            # No gc_after_trial: the objective already collects after each trial (accel.release_memory).
+            study.optimize(claimed, n_trials=1, timeout=left, callbacks=cbs, catch=(*CATCH, SurplusTrial))
+            ran += 1
+    return WorkerResult(ran=ran, surplus=claimed.surplus, study=study)
+
+
+class _StaleWatcher:
+    """Look for dead workers' trials while this one trains, not only between trials (Optuna's habit):
+    a stale trial is failed and retried within grace_period + grace_period / 2, however long trials are."""
+
+    def __init__(self, study: optuna.Study, cfg: RunConfig) -> None:
+        import threading
+
+        self.study = study
+        grace = cfg.study.grace_period or 2 * (cfg.study.heartbeat_interval or 1)
+        self.every = max(0.5, grace / 2) if heartbeat_enabled(study) else 2.0
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._loop, name="autotune-stale-watcher", daemon=True)
+
+    def _loop(self) -> None:
+        while not self.stop.wait(self.every):
+            try:
+                if heartbeat_enabled(self.study):  # (warnings.catch_warnings is not thread-safe: see run_worker)
+                    optuna.storages.fail_stale_trials(self.study)
+                else:
+                    fail_stale(self.study)
+            except Exception:  # a storage hiccup here must not kill the worker; the main loop checks too
+                pass
+
+    def __enter__(self) -> _StaleWatcher:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        self.thread.join(timeout=10)
+
+
+def _unless_surplus(cb: TrialCallback) -> TrialCallback:
+    def call(study: optuna.Study, t: FrozenTrial) -> None:
+        if not t.user_attrs.get("surplus"):
+            cb(study, t)
+
+    return call
+
+
+# ---------------------------------------------------------------- worker processes on this machine
+
+
+def _child(cfg_dict: dict[str, Any], source: str, slot: Slot) -> None:
+    """Entry point of a spawned worker (its environment was set by the parent before the spawn)."""
+    _die_with_parent()
+    # A terminated worker fails its trial through Optuna (KeyboardInterrupt) instead of leaving it RUNNING.
+    signal.signal(signal.SIGTERM, _interrupt)
+    import torch
+
+    torch.set_num_threads(slot.threads)
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    cfg = from_dict(cfg_dict, source=source)
+    try:
+        run_worker(cfg, sampler_seed_offset=slot.index)
+    except KeyboardInterrupt:
+        sys.exit(130)
+    except AutotuneError as e:
+        print(f"error: worker {slot.index}: {e}", file=sys.stderr)
+        sys.exit(2)
+
+
+def _interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt
+
+
+def _die_with_parent() -> None:
+    """Linux: SIGTERM this worker when the driver dies, even by SIGKILL (no orphans training on)."""
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+    if os.getppid() == 1:  # the parent died before prctl took effect
+        os.kill(os.getpid(), signal.SIGTERM)
+
+
+@contextlib.contextmanager
+def _env(extra: dict[str, str]) -> Iterator[None]:
+    """A spawned child inherits os.environ at start: set the slot's variables just for that moment."""
+    old = {k: os.environ.get(k) for k in extra}
+    os.environ.update(extra)
+    try:
+        yield
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def _exit_text(code: int | None) -> str:
+    if code is not None and code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exited with code {code}"
+
+
+def run_parallel(cfg: RunConfig, slots: list[Slot], fresh: bool = False,
+                 on_start: Callable[[optuna.Study, int], None] | None = None,
+                 on_trial: TrialCallback | None = None, on_note: Callable[[str], None] | None = None,
+                 poll_s: float = POLL_S) -> study_mod.TuneResult:
+    """Create or resume the study, run one spawned worker per slot, show finished trials as they land."""
+    import multiprocessing as mp
+
+    note = on_note or (lambda s: print(s, file=sys.stderr))
+    check_storage(cfg, len(slots))
+    study_mod.preflight(cfg)
+    study = study_mod.open_study(cfg, fresh=fresh)
+    n = cfg.study.n_trials
+    shown = {t.number for t in study.get_trials(deepcopy=False) if t.state.is_finished()}
+    todo = -1 if n is None else max(0, n - counts(study.get_trials(deepcopy=False)).finished)
+    if on_start is not None:
+        on_start(study, todo)
+    if todo == 0:
+        return study_mod.TuneResult(study=study, config=cfg)
+    ctx = mp.get_context("spawn")
+    procs: list[tuple[Slot, Any]] = []
+    cfg_dict = cfg.to_dict()
+    for slot in slots:
+        with _env(slot.env()):
+            p = ctx.Process(target=_child, args=(cfg_dict, cfg.source, slot), name=f"autotune-worker-{slot.index}")
+            p.start()
+        procs.append((slot, p))
+    reported: set[int] = set()
+
+    def show_new() -> None:
+        for t in sorted(study.get_trials(deepcopy=False), key=lambda t: t.number):
+            if t.state.is_finished() and t.number not in shown:
+                shown.add(t.number)
+                if t.user_attrs.get("surplus"):
+                    continue  # a lost race, not a trial anyone ran
+                if on_trial is not None:
+                    on_trial(study, t)
+
+    try:
+        while any(p.is_alive() for _, p in procs):
+            show_new()
+            for slot, p in procs:
+                if not p.is_alive() and p.pid not in reported and p.exitcode not in (0, None):
+                    reported.add(p.pid)
+                    note(f"worker {slot.index} (pid {p.pid}) {_exit_text(p.exitcode)}; the others carry on")
+            time.sleep(poll_s)
+    except KeyboardInterrupt:
+        for _, p in procs:  # Ctrl-C reached them too; a SIGTERM fails their trials through Optuna
+            if p.is_alive():
+                p.terminate()
+        for _, p in procs:
+            p.join(timeout=30)
+        raise
+    for _, p in procs:
+        p.join()
+    show_new()
+    for slot, p in procs:
+        if p.exitcode not in (0, None) and p.pid not in reported:
+            note(f"worker {slot.index} (pid {p.pid}) {_exit_text(p.exitcode)}")
+    surplus = sum(1 for t in study.get_trials(deepcopy=False) if t.user_attrs.get("surplus"))
+    if surplus:
+        note(f"{surplus} FAIL trial(s) marked surplus: workers raced for the last slots and these never ran")
+    left = None if n is None else n - counts(study.get_trials(deepcopy=False)).finished
+    if left and cfg.study.timeout is None:
+        raise AutotuneError(f"every worker stopped and the study holds {n - left} of its {n} finished trials: see the "
+                            f"workers' errors above; run again to resume")
+    return study_mod.TuneResult(study=study, config=cfg)
+
+
+# ---------------------------------------------------------------- joining from anywhere
+
+
+def join_config(storage_url: str, study_name: str) -> RunConfig:
+    """The RunConfig a study was started with (its `config` user attr), pointed at `storage_url`."""
+    file = "--storage"
+    if storage_url.startswith("sqlite"):
+        raise ConfigError(file, "--storage", f"SQLite cannot be shared by workers ({storage_url}); use "
+                                             "journal:///path on one machine or postgresql://USER:PASSWORD@HOST/DB "
+                                             "(or mysql://...) across machines")
+    probe = from_dict({"study": {"storage": storage_url, "name": study_name}}, source=file)
+    storage = study_mod.make_storage(probe)
+    names = sorted(s.study_name for s in optuna.get_all_study_summaries(storage, include_best_trial=False))
+    if study_name not in names:
+        raise ConfigError(file, "--study", f"no study {study_name!r} in {study_mod._redact(storage_url)}; known: "
+                                           f"{', '.join(names) or 'none'}")
+    attrs = optuna.load_study(study_name=study_name, storage=storage).user_attrs
+    if "config" not in attrs:
+        raise ConfigError(file, "--study", f"study {study_name!r} was not created by autotune (no config attr)")
+    return from_dict(attrs["config"], overrides={"study.storage": storage_url, "study.name": study_name},
+                     source=attrs.get("source", "<config>"))
+
+
+def version_notes(study: optuna.Study) -> list[str]:
+    """Differences between the study's recorded versions and this process's (results may not compare)."""
+    stored = study.user_attrs.get("versions") or {}
+    here = study_mod.versions()
+    return [f"{k} {stored[k]} in the study, {here[k]} here" for k in ("autotune", "torch", "optuna")
+            if k in stored and stored[k] != here.get(k)]
+
+
+__all__ = ["ALIVE", "ClaimedObjective", "Counts", "Slot", "SurplusTrial", "WorkerResult", "check_storage", "claim",
+           "counts", "fail_stale", "join_config", "next_step", "plan", "run_parallel", "run_worker", "worker_id"]

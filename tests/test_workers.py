@@ -1,0 +1,365 @@
+"""Many workers on one study: exact budgets, SIGKILL-ed workers, resume, refused SQLite, reproducibility.
+
+Real processes and real training (tiny MLPs on digits). The PostgreSQL tests need the server that
+`.ci/start_postgres.sh` starts (URL in AUTOTUNE_TEST_POSTGRES); each gets a database of its own.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import optuna
+import pytest
+import yaml
+from optuna.trial import TrialState
+
+from autotune import cli, config, workers
+from autotune import study as study_mod
+from autotune.errors import ConfigError
+
+ROOT = Path(__file__).resolve().parent.parent
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+FINISHED = (TrialState.COMPLETE, TrialState.PRUNED)
+
+
+# ---------------------------------------------------------------- helpers
+
+
+def write_cfg(tmp_path: Path, storage: str, n_trials: int, name: str = "w", epochs: int = 1,
+              study_extra: dict[str, Any] | None = None, single: bool = False, **train: Any) -> Path:
+    """A tiny digits MLP study as a YAML file. `single`: one objective, no pruner (trials run to the end)."""
+    raw: dict[str, Any] = {
+        "study": {"name": name, "storage": storage, "n_trials": n_trials, "seed": 0, **(study_extra or {})},
+        "data": {"name": "digits", "val_fraction": 0.2},
+        "model": {"name": "mlp", "hidden": 32},
+        "train": {"device": "cpu", "epochs": epochs, "data_fraction": 0.3, "batch_size": 64, **train},
+        "space": {"lr": {"type": "float", "low": 1e-3, "high": 1e-1, "log": True},
+                  "optimizer": {"type": "categorical", "choices": ["sgd", "adam"]}},
+    }
+    if single:
+        raw["objectives"] = [{"metric": "val_accuracy"}]
+        raw["pruning"] = {"pruner": "none"}
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    return path
+
+
+def env() -> dict[str, str]:
+    e = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    e.pop("AUTOTUNE_WORKER_INDEX", None)
+    return e
+
+
+def autotune(*args: str, cwd: Path) -> subprocess.Popen[str]:
+    return subprocess.Popen([sys.executable, "-m", "autotune", *args], cwd=cwd, env=env(), text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+
+def finish(p: subprocess.Popen[str], timeout: float = 480) -> tuple[int, str, str]:
+    out, err = p.communicate(timeout=timeout)
+    return p.returncode, out, err
+
+
+def load(cfg_path: Path) -> optuna.Study:
+    cfg = config.load(cfg_path)
+    return optuna.load_study(study_name=cfg.study.name, storage=study_mod.make_storage(cfg))
+
+
+def wait_mid_trial(study: optuna.Study, epochs: int, timeout: float = 90) -> optuna.trial.FrozenTrial:
+    """A RUNNING trial that has logged an epoch but not its last: the moment to kill its worker."""
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < timeout:
+        for t in study.get_trials(states=(TrialState.RUNNING,)):
+            if 1 <= len(t.user_attrs.get("history", [])) < epochs - 1 and workers.WORKER_ATTR in t.user_attrs:
+                return t
+        time.sleep(0.05)
+    raise AssertionError("no trial was seen mid-way")
+
+
+def pid_of(t: optuna.trial.FrozenTrial) -> int:
+    host, _, pid = t.user_attrs[workers.WORKER_ATTR].rpartition(":")
+    assert host == socket.gethostname()
+    return int(pid)
+
+
+def assert_exact(study: optuna.Study, n: int) -> list[optuna.trial.FrozenTrial]:
+    trials = study.get_trials()
+    done = [t for t in trials if t.state in FINISHED]
+    assert len(done) == n, [(t.number, t.state.name, t.user_attrs.get("surplus")) for t in trials]
+    numbers = [t.number for t in trials]
+    assert len(set(numbers)) == len(numbers)
+    # Any FAIL is accounted for: a lost race (surplus) or a retried/killed trial; nothing stays RUNNING.
+    assert not [t for t in trials if t.state in (TrialState.RUNNING, TrialState.WAITING)]
+    return done
+
+
+@pytest.fixture
+def pg_url() -> Iterator[str]:
+    """A fresh database on the test server, dropped afterwards."""
+    base = os.environ.get("AUTOTUNE_TEST_POSTGRES")
+    if not base:
+        if os.environ.get("AUTOTUNE_REQUIRE_POSTGRES"):
+            pytest.fail("AUTOTUNE_TEST_POSTGRES is not set but AUTOTUNE_REQUIRE_POSTGRES is")
+        pytest.skip("no PostgreSQL server: run `bash .ci/start_postgres.sh` and export AUTOTUNE_TEST_POSTGRES")
+    import psycopg
+
+    plain = base.replace("postgresql+psycopg://", "postgresql://")
+    db = f"autotune_w_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(plain, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{db}"')
+    head, _, _ = plain.rpartition("/")
+    yield f"{head}/{db}"  # plain postgresql://: make_storage must pick psycopg 3 by itself
+    with psycopg.connect(plain, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{db}" WITH (FORCE)')
+
+
+# ---------------------------------------------------------------- refusals and planning
+
+
+def test_sqlite_with_several_workers_is_refused_before_anything_is_written(tmp_path: Path, capsys: Any) -> None:
+    db = tmp_path / "s.db"
+    path = write_cfg(tmp_path, f"sqlite:///{db}", 4)
+    assert cli.main(["run", str(path), "--workers", "2", "--plain"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1
+    assert "study.storage: SQLite cannot take 2 concurrent workers" in err
+    assert "journal:///" in err and "postgresql://" in err
+    assert not db.exists()
+    assert cli.main(["worker", "--storage", f"sqlite:///{db}", "--study", "w"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "journal:///" in err and "postgresql://" in err
+    assert not db.exists()
+
+
+def test_plan_cpu_shares_cores_and_rejects_bad_requests(tmp_path: Path) -> None:
+    cfg = config.load(write_cfg(tmp_path, f"journal:///{tmp_path}/j.log", 4))
+    slots = workers.plan(cfg, 2, None)
+    assert [s.index for s in slots] == [0, 1]
+    assert all(s.gpu is None and s.threads == max(1, workers.cpu_cores() // 2) for s in slots)
+    assert slots[0].env()["OMP_NUM_THREADS"] == str(slots[0].threads)
+    with pytest.raises(ConfigError, match=r"--workers: must be >= 1"):
+        workers.plan(cfg, 0, None)
+    with pytest.raises(ConfigError, match=r"--gpus: train\.device is cpu"):
+        workers.plan(cfg, 2, ["0", "1"])
+    gpu_cfg = config.load(write_cfg(tmp_path, f"journal:///{tmp_path}/j.log", 4, name="g", device="auto"))
+    with pytest.raises(ConfigError, match=r"--gpus: 3 workers need 3 GPU indices, got 2"):
+        workers.plan(gpu_cfg, 3, ["0", "0"])
+    if not workers._visible_gpus():
+        with pytest.raises(ConfigError, match=r"--gpus: GPU 0 is not visible; 0 visible"):
+            workers.plan(gpu_cfg, 1, ["0"])
+
+
+def test_stored_config_rebuilds_the_run_config(tmp_path: Path) -> None:
+    path = write_cfg(tmp_path, f"journal:///{tmp_path}/j.log", 2)
+    cfg = config.load(path)
+    study_mod.open_study(cfg)
+    joined = workers.join_config(f"journal:///{tmp_path}/j.log", "w")
+    assert joined.to_dict() == cfg.to_dict()
+    with pytest.raises(ConfigError, match=r"--study: no study 'nope' .* known: w"):
+        workers.join_config(f"journal:///{tmp_path}/j.log", "nope")
+
+
+def test_heartbeats_on_a_journal_are_refused(tmp_path: Path) -> None:
+    cfg = config.load(write_cfg(tmp_path, f"journal:///{tmp_path}/h.log", 2, study_extra={"heartbeat_interval": 5}))
+    with pytest.raises(ConfigError, match=r"study\.heartbeat_interval: the journal backend has no heartbeats"):
+        study_mod.make_storage(cfg)
+
+
+# ---------------------------------------------------------------- the budget is exact
+
+
+def test_claim_lets_exactly_n_trials_run_when_workers_race(tmp_path: Path) -> None:
+    """Five workers passed the 'room left?' check at once for a 3-trial budget: three may run."""
+    storage = optuna.storages.JournalStorage(optuna.storages.journal.JournalFileBackend(str(tmp_path / "r.log")))
+    study = optuna.create_study(storage=storage, study_name="r")
+    asked = [study.ask() for _ in range(5)]
+    assert [workers.claim(study, t.number, 3) for t in asked] == [True, True, True, False, False]
+    for t in asked[3:]:
+        study.tell(t, state=TrialState.FAIL)  # the surplus trials fail at once
+    study.tell(asked[1], state=TrialState.FAIL)  # a claimed trial dies ...
+    study.enqueue_trial({})  # ... and its retry is queued (number 5)
+    late = study.ask()  # a worker that asked before the retry was popped would get a new trial,
+    assert late.number == 5  # but ask() pops the WAITING retry first
+    extra = optuna.Trial(study, study._storage.create_new_trial(study._study_id))  # number 6
+    assert extra.number == 6
+    assert workers.claim(study, late.number, 3)  # 0 and 2 ahead of it
+    assert not workers.claim(study, extra.number, 3)  # 0, 2 and the retry 5 ahead of it
+
+
+def test_one_worker_with_a_fixed_seed_proposes_the_same_settings(tmp_path: Path) -> None:
+    def params(name: str, seed: int, via_worker: bool) -> list[tuple[dict[str, Any], int]]:
+        cfg = config.load(write_cfg(tmp_path, f"journal:///{tmp_path}/{name}.log", 3, name=name,
+                                    study_extra={"seed": seed}))
+        if via_worker:  # what `autotune run --workers 1` runs in its one child
+            study_mod.open_study(cfg)
+            study = workers.run_worker(cfg, sampler_seed_offset=0).study
+        else:
+            study = study_mod.run(cfg).study
+        return [(t.params, t.user_attrs["seed"]) for t in sorted(study.trials, key=lambda t: t.number)]
+
+    a = params("a", 7, via_worker=False)
+    b = params("b", 7, via_worker=True)
+    assert len(a) == 3 and a == b
+    assert [p for p, _ in params("c", 8, via_worker=False)] != [p for p, _ in a]
+
+
+# ---------------------------------------------------------------- PostgreSQL
+
+
+@pytest.mark.postgres
+def test_four_workers_on_postgres_finish_exactly_forty_trials(tmp_path: Path, pg_url: str) -> None:
+    path = write_cfg(tmp_path, pg_url, 40, name="forty")
+    t0 = time.perf_counter()
+    rc, out, err = finish(autotune("run", str(path), "--workers", "4", "--plain", cwd=tmp_path))
+    assert rc == 0, err
+    study = load(path)
+    done = assert_exact(study, 40)
+    owners = {t.user_attrs[workers.WORKER_ATTR] for t in done}
+    assert len(owners) >= 2, owners  # the trials were shared out (four on an idle machine)
+    assert "4 worker(s)" in out and "Pareto front" in out
+    c = workers.counts(study.get_trials())
+    assert f"({c.finished - len(study.get_trials(states=(TrialState.PRUNED,)))} complete" in out
+    print(f"4 workers x 40 trials on PostgreSQL: {time.perf_counter() - t0:.1f}s, {len(owners)} workers ran trials")
+
+
+@pytest.mark.postgres
+def test_sigkilled_worker_trial_fails_within_grace_period_and_is_retried(tmp_path: Path, pg_url: str) -> None:
+    grace = 3
+    epochs = 10
+    path = write_cfg(tmp_path, pg_url, 4, name="kill", epochs=epochs, single=True, data_fraction=0.5, batch_size=32,
+                     study_extra={"heartbeat_interval": 1, "grace_period": grace})
+    p = autotune("run", str(path), "--workers", "2", "--plain", cwd=tmp_path)
+    try:
+        study = optuna.load_study(study_name="kill", storage=_wait_storage(path))
+        victim = wait_mid_trial(study, epochs)
+        done_before = {t.number: t.values for t in study.get_trials(states=(TrialState.COMPLETE,))}
+        os.kill(pid_of(victim), signal.SIGKILL)
+        killed_at = datetime.now()
+        rc, out, err = finish(p)
+    finally:
+        p.kill()
+    assert rc == 0, err
+    assert "killed by SIGKILL" in err
+    study = load(path)
+    done = assert_exact(study, 4)
+    dead = study.trials[victim.number]
+    assert dead.state == TrialState.FAIL
+    failed_after = (dead.datetime_complete - killed_at).total_seconds()
+    assert failed_after <= grace + 5, failed_after  # found by the survivor's heartbeat check
+    retries = [t for t in study.trials if t.system_attrs.get("failed_trial") == victim.number]
+    assert len(retries) == 1 and retries[0].state in FINISHED
+    assert retries[0].params == dead.params  # retried once with the same settings
+    for number, values in done_before.items():  # no completed trial lost
+        assert study.trials[number].state == TrialState.COMPLETE and study.trials[number].values == values
+    assert len(done) == 4
+
+
+@pytest.mark.slow  # ~70 s: keeps the default suite's PostgreSQL part well under 3 minutes (run with -m slow)
+@pytest.mark.postgres
+def test_resume_after_the_driver_is_killed(tmp_path: Path, pg_url: str) -> None:
+    n = 6
+    path = write_cfg(tmp_path, pg_url, n, name="resume", epochs=4, single=True, data_fraction=0.5,
+                     study_extra={"heartbeat_interval": 1, "grace_period": 2})
+    p = autotune("run", str(path), "--workers", "2", "--plain", cwd=tmp_path)
+    try:
+        study = optuna.load_study(study_name="resume", storage=_wait_storage(path))
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < 240:  # two trials done and more in flight: kill the driver now
+            if len(study.get_trials(states=(TrialState.COMPLETE,))) >= 2 and \
+                    study.get_trials(states=(TrialState.RUNNING,)):
+                break
+            time.sleep(0.02)
+        p.send_signal(signal.SIGKILL)  # the driver; its workers follow (parent-death signal)
+        p.wait()
+    finally:
+        p.kill()
+        p.communicate()
+    before = {t.number: t.values for t in study.get_trials(states=(TrialState.COMPLETE,))}
+    assert 2 <= len(before) < n
+    _wait_no_running_pids(study)
+    rc, out, err = finish(autotune("run", str(path), "--workers", "2", "--plain", cwd=tmp_path))
+    assert rc == 0, err
+    study = load(path)
+    assert_exact(study, n)
+    for number, values in before.items():
+        assert study.trials[number].state == TrialState.COMPLETE and study.trials[number].values == values
+
+
+def _wait_storage(path: Path, timeout: float = 90) -> optuna.storages.BaseStorage:
+    """The study's storage once the driver has created the study."""
+    cfg = config.load(path)
+    storage = study_mod.make_storage(cfg)
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < timeout:
+        if cfg.study.name in {s.study_name for s in optuna.get_all_study_summaries(storage)}:
+            return storage
+        time.sleep(0.1)
+    raise AssertionError("the study was never created")
+
+
+def _wait_no_running_pids(study: optuna.Study, timeout: float = 30) -> None:
+    """The killed driver's workers exit (SIGTERM from the parent-death signal)."""
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < timeout:
+        alive = [t for t in study.get_trials(states=(TrialState.RUNNING,))
+                 if workers.WORKER_ATTR in t.user_attrs and workers._pid_alive(pid_of(t))]
+        if not alive:
+            return
+        time.sleep(0.1)
+    raise AssertionError("the killed driver's workers kept running")
+
+
+# ---------------------------------------------------------------- journal (no heartbeats)
+
+
+def test_journal_sigkilled_worker_is_seen_by_its_sibling_on_this_host(tmp_path: Path) -> None:
+    epochs = 10
+    path = write_cfg(tmp_path, f"journal:///{tmp_path}/k.log", 3, name="jk", epochs=epochs, single=True,
+                     data_fraction=0.5, batch_size=32)
+    p = autotune("run", str(path), "--workers", "2", "--plain", cwd=tmp_path)
+    try:
+        study = optuna.load_study(study_name="jk", storage=_wait_storage(path))
+        victim = wait_mid_trial(study, epochs)
+        os.kill(pid_of(victim), signal.SIGKILL)
+        rc, out, err = finish(p)
+    finally:
+        p.kill()
+    assert rc == 0, err
+    study = load(path)
+    assert_exact(study, 3)
+    dead = study.trials[victim.number]
+    assert dead.state == TrialState.FAIL and "died mid-trial" in dead.user_attrs["error"]
+    retries = [t for t in study.trials if t.system_attrs.get("failed_trial") == victim.number]
+    assert len(retries) == 1 and retries[0].state in FINISHED and retries[0].params == dead.params
+
+
+def test_journal_cannot_see_a_dead_worker_on_another_host_until_fail_stale(tmp_path: Path, capsys: Any) -> None:
+    """No heartbeats: a trial RUNNING for a worker elsewhere looks alive forever; --fail-stale clears it."""
+    url = f"journal:///{tmp_path}/o.log"
+    path = write_cfg(tmp_path, url, 3, name="jo", single=True)
+    cfg = config.load(path)
+    study = study_mod.open_study(cfg)
+    ghost = study.ask()  # a worker on another machine took this trial and died
+    ghost.set_user_attr(workers.WORKER_ATTR, "another-host:4242")
+    # The CLI in this process (no second torch start-up): the ghost's owner is not this process either way.
+    assert cli.main(["worker", "--storage", url, "--study", "jo"]) == 0
+    study = load(path)
+    assert study.trials[ghost.number].state == TrialState.RUNNING  # it cannot tell
+    assert len(study.get_trials(states=FINISHED)) == 2  # the ghost holds the third slot
+    capsys.readouterr()
+    assert cli.main(["worker", "--storage", url, "--study", "jo", "--fail-stale"]) == 0
+    err = capsys.readouterr().err
+    assert f"failed 1 stale RUNNING trial(s) and queued their retries: {ghost.number}" in err
+    study = load(path)
+    assert study.trials[ghost.number].state == TrialState.FAIL
+    assert_exact(study, 3)
