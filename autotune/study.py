@@ -5,6 +5,7 @@ from __future__ import annotations
 import gc
 import os
 import platform
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -282,7 +283,9 @@ def open_study(cfg: RunConfig, fresh: bool = False, create: bool = True) -> optu
         study.set_user_attr("versions", versions())
         study.set_user_attr("device", accel.device_name(accel.resolve_device(cfg.fixed()["device"])))
         study.set_user_attr("metrics", [o.metric for o in cfg.objectives])
-        study.set_metric_names([o.metric for o in cfg.objectives])  # optuna-dashboard labels axes with them
+        with warnings.catch_warnings():  # experimental in Optuna, and stable enough for a label
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            study.set_metric_names([o.metric for o in cfg.objectives])  # optuna-dashboard labels axes with them
         study.set_user_attr("torch_threads", torch.get_num_threads())
     return study
 
