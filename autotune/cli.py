@@ -225,23 +225,9 @@ def _cmd_best(args: argparse.Namespace) -> int:
 
 
 def _save_model(cfg: Any, study: Any, best: Any, path: Path) -> Path:
-    """Retrain the best trial's settings (same seed) and save the dense fp32 state dict.
+    from .study import retrain_best
 
-    Compression is switched off for the retrain: the file is the trained model itself, the warm
-    start that `model.checkpoint` loads into the config's architecture (a pruned-and-shrunk or
-    int8 model would not fit it).
-    """
-    import torch
-
-    from . import space, train
-
-    settings = dict(best.settings) or space.fixed_point(cfg, best.params)
-    settings.update(prune_method="none", prune_amount=0.0, finetune_epochs=0, quantize="none", qat=False)
-    seed = study.trials[best.number].user_attrs.get("seed")
-    result = train(cfg, params=settings, seed=seed)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    torch.save(result.model.state_dict(), path)
-    return path
+    return retrain_best(cfg, study, best, path)
 
 
 @command("best", "print the recommended trial of a study (and --export it as a runnable YAML)")

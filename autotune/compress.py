@@ -134,7 +134,9 @@ def preflight(cfg: RunConfig) -> None:
     if freeze_set and cfg.model.checkpoint is None:
         raise ConfigError(file, "space.freeze" if "freeze" in searched else "train.freeze",
                           "freeze needs model.checkpoint: freezing untrained layers keeps them random")
-    if cfg.distill is not None:
+    if cfg.distill is not None and cfg.distill.teacher == "best":
+        pass  # resolved once the study is open (study.resolve_teacher): the best trial is trained then
+    elif cfg.distill is not None:
         if not resolve_path(cfg.distill.teacher, cfg.source).is_file():
             raise ConfigError(file, "distill.teacher", f"no such file: {cfg.distill.teacher}")
         from . import data

@@ -209,7 +209,8 @@ class Constraints(_Model):
 class DistillConfig(_Model):
     """Knowledge distillation: train the model against a teacher's softened predictions too."""
 
-    teacher: str  # a state dict, e.g. from `autotune best FILE --save-model PATH`
+    teacher: str  # a state dict (e.g. from `autotune best FILE --save-model PATH`), or "best"
+    teacher_study: str | None = None  # with teacher: best, the study whose recommended trial teaches
     teacher_model: ModelConfig | None = None  # the teacher's architecture; default: the `model` section
     alpha: float = Field(0.5, ge=0, le=1)  # weight of the distillation term (1 - alpha: the label loss)
     temperature: float = Field(4.0, gt=0)

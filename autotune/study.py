@@ -290,6 +290,59 @@ def open_study(cfg: RunConfig, fresh: bool = False, create: bool = True) -> optu
     return study
 
 
+def retrain_best(cfg: RunConfig, study: optuna.Study, best: results.TrialSummary, path: Path) -> Path:
+    """Retrain a trial's settings (same seed) and save the dense fp32 state dict.
+
+    Compression is switched off for the retrain: the file is the trained model itself, the warm
+    start that `model.checkpoint` (or a distillation teacher) loads into the config's architecture.
+    """
+    import torch
+
+    from . import train
+
+    settings = dict(best.settings) or space.fixed_point(cfg, best.params)
+    settings.update(prune_method="none", prune_amount=0.0, finetune_epochs=0, quantize="none", qat=False)
+    seed = study.trials[best.number].user_attrs.get("seed")
+    result = train(cfg.model_copy(update={"distill": None}), params=settings, seed=seed)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    torch.save(result.model.state_dict(), tmp)
+    tmp.replace(path)  # never a half-written checkpoint, even with several workers
+    return path
+
+
+def resolve_teacher(cfg: RunConfig, storage: optuna.storages.BaseStorage | None = None) -> RunConfig:
+    """`distill: {teacher: best}`: the recommended trial of `teacher_study` (default: this study),
+    retrained once and saved as studies/<study>-teacher.pt; later runs and workers reuse the file.
+    Runs before this study is created, so a missing teacher leaves nothing behind."""
+    d = cfg.distill
+    if d is None or d.teacher != "best":
+        return cfg
+    name = d.teacher_study or cfg.study.name
+    path = Path("studies") / f"{name}-teacher.pt"
+    storage = storage or make_storage(cfg)
+    try:
+        src = optuna.load_study(study_name=name, storage=storage)
+    except KeyError:
+        src = None
+    teacher_cfg = cfg.model_copy(update={"distill": None})
+    if src is not None and name != cfg.study.name and "config" in src.user_attrs:
+        from .config import from_dict
+
+        teacher_cfg = from_dict({**src.user_attrs["config"], "distill": None}, source=cfg.source)
+    if not path.is_file():
+        best = TuneResult(study=src, config=teacher_cfg).best if src is not None else None
+        if best is None:
+            raise ConfigError(_file(cfg), "distill.teacher", f"best needs a completed trial in study {name!r} in "
+                                                             f"{_redact(cfg.study.storage)}; run it without distill "
+                                                             "first, or give a state-dict path")
+        assert src is not None
+        retrain_best(teacher_cfg, src, best, path)
+    if d.teacher_model is None and teacher_cfg.model != cfg.model:
+        d = d.model_copy(update={"teacher_model": teacher_cfg.model})
+    return cfg.model_copy(update={"distill": d.model_copy(update={"teacher": str(path.resolve())})})
+
+
 def n_finished(study: optuna.Study) -> int:
     return len(study.get_trials(deepcopy=False, states=FINISHED))
 
@@ -301,6 +354,7 @@ def run(cfg: RunConfig, fresh: bool = False, callbacks: list[TrialCallback] | No
         on_start: Callable[[optuna.Study, int], None] | None = None) -> TuneResult:
     """Create or resume the study and run trials until it holds `n_trials` finished ones (or timeout)."""
     preflight(cfg)
+    cfg = resolve_teacher(cfg)
     study = open_study(cfg, fresh=fresh)
     # Everything imported so far (torch, optuna, sympy...) lives for the whole run: freeze it out of
     # the garbage collector, so the collection after each trial scans only what trials made

@@ -370,6 +370,7 @@ def run_worker(cfg: RunConfig, sampler_seed_offset: int | None = 0, callbacks: l
     elif sampler_seed_offset and cfg.study.seed is not None:
         seed = cfg.study.seed + 1_000_003 * sampler_seed_offset
         study.sampler = study_mod.SAMPLERS[cfg.study.sampler](cfg, seed, dict(cfg.study.sampler_args))
+    cfg = study_mod.resolve_teacher(cfg, study._storage)
     n = cfg.study.n_trials
     claimed = ClaimedObjective(objective or Objective(cfg), n)
     # Callbacks see the trials this worker ran, not the ones that lost the race for a slot.
@@ -506,6 +507,7 @@ def run_parallel(cfg: RunConfig, slots: list[Slot], fresh: bool = False,
     note = on_note or (lambda s: print(s, file=sys.stderr))
     check_storage(cfg, len(slots))
     study_mod.preflight(cfg)
+    study_mod.resolve_teacher(cfg)  # the teacher file exists before any worker needs it
     study = study_mod.open_study(cfg, fresh=fresh)
     n = cfg.study.n_trials
     shown = {t.number for t in study.get_trials(deepcopy=False) if t.state.is_finished()}

@@ -311,3 +311,21 @@ def test_distillation_trains_a_small_student_against_a_teacher(tmp_path: Path) -
         autotune.train(_cfg(tmp_path, distill={"teacher": str(tmp_path / "missing.pt")}))
     with pytest.raises(ConfigError, match=r"distill\.alpha"):
         _cfg(tmp_path, distill={"teacher": "x", "alpha": 1.5})
+
+
+def test_distill_from_the_best_trial_of_another_study(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from autotune.errors import ConfigError as _CE
+    from tests.conftest import tiny
+
+    monkeypatch.chdir(tmp_path)  # the teacher file goes to studies/ under the working directory
+    student = {"model": {"name": "cnn", "channels": [8], "hidden": 16}, "study": {"name": "student", "n_trials": 1},
+               "train": {"epochs": 3, "lr": 3e-3}}
+    with pytest.raises(_CE, match=r"distill\.teacher: best needs a completed trial in study 'big'"):
+        autotune.run(tiny(tmp_path, **student, distill={"teacher": "best", "teacher_study": "big"}))
+    assert "student" not in optuna.get_all_study_names(f"sqlite:///{tmp_path}/t.db")  # nothing half-written
+    teacher = autotune.run(tiny(tmp_path, study={"name": "big", "n_trials": 2}, train={"epochs": 2}))
+    res = autotune.run(tiny(tmp_path, **student, distill={"teacher": "best", "teacher_study": "big"}))
+    assert (tmp_path / "studies" / "big-teacher.pt").is_file()
+    t = res.study.trials[-1]
+    assert t.state.name == "COMPLETE" and t.user_attrs["val_accuracy"] > 0.3
+    assert teacher.best is not None
