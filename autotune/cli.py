@@ -54,9 +54,15 @@ def _cmd_run(args: argparse.Namespace) -> int:
         return _run_workers(args, cfg)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     view = progress.RunView(cfg, plain=args.plain or not sys.stdout.isatty())
+    return _show_run(cfg, view, lambda: run(cfg, fresh=args.fresh, callbacks=[view.on_trial],
+                                            on_start=view.on_start))
+
+
+def _show_run(cfg: Any, view: Any, start: Callable[[], Any]) -> int:
+    """Run the study behind the live view; Ctrl-C keeps every finished trial and exits 130."""
     t0 = time.perf_counter()
     try:
-        result = run(cfg, fresh=args.fresh, callbacks=[view.on_trial], on_start=view.on_start)
+        result = start()
     except KeyboardInterrupt:
         view.close()
         print(f"interrupted: finished trials are kept in {cfg.study.storage}; run again to resume", file=sys.stderr)
@@ -100,17 +106,9 @@ def _run_workers(args: argparse.Namespace, cfg: Any) -> int:
         _fail_stale_all(cfg)
     view = progress.RunView(cfg, plain=args.plain or not sys.stdout.isatty())
     print(f"{len(slots)} worker(s): " + "; ".join(s.describe() for s in slots), flush=True)
-    t0 = time.perf_counter()
-    try:
-        result = workers.run_parallel(cfg, slots, fresh=args.fresh, on_start=view.on_start, on_trial=view.on_trial,
-                                      on_note=lambda line: print(line, file=sys.stderr, flush=True))
-    except KeyboardInterrupt:
-        view.close()
-        print(f"interrupted: finished trials are kept in {cfg.study.storage}; run again to resume", file=sys.stderr)
-        return 130
-    view.close()
-    view.summary(result, time.perf_counter() - t0)
-    return 0
+    return _show_run(cfg, view, lambda: workers.run_parallel(
+        cfg, slots, fresh=args.fresh, on_start=view.on_start, on_trial=view.on_trial,
+        on_note=lambda line: print(line, file=sys.stderr, flush=True)))
 
 
 def _fail_stale_all(cfg: Any) -> None:
