@@ -59,10 +59,15 @@ def test_pruned_trials_do_not_break_multi_objective_samplers(tmp_path: Path) -> 
                    train={"epochs": 2}, space=SPACE,
                    pruning={"pruner": "pareto", "pruner_args": {"n_startup_trials": 1, "n_warmup_steps": 1,
                                                                "margin": 0.0}})
+        study = open_study(cfg)
+        for params in (GOOD, GOOD, BAD, BAD):  # two sure prunes early, then the sampler's own proposals
+            study.enqueue_trial(params)
         res = autotune.run(cfg)
         states = [t.state.name for t in res.study.trials]
         assert len(states) == 10 and "FAIL" not in states
-        assert "PRUNED" in states, states  # pruned trials were fed back to the sampler, which kept going
+        assert states[2:4] == ["PRUNED", "PRUNED"], states
+        # the six sampled after the pruned ones: the sampler read pruned trials and kept proposing
+        assert all(s in ("COMPLETE", "PRUNED") for s in states[4:])
 
 
 def test_pareto_asha_runs_and_records_reason(tmp_path: Path) -> None:
