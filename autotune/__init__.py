@@ -35,25 +35,14 @@ def run(cfg: RunConfig | str, fresh: bool = False) -> TuneResult:
 
 def train(cfg: RunConfig | str, params: dict[str, Any] | None = None, seed: int | None = None) -> TrainResult:
     """Train one configuration outside any study: fixed settings plus `params`, same trainer and clocks."""
-    from .errors import ConfigError as _CE
     from .objective import job_for
-    from .settings import SETTINGS
+    from .settings import DEFAULTS, check_params
     from .study import preflight
     from .trainer import train as _train
 
     if isinstance(cfg, str):
         cfg = load_config(cfg)
-    settings = {name: s.default for name, s in SETTINGS.items()}
-    settings.update(cfg.train)
-    for key, value in (params or {}).items():
-        if key not in SETTINGS:
-            from .errors import suggest
-
-            raise _CE("params", key, f"unknown setting{suggest(key, SETTINGS)}; allowed: {', '.join(sorted(SETTINGS))}")
-        try:
-            settings[key] = SETTINGS[key].check(value)
-        except ValueError as e:
-            raise _CE("params", key, str(e)) from None
+    settings = {**DEFAULTS, **cfg.train, **check_params(params or {}, "params")}
     preflight(cfg)
     return _train(job_for(cfg, settings, cfg.study.seed or 0 if seed is None else seed, measure_inference=True))
 

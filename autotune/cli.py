@@ -217,15 +217,11 @@ def _cmd_best(args: argparse.Namespace) -> int:
         path = export_best(cfg, best, Path(args.export))
         print(f"wrote {path}")
     if args.save_model:
-        path = _save_model(cfg, study, best, Path(args.save_model))
+        from .study import retrain_best
+
+        path = retrain_best(cfg, study, best, Path(args.save_model))
         print(f"wrote {path} (state dict of trial {best.number}'s settings, retrained; use it as model.checkpoint)")
     return 0
-
-
-def _save_model(cfg: Any, study: Any, best: Any, path: Path) -> Path:
-    from .study import retrain_best
-
-    return retrain_best(cfg, study, best, path)
 
 
 @command("best", "print the recommended trial of a study (and --export it as a runnable YAML)")

@@ -436,19 +436,33 @@ def _fuse_patterns(model: nn.Module) -> list[list[str]]:
     return out
 
 
+def _use_engine() -> str:
+    """Select torch's quantized engine for this process (x86 when none is reported) and return it."""
+    engine = quantized_engine() or "x86"
+    torch.backends.quantized.engine = engine
+    return engine
+
+
+def _fused_and_wrapped(model: nn.Module, fuse: Callable[..., nn.Module], qconfig: Any) -> nn.Module:
+    """Fuse conv-bn-relu runs with `fuse` (eval or QAT flavour), wrap in quant/dequant stubs, attach qconfig."""
+    import torch.ao.quantization as tq
+
+    patterns = _fuse_patterns(model)
+    if patterns:
+        model = fuse(model, patterns)
+    wrapped = tq.QuantWrapper(model)
+    wrapped.qconfig = qconfig
+    return wrapped
+
+
 def prepare_qat(model: nn.Module) -> nn.Module:
     """Fuse conv-bn-relu and insert fake quantization, so fine-tuning sees int8 rounding (x86 qconfig)."""
     import torch.ao.quantization as tq
 
     with _quiet():
-        engine = quantized_engine() or "x86"
-        torch.backends.quantized.engine = engine
+        engine = _use_engine()
         model.train()
-        patterns = _fuse_patterns(model)
-        if patterns:
-            model = tq.fuse_modules_qat(model, patterns)
-        wrapped = tq.QuantWrapper(model)
-        wrapped.qconfig = tq.get_default_qat_qconfig(engine)
+        wrapped = _fused_and_wrapped(model, tq.fuse_modules_qat, tq.get_default_qat_qconfig(engine))
         tq.prepare_qat(wrapped, inplace=True)
     return wrapped
 
@@ -457,7 +471,7 @@ def quantize_dynamic(model: nn.Module) -> nn.Module:
     import torch.ao.quantization as tq
 
     with _quiet():
-        torch.backends.quantized.engine = quantized_engine() or "x86"
+        _use_engine()
         return tq.quantize_dynamic(model.cpu().eval(), {nn.Linear}, dtype=torch.qint8)
 
 
@@ -466,14 +480,9 @@ def quantize_static(model: nn.Module, calibration: Iterable[torch.Tensor]) -> nn
     import torch.ao.quantization as tq
 
     with _quiet():
-        engine = quantized_engine() or "x86"
-        torch.backends.quantized.engine = engine
+        engine = _use_engine()
         model = model.cpu().eval().to(memory_format=torch.contiguous_format)
-        patterns = _fuse_patterns(model)
-        if patterns:
-            model = tq.fuse_modules(model, patterns)
-        wrapped = tq.QuantWrapper(model)
-        wrapped.qconfig = tq.get_default_qconfig(engine)
+        wrapped = _fused_and_wrapped(model, tq.fuse_modules, tq.get_default_qconfig(engine))
         tq.prepare(wrapped, inplace=True)
         with torch.inference_mode():
             for xb in calibration:
@@ -485,7 +494,7 @@ def convert_qat(model: nn.Module) -> nn.Module:
     import torch.ao.quantization as tq
 
     with _quiet():
-        torch.backends.quantized.engine = quantized_engine() or "x86"
+        _use_engine()
         return tq.convert(model.cpu().eval(), inplace=False)
 
 

@@ -439,16 +439,16 @@ def _check_semantics(cfg: RunConfig, file: str, source: str) -> RunConfig:
     if d.factory is None and d.name == "npz":
         if not d.path:
             raise ConfigError(file, "data.path", "the npz dataset needs a path to a .npz file with arrays x and y")
-        if not _resolve(d.path, source).is_file():
+        if not resolve_path(d.path, source).is_file():
             raise ConfigError(file, "data.path", f"no such file: {d.path}")
     if d.factory is not None:
-        _check_factory(d.factory, file, "data.factory")
+        load_factory(d.factory, file, "data.factory")
     m = cfg.model
     if m.factory is None and m.name is None:
         raise ConfigError(file, "model.name", f"give a model name ({', '.join(MODELS)}) or model.factory")
     if m.factory is not None:
-        _check_factory(m.factory, file, "model.factory")
-    if m.checkpoint is not None and not _resolve(m.checkpoint, source).is_file():
+        load_factory(m.factory, file, "model.factory")
+    if m.checkpoint is not None and not resolve_path(m.checkpoint, source).is_file():
         raise ConfigError(file, "model.checkpoint", f"no such file: {m.checkpoint}")
     if not cfg.study.name:
         object.__setattr__(cfg.study, "name", Path(source).stem if source != "<config>" else "autotune")
@@ -524,10 +524,6 @@ def _check_when_order(cfg: RunConfig, file: str) -> None:
         visit(k, ())
 
 
-def _check_factory(ref: str, file: str, key: str) -> None:
-    load_factory(ref, file, key)
-
-
 def load_factory(ref: str, file: str = "<config>", key: str = "factory") -> Any:
     """Import `package.module:function`; a failure is a ConfigError naming the reference."""
     mod_name, sep, attr = ref.partition(":")
@@ -545,13 +541,10 @@ def load_factory(ref: str, file: str = "<config>", key: str = "factory") -> Any:
     return fn
 
 
-def _resolve(p: str, source: str) -> Path:
+def resolve_path(p: str, source: str) -> Path:
     """Relative data paths are tried as given (cwd), then next to the config file."""
     path = Path(p)
     if path.is_absolute() or path.exists() or source == "<config>":
         return path
     return Path(source).parent / path
 
-
-def resolve_path(p: str, source: str) -> Path:
-    return _resolve(p, source)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from typing import Any
 
@@ -44,7 +45,7 @@ class Objective:
         if self.pareto is not None:
             self.pareto.directions = epoch_dirs
 
-    @property
+    @functools.cached_property
     def chance_loss(self) -> float:
         """Cross-entropy of a uniform guess: ln(number of classes)."""
         return math.log(data.load(self.cfg.data, self.cfg.source).n_classes)

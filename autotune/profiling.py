@@ -16,7 +16,7 @@ from . import accel
 from .config import RunConfig
 from .errors import ConfigError
 from .objective import job_for
-from .settings import SETTINGS
+from .settings import DEFAULTS, check_params
 from .trainer import TrainResult, train
 
 
@@ -31,22 +31,14 @@ def read_params(path: Path) -> dict[str, Any]:
     if not isinstance(doc, dict):
         raise ConfigError(path.name, "", "must be a mapping of settings")
     params = doc.get("train", doc) if "train" in doc else doc
-    for key, value in params.items():
-        if key not in SETTINGS:
-            raise ConfigError(path.name, key, f"unknown setting; allowed: {', '.join(sorted(SETTINGS))}")
-        try:
-            SETTINGS[key].check(value)
-        except ValueError as e:
-            raise ConfigError(path.name, key, str(e)) from None
-    return dict(params)
+    if not isinstance(params, dict):
+        raise ConfigError(path.name, "train", "must be a mapping of settings")
+    return check_params(params, path.name, "train." if "train" in doc else "")
 
 
 def profile(cfg: RunConfig, params: dict[str, Any], epochs: int, out_dir: Path,
             row_limit: int = 15) -> tuple[TrainResult, Path, str]:
-    settings = {name: s.default for name, s in SETTINGS.items()}
-    settings.update(cfg.train)
-    settings.update(params)
-    settings["epochs"] = epochs
+    settings = {**DEFAULTS, **cfg.train, **params, "epochs": epochs}
     dev = accel.resolve_device(settings["device"])
     activities = [torch.profiler.ProfilerActivity.CPU]
     if dev.type == "cuda":

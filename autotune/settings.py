@@ -6,8 +6,11 @@ agree on names, types, defaults and allowed values.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
+
+from .errors import ConfigError, one_of, suggest
 
 OPTIMIZERS = ("sgd", "sgd_nesterov", "adam", "adamw", "rmsprop")
 LR_SCHEDULES = ("constant", "cosine", "onecycle")
@@ -136,3 +139,17 @@ SETTINGS: dict[str, Setting] = {
 
 # Settings that only make sense with others; used to warn, never to fail.
 DEFAULTS: dict[str, Any] = {name: s.default for name, s in SETTINGS.items()}
+
+
+def check_params(params: Mapping[str, Any], file: str, prefix: str = "") -> dict[str, Any]:
+    """Settings given by name (the Python API's `params`, a `--params` file): each known and valid,
+    else a ConfigError naming it; returns the values coerced to their settings' types."""
+    out = {}
+    for key, value in params.items():
+        if key not in SETTINGS:
+            raise ConfigError(file, prefix + key, f"unknown setting{suggest(key, SETTINGS)}; {one_of(SETTINGS)}")
+        try:
+            out[key] = SETTINGS[key].check(value)
+        except ValueError as e:
+            raise ConfigError(file, prefix + key, str(e)) from None
+    return out

@@ -94,7 +94,5 @@ def fixed_point(cfg: RunConfig, params: dict[str, Any]) -> dict[str, Any]:
                 assert spec.low is not None and spec.high is not None
                 mid = float(np.sqrt(spec.low * spec.high)) if spec.log else (spec.low + spec.high) / 2
                 values[name] = int(round(mid)) if spec.type == "int" else mid
-    for name, value in params.items():
-        values.setdefault(name, value)
-        values[name] = value
+    values.update(params)
     return values
