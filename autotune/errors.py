@@ -50,3 +50,37 @@ def suggest(name: str, known: Iterable[str]) -> str:
 def one_of(known: Iterable[str]) -> str:
     """The sorted list of allowed names, for error messages."""
     return "allowed: " + ", ".join(sorted(str(k) for k in known))
+
+
+def _library_file(filename: str) -> bool:
+    """Frames in autotune itself, installed packages or the standard library are not the user's code."""
+    import os
+    import sysconfig
+
+    here = os.path.dirname(os.path.abspath(__file__))
+    path = os.path.abspath(filename)
+    if path.startswith(here + os.sep) or "site-packages" in path or "dist-packages" in path:
+        return True
+    stdlib = sysconfig.get_paths().get("stdlib", "")
+    return bool(stdlib) and path.startswith(os.path.abspath(stdlib) + os.sep) or filename.startswith("<frozen")
+
+
+def user_where(exc: BaseException) -> str:
+    """`file.py:LINE in func` of the innermost traceback frame in the user's own code ('' if none):
+    where a user's factory, training function or module raised, for one-line error messages."""
+    import os
+    import traceback
+
+    frames = traceback.extract_tb(exc.__traceback__)
+    for fr in reversed(frames):
+        if not _library_file(fr.filename):
+            return f"{os.path.basename(fr.filename)}:{fr.lineno} in {fr.name}"
+    return ""
+
+
+def describe_exception(exc: BaseException, limit: int = 300) -> str:
+    """`Type: first line of the message (at file.py:LINE in func)`: one line for a user's exception."""
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    where = user_where(exc)
+    out = f"{type(exc).__name__}: {text}"[:limit]
+    return out + (f" (at {where})" if where else "")
