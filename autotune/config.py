@@ -495,7 +495,7 @@ def _check_user_training(cfg: RunConfig, file: str) -> None:
             raise ConfigError(file, key, f"{name!r} is a trainer setting: use it as {name} (ctx.params[{name!r}] "
                                          "holds it), or rename the user parameter")
     if cfg.trainer is not None:
-        fn = load_factory(cfg.trainer, file, "trainer")
+        fn = load_factory(cfg.trainer, file, "trainer", near=cfg.source)
         check_fit_signature(fn, cfg.trainer, file)
         _check_builtin_only(cfg, file)
 
@@ -613,13 +613,18 @@ def _check_when_order(cfg: RunConfig, file: str) -> None:
         visit(k, ())
 
 
-def load_factory(ref: str, file: str = "<config>", key: str = "factory") -> Any:
-    """Import `package.module:function`; a failure is a ConfigError naming the reference."""
+def load_factory(ref: str, file: str = "<config>", key: str = "factory", near: str | None = None) -> Any:
+    """Import `package.module:function`; a failure is a ConfigError naming the reference. Modules are found
+    on the import path, in the working directory, and (`near`: the config file's path) next to the YAML file."""
     mod_name, sep, attr = ref.partition(":")
     if not sep or not mod_name or not attr:
         raise ConfigError(file, key, f"must look like 'package.module:function'; got {ref!r}")
-    if os.getcwd() not in sys.path and "" not in sys.path:  # a user's own module next to the YAML file
+    if os.getcwd() not in sys.path and "" not in sys.path:  # a user's own module in the working directory
         sys.path.append(os.getcwd())
+    if near is not None and near != "<config>":
+        here = str(Path(near).resolve().parent)
+        if here not in sys.path:
+            sys.path.append(here)
     try:
         module = importlib.import_module(mod_name)
     except Exception as e:  # ImportError, or the user's module raising on import

@@ -171,11 +171,11 @@ SCHEDULES: dict[str, Callable[[torch.optim.Optimizer, float, int], torch.optim.l
 
 
 def _to_device(batch: Any, dev: torch.device, channels_last: bool) -> Any:
-    """Every tensor of a batch (tuple, list, dict) on the device, without blocking; 4-D float inputs
-    in channels_last when the trial asks for it."""
+    """Every tensor of a batch (tuple, list, dict) on the device, without blocking; 4-D tensors (images,
+    uint8 ones too: what is computed from them keeps the format) in channels_last when the trial asks."""
     if isinstance(batch, torch.Tensor):
         out = batch.to(dev, non_blocking=True)
-        if channels_last and out.ndim == 4 and out.is_floating_point():
+        if channels_last and out.ndim == 4:
             out = out.contiguous(memory_format=torch.channels_last)
         return out
     if isinstance(batch, (list, tuple)):

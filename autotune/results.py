@@ -43,7 +43,8 @@ class TrialSummary:
 def summarize(t: FrozenTrial, metrics: list[str]) -> TrialSummary:
     ua = t.user_attrs
     values = dict(zip(metrics, t.values)) if t.values is not None else {}
-    measured = {k: float(ua[k]) for k in METRIC_KEYS if k in ua and ua[k] is not None}
+    keys = dict.fromkeys([*metrics, *METRIC_KEYS])  # the objectives first: user metrics (val_mae...) too
+    measured = {k: float(ua[k]) for k in keys if isinstance(ua.get(k), (int, float)) and not isinstance(ua[k], bool)}
     constraints = constraint_values(t)
     return TrialSummary(
         number=t.number, state=t.state.name, params=dict(t.params), values=values, metrics=measured,
