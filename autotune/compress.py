@@ -366,8 +366,8 @@ def shrink(model: nn.Module, sample: torch.Tensor) -> nn.Module | None:
                 if c.bias is not None:
                     rows = rows + c.bias.abs()
                 alive = torch.nonzero(rows > 0).flatten()
-                if len(alive) == 0:
-                    alive = torch.tensor([0])
+                if len(alive) == 0:  # keep one channel; index tensors live where the weights do (cuda too)
+                    alive = torch.zeros(1, dtype=torch.long, device=rows.device)
                 if len(alive) < c.weight.shape[0]:
                     c.weight = nn.Parameter(c.weight[alive].clone())
                     if c.bias is not None:
@@ -391,10 +391,10 @@ def shrink(model: nn.Module, sample: torch.Tensor) -> nn.Module | None:
             spatial = 1
             for d in flat_in.get(idx, (len(keep),))[1:]:
                 spatial *= d
-            keep = (keep[:, None] * spatial + torch.arange(spatial)[None, :]).flatten()
+            keep = (keep[:, None] * spatial + torch.arange(spatial, device=keep.device)[None, :]).flatten()
     if not changed:
         return None
-    with torch.no_grad():
+    with torch.no_grad(), torch.autocast(sample.device.type, enabled=False):  # compared in fp32, not a caller's bf16
         was = original.training
         original.eval()
         model.eval()
@@ -609,7 +609,8 @@ def compress_and_measure(model: nn.Module, settings: dict[str, Any], train_dev: 
     q = s["quantize"]
     if s["qat"]:  # QAT as fine-tuning of the trained model (the stable way): fake int8 forwards, then convert
         m = prepare_qat(m)
-        finetune_time_s += finetune(m, max(1, s["finetune_epochs"]))
+        with torch.autocast(train_dev.type, enabled=False):  # fp32 even inside a caller's autocast (see below)
+            finetune_time_s += finetune(m, max(1, s["finetune_epochs"]))
     try:
         if s["qat"]:
             m = convert_qat(m)
@@ -645,9 +646,18 @@ def compress_and_measure(model: nn.Module, settings: dict[str, Any], train_dev: 
                       extra=extra)
 
 
+def finetune_precision(model: nn.Module, precision: str) -> str:
+    """The precision fine-tuning `model` runs in: fp32 for a QAT model whatever the trial's precision, since
+    torch's fused fake-quantize kernels take fp32 only (under fp16/bf16 autocast they fail on CUDA)."""
+    import torch.ao.quantization as tq
+
+    return "fp32" if any(isinstance(m, tq.FakeQuantizeBase) for m in model.modules()) else precision
+
+
 def finetune_loop(model: nn.Module, epochs: int, batches: Iterable[tuple[torch.Tensor, torch.Tensor]],
                   opt: torch.optim.Optimizer, loss_fn: nn.Module, dev: torch.device, precision: str) -> float:
     """Plain epochs over the trainer's batches with the pruning masks in place; returns the seconds spent."""
+    precision = finetune_precision(model, precision)
     scaler = accel.grad_scaler(dev, precision)
     model.train()
     t0 = accel.clock(dev)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import copy
 from pathlib import Path
 from typing import Any
@@ -83,6 +84,36 @@ def test_ln_structured_cuts_channels_out_exactly(trained: tuple[nn.Module, data.
     assert compress.model_size_bytes(small) < 0.5 * size_before
     with torch.no_grad():  # cutting zero channels out changes nothing
         torch.testing.assert_close(small(ds.x_val), model(ds.x_val), rtol=1e-4, atol=1e-4)
+
+
+def _conv_net() -> nn.Sequential:
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Conv2d(1, 8, 3, padding=1, bias=False), nn.BatchNorm2d(8), nn.ReLU(), nn.MaxPool2d(2),
+                         nn.Conv2d(8, 16, 3, padding=1), nn.BatchNorm2d(16), nn.ReLU(), nn.MaxPool2d(2),
+                         nn.Flatten(), nn.Linear(16 * 2 * 2, 32), nn.ReLU(), nn.Linear(32, 10)).eval()
+
+
+@pytest.mark.parametrize("case", ["half", "all_of_one_layer"])
+def test_shrink_makes_its_index_tensors_where_the_weights_are(case: str) -> None:
+    """On CUDA an index made without `device=` (torch.arange(n), torch.tensor([0])) lands on the CPU and fails
+    against CUDA weights. A CPU has no second device, so the default device is made `meta` while the weights stay
+    on the CPU: any tensor shrink creates without naming the weights' device is then on meta and fails the same way."""
+    model, x = _conv_net(), torch.randn(64, 1, 8, 8)
+    if case == "half":  # a Flatten follows the last pruned conv: its kept inputs are expanded with an arange
+        compress.make_permanent(compress.prune_model(model, "ln_structured", 0.5))
+        widths = [4, 8]
+    else:  # every channel of the second conv (and its BN) zero: shrink keeps one channel, index made from scratch
+        with torch.no_grad():
+            for t in (model[4].weight, model[4].bias, model[5].weight, model[5].bias):
+                t.zero_()
+        widths = [8, 1]
+    with torch.device("meta"):
+        small = compress.shrink(model, x)
+    assert small is not None
+    assert [m.out_channels for m in small.modules() if isinstance(m, nn.Conv2d)] == widths
+    assert all(p.device.type == "cpu" for p in small.parameters())
+    with torch.no_grad():
+        torch.testing.assert_close(small(x), model(x), rtol=1e-4, atol=1e-4)
 
 
 def test_dynamic_int8_quantizes_linear_weights(trained: tuple[nn.Module, data.Dataset]) -> None:
@@ -259,6 +290,39 @@ def test_qat_fine_tunes_with_fake_quant_and_converts_to_int8(tmp_path: Path) -> 
     qconv = next(m for m in r.compressed_model.modules() if type(m).__name__ == "ConvReLU2d")
     assert qconv.weight().dtype == torch.qint8 and qconv.out_channels == 6  # shrunk 8 -> 6, then int8
     assert r.val_accuracy > 0.8
+
+
+@pytest.mark.parametrize("outer_autocast", [False, True])
+def test_qat_fine_tunes_in_fp32_whatever_the_trial_precision(trained: tuple[nn.Module, data.Dataset],
+                                                             outer_autocast: bool) -> None:
+    """torch's fused fake-quantize kernels take fp32 only (fp16/bf16 autocast fails on CUDA): a bf16 trial's QAT
+    fine-tune runs without autocast, also when the caller itself runs inside one; pruning's fine-tune keeps bf16."""
+    from autotune.settings import DEFAULTS
+
+    model, ds = trained
+    batches = [(ds.x_train[i: i + 128], ds.y_train[i: i + 128]) for i in range(0, 512, 128)]
+    seen: dict[str, list[bool]] = {}
+
+    def finetune(m: nn.Module, epochs: int) -> float:
+        fake_quant = any(isinstance(x, torch.ao.quantization.FakeQuantizeBase) for x in m.modules())
+        kind = "qat" if fake_quant else "prune"
+        hook = m.register_forward_pre_hook(lambda *_: seen.setdefault(kind, []).append(
+            torch.is_autocast_enabled("cpu")))
+        opt = torch.optim.SGD([p for p in m.parameters() if p.requires_grad], lr=1e-3)
+        try:
+            return compress.finetune_loop(m, epochs, batches, opt, nn.CrossEntropyLoss(), torch.device("cpu"), "bf16")
+        finally:
+            hook.remove()
+
+    s = {**DEFAULTS, "precision": "bf16", "qat": True, "quantize": "static_int8", "prune_method": "ln_structured",
+         "prune_amount": 0.25, "finetune_epochs": 1, "infer_batch_size": 64}
+    caller = torch.autocast("cpu", dtype=torch.bfloat16) if outer_autocast else contextlib.nullcontext()
+    with caller:
+        out = compress.compress_and_measure(model, s, torch.device("cpu"), lambda: iter([]), ds.x_val, ds.y_val,
+                                            0.9, 0.3, finetune, 1)
+    assert seen["qat"] and not any(seen["qat"])  # every QAT forward ran in fp32
+    assert seen["prune"] and all(seen["prune"])  # the hook does see autocast where it is on
+    assert out.val_accuracy > 0.5
 
 
 class _Residual(nn.Module):
