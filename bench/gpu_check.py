@@ -64,18 +64,22 @@ SIZES = {
                         "train.batch_size": 128, "train.epochs": 2}),
 }
 
-# name, train params, cuDNN TF32. autotune's backend_flags sets torch's matmul precision but not yet
-# torch.backends.cudnn.allow_tf32 (default True: "fp32" convolutions would run in TF32), so the check sets it.
-ROWS: list[tuple[str, dict[str, Any], bool]] = [
-    ("fp32, TF32 off (baseline)", {"precision": "fp32", "matmul_precision": "highest"}, False),
-    ("fp32, TF32 on", {"precision": "fp32", "matmul_precision": "high"}, True),
-    ("bf16", {"precision": "bf16"}, False),
-    ("fp16 (+ GradScaler)", {"precision": "fp16"}, False),
-    ("bf16 + channels_last", {"precision": "bf16", "channels_last": True}, False),
+# name, train params. matmul_precision sets TF32 for matmuls and (autotune's backend_flags) cuDNN convolutions:
+# "highest" is true fp32, "high" TF32.
+FP32 = {"matmul_precision": "highest"}
+ROWS: list[tuple[str, dict[str, Any]]] = [
+    ("fp32, TF32 off (baseline)", {"precision": "fp32", **FP32}),
+    ("fp32, TF32 on", {"precision": "fp32", "matmul_precision": "high"}),
+    ("bf16", {"precision": "bf16", **FP32}),
+    ("fp16 (+ GradScaler)", {"precision": "fp16", **FP32}),
+    ("bf16 + channels_last", {"precision": "bf16", "channels_last": True, **FP32}),
 ]
-COMPILE_ROWS: list[tuple[str, dict[str, Any], bool]] = [
-    ("bf16 + channels_last + compile, cold", {"precision": "bf16", "channels_last": True, "compile": True}, False),
-    ("bf16 + channels_last + compile, warm", {"precision": "bf16", "channels_last": True, "compile": True}, False),
+# The same compiled configuration twice: cold (nothing compiled yet in this process, inductor's cache directory
+# empty) and warm (compiled afresh after autotune's compiler reset between trials, inductor's cache now filled).
+COMPILED = {"precision": "bf16", "channels_last": True, "compile": True, **FP32}
+COMPILE_ROWS: list[tuple[str, dict[str, Any]]] = [
+    ("bf16 + channels_last + compile, cold", COMPILED),
+    ("bf16 + channels_last + compile, warm", COMPILED),
 ]
 CEILING_OF = {"fp32": "fp32, TF32 off", "tf32": "TF32", "bf16": "bf16", "fp16": "fp16"}
 
@@ -193,10 +197,9 @@ def flops_per_sample(cfg: config.RunConfig) -> float:
     return counter.get_total_flops() / 4
 
 
-def one_row(chk: Check, kind: str, cfg: config.RunConfig, name: str, params: dict[str, Any], cudnn_tf32: bool,
-            flops: float, baseline_mem: float) -> dict[str, Any]:
-    row: dict[str, Any] = {"model": kind, "row": name, "params": params, "cudnn_allow_tf32": cudnn_tf32}
-    torch.backends.cudnn.allow_tf32 = cudnn_tf32
+def one_row(chk: Check, kind: str, cfg: config.RunConfig, name: str, params: dict[str, Any], flops: float,
+            baseline_mem: float) -> dict[str, Any]:
+    row: dict[str, Any] = {"model": kind, "row": name, "params": params}
     if chk.cuda:
         torch.cuda.reset_peak_memory_stats(chk.dev)
     t0 = time.perf_counter()
@@ -211,7 +214,6 @@ def one_row(chk: Check, kind: str, cfg: config.RunConfig, name: str, params: dic
         if accel.is_fatal_device_error(e):
             chk.fatal = row["error"]
     finally:
-        torch.backends.cudnn.allow_tf32 = True  # torch's default
         accel.release_memory()
     row["wall_s"] = round(time.perf_counter() - t0, 1)
     if chk.cuda and chk.fatal is None:
@@ -232,10 +234,10 @@ def rows(chk: Check, device: str, kind: str, sizes: Sizes, compile_rows: bool) -
     accel.release_memory()
     baseline_mem = chk.memory_mib()
     base: float | None = None
-    for name, params, cudnn_tf32 in ROWS + (COMPILE_ROWS if compile_rows else []):
+    for name, params in ROWS + (COMPILE_ROWS if compile_rows else []):
         if not chk.may_run(f"{kind} / {name}"):
             continue
-        row = one_row(chk, kind, cfg, name, params, cudnn_tf32, flops, baseline_mem)
+        row = one_row(chk, kind, cfg, name, params, flops, baseline_mem)
         chk.figures["rows"].append(row)
         chk.save()
         if "error" in row:
@@ -268,7 +270,6 @@ def study(chk: Check, device: str, sizes: Sizes) -> None:
             f"{'compile s':>9} {'train s':>8} {'val acc':>7} {'left MiB':>8}  stop")
     accel.release_memory()
     baseline_mem = chk.memory_mib()
-    torch.backends.cudnn.allow_tf32 = False  # the yaml's fp32 is TF32-off; backend_flags does not set cuDNN's yet
 
     def on_trial(s: Any, t: Any) -> None:
         ua, p = t.user_attrs, t.params
@@ -292,10 +293,7 @@ def study(chk: Check, device: str, sizes: Sizes) -> None:
                 f"{num('compile_time_s', '>9.2f')} {num('train_time_s', '>8.2f')} {num('val_accuracy', '>7.3f')} "
                 f"{num('left_mib', '>8.1f') if chk.cuda else '-':>8}  {stop[:160]}")
 
-    try:
-        res = study_mod.run(cfg, fresh=True, callbacks=[on_trial])
-    finally:
-        torch.backends.cudnn.allow_tf32 = True
+    res = study_mod.run(cfg, fresh=True, callbacks=[on_trial])
     best = res.best
     if best is not None:
         chk.say(f"  recommended: trial {best.number} {best.params}")

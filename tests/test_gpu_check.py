@@ -31,7 +31,7 @@ def test_row_configs_build_their_model(gpu_check: ModuleType, device: str, kind:
     assert n_train % sizes.batch == 0  # no smaller last batch for compiled rows to recompile on
     model = models.build(cfg.model, (3, 32, 32), 10, 0.0, "default")
     assert model(torch.randn(2, 3, 32, 32)).shape == (2, 10)
-    for _, params, _ in gpu_check.ROWS + gpu_check.COMPILE_ROWS:
+    for _, params in gpu_check.ROWS + gpu_check.COMPILE_ROWS:
         assert set(params) <= set(cfg.fixed())  # every row sets known trainer settings
 
 
