@@ -256,7 +256,9 @@ class TuneResult:
         return report.write(self.study, self.config, Path(path))
 
 
-def open_study(cfg: RunConfig, fresh: bool = False, create: bool = True) -> optuna.Study:
+def open_study(cfg: RunConfig, fresh: bool = False, create: bool = True,
+               device_name: str | None = None) -> optuna.Study:
+    """`device_name`: the device's name when already known (a `--workers` driver asks a child: never CUDA itself)."""
     storage = make_storage(cfg)
     name = cfg.study.name
     if fresh:
@@ -284,7 +286,7 @@ def open_study(cfg: RunConfig, fresh: bool = False, create: bool = True) -> optu
         study.set_user_attr("config", cfg.to_dict())
         study.set_user_attr("source", cfg.source)
         study.set_user_attr("versions", versions())
-        study.set_user_attr("device", accel.device_name(accel.resolve_device(cfg.fixed()["device"])))
+        study.set_user_attr("device", device_name or accel.device_name(accel.resolve_device(cfg.fixed()["device"])))
         study.set_user_attr("metrics", [o.metric for o in cfg.objectives])
         with warnings.catch_warnings():  # experimental in Optuna, and stable enough for a label
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)

@@ -41,7 +41,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from . import study as study_mod
 from .config import RunConfig, from_dict
-from .errors import AutotuneError, ConfigError
+from .errors import AutotuneError, ConfigError, describe_exception
 from .objective import CATCH, Objective
 
 FINISHED = study_mod.FINISHED
@@ -105,11 +105,15 @@ def plan(cfg: RunConfig, n_workers: int | None, gpus: list[str] | None) -> list[
     if n_workers is not None and n_workers < 1:
         raise ConfigError(file, "--workers", f"must be >= 1; got {n_workers}")
     device = str(cfg.fixed()["device"])
+    pinned = _cuda_index(device)
     cores = cpu_cores()
     if gpus is not None:
         if device in ("cpu", "mps"):
             raise ConfigError(file, "--gpus", f"train.device is {device}: GPUs would sit idle; drop --gpus or use "
                                               "device auto or cuda")
+        if pinned is not None:
+            raise ConfigError(file, "--gpus", f"train.device {device} already picks the GPU; drop --gpus, or use "
+                                              "device cuda and pick GPUs with --gpus")
         bad = [g for g in gpus if not g.strip().isdigit()]
         if bad or not gpus:
             raise ConfigError(file, "--gpus", f"must be GPU indices like 0,1,2; got {','.join(gpus)!r}")
@@ -123,6 +127,15 @@ def plan(cfg: RunConfig, n_workers: int | None, gpus: list[str] | None) -> list[
             raise ConfigError(file, "--gpus", f"GPU {missing[0]} is not visible; {len(visible)} visible"
                                               + (f" ({', '.join(map(str, range(len(visible))))})" if visible else ""))
         chosen = [visible[int(g)] for g in gpus[:n]]
+    elif pinned is not None:  # one worker on GPU N; it sees that GPU alone, as cuda:0 (worker_config)
+        n = n_workers or 1
+        if n > 1:
+            raise ConfigError(file, "train.device", f"{device} puts every worker on one GPU; use device cuda or auto "
+                                                    "and pick GPUs with --gpus")
+        visible = _visible_gpus()
+        if pinned >= len(visible):
+            raise ConfigError(file, "train.device", f"{device} is not visible; {len(visible)} CUDA GPU(s) visible")
+        chosen = [visible[pinned]]
     elif device in ("cpu", "mps") or not _visible_gpus():
         n = n_workers or 1
         chosen = [None] * n
@@ -134,12 +147,24 @@ def plan(cfg: RunConfig, n_workers: int | None, gpus: list[str] | None) -> list[
                                                  f"never share a GPU unless asked: give --gpus, e.g. "
                                                  f"{','.join(str(i % len(visible)) for i in range(n))}")
         chosen = visible[:n]
-    if n > 1 and device.startswith("cuda:"):
-        raise ConfigError(file, "train.device", f"{device} puts every worker on one GPU; use device cuda or auto "
-                                                "and pick GPUs with --gpus")
     check_storage(cfg, n)
     threads = max(1, cores // n)
     return [Slot(index=i, gpu=g, threads=threads) for i, g in enumerate(chosen)]
+
+
+def _cuda_index(device: str) -> int | None:
+    """N for `cuda:N`, else None."""
+    kind, _, index = device.partition(":")
+    return int(index) if kind == "cuda" and index.isdigit() else None
+
+
+def worker_config(cfg_dict: dict[str, Any], slot: Slot) -> dict[str, Any]:
+    """The config a worker pinned to one GPU runs: CUDA_VISIBLE_DEVICES leaves it that GPU alone, as cuda:0, so
+    `device: cuda:N` (N the GPU's index for the driver) becomes cuda:0 there."""
+    device = str(cfg_dict.get("train", {}).get("device", ""))
+    if slot.gpu is None or _cuda_index(device) is None:
+        return cfg_dict
+    return {**cfg_dict, "train": {**cfg_dict["train"], "device": "cuda:0"}}
 
 
 def _visible_gpus() -> list[str]:
@@ -453,6 +478,57 @@ def _child(cfg_dict: dict[str, Any], source: str, slot: Slot) -> None:
         sys.exit(2)
 
 
+def checked_in_child(cfg_dict: dict[str, Any], source: str, slot: Slot) -> str:
+    """`study.preflight` and the distillation teacher, run in a spawned process pinned like `slot`: the checks
+    that touch the device (precision, casts, the device's name) create a CUDA context, and one made in the
+    driver would keep its memory for the whole study. Returns the device's name; the child's ConfigError or
+    AutotuneError is raised here as the same one-line error."""
+    import multiprocessing as mp
+
+    ctx = mp.get_context("spawn")
+    recv, send = ctx.Pipe(duplex=False)
+    with _env(slot.env()):
+        p = ctx.Process(target=_preflight_child, args=(cfg_dict, source, send), name="autotune-preflight")
+        p.start()
+    send.close()
+    try:
+        answer = recv.recv()
+    except EOFError:
+        answer = None
+    finally:
+        recv.close()
+        p.join()
+    if answer is None:
+        raise AutotuneError(f"the device check process (GPU {slot.gpu}) {_exit_text(p.exitcode)} before it answered")
+    kind, *rest = answer
+    if kind == "config":
+        raise ConfigError(*rest)
+    if kind != "ok":
+        raise AutotuneError(f"device check: {rest[0]}")
+    return str(rest[0])
+
+
+def _preflight_child(cfg_dict: dict[str, Any], source: str, conn: Any) -> None:
+    """Entry point of the spawned device check: ("ok", device name), ("config", file, key, message) or
+    ("error", one line)."""
+    _die_with_parent()
+    from . import accel
+
+    try:
+        cfg = from_dict(cfg_dict, source=source)
+        study_mod.preflight(cfg)
+        study_mod.resolve_teacher(cfg)  # the teacher file exists before any worker needs it
+        conn.send(("ok", accel.device_name(accel.resolve_device(str(cfg.fixed()["device"])))))
+    except ConfigError as e:
+        conn.send(("config", e.file, e.key_path, e.message))
+    except AutotuneError as e:
+        conn.send(("error", str(e)))
+    except Exception as e:  # a user's factory or dataset raising: one line, not a traceback from a child
+        conn.send(("error", describe_exception(e)))
+    finally:
+        conn.close()
+
+
 def _interrupt(signum: int, frame: Any) -> None:
     raise KeyboardInterrupt
 
@@ -505,9 +581,15 @@ def run_parallel(cfg: RunConfig, slots: list[Slot], fresh: bool = False,
 
     note = on_note or (lambda s: print(s, file=sys.stderr))
     check_storage(cfg, len(slots))
-    study_mod.preflight(cfg)
-    study_mod.resolve_teacher(cfg)  # the teacher file exists before any worker needs it
-    study = study_mod.open_study(cfg, fresh=fresh)
+    cfg_dict = cfg.to_dict()
+    device = None
+    if any(slot.gpu is not None for slot in slots):
+        # The driver only watches: a CUDA context of its own would hold GPU memory all study long.
+        device = checked_in_child(worker_config(cfg_dict, slots[0]), cfg.source, slots[0])
+    else:
+        study_mod.preflight(cfg)
+        study_mod.resolve_teacher(cfg)  # the teacher file exists before any worker needs it
+    study = study_mod.open_study(cfg, fresh=fresh, device_name=device)
     n = cfg.study.n_trials
     shown = {t.number for t in study.get_trials(deepcopy=False) if t.state.is_finished()}
     todo = -1 if n is None else max(0, n - counts(study.get_trials(deepcopy=False)).finished)
@@ -517,10 +599,10 @@ def run_parallel(cfg: RunConfig, slots: list[Slot], fresh: bool = False,
         return study_mod.TuneResult(study=study, config=cfg)
     ctx = mp.get_context("spawn")
     procs: list[tuple[Slot, Any]] = []
-    cfg_dict = cfg.to_dict()
     for slot in slots:
         with _env(slot.env()):
-            p = ctx.Process(target=_child, args=(cfg_dict, cfg.source, slot), name=f"autotune-worker-{slot.index}")
+            p = ctx.Process(target=_child, args=(worker_config(cfg_dict, slot), cfg.source, slot),
+                            name=f"autotune-worker-{slot.index}")
             p.start()
         procs.append((slot, p))
     reported: set[int] = set()
@@ -596,5 +678,6 @@ def version_notes(study: optuna.Study) -> list[str]:
             if k in stored and stored[k] != here.get(k)]
 
 
-__all__ = ["ALIVE", "ClaimedObjective", "Counts", "Slot", "SurplusTrial", "WorkerResult", "check_storage", "claim",
-           "counts", "fail_stale", "join_config", "next_step", "plan", "run_parallel", "run_worker", "worker_id"]
+__all__ = ["ALIVE", "ClaimedObjective", "Counts", "Slot", "SurplusTrial", "WorkerResult", "check_storage",
+           "checked_in_child", "claim", "counts", "fail_stale", "join_config", "next_step", "plan", "run_parallel",
+           "run_worker", "worker_config", "worker_id"]
