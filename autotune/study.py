@@ -14,7 +14,7 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from . import __version__, accel, data, models, pruners, results, space
+from . import __version__, accel, augment, data, models, pruners, results, space
 from .config import RunConfig
 from .errors import AutotuneError, ConfigError
 from .objective import Objective
@@ -167,9 +167,10 @@ def preflight(cfg: RunConfig) -> None:
         if why is not None:
             raise ConfigError(file, "train.precision", f"{fixed['precision']} cannot run on {dev}: {why}; "
                                                        f"use fp32 or search precision")
-    ds = data.load(cfg.data, cfg.source)
+    ds = data.load(cfg.data, cfg.source, cfg.task)
+    _check_augment(cfg, ds.input_shape, file)
     try:
-        models.build(cfg.model, ds.input_shape, ds.n_classes, 0.0, "default", file)
+        models.build_for(cfg.model, space.fixed_point(cfg, {}), ds.input_shape, ds.n_outputs, 0.0, "default", file)
     except AutotuneError:
         raise
     except Exception as e:
@@ -182,6 +183,19 @@ def preflight(cfg: RunConfig) -> None:
     from . import compress  # fixed compression settings that cannot run here
 
     compress.preflight(cfg)
+
+
+def _check_augment(cfg: RunConfig, input_shape: tuple[int, ...], file: str) -> None:
+    """Augmentation settings the data cannot take (image-only, a crop pad past the image side), fixed or
+    at the largest value searched."""
+    fixed = cfg.fixed()
+    for key in augment.SETTINGS:
+        spec = cfg.space.get(key)
+        values = [fixed.get(key)] if spec is None else \
+            [max(spec.choices)] if spec.choices is not None else [spec.high]
+        why = augment.check({key: values[0]}, input_shape)
+        if why is not None:
+            raise ConfigError(file, f"space.{key}" if spec else f"train.{key}", why)
 
 
 def check_storage(cfg: RunConfig) -> None:
