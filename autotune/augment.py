@@ -91,7 +91,7 @@ def check(settings: Mapping[str, Any], input_shape: tuple[int, ...]) -> str | No
         return None
     if len(input_shape) != 3:
         on = [k for k in SETTINGS if settings.get(k)]
-        return f"{', '.join(on)} need image inputs (C, H, W); this data is {input_shape}"
+        return f"{', '.join(on)} need{'s' if len(on) == 1 else ''} image inputs (C, H, W); this data is {input_shape}"
     side = min(input_shape[1:])
     if int(settings.get("aug_crop_padding", 0)) >= side:
         return f"aug_crop_padding must be smaller than the image side {side} (reflect padding); " \

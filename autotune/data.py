@@ -402,7 +402,7 @@ def check_arrays(x: np.ndarray, y: np.ndarray, task: str, val_fraction: float, f
     if x.dtype.kind not in "biuf":
         fail(f"x must hold numbers; got dtype {x.dtype}")
     if y.dtype.kind not in "biuf":
-        sample = y.flat[0] if y.size else None
+        sample = y.flat[0].item() if y.size else None
         rule = "labels y must be class indices (integers >= 0)" if task == "classification" else \
             "targets y must be numbers"
         fail(f"{rule}; got dtype {y.dtype} (e.g. {sample!r})")
@@ -428,12 +428,12 @@ def check_arrays(x: np.ndarray, y: np.ndarray, task: str, val_fraction: float, f
         flat = y.reshape(len(y), -1)
         const = np.flatnonzero(flat.std(axis=0) == 0)
         if len(const):
-            fail(f"target {int(const[0])} is constant ({flat[0, const[0]]!r}): nothing to learn")
+            fail(f"target {int(const[0])} is constant ({flat[0, const[0]].item()!r}): nothing to learn")
         return
     if y.dtype.kind == "f":
         frac = np.flatnonzero(y != np.round(y))
         if len(frac):
-            fail(f"labels y must be class indices (integers >= 0); sample {int(frac[0])} is {y[frac[0]]!r} "
+            fail(f"labels y must be class indices (integers >= 0); sample {int(frac[0])} is {y[frac[0]].item()!r} "
                  "(real-valued targets: set task: regression)")
     neg = np.flatnonzero(y < 0)
     if len(neg):
