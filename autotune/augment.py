@@ -82,7 +82,8 @@ def cutout(xb: torch.Tensor, size: int, gen: torch.Generator) -> torch.Tensor:
     r = torch.arange(h, device=dev)
     c = torch.arange(w, device=dev)
     inside = ((r >= top) & (r < top + size))[:, :, None] & ((c >= left) & (c < left + size))[:, None, :]
-    return xb.masked_fill(inside[:, None], 0)
+    # where() with a 0-dim zero: 4x faster than masked_fill's broadcast on CPU (bench/augment.py)
+    return torch.where(inside[:, None], torch.zeros((), dtype=xb.dtype, device=dev), xb)
 
 
 def check(settings: Mapping[str, Any], input_shape: tuple[int, ...]) -> str | None:

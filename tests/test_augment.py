@@ -70,6 +70,7 @@ def test_channels_last_in_channels_last_out() -> None:
     a = augment.crop_flip(x, 2, True, augment.generator(CPU, 7))
     b = augment.crop_flip(cl, 2, True, augment.generator(CPU, 7))
     assert torch.equal(a, b) and b.is_contiguous(memory_format=torch.channels_last) and a.is_contiguous()
+    assert augment.cutout(cl, 3, augment.generator(CPU, 7)).is_contiguous(memory_format=torch.channels_last)
 
 
 def test_check_and_preflight_messages(tmp_path) -> None:
