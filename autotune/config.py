@@ -564,7 +564,7 @@ def _check_prefixed_spec(key: str, spec: ParamSpec, cfg: RunConfig, file: str) -
 
 
 def _model_takes(m: ModelConfig, file: str, where: str) -> tuple[str, ...] | None:
-    """The keys a model takes (None: any keyword, a factory with **kwargs)."""
+    """The keys a model takes (None: any keyword: a factory with **kwargs)."""
     from . import models
 
     if m.factory is not None:
@@ -573,24 +573,27 @@ def _model_takes(m: ModelConfig, file: str, where: str) -> tuple[str, ...] | Non
 
 
 def _check_model_keys(m: ModelConfig, file: str, where: str) -> None:
-    """Fixed architecture keys: each one the named model takes, with a value it accepts."""
+    """Fixed architecture keys of a named model: each one it takes, with a value it accepts. (A factory
+    is offered the keys its signature takes, as it is offered input_shape and dropout.)"""
     from . import models
 
-    takes = _model_takes(m, file, where)
+    if m.factory is not None:
+        return
+    takes = models.model_keys(str(m.name))
+    fields = m.model_dump()
+    if m.name == "torchvision" and fields["arch"] is None:
+        raise ConfigError(file, f"{where}.arch", "torchvision needs an arch, e.g. resnet18 (a name from "
+                                                 "torchvision.models.list_models())")
     for key in models.MODEL_KEYS:
-        value = getattr(m, key)
+        value = fields[key]
         if value is None:
-            if m.name == "torchvision" and key == "arch" and m.factory is None:
-                raise ConfigError(file, f"{where}.arch", "torchvision needs an arch, e.g. resnet18 (a name from "
-                                                         "torchvision.models.list_models())")
             continue
-        if takes is not None and key not in takes:
-            raise ConfigError(file, f"{where}.{key}", f"{m.name or m.factory} does not take {key}; it takes "
-                                                      f"{', '.join(takes) or 'no architecture keys'}")
+        if key not in takes:
+            raise ConfigError(file, f"{where}.{key}", f"{m.name} does not take {key}; it takes {', '.join(takes)}")
         why = models.check_value(m.name, key, value)
         if why is not None:
             raise ConfigError(file, f"{where}.{key}", why)
-    if m.factory is None and m.name == "torchvision":
+    if m.name == "torchvision":
         bad = sorted({"weights", "pretrained", "weights_backbone"} & set(m.kwargs))
         if bad:
             raise ConfigError(file, f"{where}.kwargs.{bad[0]}", "autotune never downloads weights; give a local "
@@ -611,8 +614,11 @@ def _check_model_spec(key: str, spec: ParamSpec, cfg: RunConfig, file: str) -> N
     if takes is not None and key not in takes:
         raise ConfigError(file, where, f"{label} does not take {key}; it takes "
                                        f"{', '.join(takes) or 'no architecture keys'}")
-    if key in models.MODEL_KEYS and getattr(m, key) is not None:
+    if key in models.MODEL_KEYS and m.model_dump()[key] is not None:
         raise ConfigError(file, where, "is both fixed in model and searched in space; keep one")
+    if m.checkpoint is not None:
+        raise ConfigError(file, where, "a searched architecture cannot warm-start from model.checkpoint (one "
+                                       "checkpoint fits one architecture); fix the key or drop the checkpoint")
     if m.factory is not None:
         return  # a factory's own argument: whatever it accepts
     if spec.type in ("float", "bool") or (spec.type == "int" and key in ("channels", "arch")):

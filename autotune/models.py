@@ -245,8 +245,8 @@ def build(cfg: ModelConfig, input_shape: tuple[int, ...], n_classes: int, dropou
     """The model a config names, initialized with `init`. `n_classes` is the number of outputs (classes,
     or regression targets). Architecture keys left null take the builder's defaults; `kwargs` go to the
     builder too (a key given both ways takes the named key's value)."""
-    arch = {k: getattr(cfg, k) for k in MODEL_KEYS if getattr(cfg, k) is not None}
-    arch = {k: tuple(v) if k == "channels" else v for k, v in arch.items()}
+    arch = {k: tuple(v) if k == "channels" else v for k, v in cfg.model_dump(include=set(MODEL_KEYS)).items()
+            if v is not None}
     if cfg.factory is not None:
         fn = load_factory(cfg.factory, file, "model.factory")
         offered: dict[str, Any] = {"input_shape": input_shape, "n_classes": n_classes, "dropout": dropout,

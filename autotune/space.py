@@ -80,7 +80,7 @@ def inactive_value(name: str, cfg: RunConfig) -> tuple[bool, Any]:
     """(keep?, value) for a parameter whose `when` does not hold: a setting keeps its default; a
     prefixed key keeps its section's value (`model.KEY`: the model section's, if it sets one)."""
     if name.startswith(MODEL_PREFIX):
-        value = getattr(cfg.model, name[len(MODEL_PREFIX):], None)
+        value = cfg.model.model_dump().get(name[len(MODEL_PREFIX):])
         return value is not None, list(value) if isinstance(value, tuple) else value
     return True, SETTINGS[name].default
 

@@ -243,3 +243,7 @@ def test_split_too_small_for_the_classes(tmp_path: Path) -> None:
 def test_check_arrays_shapes_and_types(x: np.ndarray, y: np.ndarray, match: str) -> None:
     with pytest.raises(ConfigError, match=r"f\.yaml: data\.path: d\.npz: " + match):
         data.check_arrays(x, y, "classification", 0.2, "f.yaml", "data.path", "d.npz")
+
+
+def test_config_dataset_names_are_the_loaders() -> None:
+    assert set(config.DATASETS) == set(data._BUILTIN)
