@@ -113,7 +113,7 @@ def _load_cached(key: str, source: str, task: str) -> Dataset:
     file = source.rsplit("/", 1)[-1]
     raw = _arrays(cfg, source, file)
     check_arrays(raw.x, raw.y, task, cfg.val_fraction, file, raw.key, raw.what)
-    if raw.x.dtype == np.uint8 and raw.x.ndim == 4:
+    if raw.images:
         return _split_images(raw, cfg, task)
     return _split(raw, cfg, task)
 
@@ -127,6 +127,7 @@ class _Raw:
     key: str  # data.path, data.factory, data.name
     what: str  # the file, folder or factory the arrays came from
     classes: tuple[str, ...] = ()
+    images: bool = False  # uint8 (N, C, H, W) decoded images: kept uint8, normalized per batch
 
 
 def _arrays(cfg: DataConfig, source: str, file: str) -> _Raw:
@@ -243,7 +244,7 @@ def _image_folder(cfg: DataConfig, source: str, file: str) -> _Raw:
     if x is None or len(x) != len(y):
         x = _decode_images(files, rel, cfg.image_size, file, where)
         _write_cache(cache, x)
-    return _Raw(x, y, "data.path", str(cfg.path), tuple(classes))
+    return _Raw(x, y, "data.path", str(cfg.path), tuple(classes), images=True)
 
 
 def _decode_images(files: list[Path], rel: list[str], size: int | None, file: str, where: str) -> np.ndarray:
@@ -365,7 +366,7 @@ def _cifar(cfg: DataConfig, source: str, file: str) -> _Raw:
     if (root / fmt.meta).is_file():
         names = _unpickle(root / fmt.meta, file, f"{cfg.path}/{fmt.meta}").get(fmt.names_key, [])
         classes = tuple(n.decode() if isinstance(n, bytes) else str(n) for n in names)
-    return _Raw(np.concatenate(xs), np.concatenate(ys), "data.path", str(cfg.path), classes)
+    return _Raw(np.concatenate(xs), np.concatenate(ys), "data.path", str(cfg.path), classes, images=True)
 
 
 def _unpickle(path: Path, file: str, what: str) -> dict[bytes, Any]:

@@ -247,3 +247,10 @@ def test_check_arrays_shapes_and_types(x: np.ndarray, y: np.ndarray, match: str)
 
 def test_config_dataset_names_are_the_loaders() -> None:
     assert set(config.DATASETS) == set(data._BUILTIN)
+
+
+def test_uint8_npz_stays_float_standardized(tmp_path: Path) -> None:
+    rng = np.random.default_rng(0)
+    np.savez(tmp_path / "u.npz", x=rng.integers(0, 256, (40, 1, 4, 4), dtype=np.uint8), y=np.arange(40) % 2)
+    ds = load(config.from_dict({"data": {"name": "npz", "path": str(tmp_path / "u.npz")}}).data)
+    assert ds.x_train.dtype == torch.float32 and ds.mean is None
