@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import optuna
 
-from .config import MODEL_PREFIX, ParamSpec, RunConfig
+from .config import MODEL_PREFIX, USER_PREFIX, ParamSpec, RunConfig
 from .settings import SETTINGS
 
 
@@ -77,8 +77,10 @@ def suggest(trial: optuna.Trial, name: str, spec: ParamSpec) -> Any:
 
 
 def inactive_value(name: str, cfg: RunConfig) -> tuple[bool, Any]:
-    """(keep?, value) for a parameter whose `when` does not hold: a setting keeps its default; a
-    prefixed key keeps its section's value (`model.KEY`: the model section's, if it sets one)."""
+    """(keep?, value) for a parameter whose `when` does not hold: a trainer setting keeps its default;
+    `model.KEY` keeps the model section's value if it sets one; a user parameter is left out."""
+    if name.startswith(USER_PREFIX):
+        return False, None
     if name.startswith(MODEL_PREFIX):
         value = cfg.model.model_dump().get(name[len(MODEL_PREFIX):])
         return value is not None, list(value) if isinstance(value, tuple) else value
@@ -87,7 +89,8 @@ def inactive_value(name: str, cfg: RunConfig) -> tuple[bool, Any]:
 
 def sample(trial: optuna.Trial, cfg: RunConfig) -> dict[str, Any]:
     """All trainer settings for this trial: the fixed ones plus one value per active parameter
-    (searched model keys under their `model.` names)."""
+    (searched model keys under their `model.` names, user parameters under `user.`). An inactive
+    parameter keeps its fixed value (`inactive_value`)."""
     values = cfg.fixed()
     for name in order(cfg.space):
         spec = cfg.space[name]
@@ -98,6 +101,13 @@ def sample(trial: optuna.Trial, cfg: RunConfig) -> dict[str, Any]:
             if keep:
                 values[name] = value
     return values
+
+
+def split(values: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(trainer settings, user parameters by their bare names) of a sampled or fixed point."""
+    settings = {k: v for k, v in values.items() if not k.startswith(USER_PREFIX)}
+    user = {k[len(USER_PREFIX):]: v for k, v in values.items() if k.startswith(USER_PREFIX)}
+    return settings, user
 
 
 def grid(cfg: RunConfig) -> dict[str, list[Any]]:

@@ -42,12 +42,11 @@ from optuna.trial import FrozenTrial, TrialState
 from . import study as study_mod
 from .config import RunConfig, from_dict
 from .errors import AutotuneError, ConfigError
-from .objective import Objective
+from .objective import CATCH, Objective
 
 FINISHED = study_mod.FINISHED
 # Trials that hold a slot of the budget: done, in flight, or queued (a retry, an enqueued trial).
 ALIVE = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.RUNNING, TrialState.WAITING)
-CATCH = (RuntimeError, ValueError, TypeError, ArithmeticError, MemoryError)
 POLL_S = 0.5
 WORKER_ATTR = "worker"  # trial user attr: "host:pid" of the process that runs it
 
