@@ -145,3 +145,17 @@ def test_model_key_int_range_checked_value_by_value() -> None:
         cfg_with({"model.width": {"type": "float", "low": 8, "high": 20}}, model={"name": "resnet"})
     with pytest.raises(ConfigError, match=r"space\.model\.hidden\.low: hidden must be an integer >= 1; got 0"):
         cfg_with({"model.hidden": {"type": "int", "low": 0, "high": 20}}, model={"name": "mlp"})
+
+
+def test_user_and_model_prefixes_side_by_side() -> None:
+    import pytest
+
+    from autotune.errors import ConfigError
+
+    cfg = cfg_with({"model.hidden": {"type": "categorical", "choices": [8, 16]},
+                    "lr": {"type": "float", "low": 1e-3, "high": 1e-2}}, model={"name": "mlp"})
+    s = space.sample(optuna.create_study().ask(), cfg)
+    settings, user = space.split(s)
+    assert settings["model.hidden"] in (8, 16) and user == {}
+    with pytest.raises(ConfigError, match=r"space\.user\.width: user parameters go to a training function"):
+        cfg_with({"user.width": {"type": "categorical", "choices": [8, 16]}})
