@@ -146,8 +146,8 @@ def preflight(cfg: RunConfig) -> None:
     if cfg.model.checkpoint is not None:  # a checkpoint that does not fit fails here, not in every trial
         from . import data, models
 
-        ds = data.load(cfg.data, cfg.source)
-        model = models.build(cfg.model, ds.input_shape, ds.n_classes, 0.0, "default", file)
+        ds = data.load(cfg.data, cfg.source, cfg.task)
+        model = models.build(cfg.model, ds.input_shape, ds.n_outputs, 0.0, "default", file)
         freezes = cfg.space["freeze"].choices or () if "freeze" in searched else (fixed["freeze"],)
         for freeze in freezes:
             load_checkpoint(copy.deepcopy(model), cfg.model.checkpoint, cfg.source, str(freeze))

@@ -7,17 +7,24 @@ from typing import Any
 
 import yaml
 
-from .config import RunConfig
+from . import space
+from .config import MODEL_PREFIX, RunConfig
 from .results import TrialSummary
 from .settings import SETTINGS
 
 
 def best_yaml(cfg: RunConfig, best: TrialSummary) -> dict[str, Any]:
-    settings = dict(best.settings) or {**cfg.fixed(), **best.params}
+    """The config with the trial's settings fixed in `train:` and its searched model keys (`model.KEY`)
+    fixed in `model:`; `space:` empty."""
+    settings = dict(best.settings) or space.fixed_point(cfg, best.params)
     train = {k: v for k, v in settings.items() if k in SETTINGS and v != SETTINGS[k].default or k in cfg.train}
     doc = cfg.to_dict()
     doc["study"] = {**doc["study"], "name": f"{cfg.study.name}-best", "n_trials": 1}
     doc["train"] = train
+    arch = {k[len(MODEL_PREFIX):]: v for k, v in settings.items() if k.startswith(MODEL_PREFIX)}
+    known = {k: v for k, v in arch.items() if k in doc["model"]}
+    extra = {k: v for k, v in arch.items() if k not in doc["model"]}  # a factory's own arguments
+    doc["model"] = {**doc["model"], **known, "kwargs": {**doc["model"].get("kwargs", {}), **extra}}
     doc["space"] = {}
     doc.pop("source", None)
     return doc

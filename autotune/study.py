@@ -14,7 +14,7 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from . import __version__, accel, data, models, pruners, results, space
+from . import __version__, accel, augment, data, models, pruners, results, space
 from .config import RunConfig, check_fit_signature
 from .errors import AutotuneError, ConfigError
 from .objective import CATCH, Objective, fit_name
@@ -173,9 +173,10 @@ def preflight(cfg: RunConfig) -> None:
     pruners.pareto_pruner(cfg)
     if cfg.trainer is not None:
         return  # a user's training function brings its own data and model
-    ds = data.load(cfg.data, cfg.source)
+    ds = data.load(cfg.data, cfg.source, cfg.task)
+    _check_augment(cfg, ds.input_shape, file)
     try:
-        models.build(cfg.model, ds.input_shape, ds.n_classes, 0.0, "default", file)
+        models.build_for(cfg.model, space.fixed_point(cfg, {}), ds.input_shape, ds.n_outputs, 0.0, "default", file)
     except AutotuneError:
         raise
     except Exception as e:
@@ -185,6 +186,19 @@ def preflight(cfg: RunConfig) -> None:
     from . import compress  # fixed compression settings that cannot run here
 
     compress.preflight(cfg)
+
+
+def _check_augment(cfg: RunConfig, input_shape: tuple[int, ...], file: str) -> None:
+    """Augmentation settings the data cannot take (image-only, a crop pad past the image side), fixed or
+    at the largest value searched."""
+    fixed = cfg.fixed()
+    for key in augment.SETTINGS:
+        spec = cfg.space.get(key)
+        values = [fixed.get(key)] if spec is None else \
+            [max(spec.choices)] if spec.choices is not None else [spec.high]
+        why = augment.check({key: values[0]}, input_shape)
+        if why is not None:
+            raise ConfigError(file, f"space.{key}" if spec else f"train.{key}", why)
 
 
 def check_storage(cfg: RunConfig) -> None:

@@ -53,6 +53,11 @@ torch.__version__, '| optuna', optuna.__version__, '| pydantic', pydantic.__vers
   echo "== autotune doctor --device $DEVICE --no-compile (compile is timed below)"
   python3 -m autotune doctor --device "$DEVICE" --no-compile
   python3 bench/gpu_check.py --device "$DEVICE" --out "$OUT"
+  echo "== on-device augmentation: cost per batch, and the test that it never waits for the device"
+  python3 bench/augment.py --device "$DEVICE" --repeats 30
+  if [ "$DEVICE" != cpu ] && python3 -c "import pytest" 2>/dev/null; then
+    python3 -m pytest -q -p no:cacheprovider -m gpu tests/test_augment.py || echo "== augmentation GPU test FAILED"
+  fi
   # fold SQLite's write-ahead log (autotune opens studies in WAL mode) into gpu-check.db: one file to carry home
   if [ -f "$OUT/gpu-check.db" ]; then
     python3 -c "import sqlite3, sys; sqlite3.connect(sys.argv[1]).execute('PRAGMA journal_mode=DELETE')" \
