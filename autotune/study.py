@@ -14,7 +14,7 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from . import __version__, accel, data, models, pruners, results, space
+from . import __version__, accel, data, models, pruners, results, space, tracking
 from .config import RunConfig
 from .errors import AutotuneError, ConfigError
 from .objective import Objective
@@ -200,9 +200,10 @@ def check_storage(cfg: RunConfig) -> None:
 
 
 def validate(cfg: RunConfig) -> None:
-    """Everything `autotune validate` checks: preflight plus the storage."""
+    """Everything `autotune validate` checks: preflight, the storage and the tracking server."""
     preflight(cfg)
     check_storage(cfg)
+    tracking.check(cfg)
 
 
 def versions() -> dict[str, str]:
@@ -354,8 +355,10 @@ def run(cfg: RunConfig, fresh: bool = False, callbacks: list[TrialCallback] | No
         on_start: Callable[[optuna.Study, int], None] | None = None) -> TuneResult:
     """Create or resume the study and run trials until it holds `n_trials` finished ones (or timeout)."""
     preflight(cfg)
+    tracking.check(cfg)
     cfg = resolve_teacher(cfg)
     study = open_study(cfg, fresh=fresh)
+    tracker = tracking.open_tracker(cfg, study)
     # Everything imported so far (torch, optuna, sympy...) lives for the whole run: freeze it out of
     # the garbage collector, so the collection after each trial scans only what trials made
     # (0.5 s per collection otherwise, longer than a digits trial trains).
@@ -366,11 +369,22 @@ def run(cfg: RunConfig, fresh: bool = False, callbacks: list[TrialCallback] | No
         todo = max(0, cfg.study.n_trials - n_finished(study))
     if on_start is not None:
         on_start(study, todo if todo is not None else -1)
-    if todo != 0:
-        cbs: list[TrialCallback] = list(callbacks or [])
-        if cfg.study.n_trials is not None:
-            cbs.append(optuna.study.MaxTrialsCallback(cfg.study.n_trials, states=FINISHED))
-        study.optimize(Objective(cfg), n_trials=todo, timeout=cfg.study.timeout, callbacks=cbs,
-                       catch=(RuntimeError, ValueError, TypeError, ArithmeticError, MemoryError),
-                       gc_after_trial=False)  # the objective releases memory itself
+    status = "FAILED"  # how the parent run ends if the study does not
+    try:
+        if todo != 0:
+            cbs: list[TrialCallback] = list(callbacks or [])
+            if tracker is not None:
+                cbs.append(tracker)
+            if cfg.study.n_trials is not None:
+                cbs.append(optuna.study.MaxTrialsCallback(cfg.study.n_trials, states=FINISHED))
+            study.optimize(Objective(cfg), n_trials=todo, timeout=cfg.study.timeout, callbacks=cbs,
+                           catch=(RuntimeError, ValueError, TypeError, ArithmeticError, MemoryError),
+                           gc_after_trial=False)  # the objective releases memory itself
+        status = "FINISHED"
+    except KeyboardInterrupt:
+        status = "KILLED"
+        raise
+    finally:
+        if tracker is not None:
+            tracker.finish(study, status)
     return TuneResult(study=study, config=cfg)
