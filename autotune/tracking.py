@@ -233,8 +233,8 @@ class Tracker:
             self._pending[t.number] = t
         self.flush()
 
-    def _http(self, force: bool = False) -> contextlib.AbstractContextManager[None]:
-        return _http(retries=LOG_RETRIES, timeout=LOG_TIMEOUT_S, force=force)
+    def _http(self) -> contextlib.AbstractContextManager[None]:
+        return _http(retries=LOG_RETRIES, timeout=LOG_TIMEOUT_S, force=False)
 
     def _experiment(self) -> str:
         from mlflow.exceptions import MlflowException

@@ -382,22 +382,20 @@ def run_worker(cfg: RunConfig, sampler_seed_offset: int | None = 0, callbacks: l
     deadline = None if cfg.study.timeout is None else time.monotonic() + cfg.study.timeout
     ran = 0
     step = "run"
-    try:
-        with _StaleWatcher(study, cfg):
-            while deadline is None or time.monotonic() < deadline:
-                step = next_step(study, n)
-                if step == "done":
-                    break
-                if step == "wait":
-                    time.sleep(POLL_S)
-                    continue
-                left = None if deadline is None else max(0.0, deadline - time.monotonic())
-                # No gc_after_trial: the objective already collects after each trial (accel.release_memory).
-                study.optimize(claimed, n_trials=1, timeout=left, callbacks=cbs, catch=(*CATCH, SurplusTrial))
-                ran += 1
-    finally:
-        if tracker is not None:  # the parent run ends with the study, not with one of its workers
-            tracker.finish(study, "FINISHED" if step == "done" else None)
+    with _StaleWatcher(study, cfg):
+        while deadline is None or time.monotonic() < deadline:
+            step = next_step(study, n)
+            if step == "done":
+                break
+            if step == "wait":
+                time.sleep(POLL_S)
+                continue
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            # No gc_after_trial: the objective already collects after each trial (accel.release_memory).
+            study.optimize(claimed, n_trials=1, timeout=left, callbacks=cbs, catch=(*CATCH, SurplusTrial))
+            ran += 1
+    if tracker is not None:  # the parent run ends with the study, not with one of its workers
+        tracker.finish(study, "FINISHED" if step == "done" else None)
     return WorkerResult(ran=ran, surplus=claimed.surplus, study=study)
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import http.server
 import logging
 import re
+import shutil
 import sys
 import threading
 import time
@@ -20,6 +21,7 @@ import optuna
 import pytest
 import yaml
 from optuna.distributions import FloatDistribution
+from optuna.trial import TrialState
 
 from autotune import cli, config, tracking, workers
 from autotune import study as study_mod
@@ -32,6 +34,21 @@ from mlflow.tracking import MlflowClient  # noqa: E402
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")  # SQLAlchemy 2.1 on MLflow's store code
 
 SPACE = {"lr": {"type": "float", "low": 1e-3, "high": 1e-1, "log": True}}
+
+
+@pytest.fixture(scope="module")
+def empty_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """An MLflow SQLite store with its tables made once: creating them costs 2-8 s a store."""
+    path = tmp_path_factory.mktemp("mlflow") / "mlflow.db"
+    MlflowClient(tracking_uri=f"sqlite:///{path}").search_experiments()
+    return path
+
+
+@pytest.fixture(autouse=True)
+def store(tmp_path: Path, empty_store: Path) -> Path:
+    """Each test's own MLflow store, tmp_path/mlflow.db, as a copy of the empty one."""
+    shutil.copy(empty_store, tmp_path / "mlflow.db")
+    return tmp_path / "mlflow.db"
 
 
 def tracked(tmp_path: Path, **sections: Any) -> config.RunConfig:
@@ -52,11 +69,23 @@ def runs(tmp_path: Path) -> tuple[Any, list[Any], MlflowClient]:
     return parents[0], children, client
 
 
+def listing(client: MlflowClient, parent: Any, children: list[Any]) -> str:
+    """The runs as a table (printed by the tests: `pytest tests/test_tracking.py -s`)."""
+    rows = [f"{'run':<10} {'parent':<10} {'status':<9} {'val_accuracy steps':<19} {'final/val_accuracy':>18}  params"]
+    for r in [parent, *children]:
+        hist = client.get_metric_history(r.info.run_id, "val_accuracy")
+        final = r.data.metrics.get("final/val_accuracy")
+        rows.append(f"{r.info.run_name:<10} {r.data.tags.get('mlflow.parentRunId', '-')[:8]:<10} {r.info.status:<9} "
+                    f"{','.join(str(m.step) for m in sorted(hist, key=lambda m: m.step)) or '-':<19} "
+                    f"{'-' if final is None else f'{final:.4f}':>18}  {len(r.data.params)}")
+    return "\n".join(rows)
+
+
 def steps(client: MlflowClient, run: Any, key: str) -> list[int]:
     return sorted(m.step for m in client.get_metric_history(run.info.run_id, key))
 
 
-def test_study_logs_a_parent_and_a_nested_run_per_trial_and_a_resume_appends(tmp_path: Path) -> None:
+def test_study_logs_a_parent_and_a_nested_run_per_trial_and_a_resume_appends(tmp_path: Path, capsys: Any) -> None:
     cfg = tracked(tmp_path)
     study = study_mod.run(cfg).study
     parent, children, client = runs(tmp_path)
@@ -86,12 +115,18 @@ def test_study_logs_a_parent_and_a_nested_run_per_trial_and_a_resume_appends(tmp
     assert best_cfg.study.name == "t-best" and best_cfg.tracking.mlflow is not None
     study_mod.validate(best_cfg)
 
-    # resume: run again with a larger budget; the same parent gains the new trial
-    study_mod.run(config.from_dict(cfg.to_dict(), overrides={"study.n_trials": 4}, source=cfg.source))
+    # resume from the command line with a larger budget: the same parent gains the new trial
+    (tmp_path / "tiny.yaml").write_text(yaml.safe_dump(cfg.to_dict()))
+    capsys.readouterr()
+    assert cli.main(["run", str(tmp_path / "tiny.yaml"), "--plain", "--n-trials", "4"]) == 0
+    out = capsys.readouterr().out
+    assert f"MLflow: experiment 'exp' at sqlite:///{tmp_path}/mlflow.db, parent run {parent.info.run_id}" in out
     parent2, children2, _ = runs(tmp_path)
     assert parent2.info.run_id == parent.info.run_id and parent2.info.status == "FINISHED"
     assert [r.data.tags["trial_number"] for r in children2] == ["0", "1", "2", "3"]
     assert [r.info.run_id for r in children2[:3]] == [r.info.run_id for r in children]
+    print(f"\nparent run {parent.info.run_id} (artifacts: best.yaml, config.yaml)\n" +
+          listing(client, parent2, children2))
 
 
 def test_workers_driver_and_a_joining_worker_log_each_trial_once(tmp_path: Path) -> None:
@@ -115,15 +150,18 @@ def test_workers_driver_and_a_joining_worker_log_each_trial_once(tmp_path: Path)
     assert numbers == finished and len(numbers) == 3
 
 
-def synthetic(study: optuna.Study, epochs: int = 3) -> optuna.trial.FrozenTrial:
-    """A finished trial as the objective leaves it (params, values, per-epoch history), added to the study."""
+def synthetic(study: optuna.Study, epochs: int = 3, pruned: bool = False) -> optuna.trial.FrozenTrial:
+    """A finished trial as the objective leaves it (params, values, per-epoch history), added to the study;
+    `pruned`: stopped as diverged after `epochs` epochs, with no final values."""
     n = len(study.trials)
     history = [{"epoch": e, "val_accuracy": 0.5 + 0.1 * e, "train_loss": 1.0 / e} for e in range(1, epochs + 1)]
+    final = {"val_accuracy": history[-1]["val_accuracy"], "train_time_s": 1.0 + n}
+    stop = {"stop_reason": "diverged", "stop_epoch": epochs}
     study.add_trial(optuna.trial.create_trial(
         params={"lr": 0.01 * (n + 1)}, distributions={"lr": FloatDistribution(1e-3, 1.0, log=True)},
-        values=[history[-1]["val_accuracy"], 1.0 + n],
+        state=TrialState.PRUNED if pruned else TrialState.COMPLETE, values=None if pruned else list(final.values()),
         user_attrs={"history": history, "seed": n, "device": "cpu", "precision": "fp32",
-                    "val_accuracy": history[-1]["val_accuracy"], "train_time_s": 1.0 + n}))
+                    **(stop if pruned else final)}))
     return study.trials[-1]
 
 
@@ -165,10 +203,15 @@ def test_a_new_parent_logs_the_trials_a_study_already_has(tmp_path: Path) -> Non
     study = optuna.create_study(directions=cfg.directions)  # the storage above is only named, never reached
     for _ in range(2):
         synthetic(study)
+    synthetic(study, epochs=2, pruned=True)
     tracker = tracking.Tracker(cfg, study)
     tracker.finish(study)
     parent, children, client = runs(tmp_path)
-    assert len(children) == 2
+    assert len(children) == 3
+    pruned = children[2]
+    assert pruned.info.status == "KILLED" and pruned.data.tags["state"] == "PRUNED"
+    assert pruned.data.tags["stop_reason"] == "diverged" and pruned.data.tags["stop_epoch"] == "2"
+    assert steps(client, pruned, "val_accuracy") == [1, 2] and "final/val_accuracy" not in pruned.data.metrics
     assert parent.data.tags["autotune.storage"] == "postgresql://alice:***@db.example/studies"
     saved = tmp_path / "artifacts"
     for name in ("config.yaml", "best.yaml"):
