@@ -246,6 +246,17 @@ class DistillConfig(_Model):
     temperature: float = Field(4.0, gt=0)
 
 
+class MlflowConfig(_Model):
+    """Log the study to MLflow (autotune[mlflow]): one parent run, one nested run per trial."""
+
+    tracking_uri: str = ""  # default: $MLFLOW_TRACKING_URI, else sqlite:///studies/mlflow.db
+    experiment: str = ""  # default: the study's name
+
+
+class TrackingConfig(_Model):
+    mlflow: MlflowConfig | None = None
+
+
 class RunConfig(_Model):
     study: StudyConfig = StudyConfig()
     task: Literal["classification", "regression"] = "classification"
@@ -263,6 +274,7 @@ class RunConfig(_Model):
     distill: DistillConfig | None = None
     trainer: str | None = None  # "package.module:function": a user's training function fit(ctx)
     metrics: tuple[str, ...] = ()  # further metrics that function may ctx.report (beyond the objectives)
+    tracking: TrackingConfig = TrackingConfig()
     source: str = Field("<config>", exclude=True)
 
     @field_validator("select", mode="before")
@@ -505,6 +517,13 @@ def _check_semantics(cfg: RunConfig, file: str, source: str) -> RunConfig:
         object.__setattr__(cfg.study, "name", Path(source).stem if source != "<config>" else "autotune")
     if not cfg.study.storage:
         object.__setattr__(cfg.study, "storage", f"sqlite:///studies/{cfg.study.name}.db")
+    ml = cfg.tracking.mlflow
+    if ml is not None:  # resolved once here, so the study stores where it was tracked
+        if not ml.tracking_uri:
+            object.__setattr__(ml, "tracking_uri", os.environ.get("MLFLOW_TRACKING_URI") or
+                               "sqlite:///studies/mlflow.db")
+        if not ml.experiment:
+            object.__setattr__(ml, "experiment", cfg.study.name)
     return cfg
 
 

@@ -30,10 +30,14 @@ def best_yaml(cfg: RunConfig, best: TrialSummary) -> dict[str, Any]:
     return doc
 
 
-def export_best(cfg: RunConfig, best: TrialSummary, path: Path) -> Path:
-    doc = best_yaml(cfg, best)
-    path.parent.mkdir(parents=True, exist_ok=True)
+def render(cfg: RunConfig, best: TrialSummary, doc: dict[str, Any]) -> str:
+    """The YAML text of `doc` (a `best_yaml`), headed by the trial it came from."""
     header = f"# trial {best.number} of study {cfg.study.name}: " + ", ".join(
         f"{k} {v:.4g}" for k, v in best.values.items()) + "\n"
-    path.write_text(header + yaml.safe_dump(doc, sort_keys=False))
+    return header + yaml.safe_dump(doc, sort_keys=False)
+
+
+def export_best(cfg: RunConfig, best: TrialSummary, path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(render(cfg, best, best_yaml(cfg, best)))
     return path

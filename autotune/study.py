@@ -14,7 +14,7 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from . import __version__, accel, augment, data, models, pruners, results, space
+from . import __version__, accel, augment, data, models, pruners, results, space, tracking
 from .config import RunConfig, check_fit_signature
 from .errors import AutotuneError, ConfigError
 from .objective import CATCH, Objective, fit_name
@@ -217,9 +217,10 @@ def check_storage(cfg: RunConfig) -> None:
 
 
 def validate(cfg: RunConfig) -> None:
-    """Everything `autotune validate` checks: preflight plus the storage."""
+    """Everything `autotune validate` checks: preflight, the storage and the tracking server."""
     preflight(cfg)
     check_storage(cfg)
+    tracking.check(cfg)
 
 
 def versions() -> dict[str, str]:
@@ -376,8 +377,10 @@ def run(cfg: RunConfig, fresh: bool = False, callbacks: list[TrialCallback] | No
     if fit is not None:
         check_fit_signature(fit, fit_name(cfg, fit), _file(cfg))
     preflight(cfg)
+    tracking.check(cfg)
     cfg = resolve_teacher(cfg)
     study = open_study(cfg, fresh=fresh)
+    tracker = tracking.open_tracker(cfg, study)
     # Everything imported so far (torch, optuna, sympy...) lives for the whole run: freeze it out of
     # the garbage collector, so the collection after each trial scans only what trials made
     # (0.5 s per collection otherwise, longer than a digits trial trains).
@@ -388,10 +391,21 @@ def run(cfg: RunConfig, fresh: bool = False, callbacks: list[TrialCallback] | No
         todo = max(0, cfg.study.n_trials - n_finished(study))
     if on_start is not None:
         on_start(study, todo if todo is not None else -1)
-    if todo != 0:
-        cbs: list[TrialCallback] = list(callbacks or [])
-        if cfg.study.n_trials is not None:
-            cbs.append(optuna.study.MaxTrialsCallback(cfg.study.n_trials, states=FINISHED))
-        study.optimize(Objective(cfg, fit), n_trials=todo, timeout=cfg.study.timeout, callbacks=cbs, catch=CATCH,
-                       gc_after_trial=False)  # the objective releases memory itself
+    status = "FAILED"  # how the parent run ends if the study does not
+    try:
+        if todo != 0:
+            cbs: list[TrialCallback] = list(callbacks or [])
+            if tracker is not None:
+                cbs.append(tracker)
+            if cfg.study.n_trials is not None:
+                cbs.append(optuna.study.MaxTrialsCallback(cfg.study.n_trials, states=FINISHED))
+            study.optimize(Objective(cfg, fit), n_trials=todo, timeout=cfg.study.timeout, callbacks=cbs,
+                           catch=CATCH, gc_after_trial=False)  # the objective releases memory itself
+        status = "FINISHED"
+    except KeyboardInterrupt:
+        status = "KILLED"
+        raise
+    finally:
+        if tracker is not None:
+            tracker.finish(study, status)
     return TuneResult(study=study, config=cfg)

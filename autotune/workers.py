@@ -40,6 +40,7 @@ from optuna.storages._heartbeat import is_heartbeat_enabled  # what Study.optimi
 from optuna.trial import FrozenTrial, TrialState
 
 from . import study as study_mod
+from . import tracking
 from .config import RunConfig, from_dict
 from .errors import AutotuneError, ConfigError, describe_exception
 from .objective import CATCH, Objective
@@ -376,12 +377,14 @@ class WorkerResult:
 
 def run_worker(cfg: RunConfig, sampler_seed_offset: int | None = 0, callbacks: list[TrialCallback] | None = None,
                objective: Callable[[optuna.Trial], Any] | None = None,
-               study: optuna.Study | None = None) -> WorkerResult:
+               study: optuna.Study | None = None, track: bool = True) -> WorkerResult:
     """Run trials of an existing study until it holds n_trials finished ones (or the timeout passes).
 
     `sampler_seed_offset`: 0 keeps the study's seed (one worker reproduces a one-process run); k > 0
     gives worker k its own stream, so parallel workers do not propose the same first settings; None
     reseeds at random (a worker that joined from elsewhere).
+    `track`: log this worker's trials to MLflow (`tracking.mlflow`); `--workers`' children do not,
+    their driver does.
     """
     import warnings
 
@@ -397,10 +400,12 @@ def run_worker(cfg: RunConfig, sampler_seed_offset: int | None = 0, callbacks: l
     cfg = study_mod.resolve_teacher(cfg, study._storage)
     n = cfg.study.n_trials
     claimed = ClaimedObjective(objective or Objective(cfg), n)
+    tracker = tracking.open_tracker(cfg, study) if track else None
     # Callbacks see the trials this worker ran, not the ones that lost the race for a slot.
-    cbs = [_unless_surplus(cb) for cb in callbacks or []]
+    cbs = [_unless_surplus(cb) for cb in [*(callbacks or []), *([tracker] if tracker else [])]]
     deadline = None if cfg.study.timeout is None else time.monotonic() + cfg.study.timeout
     ran = 0
+    step = "run"
     with _StaleWatcher(study, cfg):
         while deadline is None or time.monotonic() < deadline:
             step = next_step(study, n)
@@ -413,6 +418,8 @@ def run_worker(cfg: RunConfig, sampler_seed_offset: int | None = 0, callbacks: l
             # No gc_after_trial: the objective already collects after each trial (accel.release_memory).
             study.optimize(claimed, n_trials=1, timeout=left, callbacks=cbs, catch=(*CATCH, SurplusTrial))
             ran += 1
+    if tracker is not None:  # the parent run ends with the study, not with one of its workers
+        tracker.finish(study, "FINISHED" if step == "done" else None)
     return WorkerResult(ran=ran, surplus=claimed.surplus, study=study)
 
 
@@ -470,7 +477,7 @@ def _child(cfg_dict: dict[str, Any], source: str, slot: Slot) -> None:
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     cfg = from_dict(cfg_dict, source=source)
     try:
-        run_worker(cfg, sampler_seed_offset=slot.index)
+        run_worker(cfg, sampler_seed_offset=slot.index, track=False)  # the driver logs every trial once
     except KeyboardInterrupt:
         sys.exit(130)
     except AutotuneError as e:
@@ -589,13 +596,19 @@ def run_parallel(cfg: RunConfig, slots: list[Slot], fresh: bool = False,
     else:
         study_mod.preflight(cfg)
         study_mod.resolve_teacher(cfg)  # the teacher file exists before any worker needs it
+    tracking.check(cfg)
     study = study_mod.open_study(cfg, fresh=fresh, device_name=device)
+    # The driver logs to MLflow, not the workers: it sees every trial finish (below), so each is logged
+    # exactly once, over one client, with one warning if the server fails; workers never import MLflow.
+    tracker = tracking.open_tracker(cfg, study)
     n = cfg.study.n_trials
     shown = {t.number for t in study.get_trials(deepcopy=False) if t.state.is_finished()}
     todo = -1 if n is None else max(0, n - counts(study.get_trials(deepcopy=False)).finished)
     if on_start is not None:
         on_start(study, todo)
     if todo == 0:
+        if tracker is not None:
+            tracker.finish(study)
         return study_mod.TuneResult(study=study, config=cfg)
     ctx = mp.get_context("spawn")
     procs: list[tuple[Slot, Any]] = []
@@ -615,6 +628,8 @@ def run_parallel(cfg: RunConfig, slots: list[Slot], fresh: bool = False,
                     continue  # a lost race, not a trial anyone ran
                 if on_trial is not None:
                     on_trial(study, t)
+                if tracker is not None:
+                    tracker(study, t)
 
     try:
         while any(p.is_alive() for _, p in procs):
@@ -630,6 +645,9 @@ def run_parallel(cfg: RunConfig, slots: list[Slot], fresh: bool = False,
                 p.terminate()
         for _, p in procs:
             p.join(timeout=30)
+        if tracker is not None:
+            show_new()  # the trials the workers failed on their way out
+            tracker.finish(study, "KILLED")
         raise
     for _, p in procs:
         p.join()
@@ -641,6 +659,8 @@ def run_parallel(cfg: RunConfig, slots: list[Slot], fresh: bool = False,
     if surplus:
         note(f"{surplus} FAIL trial(s) marked surplus: workers raced for the last slots and these never ran")
     left = None if n is None else n - counts(study.get_trials(deepcopy=False)).finished
+    if tracker is not None:
+        tracker.finish(study, "FAILED" if left and cfg.study.timeout is None else "FINISHED")
     if left and cfg.study.timeout is None:
         raise AutotuneError(f"every worker stopped and the study holds {n - left} of its {n} finished trials: see the "
                             f"workers' errors above; run again to resume")
