@@ -36,13 +36,14 @@ METRICS: dict[str, str] = {
     "model_size_bytes": "minimize",
     "inference_latency_ms": "minimize",
     "params_nonzero": "minimize",
+    "model_params": "minimize",  # parameters of the trained model: the architecture's size
     # task: regression (original units of the targets; val_r2 has none)
     "val_mse": "minimize",
     "val_mae": "minimize",
     "val_r2": "maximize",
 }
 # metrics a training function reports with ctx.report (the clocks are the context's own)
-REPORTED_METRICS = ("val_accuracy", "val_loss")
+REPORTED_METRICS = ("val_accuracy", "val_loss", "val_mse", "val_mae", "val_r2")
 USER_PREFIX = "user."  # `user.NAME` in train/space: a parameter of the user's training function (ctx.params[NAME])
 TASKS = ("classification", "regression")
 # metrics that only one task has; every other metric is measured for both
@@ -346,6 +347,8 @@ def from_dict(raw: dict[str, Any], overrides: dict[str, Any] | None = None, sour
 
 def _apply_override(raw: dict[str, Any], dotted: str, value: Any, file: str) -> None:
     parts = dotted.split(".")
+    if len(parts) > 2 and parts[0] in ("train", "space") and f"{parts[1]}." in (USER_PREFIX, MODEL_PREFIX):
+        parts = [parts[0], f"{parts[1]}.{parts[2]}", *parts[3:]]  # train.user.width: the key is user.width
     node = raw
     for i, part in enumerate(parts[:-1]):
         nxt = node.setdefault(part, {})

@@ -92,6 +92,7 @@ class TrainResult:
     stopped_early_at: int | None = None  # epoch at which early stopping ended training
     loss_scale: float | None = None  # the GradScaler's final scale (fp16 only)
     not_applied: dict[str, str] = field(default_factory=dict)  # setting -> why it could not take effect here
+    model_params: int = 0  # parameters of the trained model (the architecture's size, for model.* searches)
     model: nn.Module | None = field(default=None, repr=False)
     extra: dict[str, Any] = field(default_factory=dict)  # post-training metrics (compression)
     compressed_model: nn.Module | None = field(default=None, repr=False)
@@ -107,6 +108,8 @@ class TrainResult:
     def metrics(self) -> dict[str, float]:
         out = {**self.final, "train_time_s": self.train_time_s, "samples_per_s": self.samples_per_s,
                "compile_time_s": self.compile_time_s, "data_wait_fraction": self.data_wait_fraction}
+        if self.model_params:
+            out["model_params"] = float(self.model_params)
         out.update(self.extra)
         return out
 
@@ -732,6 +735,7 @@ class TrialContext:
             history=list(self.history), stopped_early_at=self.stopped_early_at,
             loss_scale=float(self.scaler.get_scale()) if self.scaler is not None else None,
             not_applied=dict(self.not_applied), model=self.model,
+            model_params=sum(p.numel() for p in self.model.parameters()) if self.model is not None else 0,
         )
 
 

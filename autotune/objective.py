@@ -22,7 +22,7 @@ from .pruners import EPOCH_VALUES
 from .stops import Limits
 
 INFERENCE_METRICS = ("model_size_bytes", "inference_latency_ms", "params_nonzero")
-FINAL_ONLY = (*INFERENCE_METRICS, "compile_time_s")  # known only once training is over
+FINAL_ONLY = (*INFERENCE_METRICS, "compile_time_s", "model_params")  # known only once training is over
 
 
 class TrialFailed(Exception):
@@ -84,7 +84,7 @@ def job_for(cfg: RunConfig, values: dict[str, Any], seed: int, measure_inference
     watched = (("val_loss", "minimize"),) + tuple((o.metric, str(o.direction)) for o in cfg.objectives
                                                   if o.metric not in CLOCK_METRICS and o.metric not in FINAL_ONLY)
     return trainer.TrainJob(
-        settings=settings, data=cfg.data, model=cfg.model, seed=seed, source=cfg.source, limits=limits,
+        settings=settings, data=cfg.data, model=cfg.model, task=cfg.task, seed=seed, source=cfg.source, limits=limits,
         distill=cfg.distill, measure_inference=measure_inference, fit=fit, user_params=user,
         metrics=frozenset({*REPORTED_METRICS, *(o.metric for o in cfg.objectives), *cfg.metrics}),
         early_stopping_on=watched, config=cfg)

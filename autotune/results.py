@@ -15,6 +15,7 @@ from optuna.trial import FrozenTrial, TrialState
 from .config import FastestWithin, MostAccurateUnder, RunConfig
 
 METRIC_KEYS = ("val_accuracy", "val_loss", "train_time_s", "samples_per_s", "compile_time_s", "data_wait_fraction",
+               "model_params", "val_mse", "val_mae", "val_r2",
                "model_size_bytes", "inference_latency_ms", "params_nonzero", "val_accuracy_before_compress")
 
 

@@ -11,32 +11,12 @@ import torch
 from sklearn.metrics import mean_absolute_error, mean_squared_error, r2_score
 from torch import nn
 
-from autotune import augment, config, data, models, space, tasks
+import autotune
+from autotune import augment, config, data, models, tasks
+from autotune.study import open_study
 from tests.test_data import write_cifar10, write_folder
 
 CPU = torch.device("cpu")
-
-
-def fit(cfg: config.RunConfig, settings: dict, epochs: int, seed: int = 0) -> tuple[nn.Module, data.Dataset, dict]:
-    """The loop's use of the pieces, in its shortest form (the real loop adds clocks, precision, stop rules)."""
-    torch.manual_seed(seed)
-    ds = data.load(cfg.data, cfg.source, cfg.task)
-    model = models.build_for(cfg.model, settings, ds.input_shape, ds.n_outputs, settings["dropout"],
-                             settings["init"])
-    batches = data.DeviceBatches(ds.x_train, ds.y_train, settings["batch_size"], CPU, False, seed)
-    gen = augment.generator(CPU, seed)
-    loss_fn = tasks.loss_fn(ds, settings["label_smoothing"])
-    opt = torch.optim.Adam(model.parameters(), lr=settings["lr"])
-    for _ in range(epochs):
-        model.train()
-        for xb, yb in batches:
-            assert xb.dtype == ds.x_train.dtype  # uint8 images travel as uint8
-            xb = augment.apply(ds.normalize(xb), settings, gen)
-            loss = loss_fn(model(xb), yb)
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            opt.step()
-    return model, ds, tasks.evaluate(model, ds, ds.x_val, ds.y_val, 256, CPU)
 
 
 def test_regression_metrics_match_scikit_learn_in_original_units() -> None:
@@ -69,32 +49,60 @@ def test_classification_metrics_over_batches() -> None:
 
 
 def test_regression_learns_diabetes() -> None:
-    cfg = config.from_dict({"task": "regression", "data": {"name": "diabetes"}, "model": {"name": "mlp"},
-                            "space": {"model.hidden": {"type": "categorical", "choices": [16]}}})
-    settings = {**space.fixed_point(cfg, {}), "lr": 3e-3, "batch_size": 32}
-    model, ds, metrics = fit(cfg, settings, epochs=10)
-    assert metrics["val_r2"] > 0.25  # least squares reaches 0.33 on this split; predicting the mean, 0
-    assert 1500 < metrics["val_mse"] < 5000  # original units: the target's variance is about 6000
+    cfg = config.from_dict({"task": "regression", "data": {"name": "diabetes"}, "model": {"name": "mlp", "hidden": 16},
+                            "train": {"epochs": 10, "lr": 3e-3, "batch_size": 32}})
+    r = autotune.train(cfg)  # the real loop: MSE on standardized targets, metrics in original units
+    assert set(r.history[-1].metrics) == {"val_loss", "val_mse", "val_mae", "val_r2"}
+    assert r.final["val_r2"] > 0.25  # least squares reaches 0.33 on this split; predicting the mean, 0
+    assert 1500 < r.final["val_mse"] < 5000  # original units: the target's variance is about 6000
+    assert r.history[-1].train_loss < r.history[0].train_loss
 
 
 def test_resnet_learns_a_png_folder_with_augmentation(tmp_path: Path) -> None:
     root = write_folder(tmp_path / "imgs", n=10)
     cfg = config.from_dict({"data": {"name": "image_folder", "path": str(root), "cache_dir": str(tmp_path / "c"),
                                      "val_fraction": 0.3},
-                            "model": {"name": "resnet", "depth": 8},
-                            "space": {"model.width": {"type": "categorical", "choices": [8]}}})
-    settings = {**space.fixed_point(cfg, {}), "lr": 3e-3, "batch_size": 8, "aug_crop_padding": 2, "aug_flip": True,
-                "aug_cutout": 3}
-    _, ds, metrics = fit(cfg, settings, epochs=6)
-    assert ds.x_train.dtype == torch.uint8
-    assert metrics["val_accuracy"] >= 0.8, metrics  # three colours: learnable in a few epochs
+                            "model": {"name": "resnet", "depth": 8, "width": 8},
+                            "train": {"epochs": 6, "lr": 3e-3, "batch_size": 8, "aug_crop_padding": 2,
+                                      "aug_flip": True, "aug_cutout": 3, "channels_last": True}})
+    seen = []
+    real_apply = augment.apply
+
+    def spy(xb: torch.Tensor, settings: dict, gen: torch.Generator) -> torch.Tensor:
+        seen.append(xb.dtype)  # normalized (float) by the time it is augmented; stored uint8
+        return real_apply(xb, settings, gen)
+
+    augment.apply = spy  # type: ignore[assignment]
+    try:
+        r = autotune.train(cfg)
+    finally:
+        augment.apply = real_apply  # type: ignore[assignment]
+    assert seen and set(seen) == {torch.float32}
+    assert data.load(cfg.data, cfg.source).x_train.dtype == torch.uint8
+    assert r.val_accuracy >= 0.8, r.final  # three colours: learnable in a few epochs
 
 
 def test_resnet_trains_on_a_cifar_format_folder(tmp_path: Path) -> None:
     write_cifar10(tmp_path, per_batch=20)
     cfg = config.from_dict({"data": {"name": "cifar10", "path": str(tmp_path), "val_fraction": 0.5},
-                            "model": {"name": "resnet", "depth": 8, "width": 4}})
-    settings = {**space.fixed_point(cfg, {}), "lr": 1e-2, "batch_size": 25, "aug_flip": True}
-    model, ds, metrics = fit(cfg, settings, epochs=2)
-    assert ds.input_shape == (3, 32, 32) and set(metrics) == {"val_loss", "val_accuracy"}
-    assert np.isfinite(metrics["val_loss"]) and all(torch.isfinite(p).all() for p in model.parameters())
+                            "model": {"name": "resnet", "depth": 8, "width": 4},
+                            "train": {"epochs": 2, "lr": 1e-2, "batch_size": 25, "aug_flip": True}})
+    r = autotune.train(cfg)
+    assert set(r.history[-1].metrics) == {"val_loss", "val_accuracy"} and r.epochs_run == 2
+    assert np.isfinite(r.val_loss) and all(torch.isfinite(p).all() for p in r.model.parameters())
+
+
+def test_searched_width_changes_the_model_and_its_speed(tmp_path: Path) -> None:
+    cfg = config.from_dict({"study": {"name": "w", "storage": f"sqlite:///{tmp_path}/w.db", "n_trials": 2},
+                            "data": {"name": "synthetic", "shape": [3, 8, 8], "n_samples": 512},
+                            "model": {"name": "resnet", "depth": 8},
+                            "train": {"epochs": 2, "batch_size": 64},
+                            "space": {"model.width": {"type": "categorical", "choices": [4, 32]}},
+                            "pruning": {"pruner": "none"}}, source=str(tmp_path / "w.yaml"))
+    study = open_study(cfg)
+    study.enqueue_trial({"model.width": 4})
+    study.enqueue_trial({"model.width": 32})
+    small, big = autotune.run(cfg).study.trials
+    assert small.params["model.width"] == 4 and big.params["model.width"] == 32
+    assert big.user_attrs["model_params"] > 20 * small.user_attrs["model_params"]  # width^2: 64x the conv weights
+    assert big.user_attrs["samples_per_s"] < small.user_attrs["samples_per_s"]
