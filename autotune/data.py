@@ -1,13 +1,9 @@
-"""Datasets and the two ways to batch them.
+"""Datasets: loading, checking and splitting them (batching is the trial context's: context.loader).
 
 Datasets: bundled digits and diabetes (scikit-learn, no download), synthetic, `.npz` files, an image
 folder (one sub-folder per class), CIFAR-10/100 python batches from a local folder, a user factory.
 Nothing is ever downloaded. Every dataset is checked before the first trial (`check_arrays`): a
 problem is one ConfigError naming the file and what is wrong.
-
-Small datasets live on the device as tensors and are batched by a permutation index
-(no DataLoader, no per-step host work); a tuned `DataLoader` is the other option,
-for data that does not fit or to measure what the loader costs.
 
 The contract with the training loop (`Dataset`):
 - float datasets (digits, synthetic, npz, factory, diabetes) are float32, already standardized with
@@ -31,14 +27,13 @@ import json
 import os
 import pickle
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
-from torch.utils.data import DataLoader, TensorDataset
 
 from .config import DataConfig, load_factory, resolve_path
 from .errors import ConfigError, describe_exception
@@ -511,74 +506,6 @@ def _standardize_targets(ds: Dataset) -> Dataset:
     y_std = torch.where(y_std > 0, y_std, torch.ones_like(y_std))  # constant on the training split only
     return Dataset(ds.x_train, (ds.y_train - y_mean) / y_std, ds.x_val, (ds.y_val - y_mean) / y_std, 0,
                    "regression", ds.mean, ds.std, y_mean, y_std)
-
-
-def subset(x: torch.Tensor, y: torch.Tensor, fraction: float, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """A share of the training split (cheap trials): stratified for class labels (the same classes,
-    fewer samples), a plain random share for regression targets."""
-    if fraction >= 1.0:
-        return x, y
-    g = torch.Generator().manual_seed(seed)
-    if y.is_floating_point():
-        sel = torch.randperm(len(y), generator=g)[: max(1, int(round(len(y) * fraction)))].sort().values
-        return x[sel], y[sel]
-    keep = []
-    for c in torch.unique(y):
-        idx = torch.nonzero(y == c).flatten()
-        n = max(1, int(round(len(idx) * fraction)))
-        keep.append(idx[torch.randperm(len(idx), generator=g)[:n]])
-    sel = torch.cat(keep).sort().values
-    return x[sel], y[sel]
-
-
-class DeviceBatches:
-    """The whole training split on the device, batched by a fresh permutation each epoch."""
-
-    def __init__(self, x: torch.Tensor, y: torch.Tensor, batch_size: int, device: torch.device,
-                 channels_last: bool, seed: int) -> None:
-        self.x = x.to(device)
-        if channels_last and self.x.ndim == 4:
-            self.x = self.x.contiguous(memory_format=torch.channels_last)
-        self.y = y.to(device)
-        self.batch_size = batch_size
-        self.gen = torch.Generator(device=device).manual_seed(seed)
-
-    def __len__(self) -> int:
-        return -(-len(self.y) // self.batch_size)
-
-    def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-        perm = torch.randperm(len(self.y), device=self.x.device, generator=self.gen)
-        for i in range(0, len(perm), self.batch_size):
-            idx = perm[i: i + self.batch_size]
-            yield self.x[idx], self.y[idx]
-
-
-class LoaderBatches:
-    """A `DataLoader` over host tensors; batches are copied to the device without blocking."""
-
-    def __init__(self, x: torch.Tensor, y: torch.Tensor, batch_size: int, device: torch.device,
-                 channels_last: bool, seed: int, num_workers: int, pin_memory: bool, prefetch_factor: int,
-                 persistent_workers: bool) -> None:
-        kwargs: dict[str, Any] = {}
-        if num_workers > 0:  # DataLoader rejects these two without workers
-            kwargs = {"prefetch_factor": prefetch_factor, "persistent_workers": persistent_workers}
-        self.loader = DataLoader(
-            TensorDataset(x, y), batch_size=batch_size, shuffle=True, num_workers=num_workers,
-            pin_memory=pin_memory and device.type == "cuda", generator=torch.Generator().manual_seed(seed),
-            **kwargs,
-        )
-        self.device = device
-        self.channels_last = channels_last and x.ndim == 4
-
-    def __len__(self) -> int:
-        return len(self.loader)
-
-    def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-        for xb, yb in self.loader:
-            xb = xb.to(self.device, non_blocking=True)
-            if self.channels_last:
-                xb = xb.contiguous(memory_format=torch.channels_last)
-            yield xb, yb.to(self.device, non_blocking=True)
 
 
 def factory_kwargs(fn: Any, offered: dict[str, Any]) -> dict[str, Any]:

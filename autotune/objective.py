@@ -33,6 +33,10 @@ class RepeatedFailure(AutotuneError):
     """The same error ended several trials in a row: the run stops instead of failing trial after trial."""
 
 
+class FatalDeviceError(AutotuneError):
+    """An error after which the process's CUDA context is unusable (illegal address, device-side assert)."""
+
+
 # Caught by study.optimize (the trial is FAIL, the study goes on); anything else stops the run.
 CATCH = (TrialFailed, RuntimeError, ValueError, TypeError, ArithmeticError, MemoryError)
 
@@ -196,6 +200,7 @@ class Objective:
         epoch_values: list[list[float]] = []
         stop: TrialStopped | None = None
         failure: BaseException | None = None
+        fatal = False
         oom: str | None = None
 
         def on_record(rec: EpochRecord) -> None:
@@ -220,10 +225,16 @@ class Objective:
                 oom = f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"
             else:
                 failure = _without_frames(e)
+                fatal = accel.is_fatal_device_error(e)
         if stop is not None:
             accel.release_memory()
             self._stop(trial, stop.reason, stop.epoch, stop.detail)
         if failure is not None:
+            if fatal:  # the CUDA context is broken: every later trial in this process would fail too
+                self._record_failure(trial, failure, len(history))
+                raise FatalDeviceError(f"{self.name}: {describe_exception(failure)}: the device cannot be used "
+                                       "by this process any more; stopped (finished trials are kept; start the "
+                                       "run or worker again)")
             accel.release_memory()
             self._fail(trial, failure, len(history))
         assert oom is not None
@@ -262,12 +273,17 @@ class Objective:
             if by is not None:
                 raise TrialStopped("dominated", step, f"dominated at epoch {step} by trial {by.number}")
 
-    def _fail(self, trial: optuna.Trial, exc: BaseException, epoch: int) -> None:
-        """The trial ends FAIL with the error's one line stored; a repeated error stops the run."""
+    @staticmethod
+    def _record_failure(trial: optuna.Trial, exc: BaseException, epoch: int) -> str:
         text = describe_exception(exc, limit=500)
         trial.set_user_attr("stop_reason", "error")
         trial.set_user_attr("stop_epoch", epoch)
         trial.set_user_attr("error", text)
+        return text
+
+    def _fail(self, trial: optuna.Trial, exc: BaseException, epoch: int) -> None:
+        """The trial ends FAIL with the error's one line stored; a repeated error stops the run."""
+        text = self._record_failure(trial, exc, epoch)
         if self.streak.failed(exc):
             raise RepeatedFailure(f"{self.name}: {self.streak.count} trials in a row failed with {text}; stopped the "
                                   "run (finished trials are kept)")
@@ -294,4 +310,5 @@ def _without_frames(exc: BaseException) -> BaseException:
     return exc
 
 
-__all__ = ["CATCH", "FailureStreak", "Objective", "RepeatedFailure", "TrialFailed", "job_for", "load_fit"]
+__all__ = ["CATCH", "FailureStreak", "FatalDeviceError", "Objective", "RepeatedFailure", "TrialFailed", "job_for",
+           "load_fit"]

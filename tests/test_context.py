@@ -388,3 +388,12 @@ def test_run_takes_a_function_from_python(tmp_path: Path) -> None:
     assert calls == [2e-2] and res.study.trials[0].state.name == "COMPLETE"
     r = autotune.train(cfg, params={"lr": 1e-2}, fit=my_fit)
     assert calls[-1] == 1e-2 and r.val_accuracy > 0.5
+
+
+def test_a_broken_device_stops_the_run_at_once(tmp_path: Path) -> None:
+    cfg = user(tmp_path, "fit_illegal_address", study={"n_trials": 5}, train={"epochs": 1})
+    with pytest.raises(autotune.AutotuneError, match=r"illegal memory access.*the device cannot be used by this "
+                                                     r"process any more"):
+        autotune.run(cfg)
+    trials = optuna.load_study(study_name="u", storage=cfg.study.storage).trials
+    assert [t.state.name for t in trials] == ["FAIL"] and "illegal memory access" in trials[0].user_attrs["error"]
