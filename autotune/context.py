@@ -279,10 +279,7 @@ class Batches:
         return inner.batch_size if isinstance(inner, DeviceBatches) else int(inner.loader.batch_size or 1)
 
     def __iter__(self) -> Iterator[Any]:
-        if not self.train:
-            yield from self._inner
-            return
-        yield from self._ctx._timed(self._inner)
+        return self._ctx._timed(self._inner) if self.train else iter(self._inner)
 
     def untimed(self) -> Iterable[Any]:
         """The same batches with no clock or counter (e.g. calibration after training)."""
@@ -315,6 +312,7 @@ class TrialContext:
         self.epochs_total: int = int(settings["epochs"])
         self.batch_size: int = int(settings["batch_size"])
         self.chance_loss = chance_loss  # divergence: a loss above loss_factor x this is never "learning"
+        self._accum = int(settings["grad_accum_steps"])
         self.limits = limits = limits or Limits()
         self._on_record = on_record  # sees every epoch's record first (the objective stores it)
         self._on_epoch = on_epoch  # the study's own stop rules (pruners, vs_front); may raise TrialStopped
@@ -554,12 +552,14 @@ class TrialContext:
                                 "epoch's training steps")
         if self.opt is None:
             raise ContextMisuse("ctx.backward before ctx.prepare(model): the context steps the optimizer it made")
-        if time.perf_counter() > self._deadline:
+        if self._deadline != math.inf and time.perf_counter() > self._deadline:
             raise self._stopped(TrialStopped("slow", self.epoch - 1, f"trial wall time over hang_seconds "
                                              f"{self.limits.hang_seconds:g} (hung or far too slow)"))
-        accum = int(self.settings["grad_accum_steps"])
-        detached = loss.detach().float() * self._batch_n
-        self._loss_sum = detached if self._loss_sum is None else self._loss_sum + detached
+        accum = self._accum
+        if self._loss_sum is None:  # summed on the device: no host sync per step
+            self._loss_sum = loss.detach().float() * self._batch_n
+        else:
+            self._loss_sum.add_(loss.detach(), alpha=self._batch_n)
         self._loss_n += self._batch_n
         scaled = loss / accum if accum > 1 else loss
         (self.scaler.scale(scaled) if self.scaler is not None else scaled).backward()
