@@ -34,7 +34,8 @@ from torch import nn
 from torch.utils.data import DataLoader, Dataset, IterableDataset, Subset, TensorDataset
 
 from . import accel
-from .errors import AutotuneError, TrialStopped
+from .distributed import Group, ShardedBatches
+from .errors import STOP_REASONS, AutotuneError, TrialStopped
 from .stops import Limits, check_divergence, check_slow
 
 FINITE_CHECK_EVERY = 64  # steps between the only in-epoch host syncs: a non-finite loss stops the trial early
@@ -222,7 +223,7 @@ class DeviceBatches:
     """Tensors kept on the device, batched by a fresh permutation each epoch: no DataLoader, no host work."""
 
     def __init__(self, tensors: Sequence[torch.Tensor], batch_size: int, dev: torch.device, channels_last: bool,
-                 seed: int, shuffle: bool, drop_last: bool) -> None:
+                 seed: int, shuffle: bool, drop_last: bool, shard: ShardedBatches | None = None) -> None:
         self.tensors = [_to_device(t, dev, channels_last) for t in tensors]
         self.n = len(self.tensors[0])
         self.batch_size = batch_size
@@ -230,12 +231,20 @@ class DeviceBatches:
         self.drop_last = drop_last and self.n >= batch_size
         self.gen = torch.Generator(device=dev).manual_seed(seed)
         self.dev = dev
+        self.shard = shard  # several devices: this rank's part of each global batch
 
     def __len__(self) -> int:
+        if self.shard is not None:
+            return len(self.shard)
         return self.n // self.batch_size if self.drop_last else -(-self.n // self.batch_size)
 
     def __iter__(self) -> Iterator[tuple[torch.Tensor, ...]]:
-        if self.shuffle:
+        if self.shard is not None:  # the epoch's order (the same on every rank) moved once, then sliced
+            order = self.shard.order().to(self.dev, non_blocking=True)
+            for lo, hi in self.shard.spans():
+                idx = order[lo:hi]
+                yield tuple(t[idx] for t in self.tensors)
+        elif self.shuffle:
             order = torch.randperm(self.n, device=self.dev, generator=self.gen)
             for i in range(0, len(self) * self.batch_size, self.batch_size):
                 idx = order[i: i + self.batch_size]
@@ -276,7 +285,9 @@ class Batches:
     @property
     def batch_size(self) -> int:
         inner = self._inner
-        return inner.batch_size if isinstance(inner, DeviceBatches) else int(inner.loader.batch_size or 1)
+        if isinstance(inner, DeviceBatches):
+            return inner.batch_size
+        return int(inner.loader.batch_size or getattr(inner.loader.batch_sampler, "batch_size", 1))
 
     def __iter__(self) -> Iterator[Any]:
         return self._ctx._timed(self._inner) if self.train else iter(self._inner)
@@ -293,17 +304,26 @@ class TrialContext:
     """One trial's settings, clocks and stop rules, for a training function `fit(ctx)`.
 
     Read: `params` (every setting and user parameter by name), `settings` (trainer settings only),
-    `device`, `seed`, `epochs_total`, `batch_size`, `precision`, `model` (the prepared, uncompiled model),
-    `optimizer` (the searched optimizer, as a factory of parameters -> torch.optim.Optimizer).
+    `device`, `seed`, `epochs_total`, `batch_size` (the global batch), `precision`, `model` (the prepared,
+    uncompiled model), `optimizer` (the searched optimizer, as a factory of parameters -> torch.optim.Optimizer),
+    `rank` and `world_size` (0 and 1 unless the trial trains on several devices).
     Call: `prepare`, `loader`, `epochs`, `autocast`, `backward`, `report`.
+
+    With `group` (several devices, distributed.py) the context is one rank's: `prepare` wraps the model in
+    DistributedDataParallel, a training `loader` yields this rank's share of each global batch, samples and the
+    training loss are summed over the ranks, clocks are read on every rank after a barrier (rank 0's are kept),
+    and rank 0 alone applies the stop rules and sends records; its decision reaches every rank at the same step.
     """
 
     def __init__(self, settings: Mapping[str, Any], *, user_params: Mapping[str, Any] | None = None,
                  seed: int = 0, limits: Limits | None = None, on_record: OnEpoch | None = None,
                  on_epoch: OnEpoch | None = None, metrics: Iterable[str] | None = None,
                  early_stopping_on: Sequence[tuple[str, str]] = (("val_loss", "minimize"),),
-                 chance_loss: float = math.inf, config: Any = None) -> None:
+                 chance_loss: float = math.inf, config: Any = None, group: Group | None = None) -> None:
         self.settings: Mapping[str, Any] = MappingProxyType(dict(settings))
+        self.group = group
+        self.rank = group.rank if group is not None else 0
+        self.world_size = group.world if group is not None else 1
         self.params: Mapping[str, Any] = MappingProxyType({**settings, **(user_params or {})})
         self.seed = seed
         self.config = config  # the RunConfig of the study, when there is one
@@ -323,6 +343,7 @@ class TrialContext:
         self.not_applied: dict[str, str] = {}
         self.history: list[EpochRecord] = []
         self.model: nn.Module | None = None
+        self._ddp: nn.Module | None = None  # the DistributedDataParallel wrapper (several devices)
         self.opt: torch.optim.Optimizer | None = None
         self.sched: torch.optim.lr_scheduler.LRScheduler | None = None
         self.scaler = accel.grad_scaler(self.device, self.precision)
@@ -370,7 +391,8 @@ class TrialContext:
                 init: bool = True) -> tuple[nn.Module, torch.optim.Optimizer]:
         """Apply the trial's settings to a model: weight init (`init=False` keeps loaded weights), device,
         channels_last, the optimizer (None: the searched one; a callable of parameters; or an optimizer),
-        and torch.compile last. Returns (the model to train with, the optimizer)."""
+        and torch.compile last. Returns (the model to train with, the optimizer); on several devices the model to
+        train with is wrapped in DistributedDataParallel (then compiled), and `ctx.model` stays the plain module."""
         self._check_live("ctx.prepare")
         if self.model is not None:
             raise ContextMisuse("ctx.prepare was already called in this trial: one model per trial")
@@ -402,6 +424,8 @@ class TrialContext:
                                 f"callable of parameters; got {type(optimizer).__name__}")
         self.opt = opt
         train_model = model
+        if self.group is not None:  # weights broadcast from rank 0 here; gradients averaged every step
+            train_model = self._ddp = self.group.wrap(model)
         if s["compile"]:
             train_model = accel.compile_model(model, s["compile_mode"])
             self._compiled = True
@@ -419,6 +443,8 @@ class TrialContext:
         (train=True) takes the trial's batch_size, shuffles, uses `data_fraction` of the data, drops the last
         short batch when compiling (a new shape would recompile inside the timed epoch), and is timed.
         `train=False` (evaluation): eval_batch_size, in order, untimed.
+        On several devices a training loader yields this rank's share of every global batch of `batch_size`
+        (the same order on every rank, reshuffled each epoch); an evaluation loader is not split.
         """
         self._check_live("ctx.loader")
         s = self.settings
@@ -441,16 +467,26 @@ class TrialContext:
             x = tensors[0] if tensors is not None else None
             if x is not None and x.ndim != 4:
                 self.not_applied.setdefault("channels_last", f"inputs are not 4-D images (shape {tuple(x.shape[1:])})")
+        shard = None
+        if train and self.group is not None:
+            if tensors is None and isinstance(data, IterableDataset):
+                raise ContextMisuse(f"ctx.loader: an IterableDataset cannot be split over devices "
+                                    f"{self.world_size}: the ranks must see the same number of batches; give a "
+                                    "map-style Dataset or tensors")
+            n = len(tensors[0]) if tensors is not None else _length(data)
+            if bs < self.world_size:
+                raise ContextMisuse(f"ctx.loader: batch_size {bs} cannot be split over devices {self.world_size}")
+            shard = ShardedBatches(n, bs, self.rank, self.world_size, seed, shuffle, drop_last)
         inner: DeviceBatches | LoaderBatches
         if tensors is not None and s["data_on_device"] and not dataloader_kwargs:
-            inner = DeviceBatches(tensors, bs, self.device, channels_last, seed, shuffle, drop_last)
+            inner = DeviceBatches(tensors, bs, self.device, channels_last, seed, shuffle, drop_last, shard)
         else:
             if s["data_on_device"] and train:
                 self.not_applied["data_on_device"] = ("the data is a Dataset, not tensors: batches come from a "
                                                       "DataLoader" if tensors is None else
                                                       "DataLoader arguments were given to ctx.loader")
             dataset = TensorDataset(*tensors) if tensors is not None else data
-            inner = LoaderBatches(self._dataloader(dataset, bs, shuffle, drop_last, dataloader_kwargs),
+            inner = LoaderBatches(self._dataloader(dataset, bs, shuffle, drop_last, dataloader_kwargs, shard),
                                   self.device, channels_last)
         if train:
             self._train_loader_len = len(inner)
@@ -461,12 +497,15 @@ class TrialContext:
         return bool(self.settings["compile"])
 
     def _dataloader(self, dataset: Any, bs: int, shuffle: bool, drop_last: bool,
-                    extra: dict[str, Any]) -> DataLoader:
+                    extra: dict[str, Any], shard: ShardedBatches | None = None) -> DataLoader:
         s = self.settings
         kwargs: dict[str, Any] = {"batch_size": bs, "num_workers": s["num_workers"],
                                   "pin_memory": bool(s["pin_memory"]) and self.device.type == "cuda",
                                   "drop_last": drop_last}
-        if isinstance(dataset, IterableDataset):
+        if shard is not None:  # this rank's indices of each global batch
+            del kwargs["batch_size"], kwargs["drop_last"]
+            kwargs["batch_sampler"] = shard
+        elif isinstance(dataset, IterableDataset):
             if shuffle:
                 self.not_applied.setdefault("shuffle", "an IterableDataset is read in its own order")
         else:
@@ -493,19 +532,20 @@ class TrialContext:
                 break
             now = time.perf_counter()
             self._wait_s += now - tw
-            if now > self._deadline:
-                raise self._stopped(TrialStopped("slow", self.epoch - 1, f"trial wall time over hang_seconds "
-                                                 f"{self.limits.hang_seconds:g} (hung or far too slow)"))
+            if now > self._deadline and self.group is None:  # (several devices: checked together, in backward)
+                raise self._stopped(self._hung())
             x = _first_tensor(batch)
             self._batch_n = len(x) if x is not None and x.ndim > 0 else 1
             self._samples += self._batch_n
             n_left -= 1
             self._last_batch = n_left == 0
+            if self._ddp is not None and self._accum > 1:  # all-reduce only where the accumulation ends (no_sync)
+                self._ddp.require_backward_grad_sync = self._micro + 1 >= self._accum or self._last_batch
             if self._compiled and self._first_step is None and self.epoch == 1:
                 self._first_step = (accel.clock(self.device), math.nan)
             yield batch
         self._flush()
-        self._train_end = accel.clock(self.device)
+        self._train_end = self._clock_all()
 
     # ------------------------------------------------------------ epochs
 
@@ -525,6 +565,12 @@ class TrialContext:
             if self.stopped_early_at is not None:
                 return
 
+    def _clock_all(self) -> float:
+        """The clock once every rank got here (the slowest rank's time): after a barrier on several devices."""
+        if self.group is not None:
+            self.group.barrier()
+        return accel.clock(self.device)
+
     def _open_epoch(self, epoch: int) -> None:
         self.epoch = epoch
         self._in_epoch = True
@@ -536,7 +582,7 @@ class TrialContext:
         self._steps = 0
         self._loss_sum = None
         self._loss_n = 0
-        self._t0 = accel.clock(self.device)
+        self._t0 = self._clock_all()
 
     # ------------------------------------------------------------ a step
 
@@ -552,9 +598,8 @@ class TrialContext:
                                 "epoch's training steps")
         if self.opt is None:
             raise ContextMisuse("ctx.backward before ctx.prepare(model): the context steps the optimizer it made")
-        if self._deadline != math.inf and time.perf_counter() > self._deadline:
-            raise self._stopped(TrialStopped("slow", self.epoch - 1, f"trial wall time over hang_seconds "
-                                             f"{self.limits.hang_seconds:g} (hung or far too slow)"))
+        if self._deadline != math.inf and time.perf_counter() > self._deadline and self.group is None:
+            raise self._stopped(self._hung())
         accum = self._accum
         if self._loss_sum is None:  # summed on the device: no host sync per step
             self._loss_sum = loss.detach().float() * self._batch_n
@@ -569,8 +614,25 @@ class TrialContext:
             self._optimizer_step()
         if self._first_step is not None and math.isnan(self._first_step[1]):
             self._first_step = (self._first_step[0], accel.clock(self.device))  # compile happened in this step
-        if self._steps % FINITE_CHECK_EVERY == 0 and not bool(torch.isfinite(self._loss_sum)):
+        if self._steps % FINITE_CHECK_EVERY == 0:
+            self._check_steps()
+
+    def _check_steps(self) -> None:
+        """Every FINITE_CHECK_EVERY steps: a non-finite loss (and, on several devices, the hang limit: every
+        rank learns what any rank saw, so all stop at this same step)."""
+        assert self._loss_sum is not None
+        nonfinite = not bool(torch.isfinite(self._loss_sum))
+        late = False
+        if self.group is not None:
+            nonfinite, late = self.group.any([nonfinite, time.perf_counter() > self._deadline])
+        if nonfinite:
             raise self._stopped(TrialStopped("diverged", self.epoch, "non-finite training loss"))
+        if late:
+            raise self._stopped(self._hung())
+
+    def _hung(self) -> TrialStopped:
+        return TrialStopped("slow", self.epoch - 1, f"trial wall time over hang_seconds {self.limits.hang_seconds:g} "
+                                                    "(hung or far too slow)")
 
     def _optimizer_step(self) -> None:
         assert self.opt is not None
@@ -617,7 +679,7 @@ class TrialContext:
         if self._reported:
             raise ContextMisuse(f"ctx.report called twice in epoch {self.epoch}: report every metric in one call")
         values = self._check_metrics(metrics)
-        end = self._train_end if self._train_end is not None else accel.clock(self.device)
+        end = self._train_end if self._train_end is not None else self._clock_all()
         epoch_time_s = max(0.0, end - self._t0)
         if self.epoch == 1 and self._first_step is not None and not math.isnan(self._first_step[1]):
             first = self._first_step[1] - self._first_step[0]
@@ -626,30 +688,57 @@ class TrialContext:
             if self.settings["time_excludes_compile"]:
                 epoch_time_s = max(0.0, epoch_time_s - self.compile_time_s)
         self._train_time_s += epoch_time_s
+        samples, loss_sum, loss_n = float(self._samples), self._loss_sum, float(self._loss_n)
+        if self.group is not None:  # every rank's samples and training loss (the clocks are rank 0's)
+            samples, total, loss_n = self.group.sum([samples, float(loss_sum) if loss_sum is not None else 0.0,
+                                                     loss_n])
+            loss_sum = torch.tensor(total) if loss_n else None
         if "train_loss" in values:
             train_loss = values.pop("train_loss")
-        elif self._loss_sum is not None:
-            train_loss = float(self._loss_sum) / max(1, self._loss_n)
+        elif loss_sum is not None:
+            train_loss = float(loss_sum) / max(1.0, loss_n)
         else:
             train_loss = math.nan
         rec = EpochRecord(
             epoch=self.epoch, train_loss=train_loss, epoch_time_s=epoch_time_s, train_time_s=self._train_time_s,
-            samples_per_s=self._samples / epoch_time_s if epoch_time_s > 0 else 0.0,
+            samples_per_s=samples / epoch_time_s if epoch_time_s > 0 else 0.0,
             data_wait_fraction=min(1.0, self._wait_s / epoch_time_s) if epoch_time_s > 0 else 0.0,
             lr=float(self.opt.param_groups[0]["lr"]) if self.opt is not None else math.nan, metrics=values,
         )
         self.history.append(rec)
         self._reported = True
         self._epoch_open = False
-        if self._on_record is not None:
-            self._on_record(rec)
-        try:
-            self._check_rules(rec)
-            if self._on_epoch is not None:
-                self._on_epoch(rec)
-        except TrialStopped as e:
-            raise self._stopped(e) from None
-        self._early_stopping(values)
+        stop: TrialStopped | None = None
+        if self.rank == 0:  # rank 0 alone records and decides (the only process, without several devices)
+            if self._on_record is not None:
+                self._on_record(rec)
+            try:
+                self._check_rules(rec)
+                if self._on_epoch is not None:
+                    self._on_epoch(rec)
+            except TrialStopped as e:
+                stop = e
+            else:
+                self._early_stopping(values)
+        if self.group is not None:
+            stop = self._share_decision(stop)
+        if stop is not None:
+            raise self._stopped(stop) from None
+
+    def _share_decision(self, stop: TrialStopped | None) -> TrialStopped | None:
+        """Rank 0's verdict on every rank: go on, stop early (the trial completes), or stop with rank 0's reason."""
+        assert self.group is not None
+        code = [0, 0, 0]
+        if self.rank == 0 and stop is not None:
+            code = [2, STOP_REASONS.index(stop.reason), stop.epoch]
+        elif self.rank == 0 and self.stopped_early_at is not None:
+            code = [1, 0, self.stopped_early_at]
+        kind, reason, epoch = self.group.from_main(code)
+        if kind == 1:
+            self.stopped_early_at = epoch
+        if kind == 2 and stop is None:
+            stop = TrialStopped(STOP_REASONS[reason], epoch, "decided on rank 0")
+        return stop
 
     def _check_rules(self, rec: EpochRecord) -> None:
         """The rules that need only this trial: non-finite losses, divergence, projected time."""
@@ -783,6 +872,9 @@ def unsupported(settings: Mapping[str, Any]) -> str | None:
     if settings["compile"] and settings["compile_mode"] in CUDA_GRAPH_MODES and settings["grad_accum_steps"] > 1:
         return (f"compile_mode {settings['compile_mode']} records CUDA graphs, whose gradients are overwritten on "
                 f"replay: grad_accum_steps {settings['grad_accum_steps']} cannot accumulate there")
+    if settings["batch_size"] < settings["devices"]:
+        return (f"batch_size {settings['batch_size']} cannot be split over devices {settings['devices']}: batch_size "
+                "is the global batch, at least one sample per device")
     return None
 
 

@@ -215,7 +215,7 @@ class Objective:
 
         try:
             job = job_for(self.cfg, values, seed, fit=self.fit)
-            return trainer.train(job, on_epoch=on_epoch, on_record=on_record)
+            return trainer.train(job, on_epoch=on_epoch, on_record=on_record, keep_model=False)
         except TrialStopped as e:
             stop = TrialStopped(e.reason, e.epoch, e.detail)  # a fresh one: no traceback, no frames
         except ConfigError:

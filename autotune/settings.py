@@ -106,6 +106,8 @@ SETTINGS: dict[str, Setting] = {
         _s("init", "choice", "default", "weight initialization (biases zeroed unless default)", choices=INITS),
         # Acceleration
         _s("device", "str", "auto", "auto (cuda, then mps, then cpu), cpu, cuda, cuda:N or mps", searchable=False),
+        _s("devices", "int", 1, "processes one trial trains on with DistributedDataParallel (a GPU each, NCCL; or "
+           "CPU processes, gloo); batch_size stays the global batch", low=1),
         _s("precision", "choice", "fp32", "autocast precision; fp16 adds a GradScaler", choices=PRECISIONS),
         _s("channels_last", "bool", False, "channels_last memory format for conv nets"),
         _s("compile", "bool", False, "torch.compile the model"),

@@ -14,7 +14,7 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from . import __version__, accel, augment, data, models, pruners, results, space, tracking
+from . import __version__, accel, augment, data, distributed, models, pruners, results, space, tracking
 from .config import RunConfig, check_fit_signature
 from .errors import AutotuneError, ConfigError
 from .objective import CATCH, Objective, fit_name
@@ -168,6 +168,7 @@ def preflight(cfg: RunConfig) -> None:
         if why is not None:
             raise ConfigError(file, "train.precision", f"{fixed['precision']} cannot run on {dev}: {why}; "
                                                        f"use fp32 or search precision")
+    distributed.check(cfg)
     make_sampler(cfg)
     pruners.optuna_pruner(cfg)
     pruners.pareto_pruner(cfg)

@@ -5,10 +5,15 @@ shares every setting, clock and stop rule with users' training functions. It kee
 on the device, losses summed on the device and read once per epoch, evaluation under `inference_mode`
 with a large batch. Steps on the trained model (pruning, quantization, their measurements) run after
 `fit` returns (`BuiltinFit.after_fit`), never inside the loop.
+
+With `devices` > 1 the same training runs on every rank of a process group (`distributed.launch`); this process
+only watches, and rank 0's records reach `on_record` / `on_epoch` here.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import io
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -16,7 +21,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from . import accel, augment, compress, context, data, models, tasks
+from . import accel, augment, compress, context, data, distributed, models, tasks
 from .config import DataConfig, DistillConfig, ModelConfig
 from .context import EpochRecord, OnEpoch, TrainResult, TrialContext
 from .errors import TrialStopped
@@ -45,27 +50,68 @@ class TrainJob:
     config: Any = None  # the RunConfig, for user functions that want it (ctx.config)
 
 
-def train(job: TrainJob, on_epoch: OnEpoch | None = None, on_record: OnEpoch | None = None) -> TrainResult:
-    """Train one configuration; `on_record` sees each epoch's record, `on_epoch` may raise TrialStopped."""
+def train(job: TrainJob, on_epoch: OnEpoch | None = None, on_record: OnEpoch | None = None, keep_model: bool = True,
+          launch: bool | None = None) -> TrainResult:
+    """Train one configuration; `on_record` sees each epoch's record, `on_epoch` may raise TrialStopped.
+
+    `devices` > 1 trains on that many ranks (`launch` None); `launch=True` goes through the launcher even for one
+    device (a bench measures DDP's own cost with it). `keep_model=False`: a study needs the metrics, not the
+    trained model, which several devices would otherwise send back from rank 0."""
     s = job.settings
     why = context.unsupported(s)
     if why is not None:
         raise TrialStopped("unsupported", 0, why)
-    builtin = BuiltinFit(job) if job.fit is None else None
-    if builtin is not None:  # compression settings that cannot run here end the trial before it trains
-        bad = compress.unsupported(s, accel.resolve_device(s["device"]))
+    dev = accel.resolve_device(s["device"])
+    if job.fit is None:  # compression settings that cannot run here end the trial before it trains
+        bad = compress.unsupported(s, dev)
         if bad is not None:
             raise TrialStopped("unsupported", 0, f"{bad[0]}: {bad[1]}")
+    world = int(s["devices"])
+    if launch is None:
+        launch = world > 1
+    if not launch:
+        return train_here(job, None, on_epoch, on_record)
+    result, blob = distributed.launch(_rank, (job, keep_model), world, dev, on_record=on_record, on_epoch=on_epoch,
+                                      hang_seconds=job.limits.hang_seconds)
+    if blob is not None:  # rank 0's trained model (and its compressed copy), where rank 0 had them (cuda:0, cpu)
+        result.model, result.compressed_model = torch.load(io.BytesIO(blob), weights_only=False)
+    result.device = f"{world} x {result.device}"
+    return result
+
+
+def train_here(job: TrainJob, group: distributed.Group | None = None, on_epoch: OnEpoch | None = None,
+               on_record: OnEpoch | None = None) -> TrainResult:
+    """Train in this process: the only one, or one rank of several (`group`); steps after `fit` run on rank 0."""
+    s = job.settings
+    builtin = BuiltinFit(job) if job.fit is None else None
     fit: Fit = builtin if builtin is not None else job.fit  # type: ignore[assignment]
     with context.session(s):
         torch.manual_seed(job.seed)
         ctx = TrialContext(s, user_params=job.user_params, seed=job.seed, limits=job.limits, on_record=on_record,
                            on_epoch=on_epoch, metrics=job.metrics, early_stopping_on=job.early_stopping_on,
-                           config=job.config)
+                           config=job.config, group=group)
         result = context.run(fit, ctx)
-        if builtin is not None:
+        if builtin is not None and ctx.rank == 0:
             builtin.after_fit(ctx, result)
     return result
+
+
+def _rank(payload: tuple[TrainJob, bool], group: distributed.Group, on_epoch: OnEpoch | None,
+          on_record: OnEpoch | None) -> tuple[TrainResult, bytes | None] | None:
+    """One rank of a several-device trial (run by distributed.launch): its own device, then rank 0's result with
+    the trained models as torch.save bytes (tensors by value: this process ends next)."""
+    job, keep_model = payload
+    job = dataclasses.replace(job, settings={**job.settings, "device": str(group.device)})
+    result = train_here(job, group, on_epoch, on_record)
+    if group.rank != 0:
+        return None
+    blob = None
+    if keep_model:
+        buf = io.BytesIO()
+        torch.save((result.model, result.compressed_model), buf)
+        blob = buf.getvalue()
+    result.model = result.compressed_model = None
+    return result, blob
 
 
 def train_epoch(ctx: TrialContext, model: nn.Module, batches: Iterable[Any],
@@ -120,7 +166,8 @@ class BuiltinFit:
                                             job.source, channels_last)
         self.batches = ctx.loader((ds.x_train, ds.y_train))  # uint8 images stay uint8 on the device
         self.val = (ds.x_val.to(ctx.device), ds.y_val.to(ctx.device))
-        gen = augment.generator(ctx.device, ctx.seed) if augment.enabled(s) else None
+        # each rank draws its own augmentations (its data differs too); one device keeps the trial's seed
+        gen = augment.generator(ctx.device, ctx.seed + 1_000_003 * ctx.rank) if augment.enabled(s) else None
 
         def inputs(xb: torch.Tensor) -> torch.Tensor:
             xb = ds.normalize(xb)
@@ -130,6 +177,9 @@ class BuiltinFit:
         assert ctx.model is not None
         for _ in ctx.epochs():
             train_epoch(ctx, model, self.batches, inputs, loss_of)
+            if ctx.rank > 0:  # rank 0's metrics are the trial's: the others wait for its verdict
+                ctx.report()
+                continue
             # the uncompiled module: no eval-mode recompile
             ctx.report(**tasks.evaluate(ctx.model, ds, *self.val, int(s["eval_batch_size"]), ctx.device,
                                         ctx.precision, bool(s["channels_last"])))
@@ -172,4 +222,4 @@ class BuiltinFit:
         return fctx.result().train_time_s
 
 
-__all__ = ["BuiltinFit", "EpochRecord", "Fit", "TrainJob", "TrainResult", "train", "train_epoch"]
+__all__ = ["BuiltinFit", "EpochRecord", "Fit", "TrainJob", "TrainResult", "train", "train_epoch", "train_here"]

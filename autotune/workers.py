@@ -42,6 +42,7 @@ from optuna.trial import FrozenTrial, TrialState
 from . import study as study_mod
 from . import tracking
 from .config import RunConfig, from_dict
+from .distributed import cpu_cores, devices_wanted
 from .errors import AutotuneError, ConfigError, describe_exception
 from .objective import CATCH, Objective
 
@@ -65,7 +66,8 @@ def _file(cfg: RunConfig) -> str:
 
 @dataclass(frozen=True)
 class Slot:
-    """One worker process: its index, the GPU it sees (CUDA_VISIBLE_DEVICES) or None, its CPU threads."""
+    """One worker process: its index, the GPUs it sees (CUDA_VISIBLE_DEVICES: one, or `devices` of them for a
+    trial on several) or None, its CPU threads (split again over a trial's ranks)."""
 
     index: int
     gpu: str | None
@@ -83,13 +85,6 @@ class Slot:
         return f"worker {self.index}: {where}, {self.threads} thread(s)"
 
 
-def cpu_cores() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        return os.cpu_count() or 1
-
-
 def check_storage(cfg: RunConfig, n_workers: int, key: str = "study.storage") -> None:
     """SQLite serializes writers and fails them with "database is locked": refuse it for several workers."""
     url = cfg.study.storage
@@ -101,13 +96,18 @@ def check_storage(cfg: RunConfig, n_workers: int, key: str = "study.storage") ->
 
 
 def plan(cfg: RunConfig, n_workers: int | None, gpus: list[str] | None) -> list[Slot]:
-    """Which GPU and how many threads each worker gets; a request that cannot be met is a ConfigError."""
+    """Which GPUs and how many threads each worker gets; a request that cannot be met is a ConfigError.
+
+    A trial on several devices (`devices`, its largest searched value) takes that many GPUs: workers x devices
+    never exceeds the GPUs visible, and two trials share a GPU only when --gpus repeats it; on the CPU, workers x
+    devices processes never exceed the cores."""
     file = _file(cfg)
     if n_workers is not None and n_workers < 1:
         raise ConfigError(file, "--workers", f"must be >= 1; got {n_workers}")
     device = str(cfg.fixed()["device"])
     pinned = _cuda_index(device)
     cores = cpu_cores()
+    per = devices_wanted(cfg)  # GPUs (or CPU processes) one trial takes
     if gpus is not None:
         if device in ("cpu", "mps"):
             raise ConfigError(file, "--gpus", f"train.device is {device}: GPUs would sit idle; drop --gpus or use "
@@ -118,17 +118,30 @@ def plan(cfg: RunConfig, n_workers: int | None, gpus: list[str] | None) -> list[
         bad = [g for g in gpus if not g.strip().isdigit()]
         if bad or not gpus:
             raise ConfigError(file, "--gpus", f"must be GPU indices like 0,1,2; got {','.join(gpus)!r}")
-        n = n_workers or len(gpus)
-        if len(gpus) < n:
+        n = n_workers or max(1, len(gpus) // per)
+        if per == 1 and len(gpus) < n:
             raise ConfigError(file, "--gpus", f"{n} workers need {n} GPU indices, got {len(gpus)}: repeat an index "
                                               f"to put two workers on one GPU, e.g. 0,0,1,1")
+        if len(gpus) < n * per:
+            raise ConfigError(file, "--gpus", f"{n} workers x devices {per} need {n * per} GPU indices, got "
+                                              f"{len(gpus)} (worker k takes the k-th group of {per}; repeat a group "
+                                              "to put two workers' trials on the same GPUs)")
         visible = _visible_gpus()
-        missing = [g for g in gpus[:n] if int(g) >= len(visible)]
+        missing = [g for g in gpus[:n * per] if int(g) >= len(visible)]
         if missing:
             raise ConfigError(file, "--gpus", f"GPU {missing[0]} is not visible; {len(visible)} visible"
                                               + (f" ({', '.join(map(str, range(len(visible))))})" if visible else ""))
-        chosen = [visible[int(g)] for g in gpus[:n]]
+        groups = [[g.strip() for g in gpus[k * per:(k + 1) * per]] for k in range(n)]
+        for k, group in enumerate(groups):
+            twice = next((g for g in group if group.count(g) > 1), None)
+            if twice is not None:  # NCCL refuses two ranks of one group on one GPU
+                raise ConfigError(file, "--gpus", f"worker {k}'s trials would put two ranks on GPU {twice}: the "
+                                                  f"devices {per} of a trial are distinct GPUs")
+        chosen = [",".join(visible[int(g)] for g in group) for group in groups]
     elif pinned is not None:  # one worker on GPU N; it sees that GPU alone, as cuda:0 (worker_config)
+        if per > 1:
+            raise ConfigError(file, "train.device", f"{device} picks one GPU; with devices {per} use device cuda or "
+                                                    "auto")
         n = n_workers or 1
         if n > 1:
             raise ConfigError(file, "train.device", f"{device} puts every worker on one GPU; use device cuda or auto "
@@ -139,15 +152,23 @@ def plan(cfg: RunConfig, n_workers: int | None, gpus: list[str] | None) -> list[
         chosen = [visible[pinned]]
     elif device in ("cpu", "mps") or not _visible_gpus():
         n = n_workers or 1
+        if per > 1 and n * per > cores:
+            raise ConfigError(file, "--workers", f"{n} workers x devices {per} = {n * per} processes but {cores} CPU "
+                                                 "core(s)")
         chosen = [None] * n
     else:
         visible = _visible_gpus()
-        n = n_workers or len(visible)
-        if n > len(visible):
+        n = n_workers or max(1, len(visible) // per)
+        if per == 1 and n > len(visible):
             raise ConfigError(file, "--workers", f"{n} workers but {len(visible)} GPU(s) visible, and two workers "
                                                  f"never share a GPU unless asked: give --gpus, e.g. "
                                                  f"{','.join(str(i % len(visible)) for i in range(n))}")
-        chosen = visible[:n]
+        if n * per > len(visible):
+            raise ConfigError(file, "--workers", f"{n} workers x devices {per} need {n * per} GPUs but "
+                                                 f"{len(visible)} visible, and two trials never share a GPU unless "
+                                                 f"asked: give --gpus, e.g. "
+                                                 f"{','.join(str(i % len(visible)) for i in range(n * per))}")
+        chosen = [",".join(visible[k * per:(k + 1) * per]) for k in range(n)]
     check_storage(cfg, n)
     threads = max(1, cores // n)
     return [Slot(index=i, gpu=g, threads=threads) for i, g in enumerate(chosen)]

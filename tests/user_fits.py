@@ -258,3 +258,34 @@ def fit_illegal_address(ctx: autotune.TrialContext) -> None:
     """What a kernel's bad index does on a GPU: the CUDA context of the process is gone."""
     raise RuntimeError("CUDA error: an illegal memory access was encountered\nCUDA kernel errors might be "
                        "asynchronously reported at some other API call")
+
+
+def fit_ranks(ctx: autotune.TrialContext) -> None:
+    """The README-shaped fit on one rank of several: each step logged to `user.log_dir`/rank<R>.txt (pid, epoch,
+    step, samples, the model classes); `user.crash` (raise | sigkill) ends rank 1 at its third step of epoch 2."""
+    import os
+    import signal
+    from pathlib import Path
+
+    log = Path(ctx.params["log_dir"]) / f"rank{ctx.rank}.txt" if "log_dir" in ctx.params else None
+    crash = ctx.params.get("crash", "none")
+    model, _ = ctx.prepare(MLP(width=ctx.params.get("width", 32)))
+    kinds = f"{type(model).__name__}/{type(ctx.model).__name__}"
+    train = ctx.loader(PairDataset() if ctx.params.get("dataset") else (X, Y))
+    step = 0
+    for epoch in ctx.epochs():
+        model.train()
+        for i, (x, y) in enumerate(train):
+            if crash != "none" and ctx.rank == 1 and epoch == 2 and i == 2:
+                if crash == "raise":
+                    raise ValueError("bad shard on rank 1")
+                os.kill(os.getpid(), signal.SIGKILL)
+            with ctx.autocast():
+                loss = nn.functional.cross_entropy(model(x), y)
+            ctx.backward(loss)
+            step += 1
+            if log is not None:
+                with open(log, "a") as f:
+                    f.write(f"{os.getpid()} {epoch} {step} {len(x)} {kinds} {ctx.world_size}\n")
+        acc, val_loss = accuracy(ctx.model, ctx)
+        ctx.report(val_accuracy=acc, val_loss=val_loss)
