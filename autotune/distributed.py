@@ -153,11 +153,19 @@ class Group:
             torch.distributed.barrier()
 
     def wrap(self, model: nn.Module) -> nn.Module:
-        """DistributedDataParallel: rank 0's weights broadcast now, gradients averaged over the ranks each step."""
+        """DistributedDataParallel: rank 0's weights broadcast now, gradients averaged over the ranks each step.
+        Buffers (BatchNorm's running statistics) are not broadcast before every forward, a collective per step
+        saved: each rank keeps its own, and rank 0's (over its share of the data) are the ones evaluated and
+        kept. Gradients live in DDP's buckets (no copy per step)."""
+        import inspect
+
         from torch.nn.parallel import DistributedDataParallel
 
         ids = [self.device.index] if self.device.type == "cuda" else None
-        return DistributedDataParallel(model, device_ids=ids)
+        # torch 2.13 renamed the switch (the old name warns); older releases know only the old one
+        takes = inspect.signature(DistributedDataParallel).parameters
+        sync = "forward_sync_buffers" if "forward_sync_buffers" in takes else "broadcast_buffers"
+        return DistributedDataParallel(model, device_ids=ids, gradient_as_bucket_view=True, **{sync: False})
 
 
 class ShardedBatches(torch.utils.data.Sampler[list[int]]):

@@ -10,7 +10,11 @@ what it measured):
    configuration again). Per row: steady samples/s (epochs 2..), its ratio to the baseline, achieved TFLOP/s
    (FLOPs counted by torch's FLOP counter) and its share of the matching matmul ceiling, compile s, train s,
    val accuracy, peak CUDA memory, and the CUDA memory still allocated after the row against before the first;
-3. a 6-trial study (bench/gpu_check.yaml): grid over precision x channels_last x compile on the small CNN, each
+3. several devices per trial (`devices`): resnet_small in bf16 + channels_last on one GPU in this process (the
+   baseline), then through autotune's launcher on min(2, GPUs visible) GPUs: DistributedDataParallel over NCCL,
+   the global batch split over the ranks. With 2+ GPUs it is the speed-up of a second GPU; with one GPU it is a
+   world of one rank (the same launcher, NCCL and DDP on one GPU): what the launcher and DDP cost, not a speed-up;
+4. a 6-trial study (bench/gpu_check.yaml): grid over precision x channels_last x compile on the small CNN, each
    trial's figures and the CUDA memory it left behind, then the study's HTML report.
 
     python3 bench/gpu_check.py [--device cuda|cpu] [--out studies] [--budget-s 270]
@@ -38,8 +42,10 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # autotune and bench.gpu_models from this checkout
 
 import autotune  # noqa: E402
-from autotune import accel, config, models  # noqa: E402
+from autotune import accel, config, models, objective, trainer  # noqa: E402
 from autotune import study as study_mod  # noqa: E402
+from autotune.distributed import cpu_cores  # noqa: E402
+from autotune.settings import DEFAULTS  # noqa: E402
 
 
 @dataclass(frozen=True)
@@ -94,7 +100,7 @@ class Check:
         self.t0 = time.perf_counter()
         self.budget_s = budget_s
         self.fatal: str | None = None
-        self.figures: dict[str, Any] = {"ceilings_tflops": {}, "rows": [], "study": [], "notes": []}
+        self.figures: dict[str, Any] = {"ceilings_tflops": {}, "rows": [], "ddp": [], "study": [], "notes": []}
 
     def say(self, line: str = "") -> None:
         print(line, flush=True)
@@ -257,7 +263,55 @@ def rows(chk: Check, device: str, kind: str, sizes: Sizes, compile_rows: bool) -
         chk.save()
 
 
-# ---------------------------------------------------------------- 3. the study
+# ---------------------------------------------------------------- 3. several devices per trial
+
+DDP_PARAMS = {"precision": "bf16", "channels_last": True, **FP32}
+
+
+def ddp(chk: Check, device: str, sizes: Sizes) -> None:
+    visible = torch.cuda.device_count() if chk.cuda else cpu_cores()
+    n = min(2, visible)
+    cfg = run_cfg(device, "resnet_small", sizes)
+    what = (f"{n} GPUs, NCCL" if n > 1 else "1 GPU as a world of one rank: the launcher's and DDP's own cost, "
+            "not a speed-up") if chk.cuda else f"{n} CPU processes, gloo (a test of the path, not a benchmark)"
+    chk.say(f"== several devices per trial: resnet_small bf16 + channels_last, global batch {sizes.batch}, "
+            f"{sizes.epochs} epochs; {visible} {'GPU(s)' if chk.cuda else 'CPU cores'} visible -> devices {n} "
+            f"({what})")
+    chk.say(f"  {'row':<38} {'samples/s':>10} {'vs 1':>6} {'train s':>8} {'val acc':>7} {'wall s':>6}")
+    base: float | None = None
+    for name, devices, launch in (("1 device, in this process", 1, False),
+                                  (f"devices {n} through the launcher", n, True)):
+        if not chk.may_run(f"ddp / {name}"):
+            return
+        row: dict[str, Any] = {"row": name, "devices": devices, "launcher": launch}
+        t0 = time.perf_counter()
+        try:
+            values = {**DEFAULTS, **cfg.fixed(), **DDP_PARAMS, "devices": devices}
+            job = objective.job_for(cfg, values, 0, measure_inference=False, study_rules=False)
+            r = trainer.train(job, keep_model=False, launch=launch)  # metrics only: rank 0 sends no model back
+            row.update(samples_per_s=round(r.samples_per_s, 1), train_time_s=round(r.train_time_s, 3),
+                       val_accuracy=round(r.val_accuracy, 4), device=r.device)
+        except Exception as e:  # one failing row must not end an unattended check
+            row["error"] = f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"[:300]
+            if accel.is_fatal_device_error(e):
+                chk.fatal = row["error"]
+        finally:
+            accel.release_memory()
+        row["wall_s"] = round(time.perf_counter() - t0, 1)
+        chk.figures["ddp"].append(row)
+        chk.save()
+        if "error" in row:
+            chk.say(f"  {name:<38} FAILED {row['error']}")
+            continue
+        if not launch:
+            base = row["samples_per_s"]
+        row["vs_one"] = round(row["samples_per_s"] / base, 2) if base else float("nan")
+        chk.say(f"  {name:<38} {row['samples_per_s']:>10,.0f} {row['vs_one']:>5.2f}x {row['train_time_s']:>8.2f} "
+                f"{row['val_accuracy']:>7.3f} {row['wall_s']:>6.1f}")
+        chk.save()
+
+
+# ---------------------------------------------------------------- 4. the study
 
 
 def study(chk: Check, device: str, sizes: Sizes) -> None:
@@ -329,6 +383,8 @@ def main() -> None:
         rows(chk, args.device, "resnet_small", sizes, compile_rows=True)
     if chk.may_run("cnn rows"):
         rows(chk, args.device, "cnn", sizes, compile_rows=False)
+    if chk.may_run("several devices per trial"):
+        ddp(chk, args.device, sizes)
     if chk.may_run("the study"):
         study(chk, args.device, sizes)
     chk.save()

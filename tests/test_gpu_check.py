@@ -54,3 +54,14 @@ def _cells(grid: dict[str, list[object]]) -> list[tuple[object, ...]]:
     import itertools
 
     return list(itertools.product(*grid.values()))
+
+
+def test_ddp_section_runs_on_the_cpu(gpu_check: ModuleType, tmp_path: Path) -> None:
+    """The several-devices rows, on the CPU path (gloo, 2 processes): both rows measured, the second on 2 ranks."""
+    chk = gpu_check.Check(torch.device("cpu"), tmp_path, None)
+    gpu_check.ddp(chk, "cpu", gpu_check.SIZES["cpu"])
+    one, two = chk.figures["ddp"]
+    assert "error" not in one and "error" not in two, chk.figures["ddp"]
+    assert two["launcher"] and two["device"].startswith(f"{two['devices']} x cpu")
+    assert one["samples_per_s"] > 0 and two["samples_per_s"] > 0 and two["vs_one"] > 0
+    assert (tmp_path / "gpu_check.json").exists()
