@@ -426,8 +426,8 @@ class TrialContext:
         train_model = model
         if self.group is not None:  # weights broadcast from rank 0 here; gradients averaged every step
             train_model = self._ddp = self.group.wrap(model)
-        if s["compile"]:
-            train_model = accel.compile_model(model, s["compile_mode"])
+        if s["compile"]:  # (around the DDP wrapper: torch's DDPOptimizer splits the graph at its buckets)
+            train_model = accel.compile_model(train_model, s["compile_mode"])
             self._compiled = True
         return train_model, opt
 
@@ -688,15 +688,14 @@ class TrialContext:
             if self.settings["time_excludes_compile"]:
                 epoch_time_s = max(0.0, epoch_time_s - self.compile_time_s)
         self._train_time_s += epoch_time_s
-        samples, loss_sum, loss_n = float(self._samples), self._loss_sum, float(self._loss_n)
+        samples, loss_n = float(self._samples), float(self._loss_n)
+        loss_total = float(self._loss_sum) if self._loss_sum is not None else 0.0
         if self.group is not None:  # every rank's samples and training loss (the clocks are rank 0's)
-            samples, total, loss_n = self.group.sum([samples, float(loss_sum) if loss_sum is not None else 0.0,
-                                                     loss_n])
-            loss_sum = torch.tensor(total) if loss_n else None
+            samples, loss_total, loss_n = self.group.sum([samples, loss_total, loss_n])
         if "train_loss" in values:
             train_loss = values.pop("train_loss")
-        elif loss_sum is not None:
-            train_loss = float(loss_sum) / max(1.0, loss_n)
+        elif loss_n:
+            train_loss = loss_total / loss_n
         else:
             train_loss = math.nan
         rec = EpochRecord(

@@ -248,6 +248,9 @@ def launch(target: Target, payload: Any, world: int, device: torch.device,
         raise RankFailed(f"devices {world} trains in new processes, so the training function must be importable by "
                          f"name (a module-level function, not a lambda, closure or notebook cell): {type(e).__name__}: "
                          f"{str(e).splitlines()[0] if str(e) else ''}") from None
+    if device.type == "cuda" and world > torch.cuda.device_count():  # e.g. `autotune worker` on a smaller machine
+        raise RankFailed(f"devices {world} but this process sees {torch.cuda.device_count()} CUDA GPU(s) "
+                         f"(CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', 'unset')})")
     ctx = _context()
     store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False,
                           timeout=timedelta(seconds=STORE_TIMEOUT_S))

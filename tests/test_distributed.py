@@ -115,6 +115,16 @@ def test_user_fit_on_two_ranks(tmp_path: Path) -> None:
     assert [sum(row[3] for row in ranks_log(tmp_path)[k] if row[1] == 1) for k in (0, 1)] == [300, 300]
 
 
+@pytest.mark.slow
+def test_compiled_ddp_trial(tmp_path: Path) -> None:
+    """torch.compile around the DDP wrapper on both ranks (minutes on a small CPU: inductor's C++ builds)."""
+    cfg = user(tmp_path, "fit_ranks", train={"epochs": 2, "devices": 2, "compile": True,
+                                             "user.log_dir": str(tmp_path)})
+    r = autotune.train(cfg)
+    assert r.val_accuracy > 0.85 and r.compile_time_s > 0
+    assert {row[4] for rows in ranks_log(tmp_path).values() for row in rows} == {"OptimizedModule/MLP"}
+
+
 @pytest.mark.parametrize(("sections", "state", "reason", "epoch"), [
     ({"pruning": {"pruner": "threshold", "pruner_args": {"lower": 1.01}}}, "PRUNED", "pruned", 1),
     ({"pruning": {"slow": {"max_trial_seconds": 1e-4}}}, "PRUNED", "slow", 1),
