@@ -6,7 +6,9 @@ one torch thread; (b) one process, two threads (`cpu_threads: 2`: the other way 
 interleaved rounds (a slow spell of a shared machine hits all alike); each figure is the median over rounds of
 samples/s over the steady epochs (2..E, every rank's samples counted), the training time and the wall time of the
 whole call (the launcher, the ranks' data loading and model building included; the first round also starts the
-forkserver, so it is left out of the wall medians), and the final validation accuracy. Not a test.
+forkserver, so it is left out of the wall medians), and the final validation accuracy. Last, what one step's
+communication costs here: the median time of a gloo all-reduce between 2 processes of the model's gradients
+(fp32) and of one float (the latency). Not a test.
 
     python bench/ddp.py [--rounds 5] [--epochs 4] [--batch 128] [--model cnn|mlp]
 """
@@ -14,6 +16,7 @@ forkserver, so it is left out of the wall medians), and the final validation acc
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import statistics
 import sys
@@ -36,6 +39,35 @@ ARMS: list[tuple[str, dict[str, Any]]] = [
     ("(b) 1 process, 2 threads", {"devices": 1, "cpu_threads": 2}),
     ("(c) devices 2: 2 processes x 1 thread (gloo)", {"devices": 2, "cpu_threads": 0}),
 ]
+
+
+def _allreduce(rank: int, port: int, sizes: list[int], out: Any) -> None:
+    import torch.distributed as dist
+
+    torch.set_num_threads(1)
+    store = dist.TCPStore("127.0.0.1", port, is_master=False)
+    dist.init_process_group("gloo", store=store, rank=rank, world_size=2)
+    for n in sizes:
+        t = torch.randn(n)
+        times = []
+        for i in range(220):
+            t0 = time.perf_counter()
+            dist.all_reduce(t)
+            if i >= 20:  # after warm-up
+                times.append(time.perf_counter() - t0)
+        if rank == 0:
+            out.put((n, statistics.median(times)))
+    dist.destroy_process_group()
+
+
+def allreduce_ms(sizes: list[int]) -> dict[int, float]:
+    import torch.distributed as dist
+    import torch.multiprocessing as mp
+
+    store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
+    out = mp.get_context("spawn").SimpleQueue()
+    mp.spawn(_allreduce, args=(store.port, sizes, out), nprocs=2)
+    return {n: ms * 1e3 for n, ms in (out.get() for _ in sizes)}
 
 
 def main() -> None:
@@ -75,8 +107,13 @@ def main() -> None:
         f = figures[name]
         sps = statistics.median(f["sps"])
         print(f"  {name:<46} {sps:>10,.0f} {sps / base:>6.2f}x {sps / two_threads:>6.2f}x "
-              f"{statistics.median(f['train']):>8.2f} {statistics.median(f['wall']):>7.2f} "
+              f"{statistics.median(f['train']):>8.2f} {statistics.median(f['wall'] or [math.nan]):>7.2f} "
               f"{statistics.median(f['acc']):>7.4f}")
+    params = sum(p.numel() for p in r.model.parameters())
+    ms = allreduce_ms([params, 1])
+    print(f"\n  gloo all-reduce, 2 processes, median of 200: {params:,} floats (the model's gradients) "
+          f"{ms[params]:.2f} ms, 1 float {ms[1]:.2f} ms; one step of (a) at batch {args.batch}: "
+          f"{args.batch / base * 1e3:.1f} ms ({args.batch // 2} samples per rank in (c))")
 
 
 if __name__ == "__main__":
