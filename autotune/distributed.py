@@ -277,6 +277,7 @@ def launch(target: Target, payload: Any, world: int, device: torch.device,
         for rk in ranks:
             rk.proc.join(timeout=30)
             rk.conn.close()
+        lifeline.close()
         life_w.close()
         del store
 

@@ -261,8 +261,10 @@ def test_workers_times_devices_on_the_cpu(tmp_path: Path, monkeypatch: pytest.Mo
         workers.plan(cfg, 3, None)
 
 
+@pytest.mark.slow
 def test_the_worker_dying_takes_its_ranks_along(tmp_path: Path) -> None:
-    """A trial's ranks never outlive the process that runs the trial (a killed worker leaves no orphans)."""
+    """A trial's ranks never outlive the process that runs the trial (a killed worker leaves no orphans). Slow: a
+    fresh interpreter starts its own forkserver (10-20 s on a loaded 2-core machine)."""
     import signal
     import subprocess
     import sys
