@@ -15,7 +15,7 @@ import autotune
 from autotune import config, distributed, workers
 from autotune.distributed import RankFailed, ShardedBatches
 from autotune.errors import ConfigError
-from autotune.study import open_study, validate
+from autotune.study import open_study
 from tests.conftest import tiny
 from tests.test_context import user
 
@@ -201,18 +201,7 @@ def test_a_function_other_processes_cannot_import_is_a_clear_error(tmp_path: Pat
         autotune.train(cfg, fit=lambda ctx: None)
 
 
-# ---------------------------------------------------------------- what the machine can give
-
-
-@pytest.mark.parametrize(("train", "space", "message"), [
-    ({"devices": 0}, {}, r"train\.devices: must be >= 1"),
-    ({"devices": 2, "batch_size": 1}, {}, r"train\.batch_size: 1 cannot be split over devices 2"),
-    ({"devices": 512}, {}, r"train\.devices: devices 512 on the CPU but \d+ core\(s\)"),
-    ({}, {"devices": {"type": "int", "low": 1, "high": 512}}, r"space\.devices: devices 512 on the CPU"),
-])
-def test_devices_the_machine_cannot_give(tmp_path: Path, train: dict, space: dict, message: str) -> None:
-    with pytest.raises(ConfigError, match=message):
-        validate(tiny(tmp_path, train={"device": "cpu", **train}, space=space))
+# ---------------------------------------------- what the machine can give (bad configs: tests/configs/devices_*)
 
 
 def test_devices_on_gpus(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
