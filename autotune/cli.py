@@ -112,11 +112,11 @@ def _run_workers(args: argparse.Namespace, cfg: Any) -> int:
 
 
 def _fail_stale_all(cfg: Any) -> None:
-    from . import workers
+    from . import orphans
     from .study import open_study
 
     study = open_study(cfg, create=False)
-    failed = workers.fail_stale(study, everywhere=True)
+    failed = orphans.reap(study, everywhere=True)
     if failed:
         print(f"failed {len(failed)} stale RUNNING trial(s) and queued their retries: "
               f"{', '.join(map(str, failed))}", file=sys.stderr)

@@ -23,7 +23,7 @@ import pytest
 import yaml
 from optuna.trial import TrialState
 
-from autotune import cli, config, workers
+from autotune import cli, config, orphans, workers
 from autotune import study as study_mod
 from autotune.errors import ConfigError
 
@@ -87,9 +87,9 @@ def wait_mid_trial(study: optuna.Study, epochs: int, timeout: float = 90) -> opt
 
 
 def pid_of(t: optuna.trial.FrozenTrial) -> int:
-    host, _, pid = t.user_attrs[workers.WORKER_ATTR].rpartition(":")
-    assert host == socket.gethostname()
-    return int(pid)
+    owner = orphans.owner_of(t)
+    assert owner is not None and owner.host == socket.gethostname()
+    return owner.pid
 
 
 def assert_exact(study: optuna.Study, n: int) -> list[optuna.trial.FrozenTrial]:
@@ -312,7 +312,7 @@ def _wait_no_running_pids(study: optuna.Study, timeout: float = 30) -> None:
     t0 = time.monotonic()
     while time.monotonic() - t0 < timeout:
         alive = [t for t in study.get_trials(states=(TrialState.RUNNING,))
-                 if workers.WORKER_ATTR in t.user_attrs and workers._pid_alive(pid_of(t))]
+                 if (o := orphans.owner_of(t)) is not None and o.alive()]
         if not alive:
             return
         time.sleep(0.1)
