@@ -17,7 +17,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from . import __version__, accel, data, models, orphans, pruners, results, space
 from .config import RunConfig
-from .errors import AutotuneError, ConfigError, redact
+from .errors import AutotuneError, ConfigError, describe_exception, redact
 from .objective import Objective
 
 FINISHED = (TrialState.COMPLETE, TrialState.PRUNED)
@@ -160,15 +160,22 @@ def preflight(cfg: RunConfig) -> None:
         if why is not None:
             raise ConfigError(file, "train.precision", f"{fixed['precision']} cannot run on {dev}: {why}; "
                                                        f"use fp32 or search precision")
-    ds = data.load(cfg.data, cfg.source)
+    try:
+        ds = data.load(cfg.data, cfg.source)
+    except AutotuneError:
+        raise
+    except Exception as e:  # a user's data factory or a damaged file: one line naming it, not a traceback
+        key, what = ("data.factory", f"{cfg.data.factory} raised") if cfg.data.factory else \
+            ("data.path", f"cannot read {cfg.data.path}:") if cfg.data.path else ("data", f"{cfg.data.name}:")
+        raise ConfigError(file, key, f"{what} {describe_exception(e)}") from None
     try:
         models.build(cfg.model, ds.input_shape, ds.n_classes, 0.0, "default", file)
     except AutotuneError:
         raise
     except Exception as e:
-        key = "model.factory" if cfg.model.factory else "model"
-        raise ConfigError(file, key, f"cannot build the model for input {ds.input_shape}: "
-                                     f"{type(e).__name__}: {e}") from None
+        key, what = ("model.factory", f"{cfg.model.factory} raised") if cfg.model.factory else ("model", "failed:")
+        raise ConfigError(file, key, f"cannot build the model for input {ds.input_shape}: {what} "
+                                     f"{describe_exception(e)}") from None
     make_sampler(cfg)
     pruners.optuna_pruner(cfg)
     pruners.pareto_pruner(cfg)

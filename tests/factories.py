@@ -101,3 +101,19 @@ class _Broken(nn.Module):
 
 def broken_above_64(input_shape: tuple[int, ...], n_classes: int) -> nn.Module:
     return _Broken(small_net(input_shape, n_classes))
+
+
+def _read_rows(path: str) -> list[str]:
+    with open(path) as f:  # the user's own code fails here
+        return f.readlines()
+
+
+def raising_data(path: str = "no/such/rows.csv") -> tuple[np.ndarray, np.ndarray]:
+    """A data factory whose file is missing: the error names this file's line, not autotune's."""
+    rows = _read_rows(path)
+    return np.zeros((len(rows), 4)), np.zeros(len(rows))
+
+
+def raising_model(input_shape: tuple[int, ...], n_classes: int) -> nn.Module:
+    width = {"small": 16}["large"]  # a user's bug: KeyError
+    return small_net(input_shape, n_classes, width)
