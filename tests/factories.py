@@ -117,3 +117,12 @@ def raising_data(path: str = "no/such/rows.csv") -> tuple[np.ndarray, np.ndarray
 def raising_model(input_shape: tuple[int, ...], n_classes: int) -> nn.Module:
     width = {"small": 16}["large"]  # a user's bug: KeyError
     return small_net(input_shape, n_classes, width)
+
+
+_LEAKED: list[np.ndarray] = []  # grows on every call: what bench/memory.py must catch
+
+
+def leaky_net(input_shape: tuple[int, ...], n_classes: int) -> nn.Module:
+    """A model factory that leaks 2 MiB per trial (a module-level cache that is never cleared)."""
+    _LEAKED.append(np.ones(2 ** 18, dtype=np.float64))  # ones, not zeros: the pages are touched, so resident
+    return small_net(input_shape, n_classes)
