@@ -81,7 +81,8 @@ def make_storage(cfg: RunConfig) -> optuna.storages.BaseStorage:
     if url.startswith("journal://"):
         if cfg.study.heartbeat_interval is not None:
             raise ConfigError(file, "study.heartbeat_interval", "the journal backend has no heartbeats; use "
-                                                                "postgresql://... or mysql://... for them, or drop it")
+                                                                "postgresql://..., mysql://... or sqlite:///... for "
+                                                                "them, or drop it")
         path = Path(url[len("journal://"):])
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
