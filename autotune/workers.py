@@ -399,6 +399,7 @@ def run_parallel(cfg: RunConfig, slots: list[Slot], fresh: bool = False,
     study_mod.preflight(cfg)
     study_mod.resolve_teacher(cfg)  # the teacher file exists before any worker needs it
     study = study_mod.open_study(cfg, fresh=fresh)
+    study_mod.note_orphans(orphans.reap(study), note)  # what a killed earlier run left RUNNING
     n = cfg.study.n_trials
     shown = {t.number for t in study.get_trials(deepcopy=False) if t.state.is_finished()}
     todo = -1 if n is None else max(0, n - counts(study.get_trials(deepcopy=False)).finished)

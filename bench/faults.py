@@ -1,6 +1,5 @@
 """Load with faults, measured here and now (not a test): W `autotune worker` processes on one study, a random
-one SIGKILL-ed every K seconds (one in the middle of a trial when there is one) and replaced by a fresh one,
-until the study holds its N finished trials.
+one SIGKILL-ed every K seconds and replaced by a fresh one, until the study holds its N finished trials.
 
 Per storage (a journal file; PostgreSQL when AUTOTUNE_TEST_POSTGRES or --postgres is given, in a fresh
 database, with heartbeats on as across machines) it checks what a study run this way must keep:
@@ -114,10 +113,13 @@ def run(url: str, folder: Path, n_workers: int, n_trials: int, kill_every: float
             trials = study.get_trials(deepcopy=False)
             if sum(t.state in FINISHED for t in trials) >= n_trials:
                 continue  # done: let the workers see it and exit
-            # A worker in the middle of a trial, if any (one still starting up has nothing to lose yet).
+            # Any live worker, starting up or mid-trial; until one has died mid-trial, one mid-trial if there is one
+            # (so every run tests a killed trial). Always picking one mid-trial would starve a loaded machine: the
+            # only worker past its start-up would be killed each time and the study would stop moving.
             busy = {o.pid for t in trials if t.state == TrialState.RUNNING and (o := orphans.owner_of(t))}
             alive = pool.alive()
-            victim = rng.choice([p for p in alive if p.pid in busy] or alive)
+            first = not any(k["running"] for k in kills)
+            victim = rng.choice([p for p in alive if first and p.pid in busy] or alive)
             snapshots.update({t.number: t.values for t in trials if t.state == TrialState.COMPLETE})
             running = [t.number for t in trials if t.state == TrialState.RUNNING
                        and (o := orphans.owner_of(t)) is not None and o.pid == victim.pid]

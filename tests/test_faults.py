@@ -21,7 +21,7 @@ from autotune import study as study_mod
 from tests.test_workers import FINISHED, pg_url  # noqa: F401  (the fixture)
 
 ROOT = Path(__file__).resolve().parent.parent
-N, WORKERS, KILL_EVERY = 40, 4, 10
+N, WORKERS, KILL_EVERY = 40, 4, 15
 
 
 def run_bench(tmp_path: Path, *args: str) -> dict:
