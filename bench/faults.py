@@ -174,10 +174,14 @@ def check(study: optuna.Study, n_trials: int, kills: list[dict[str, Any]], snaps
                 problems.append(f"killed trial {t.number} has no retry with its settings")
         elif sum(1 for x in trials if x.system_attrs.get("failed_trial") == first) != 1:
             problems.append(f"retry {t.number} of trial {first} was retried again")
+    # Seen RUNNING just before a SIGKILL: failed as orphaned, or finished in the instant between the look
+    # and the kill (its result was stored; nothing to retry).
     seen_running = {n for k in kills for n in k["running"]}
-    missing = seen_running - set(orphaned)
+    raced = sorted(n for n in seen_running if by_number[n].state in FINISHED)
+    missing = sorted(seen_running - set(orphaned) - set(raced))
     if missing:
-        problems.append(f"trials running at a kill but not failed as orphaned: {sorted(missing)}")
+        problems.append("trials running at a kill, neither finished nor failed as orphaned: "
+                        + ", ".join(f"{n} {by_number[n].state.name}" for n in missing))
     lost = [n for n, v in snapshots.items() if by_number[n].state != TrialState.COMPLETE or by_number[n].values != v]
     if lost:
         problems.append(f"completed trials lost or changed: {lost}")
@@ -187,7 +191,7 @@ def check(study: optuna.Study, n_trials: int, kills: list[dict[str, Any]], snaps
         problems.append(f"workers {bad_exits} exited non-zero; tracebacks in {tracebacks}")
     return {
         "finished": len(finished), "trials": len(trials), "wall_s": wall, "trials_per_min": 60 * len(finished) / wall,
-        "kills": len(kills), "killed_mid_trial": len(orphaned), "retries": len(retries),
+        "kills": len(kills), "killed_mid_trial": len(orphaned), "finished_as_killed": raced, "retries": len(retries),
         "surplus": sum(1 for t in trials if t.user_attrs.get("surplus")),
         "failed": sum(1 for t in trials if t.state == TrialState.FAIL),
         "detect_s": detect, "workers_started": len(pool.procs), "problems": problems,
