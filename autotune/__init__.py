@@ -1,6 +1,6 @@
 """autotune: one Optuna study over hyper-parameters, acceleration, initialization and compression.
 
-Public API (see DESIGN.md): `load_config`, `run`, `train`, `TuneResult`, `TrainResult`.
+Public API (see DESIGN.md): `load_config`, `run`, `train`, `TrialContext`, `TuneResult`, `TrainResult`.
 """
 
 from __future__ import annotations
@@ -11,8 +11,9 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from .config import RunConfig
+    from .context import TrainResult
     from .study import TuneResult
-    from .trainer import TrainResult
+    from .trainer import Fit
 
 from .errors import AutotuneError, ConfigError
 
@@ -24,27 +25,31 @@ def load_config(path: str, overrides: dict[str, Any] | None = None) -> RunConfig
     return load(path, overrides)
 
 
-def run(cfg: RunConfig | str, fresh: bool = False) -> TuneResult:
-    """Run (or resume) the study a config describes and return its result."""
+def run(cfg: RunConfig | str, fit: Fit | None = None, fresh: bool = False) -> TuneResult:
+    """Run (or resume) the study a config describes and return its result. `fit`: your training function
+    `fit(ctx)` (default: the config's `trainer:`, else the built-in trainer)."""
     from .study import run as _run
 
     if isinstance(cfg, str):
         cfg = load_config(cfg)
-    return _run(cfg, fresh=fresh)
+    return _run(cfg, fresh=fresh, fit=fit)
 
 
-def train(cfg: RunConfig | str, params: dict[str, Any] | None = None, seed: int | None = None) -> TrainResult:
-    """Train one configuration outside any study: fixed settings plus `params`, same trainer and clocks."""
-    from .objective import job_for
+def train(cfg: RunConfig | str, params: dict[str, Any] | None = None, seed: int | None = None,
+          fit: Fit | None = None) -> TrainResult:
+    """Train one configuration outside any study: fixed settings plus `params` (user parameters as
+    `user.NAME`), the same training function, settings and clocks as a trial."""
+    from .objective import job_for, load_fit
     from .settings import DEFAULTS, check_params
     from .study import preflight
     from .trainer import train as _train
 
     if isinstance(cfg, str):
         cfg = load_config(cfg)
-    settings = {**DEFAULTS, **cfg.train, **check_params(params or {}, "params")}
+    values = {**DEFAULTS, **cfg.fixed(), **check_params(params or {}, "params")}  # searched: defaults unless given
     preflight(cfg)
-    return _train(job_for(cfg, settings, cfg.study.seed or 0 if seed is None else seed, measure_inference=True))
+    seed = cfg.study.seed or 0 if seed is None else seed
+    return _train(job_for(cfg, values, seed, measure_inference=True, fit=fit or load_fit(cfg), study_rules=False))
 
 
 def __getattr__(name: str) -> Any:
@@ -53,9 +58,13 @@ def __getattr__(name: str) -> Any:
 
         return TuneResult
     if name == "TrainResult":
-        from .trainer import TrainResult
+        from .context import TrainResult
 
         return TrainResult
+    if name == "TrialContext":
+        from .context import TrialContext
+
+        return TrialContext
     if name == "TrialSummary":
         from .results import TrialSummary
 
@@ -63,5 +72,5 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(name)
 
 
-__all__ = ["AutotuneError", "ConfigError", "TrainResult", "TrialSummary", "TuneResult", "load_config", "run",
-           "train", "__version__"]
+__all__ = ["AutotuneError", "ConfigError", "TrainResult", "TrialContext", "TrialSummary", "TuneResult", "load_config",
+           "run", "train", "__version__"]

@@ -88,22 +88,32 @@ def backend_flags(settings: dict[str, Any]) -> Iterator[None]:
     """Apply per-trial backend settings and put the previous ones back afterwards."""
     old_bench = torch.backends.cudnn.benchmark
     old_matmul = torch.get_float32_matmul_precision()
+    old_conv_tf32 = torch.backends.cudnn.allow_tf32
     old_threads = torch.get_num_threads()
     try:
         torch.backends.cudnn.benchmark = bool(settings["cudnn_benchmark"])
         torch.set_float32_matmul_precision(settings["matmul_precision"])
+        # cuDNN's own TF32 switch defaults to True: without this, an "fp32" conv net runs TF32 convolutions.
+        torch.backends.cudnn.allow_tf32 = settings["matmul_precision"] != "highest"
         if settings["cpu_threads"]:
             torch.set_num_threads(int(settings["cpu_threads"]))
         yield
     finally:
         torch.backends.cudnn.benchmark = old_bench
         torch.set_float32_matmul_precision(old_matmul)
+        torch.backends.cudnn.allow_tf32 = old_conv_tf32
         torch.set_num_threads(old_threads)
 
 
 def compile_model(model: nn.Module, mode: str) -> nn.Module:
-    """torch.compile; compilation itself happens lazily on the first call (timed by the trainer)."""
+    """torch.compile; compilation itself happens lazily on the first call (timed by the trial context)."""
     return torch.compile(model, mode=None if mode == "default" else mode)  # type: ignore[return-value]
+
+
+def reset_compiler() -> None:
+    """Forget every compiled graph: a new trial's model compiles afresh (honest compile time, no recompile
+    limit reached after 8 trials) and graphs / CUDA-graph pools of a finished trial are freed."""
+    torch.compiler.reset()
 
 
 def synchronize(dev: torch.device) -> None:

@@ -583,7 +583,7 @@ class Compressed:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-Finetune = Callable[[nn.Module, int], float]  # (model, epochs) -> seconds spent
+Finetune = Callable[[nn.Module, int, bool], float]  # (model, epochs, qat) -> seconds spent (trainer.BuiltinFit)
 
 
 def compress_and_measure(model: nn.Module, settings: dict[str, Any], train_dev: torch.device,
@@ -599,7 +599,7 @@ def compress_and_measure(model: nn.Module, settings: dict[str, Any], train_dev: 
     shrunk = False
     if pruned:
         if s["finetune_epochs"] > 0:
-            finetune_time_s = finetune(m, s["finetune_epochs"])
+            finetune_time_s = finetune(m, s["finetune_epochs"], False)
         make_permanent(pruned)
         if s["prune_method"] == "ln_structured":
             small = shrink(m, x_val[:64].to(next(m.parameters()).device))
@@ -609,7 +609,7 @@ def compress_and_measure(model: nn.Module, settings: dict[str, Any], train_dev: 
     q = s["quantize"]
     if s["qat"]:  # QAT as fine-tuning of the trained model (the stable way): fake int8 forwards, then convert
         m = prepare_qat(m)
-        finetune_time_s += finetune(m, max(1, s["finetune_epochs"]))
+        finetune_time_s += finetune(m, max(1, s["finetune_epochs"]), True)
     try:
         if s["qat"]:
             m = convert_qat(m)
@@ -643,27 +643,6 @@ def compress_and_measure(model: nn.Module, settings: dict[str, Any], train_dev: 
     }
     return Compressed(model=m, val_accuracy=val_acc, val_loss=val_loss, finetune_time_s=finetune_time_s,
                       extra=extra)
-
-
-def finetune_loop(model: nn.Module, epochs: int, batches: Iterable[tuple[torch.Tensor, torch.Tensor]],
-                  opt: torch.optim.Optimizer, loss_fn: nn.Module, dev: torch.device, precision: str) -> float:
-    """Plain epochs over the trainer's batches with the pruning masks in place; returns the seconds spent."""
-    scaler = accel.grad_scaler(dev, precision)
-    model.train()
-    t0 = accel.clock(dev)
-    for _ in range(epochs):
-        for xb, yb in batches:
-            with accel.autocast(dev, precision):
-                loss = loss_fn(model(xb).float(), yb)
-            if scaler:
-                scaler.scale(loss).backward()
-                scaler.step(opt)
-                scaler.update()
-            else:
-                loss.backward()
-                opt.step()
-            opt.zero_grad(set_to_none=True)
-    return accel.clock(dev) - t0
 
 
 def calibration_batches(batches: Iterable[tuple[torch.Tensor, torch.Tensor]],

@@ -37,6 +37,9 @@ METRICS: dict[str, str] = {
     "inference_latency_ms": "minimize",
     "params_nonzero": "minimize",
 }
+# metrics a training function reports with ctx.report (the clocks are the context's own)
+REPORTED_METRICS = ("val_accuracy", "val_loss")
+USER_PREFIX = "user."  # `user.NAME` in train/space: a parameter of the user's training function (ctx.params[NAME])
 DATASETS = ("digits", "synthetic", "npz")
 MODELS = ("cnn", "mlp")
 
@@ -55,6 +58,7 @@ class StudyConfig(_Model):
     seed: int | None = 0
     heartbeat_interval: int | None = Field(None, ge=1)
     grace_period: int | None = Field(None, ge=1)
+    max_repeated_errors: int = Field(3, ge=1)  # this many trials in a row failing the same way stop the run
 
     @field_validator("sampler")
     @classmethod
@@ -65,19 +69,14 @@ class StudyConfig(_Model):
 
 
 class Objective(_Model):
+    """A metric to optimize: a built-in one (direction optional) or one a training function reports."""
+
     metric: str
     direction: Literal["maximize", "minimize"] | None = None
 
-    @field_validator("metric")
-    @classmethod
-    def _metric(cls, v: str) -> str:
-        if v not in METRICS:
-            raise ValueError(f"unknown metric {v!r}{suggest(v, METRICS)}; {one_of(METRICS)}")
-        return v
-
     @model_validator(mode="after")
     def _direction(self) -> Objective:
-        if self.direction is None:
+        if self.direction is None and self.metric in METRICS:
             object.__setattr__(self, "direction", METRICS[self.metric])
         return self
 
@@ -230,6 +229,8 @@ class RunConfig(_Model):
     select: str | FastestWithin | MostAccurateUnder = "knee"
     constraints: Constraints = Constraints()
     distill: DistillConfig | None = None
+    trainer: str | None = None  # "package.module:function": a user's training function fit(ctx)
+    metrics: tuple[str, ...] = ()  # further metrics that function may ctx.report (beyond the objectives)
     source: str = Field("<config>", exclude=True)
 
     @field_validator("select", mode="before")
@@ -254,7 +255,7 @@ class RunConfig(_Model):
         return [str(o.direction) for o in self.objectives]
 
     def fixed(self) -> dict[str, Any]:
-        """Every trainer setting that is not searched: defaults overlaid with `train:`."""
+        """Every trainer setting that is not searched: defaults overlaid with `train:` (user parameters too)."""
         out = {name: s.default for name, s in SETTINGS.items() if name not in self.space}
         out.update(self.train)
         return out
@@ -370,6 +371,10 @@ def _check_settings_keys(raw: dict[str, Any]) -> list[str]:
         for key in block:
             if key == "early_stopping" and section == "train":
                 continue
+            if str(key).startswith(USER_PREFIX):
+                if not str(key)[len(USER_PREFIX):].isidentifier():
+                    problems.append(f"{section}.{key}: a user parameter is user.NAME with NAME a Python identifier")
+                continue
             if key not in SETTINGS:
                 problems.append(f"{section}.{key}: unknown setting{suggest(str(key), SETTINGS)}; {one_of(SETTINGS)}")
         if section == "space":
@@ -429,6 +434,8 @@ def _first_error(e: ValidationError, file: str) -> ConfigError:
 def _check_semantics(cfg: RunConfig, file: str, source: str) -> RunConfig:
     """Rules that span fields: settings values, fixed-vs-searched, `when`, sampler fit, data files."""
     for key, value in cfg.train.items():
+        if key.startswith(USER_PREFIX):
+            continue
         try:
             SETTINGS[key].check(value)
         except ValueError as e:
@@ -442,6 +449,7 @@ def _check_semantics(cfg: RunConfig, file: str, source: str) -> RunConfig:
     metrics = [o.metric for o in cfg.objectives]
     if len(set(metrics)) != len(metrics):
         raise ConfigError(file, "objectives", f"each metric may appear once; got {metrics}")
+    _check_user_training(cfg, file)
     if cfg.study.sampler == "cmaes" and cfg.multi_objective:
         raise ConfigError(file, "study.sampler", "cmaes handles one objective only; for several use tpe, nsga2, "
                                                  "random, gp or qmc")
@@ -480,9 +488,85 @@ def _check_semantics(cfg: RunConfig, file: str, source: str) -> RunConfig:
     return cfg
 
 
+def _check_user_training(cfg: RunConfig, file: str) -> None:
+    """`trainer:` imports and takes a context; user metrics need a direction; user parameters need a trainer."""
+    for i, o in enumerate(cfg.objectives):
+        if o.metric in METRICS:
+            continue
+        if cfg.trainer is None:
+            raise ConfigError(file, f"objectives.{i}.metric", f"unknown metric {o.metric!r}{suggest(o.metric, METRICS)}"
+                                                              f"; {one_of(METRICS)} (a training function, `trainer:`, "
+                                                              "may report others)")
+        if o.direction is None:
+            raise ConfigError(file, f"objectives.{i}.direction", f"{o.metric} is not a built-in metric "
+                                                                 f"({', '.join(METRICS)}): give its direction, "
+                                                                 "maximize or minimize")
+    from .context import CLOCK_METRICS
+
+    for i, m in enumerate(cfg.metrics):
+        if m in CLOCK_METRICS or not m.isidentifier():
+            raise ConfigError(file, f"metrics.{i}", f"{m!r}: a metric name is a Python identifier and not one of "
+                                                    f"the clocks autotune measures ({', '.join(CLOCK_METRICS)})")
+    user = [f"train.{k}" for k in cfg.train if k.startswith(USER_PREFIX)] + \
+        [f"space.{k}" for k in cfg.space if k.startswith(USER_PREFIX)]
+    if user and cfg.trainer is None:
+        raise ConfigError(file, user[0], "user parameters go to a training function (trainer: package.module:fit); "
+                                         "this file uses the built-in trainer")
+    for key in user:
+        name = key.split(".", 2)[2]
+        if name in SETTINGS:
+            raise ConfigError(file, key, f"{name!r} is a trainer setting: use it as {name} (ctx.params[{name!r}] "
+                                         "holds it), or rename the user parameter")
+    if cfg.trainer is not None:
+        fn = load_factory(cfg.trainer, file, "trainer")
+        check_fit_signature(fn, cfg.trainer, file)
+        _check_builtin_only(cfg, file)
+
+
+# Steps on the built-in trainer's model and data that a user's training function does not expose.
+BUILTIN_ONLY = {"prune_method": "none", "prune_amount": 0.0, "finetune_epochs": 0, "quantize": "none", "qat": False,
+                "freeze": "none"}
+BUILTIN_ONLY_METRICS = ("model_size_bytes", "inference_latency_ms", "params_nonzero")
+
+
+def _check_builtin_only(cfg: RunConfig, file: str) -> None:
+    for key, off in BUILTIN_ONLY.items():
+        where = f"space.{key}" if key in cfg.space else f"train.{key}" if key in cfg.train else None
+        if where is not None and (key in cfg.space or cfg.train[key] != off):
+            raise ConfigError(file, where, f"{key}: compression and transfer learning run on the built-in trainer's "
+                                           "model; with trainer: they are not applied (drop the key)")
+    for i, o in enumerate(cfg.objectives):
+        if o.metric in BUILTIN_ONLY_METRICS:
+            raise ConfigError(file, f"objectives.{i}.metric", f"{o.metric} is measured on the built-in trainer's "
+                                                              "model; with trainer: report your own metric instead")
+    if cfg.distill is not None:
+        raise ConfigError(file, "distill", "distillation runs in the built-in trainer's loss; with trainer: distill "
+                                           "in your own loss function")
+
+
+def check_fit_signature(fn: Any, ref: str, file: str) -> None:
+    """A training function is called as fn(ctx): exactly one positional parameter without a default."""
+    import inspect
+
+    try:
+        params = list(inspect.signature(fn).parameters.values())
+    except (TypeError, ValueError):
+        return  # a builtin or C callable: let the call tell
+    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    required = [p for p in params if p.default is p.empty and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+    takes_varargs = any(p.kind is p.VAR_POSITIONAL for p in params)
+    if not (len(required) == 1 and required[0] in positional) and not (not required and (positional or takes_varargs)):
+        shown = ", ".join(p.name for p in params) or "nothing"
+        raise ConfigError(file, "trainer", f"{ref} must take the trial context as its one argument, fit(ctx); it "
+                                           f"takes ({shown})")
+
+
 def _check_spec(key: str, spec: ParamSpec, cfg: RunConfig, file: str) -> None:
-    setting = SETTINGS[key]
     where = f"space.{key}"
+    if key.startswith(USER_PREFIX):
+        _check_when(key, spec, cfg, file)
+        return
+    setting = SETTINGS[key]
     if not setting.searchable:
         raise ConfigError(file, where, f"{key} cannot be searched; set it in train")
     if spec.type in ("float", "int"):
@@ -510,9 +594,14 @@ def _check_spec(key: str, spec: ParamSpec, cfg: RunConfig, file: str) -> None:
                 else:
                     msg = f"{key} {e}"
                 raise ConfigError(file, f"{where}.choices", msg) from None
+    _check_when(key, spec, cfg, file)
+
+
+def _check_when(key: str, spec: ParamSpec, cfg: RunConfig, file: str) -> None:
+    where = f"space.{key}"
     if spec.when:
         for dep, val in spec.when.items():
-            if dep not in cfg.space and dep not in SETTINGS:
+            if dep not in cfg.space and dep not in SETTINGS and dep not in cfg.train:
                 raise ConfigError(file, f"{where}.when.{dep}", f"unknown setting{suggest(dep, SETTINGS)}")
             if dep == key:
                 raise ConfigError(file, f"{where}.when", "a parameter cannot depend on itself")

@@ -73,6 +73,9 @@ def user_where(exc: BaseException) -> str:
     import os
     import traceback
 
+    stored = exc.__dict__.get("_autotune_where") if hasattr(exc, "__dict__") else None
+    if stored is not None:  # kept when the traceback itself was dropped (to free what its frames held)
+        return str(stored)
     frames = traceback.extract_tb(exc.__traceback__)
     for fr in reversed(frames):
         if not _library_file(fr.filename):

@@ -1,130 +1,252 @@
-"""The only bridge between Optuna and torch: trial -> settings -> train -> values and user attrs."""
+"""The only bridge between Optuna and torch: trial -> settings -> train -> values and user attrs.
+
+A trial's training either finishes (values returned), stops early (`optuna.TrialPruned`, the reason
+stored), or fails: the exception's type, message and place in the user's code are stored, the study
+goes on, and `study.max_repeated_errors` failures in a row with the same error stop the run cleanly.
+"""
 
 from __future__ import annotations
 
-import dataclasses
-import functools
+import logging
 import math
 from typing import Any
 
 import optuna
 from optuna.trial import TrialState
 
-from . import accel, data, pruners, space, trainer
-from .config import RunConfig
-from .errors import AutotuneError, ConfigError, TrialStopped
+from . import accel, pruners, space, trainer
+from .config import REPORTED_METRICS, RunConfig, load_factory
+from .context import CLOCK_METRICS, ContextMisuse, EpochRecord, TrainResult
+from .errors import AutotuneError, ConfigError, TrialStopped, describe_exception, user_where
 from .pruners import EPOCH_VALUES
-
-PER_EPOCH_METRICS = {f.name for f in dataclasses.fields(trainer.EpochRecord)}
-
+from .stops import Limits
 
 INFERENCE_METRICS = ("model_size_bytes", "inference_latency_ms", "params_nonzero")
+FINAL_ONLY = (*INFERENCE_METRICS, "compile_time_s")  # known only once training is over
 
 
-def job_for(cfg: RunConfig, settings: dict[str, Any], seed: int,
-            measure_inference: bool | None = None) -> trainer.TrainJob:
-    """The trainer's job for these settings. Inference metrics (size, latency) cost a few timed
-    forward passes per trial, so a study measures them only when an objective or constraint uses them."""
+class TrialFailed(Exception):
+    """A trial's training raised: the trial ends FAIL with this one-line text and the study goes on."""
+
+
+class RepeatedFailure(AutotuneError):
+    """The same error ended several trials in a row: the run stops instead of failing trial after trial."""
+
+
+# Caught by study.optimize (the trial is FAIL, the study goes on); anything else stops the run.
+CATCH = (TrialFailed, RuntimeError, ValueError, TypeError, ArithmeticError, MemoryError)
+
+
+class _NoTraceback(logging.Filter):
+    """Optuna logs a failed trial with its traceback; ours already carry their one-line story."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        if isinstance(exc, (TrialFailed, AutotuneError)):
+            record.exc_info = None
+            record.exc_text = None
+        return True
+
+
+_optuna_log = logging.getLogger("optuna.study._optimize")
+if not any(isinstance(f, _NoTraceback) for f in _optuna_log.filters):
+    _optuna_log.addFilter(_NoTraceback())
+
+
+def load_fit(cfg: RunConfig) -> trainer.Fit | None:
+    """The user's training function named by `trainer:` (None: the built-in trainer)."""
+    if cfg.trainer is None:
+        return None
+    return load_factory(cfg.trainer, cfg.source.rsplit("/", 1)[-1], "trainer")  # type: ignore[no-any-return]
+
+
+def fit_name(cfg: RunConfig, fit: trainer.Fit | None) -> str:
+    if cfg.trainer is not None:
+        return cfg.trainer
+    if fit is None:
+        return "the built-in trainer"
+    return f"{getattr(fit, '__module__', '?')}:{getattr(fit, '__qualname__', type(fit).__name__)}"
+
+
+def job_for(cfg: RunConfig, values: dict[str, Any], seed: int, measure_inference: bool | None = None,
+            fit: trainer.Fit | None = None, study_rules: bool = True) -> trainer.TrainJob:
+    """The trainer's job for these settings (and user parameters). Inference metrics (size, latency) cost a
+    few timed forward passes per trial, so a study measures them only when an objective or constraint uses
+    them. `study_rules`: the `pruning:` limits (divergence, slow, hang) apply, as they do in a study."""
     if measure_inference is None:
         measure_inference = any(o.metric in INFERENCE_METRICS for o in cfg.objectives) or \
             cfg.constraints.max_accuracy_drop is not None
-    return trainer.TrainJob(settings=settings, data=cfg.data, model=cfg.model, seed=seed, source=cfg.source,
-                            distill=cfg.distill, measure_inference=measure_inference)
+    settings, user = space.split(values)
+    p = cfg.pruning
+    limits = Limits(loss_factor=p.divergence.loss_factor if p.divergence is not None else None,
+                    max_trial_seconds=p.slow.max_trial_seconds, hang_seconds=p.slow.hang_seconds) \
+        if study_rules else Limits()
+    watched = (("val_loss", "minimize"),) + tuple((o.metric, str(o.direction)) for o in cfg.objectives
+                                                  if o.metric not in CLOCK_METRICS and o.metric not in FINAL_ONLY)
+    return trainer.TrainJob(
+        settings=settings, data=cfg.data, model=cfg.model, seed=seed, source=cfg.source, limits=limits,
+        distill=cfg.distill, measure_inference=measure_inference, fit=fit, user_params=user,
+        metrics=frozenset({*REPORTED_METRICS, *(o.metric for o in cfg.objectives), *cfg.metrics}),
+        early_stopping_on=watched, config=cfg)
+
+
+class FailureStreak:
+    """Counts trials in a row that failed with the same error (type, place, message)."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.signature: tuple[str, str, str] | None = None
+        self.count = 0
+
+    def failed(self, exc: BaseException) -> bool:
+        """Record a failure; True once `limit` trials in a row failed this same way."""
+        sig = (type(exc).__name__, user_where(exc), str(exc).strip().splitlines()[0] if str(exc).strip() else "")
+        self.count = self.count + 1 if sig == self.signature else 1
+        self.signature = sig
+        return self.count >= self.limit
+
+    def reset(self) -> None:
+        self.signature, self.count = None, 0
 
 
 class Objective:
     """Callable for `study.optimize`: one real training run per trial."""
 
-    def __init__(self, cfg: RunConfig) -> None:
+    def __init__(self, cfg: RunConfig, fit: trainer.Fit | None = None) -> None:
         self.cfg = cfg
+        self.fit = fit if fit is not None else load_fit(cfg)
+        self.name = fit_name(cfg, self.fit)
         self.metrics = [o.metric for o in cfg.objectives]
-        # Objectives that exist after every epoch drive per-epoch pruning in Pareto studies.
-        self.epoch_metrics = [m for m in self.metrics if m in PER_EPOCH_METRICS]
-        epoch_dirs = [str(o.direction) for o in cfg.objectives if o.metric in PER_EPOCH_METRICS]
+        # Objectives known after every epoch drive per-epoch pruning; final-only ones (size, latency) cannot.
+        self.epoch_metrics = [m for m in self.metrics if m not in FINAL_ONLY]
+        epoch_dirs = [str(o.direction) for o in cfg.objectives if o.metric not in FINAL_ONLY]
         self.pareto = pruners.pareto_pruner(cfg) if len(epoch_dirs) >= 2 else None
         if self.pareto is not None:
             self.pareto.directions = epoch_dirs
-
-    @functools.cached_property
-    def chance_loss(self) -> float:
-        """Cross-entropy of a uniform guess: ln(number of classes)."""
-        return math.log(data.load(self.cfg.data, self.cfg.source).n_classes)
+        # vs_front compares the quality objective (accuracy, or the first one that is not a clock)
+        quality = [o for o in cfg.objectives if o.metric not in CLOCK_METRICS and o.metric not in FINAL_ONLY]
+        self.quality = (quality[0].metric, str(quality[0].direction)) if quality else ("val_accuracy", "maximize")
+        self.streak = FailureStreak(cfg.study.max_repeated_errors)
 
     def __call__(self, trial: optuna.Trial) -> float | list[float]:
         cfg = self.cfg
-        settings = space.sample(trial, cfg)
+        values = space.sample(trial, cfg)
         seed = (cfg.study.seed or 0) * 100_003 + trial.number
         trial.set_user_attr("seed", seed)
-        trial.set_user_attr("settings", settings)
-        dev = accel.resolve_device(settings["device"])
+        trial.set_user_attr("settings", values)
+        dev = accel.resolve_device(values["device"])
         trial.set_user_attr("device", accel.device_name(dev))
-        trial.set_user_attr("precision", settings["precision"])
-        why = accel.precision_error(str(dev), settings["precision"])
+        trial.set_user_attr("precision", values["precision"])
+        why = accel.precision_error(str(dev), values["precision"])
         if why is not None:
-            self._stop(trial, "unsupported", 0, f"precision {settings['precision']} on {dev}: {why}")
+            self._stop(trial, "unsupported", 0, f"precision {values['precision']} on {dev}: {why}")
         try:
-            result = self._train(trial, settings, seed)
+            result = self._train(trial, values, seed)
         finally:
             accel.release_memory()
-        values = [float(result.metrics()[m]) for m in self.metrics]
-        if not all(math.isfinite(v) for v in values):  # an objective never returns NaN
+        self.streak.reset()
+        metrics = result.metrics()
+        missing = [m for m in self.metrics if m not in metrics]
+        if missing:
+            self._fail(trial, ContextMisuse(f"{self.name} never reported {', '.join(missing)} (an objective): "
+                                            f"ctx.report({missing[0]}=...) each epoch, or return {{{missing[0]!r}: "
+                                            "...}"), result.epochs_run)
+        out = [float(metrics[m]) for m in self.metrics]
+        if not all(math.isfinite(v) for v in out):  # an objective never returns NaN
             self._stop(trial, "diverged", result.epochs_run, "non-finite objective value")
-        for key, value in result.metrics().items():
+        for key, value in metrics.items():
             trial.set_user_attr(key, value)
         trial.set_user_attr("epochs_run", result.epochs_run)
+        if result.not_applied:
+            trial.set_user_attr("not_applied", result.not_applied)
+        if result.stopped_early_at is not None:  # a finished trial: values are its last epoch's
+            trial.set_user_attr("stop_reason", "early_stopped")
+            trial.set_user_attr("stop_epoch", result.stopped_early_at)
         if cfg.constraints.max_accuracy_drop is not None and "val_accuracy_before_compress" in result.extra:
             drop = result.extra["val_accuracy_before_compress"] - result.val_accuracy
             trial.set_constraint("accuracy_drop", drop - cfg.constraints.max_accuracy_drop)
-        return values if len(values) > 1 else values[0]
+        return out if len(out) > 1 else out[0]
 
-    def _train(self, trial: optuna.Trial, settings: dict[str, Any], seed: int) -> trainer.TrainResult:
+    def _train(self, trial: optuna.Trial, values: dict[str, Any], seed: int) -> TrainResult:
+        """Train; on out-of-memory, with `oom: retry_smaller_batch`, once more at half the batch sizes.
+
+        Every failed attempt is left (its exception and frames dropped) before memory is released and the
+        retry starts: inside an `except` block the traceback would keep the model, the optimizer state and
+        the on-device data alive, and the retry would run out of memory again."""
+        retried = False
+        while True:
+            outcome = self._attempt(trial, values, seed)
+            if isinstance(outcome, TrainResult):
+                return outcome
+            accel.release_memory()  # nothing of the failed attempt is referenced any more
+            oom, epoch = outcome
+            if self.cfg.pruning.oom == "retry_smaller_batch" and values["batch_size"] > 1 and not retried:
+                retried = True
+                values = {**values, **{k: max(1, int(values[k]) // 2) for k in
+                                       ("batch_size", "eval_batch_size", "infer_batch_size")}}
+                trial.set_user_attr("oom_retried", True)
+                trial.set_user_attr("batch_size_used", values["batch_size"])
+                continue
+            self._stop(trial, "oom", epoch, oom)
+
+    def _attempt(self, trial: optuna.Trial, values: dict[str, Any], seed: int) -> TrainResult | tuple[str, int]:
+        """One training run: its result, or (what ran out of memory, epoch). Stops and failures are raised
+        only after leaving the `except` block, so no traceback keeps the run's tensors alive."""
         history: list[dict[str, Any]] = []
         epoch_values: list[list[float]] = []
-        epochs = int(settings["epochs"])
-        p = self.cfg.pruning
+        stop: TrialStopped | None = None
+        failure: BaseException | None = None
+        oom: str | None = None
 
-        def on_epoch(rec: trainer.EpochRecord) -> None:
-            d = dataclasses.asdict(rec)
+        def on_record(rec: EpochRecord) -> None:
+            d = rec.as_dict()
             history.append(d)
-            epoch_values.append([float(d[m]) for m in self.epoch_metrics])
+            epoch_values.append([float(d[m]) if m in d else math.nan for m in self.epoch_metrics])
             trial.set_user_attr("history", history)
             trial.set_user_attr(EPOCH_VALUES, epoch_values)
-            if p.divergence is not None:
-                pruners.check_divergence([h["train_loss"] for h in history], p.divergence.loss_factor, rec.epoch,
-                                         self.chance_loss)
-            pruners.check_slow(rec.train_time_s, rec.epoch, epochs, p.slow.max_trial_seconds)
-            if p.slow.vs_front is not None and rec.epoch < epochs:
-                pruners.check_vs_front(rec.train_time_s, rec.epoch, epochs, rec.val_accuracy, p.slow.vs_front,
-                                       pruners.front_of(trial.study, self.cfg))
-            if rec.epoch >= epochs:
-                return
-            if not self.cfg.multi_objective:
-                trial.report(float(d[self.metrics[0]]) if self.metrics[0] in d else rec.val_loss, rec.epoch)
-                if trial.should_prune():
-                    raise TrialStopped("pruned", rec.epoch, "Optuna pruner")
-            elif self.pareto is not None:
-                self._pareto_check(trial, epoch_values, epochs)
+
+        def on_epoch(rec: EpochRecord) -> None:
+            self._study_rules(trial, rec, history, epoch_values, int(values["epochs"]))
 
         try:
-            job = dataclasses.replace(job_for(self.cfg, settings, seed), wall_limit_s=p.slow.hang_seconds)
-            result = trainer.train(job, on_epoch)
-            if result.stopped_early_at is not None:  # a finished trial: values are its last epoch's
-                trial.set_user_attr("stop_reason", "early_stopped")
-                trial.set_user_attr("stop_epoch", result.stopped_early_at)
-            return result
+            job = job_for(self.cfg, values, seed, fit=self.fit)
+            return trainer.train(job, on_epoch=on_epoch, on_record=on_record)
         except TrialStopped as e:
-            self._stop(trial, e.reason, e.epoch, e.detail)
-        except AutotuneError:
-            raise
+            stop = TrialStopped(e.reason, e.epoch, e.detail)  # a fresh one: no traceback, no frames
+        except ConfigError:
+            raise  # the configuration itself is wrong: no trial can run
         except Exception as e:
             if accel.is_oom(e):
-                accel.release_memory()
-                return self._on_oom(trial, settings, seed, e, len(history))
-            trial.set_user_attr("stop_reason", "error")
-            trial.set_user_attr("stop_epoch", len(history))
-            trial.set_user_attr("error", f"{type(e).__name__}: {e}"[:500])
-            raise
-        raise AssertionError("unreachable")
+                oom = f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"
+            else:
+                failure = _without_frames(e)
+        if stop is not None:
+            accel.release_memory()
+            self._stop(trial, stop.reason, stop.epoch, stop.detail)
+        if failure is not None:
+            accel.release_memory()
+            self._fail(trial, failure, len(history))
+        assert oom is not None
+        return oom, len(history)
+
+    def _study_rules(self, trial: optuna.Trial, rec: EpochRecord, history: list[dict[str, Any]],
+                     epoch_values: list[list[float]], epochs: int) -> None:
+        """The stop rules that need the study: vs_front, Optuna's pruner (one objective), Pareto pruning."""
+        p = self.cfg.pruning
+        d = history[-1]
+        metric, direction = self.quality
+        if p.slow.vs_front is not None and rec.epoch < epochs and metric in d:
+            pruners.check_vs_front(rec.train_time_s, rec.epoch, epochs, float(d[metric]), p.slow.vs_front,
+                                   pruners.front_of(trial.study, self.cfg), metric, direction)
+        if rec.epoch >= epochs:
+            return
+        if not self.cfg.multi_objective:
+            if self.metrics[0] in d:
+                trial.report(float(d[self.metrics[0]]), rec.epoch)
+                if trial.should_prune():
+                    raise TrialStopped("pruned", rec.epoch, "Optuna pruner")
+        elif self.pareto is not None and all(math.isfinite(v) for v in epoch_values[-1]):
+            self._pareto_check(trial, epoch_values, epochs)
 
     def _pareto_check(self, trial: optuna.Trial, epoch_values: list[list[float]], epochs: int) -> None:
         study = trial.study
@@ -140,20 +262,16 @@ class Objective:
             if by is not None:
                 raise TrialStopped("dominated", step, f"dominated at epoch {step} by trial {by.number}")
 
-    def _on_oom(self, trial: optuna.Trial, settings: dict[str, Any], seed: int, exc: BaseException,
-                epoch: int) -> trainer.TrainResult:
-        if self.cfg.pruning.oom == "retry_smaller_batch" and settings["batch_size"] > 1 and \
-                not trial.user_attrs.get("oom_retried"):
-            smaller = dict(settings, batch_size=max(1, settings["batch_size"] // 2))
-            trial.set_user_attr("oom_retried", True)
-            trial.set_user_attr("batch_size_used", smaller["batch_size"])
-            try:
-                return self._train(trial, smaller, seed)
-            except Exception as e2:
-                if not accel.is_oom(e2):
-                    raise
-        self._stop(trial, "oom", epoch, f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}")
-        raise AssertionError("unreachable")
+    def _fail(self, trial: optuna.Trial, exc: BaseException, epoch: int) -> None:
+        """The trial ends FAIL with the error's one line stored; a repeated error stops the run."""
+        text = describe_exception(exc, limit=500)
+        trial.set_user_attr("stop_reason", "error")
+        trial.set_user_attr("stop_epoch", epoch)
+        trial.set_user_attr("error", text)
+        if self.streak.failed(exc):
+            raise RepeatedFailure(f"{self.name}: {self.streak.count} trials in a row failed with {text}; stopped the "
+                                  "run (finished trials are kept)")
+        raise TrialFailed(text)
 
     @staticmethod
     def _stop(trial: optuna.Trial, reason: str, epoch: int, detail: str) -> None:
@@ -164,4 +282,16 @@ class Objective:
         raise optuna.TrialPruned(f"{reason} at epoch {epoch}: {detail}" if detail else reason)
 
 
-__all__ = ["Objective", "ConfigError", "job_for"]
+def _without_frames(exc: BaseException) -> BaseException:
+    """The exception with only the traceback's innermost user frame summary kept as text: the frames
+    themselves (and the tensors their locals hold) are released."""
+    where = user_where(exc)
+    exc.__traceback__ = None
+    exc.__context__ = None
+    exc.__cause__ = None
+    if hasattr(exc, "__dict__"):
+        exc.__dict__.setdefault("_autotune_where", where)
+    return exc
+
+
+__all__ = ["CATCH", "FailureStreak", "Objective", "RepeatedFailure", "TrialFailed", "job_for", "load_fit"]

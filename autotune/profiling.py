@@ -13,10 +13,11 @@ import torch
 
 from . import accel
 from .config import RunConfig, read_yaml
+from .context import TrainResult
 from .errors import ConfigError
-from .objective import job_for
+from .objective import job_for, load_fit
 from .settings import DEFAULTS, check_params
-from .trainer import TrainResult, train
+from .trainer import train
 
 
 def read_params(path: Path) -> dict[str, Any]:
@@ -42,7 +43,7 @@ def profile(cfg: RunConfig, params: dict[str, Any], epochs: int, out_dir: Path,
         activities.append(torch.profiler.ProfilerActivity.CUDA)
     out_dir.mkdir(parents=True, exist_ok=True)
     with torch.profiler.profile(activities=activities, record_shapes=False) as prof:
-        result = train(job_for(cfg, settings, cfg.study.seed or 0))
+        result = train(job_for(cfg, settings, cfg.study.seed or 0, fit=load_fit(cfg), study_rules=False))
     trace = out_dir / f"{cfg.study.name}-trace.json"
     prof.export_chrome_trace(str(trace))
     sort = "self_cuda_time_total" if dev.type == "cuda" else "self_cpu_time_total"

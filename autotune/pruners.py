@@ -19,41 +19,15 @@ from optuna.trial import FrozenTrial, TrialState
 from .config import SINGLE_PRUNERS, PruningConfig, RunConfig
 from .errors import ConfigError, TrialStopped
 from .results import dominates, pareto_front
+from .stops import projected_time_s
 
 EPOCH_VALUES = "epoch_values"  # user attr: list[list[float]], objective values after each epoch
 
 
-def check_divergence(losses: Sequence[float], loss_factor: float, epoch: int, chance_loss: float) -> None:
-    """Non-finite loss, or a loss above loss_factor x the reference, is divergence.
-
-    The reference is the first epoch's loss, but never more than the loss of guessing
-    (ln of the class count): a first epoch that already blew up must not become the yardstick.
-    """
-    last = losses[-1]
-    if not math.isfinite(last):
-        raise TrialStopped("diverged", epoch, "non-finite training loss")
-    ref = min(losses[0], chance_loss)
-    if last > loss_factor * ref:
-        raise TrialStopped("diverged", epoch, f"training loss {last:.3g} > {loss_factor:g} x {ref:.3g} "
-                                              f"(first epoch's loss, at most ln(classes))")
-
-
-def projected_time_s(elapsed_s: float, epoch: int, epochs: int) -> float:
-    """Train time the whole run will take, at the mean epoch time so far."""
-    return elapsed_s / epoch * epochs
-
-
-def check_slow(elapsed_s: float, epoch: int, epochs: int, max_trial_seconds: float | None) -> None:
-    if max_trial_seconds is None:
-        return
-    proj = projected_time_s(elapsed_s, epoch, epochs)
-    if proj > max_trial_seconds:
-        raise TrialStopped("slow", epoch, f"projected {proj:.1f}s > max_trial_seconds {max_trial_seconds:g}")
-
-
-def check_vs_front(elapsed_s: float, epoch: int, epochs: int, accuracy: float, factor: float | None,
-                   front: list[FrozenTrial]) -> None:
-    """Slower than `factor` x the slowest Pareto trial, and not more accurate than the front was at this epoch."""
+def check_vs_front(elapsed_s: float, epoch: int, epochs: int, quality: float, factor: float | None,
+                   front: list[FrozenTrial], metric: str = "val_accuracy", direction: str = "maximize") -> None:
+    """Slower than `factor` x the slowest Pareto trial, and no better on `metric` (the study's quality objective)
+    than the front was at this epoch."""
     if factor is None or not front:
         return
     times = [float(t.user_attrs["train_time_s"]) for t in front if "train_time_s" in t.user_attrs]
@@ -63,11 +37,11 @@ def check_vs_front(elapsed_s: float, epoch: int, epochs: int, accuracy: float, f
     limit = factor * max(times)
     if proj <= limit:
         return
-    accs = [h["val_accuracy"] for t in front for h in t.user_attrs.get("history", []) if h["epoch"] == epoch]
-    if accs and accuracy > max(accs):
+    seen = [h[metric] for t in front for h in t.user_attrs.get("history", []) if h["epoch"] == epoch and metric in h]
+    if seen and (quality > max(seen) if direction == "maximize" else quality < min(seen)):
         return
     raise TrialStopped("slow", epoch, f"projected {proj:.1f}s > {factor:g} x slowest Pareto trial "
-                                      f"({max(times):.1f}s) without better accuracy")
+                                      f"({max(times):.1f}s) without a better {metric}")
 
 
 def _values_at(t: FrozenTrial, step: int) -> list[float] | None:

@@ -143,9 +143,13 @@ DEFAULTS: dict[str, Any] = {name: s.default for name, s in SETTINGS.items()}
 
 def check_params(params: Mapping[str, Any], file: str, prefix: str = "") -> dict[str, Any]:
     """Settings given by name (the Python API's `params`, a `--params` file): each known and valid,
-    else a ConfigError naming it; returns the values coerced to their settings' types."""
+    else a ConfigError naming it; returns the values coerced to their settings' types.
+    `user.NAME` keys (a training function's own parameters) pass as they are."""
     out = {}
     for key, value in params.items():
+        if key.startswith("user.") and key[5:].isidentifier():  # a user training function's own parameter
+            out[key] = value
+            continue
         if key not in SETTINGS:
             raise ConfigError(file, prefix + key, f"unknown setting{suggest(key, SETTINGS)}; {one_of(SETTINGS)}")
         try:

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import optuna
 
-from .config import ParamSpec, RunConfig
+from .config import USER_PREFIX, ParamSpec, RunConfig
 from .settings import SETTINGS
 
 
@@ -55,15 +55,23 @@ def suggest(trial: optuna.Trial, name: str, spec: ParamSpec) -> Any:
 
 
 def sample(trial: optuna.Trial, cfg: RunConfig) -> dict[str, Any]:
-    """All trainer settings for this trial: the fixed ones plus one value per active parameter."""
+    """All trainer settings for this trial: the fixed ones plus one value per active parameter.
+    An inactive trainer setting keeps its default; an inactive user parameter is left out."""
     values = cfg.fixed()
     for name in order(cfg.space):
         spec = cfg.space[name]
         if active(spec, values):
             values[name] = suggest(trial, name, spec)
-        else:
+        elif name in SETTINGS:
             values[name] = SETTINGS[name].default
     return values
+
+
+def split(values: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(trainer settings, user parameters by their bare names) of a sampled or fixed point."""
+    settings = {k: v for k, v in values.items() if not k.startswith(USER_PREFIX)}
+    user = {k[len(USER_PREFIX):]: v for k, v in values.items() if k.startswith(USER_PREFIX)}
+    return settings, user
 
 
 def grid(cfg: RunConfig) -> dict[str, list[Any]]:

@@ -16,9 +16,10 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from . import __version__, accel, data, models, orphans, pruners, results, space
-from .config import RunConfig
+from .config import RunConfig, check_fit_signature
 from .errors import AutotuneError, ConfigError, describe_exception, redact
-from .objective import Objective
+from .objective import CATCH, Objective, fit_name
+from .trainer import Fit
 
 FINISHED = (TrialState.COMPLETE, TrialState.PRUNED)
 
@@ -161,6 +162,11 @@ def preflight(cfg: RunConfig) -> None:
         if why is not None:
             raise ConfigError(file, "train.precision", f"{fixed['precision']} cannot run on {dev}: {why}; "
                                                        f"use fp32 or search precision")
+    make_sampler(cfg)
+    pruners.optuna_pruner(cfg)
+    pruners.pareto_pruner(cfg)
+    if cfg.trainer is not None:
+        return  # a user's training function brings its own data and model
     try:
         ds = data.load(cfg.data, cfg.source)
     except AutotuneError:
@@ -177,9 +183,6 @@ def preflight(cfg: RunConfig) -> None:
         key, what = ("model.factory", f"{cfg.model.factory} raised") if cfg.model.factory else ("model", "failed:")
         raise ConfigError(file, key, f"cannot build the model for input {ds.input_shape}: {what} "
                                      f"{describe_exception(e)}") from None
-    make_sampler(cfg)
-    pruners.optuna_pruner(cfg)
-    pruners.pareto_pruner(cfg)
     from . import compress  # fixed compression settings that cannot run here
 
     compress.preflight(cfg)
@@ -367,13 +370,16 @@ TrialCallback = Callable[[optuna.Study, FrozenTrial], None]
 
 
 def run(cfg: RunConfig, fresh: bool = False, callbacks: list[TrialCallback] | None = None,
-        on_start: Callable[[optuna.Study, int], None] | None = None,
+        on_start: Callable[[optuna.Study, int], None] | None = None, fit: Fit | None = None,
         on_note: Callable[[str], None] | None = None) -> TuneResult:
     """Create or resume the study and run trials until it holds `n_trials` finished ones (or timeout).
+    `fit`: a training function (default: the config's `trainer:`, else the built-in trainer).
 
     Trials left RUNNING by a run that died (SIGKILL, OOM killer, power) are failed as `orphaned` and
     retried once first; `on_note` (default: stderr) hears how many.
     """
+    if fit is not None:
+        check_fit_signature(fit, fit_name(cfg, fit), _file(cfg))
     preflight(cfg)
     cfg = resolve_teacher(cfg)
     study = open_study(cfg, fresh=fresh)
@@ -392,7 +398,6 @@ def run(cfg: RunConfig, fresh: bool = False, callbacks: list[TrialCallback] | No
         cbs: list[TrialCallback] = list(callbacks or [])
         if cfg.study.n_trials is not None:
             cbs.append(optuna.study.MaxTrialsCallback(cfg.study.n_trials, states=FINISHED))
-        study.optimize(orphans.Owned(Objective(cfg)), n_trials=todo, timeout=cfg.study.timeout, callbacks=cbs,
-                       catch=(RuntimeError, ValueError, TypeError, ArithmeticError, MemoryError),
-                       gc_after_trial=False)  # the objective releases memory itself
+        study.optimize(orphans.Owned(Objective(cfg, fit)), n_trials=todo, timeout=cfg.study.timeout, callbacks=cbs,
+                       catch=CATCH, gc_after_trial=False)  # the objective releases memory itself
     return TuneResult(study=study, config=cfg)

@@ -37,12 +37,11 @@ from . import orphans
 from . import study as study_mod
 from .config import RunConfig, from_dict
 from .errors import AutotuneError, ConfigError, redact
-from .objective import Objective
+from .objective import CATCH, Objective
 
 FINISHED = study_mod.FINISHED
 # Trials that hold a slot of the budget: done, in flight, or queued (a retry, an enqueued trial).
 ALIVE = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.RUNNING, TrialState.WAITING)
-CATCH = (RuntimeError, ValueError, TypeError, ArithmeticError, MemoryError)
 POLL_S = 0.5
 WORKER_ATTR = orphans.OWNER_ATTR  # trial user attr: "host:pid:start" of the process that runs it
 worker_id = orphans.owner_id

@@ -1,0 +1,794 @@
+"""The trial context: what a training function receives, for built-in and user training alike.
+
+A `fit(ctx)` trains in its own way; the context brings the trial's settings, keeps the clocks and
+applies the stop rules. It is the only place that applies an acceleration setting or reads a clock:
+
+    def fit(ctx: autotune.TrialContext):
+        model, opt = ctx.prepare(MyNet(width=ctx.params["width"]))   # device, init, channels_last, compile, optimizer
+        train = ctx.loader(my_train_dataset)                         # device-resident batches or a tuned DataLoader
+        for epoch in ctx.epochs():                                   # honest epoch clocks
+            model.train()
+            for x, y in train:
+                with ctx.autocast():                                 # the trial's precision
+                    loss = my_loss(model(x), y)
+                ctx.backward(loss)                                   # GradScaler, accumulation, clip, step
+            ctx.report(val_f1=evaluate(ctx.model))                   # the stop rules act here
+
+No Optuna here: the stop rules reach the context as one callback (`on_epoch`), which may raise
+`TrialStopped`. Clocks are read after a device synchronize; the host never waits on the device
+inside an epoch except once every `FINITE_CHECK_EVERY` steps (a blow-up is stopped early).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, Dataset, IterableDataset, Subset, TensorDataset
+
+from . import accel
+from .errors import AutotuneError, TrialStopped
+from .stops import Limits, check_divergence, check_slow
+
+FINITE_CHECK_EVERY = 64  # steps between the only in-epoch host syncs: a non-finite loss stops the trial early
+CUDA_GRAPH_MODES = ("reduce-overhead", "max-autotune")
+# Measured by the context: a training function reports what it evaluates, never these.
+CLOCK_METRICS = ("epoch_time_s", "train_time_s", "samples_per_s", "data_wait_fraction", "compile_time_s", "lr")
+
+
+class ContextMisuse(AutotuneError):
+    """A training function used the trial context in a way that cannot work (a clear message, never a guess)."""
+
+
+@dataclass
+class EpochRecord:
+    """One epoch as the context measured it, with the metrics the training function reported."""
+
+    epoch: int
+    train_loss: float  # mean training loss (reported `train_loss`, else measured from ctx.backward); NaN if none
+    epoch_time_s: float  # training time of this epoch (evaluation left out)
+    train_time_s: float  # cumulative, compile included unless time_excludes_compile
+    samples_per_s: float
+    data_wait_fraction: float
+    lr: float
+    metrics: dict[str, float] = field(default_factory=dict)  # what ctx.report received (val_accuracy, val_f1...)
+
+    def __getattr__(self, name: str) -> float:  # rec.val_accuracy reads a reported metric
+        metrics = self.__dict__.get("metrics", {})
+        if name in metrics:
+            return metrics[name]
+        raise AttributeError(name)
+
+    def as_dict(self) -> dict[str, Any]:
+        """Flat: what the trial's `history` user attr stores (the report and pruners read these keys)."""
+        return {"epoch": self.epoch, "train_loss": self.train_loss, **self.metrics, "epoch_time_s": self.epoch_time_s,
+                "train_time_s": self.train_time_s, "samples_per_s": self.samples_per_s,
+                "data_wait_fraction": self.data_wait_fraction, "lr": self.lr}
+
+
+OnEpoch = Callable[[EpochRecord], None]
+
+
+@dataclass
+class TrainResult:
+    """What one training run measured: final metrics, clocks, per-epoch history, the trained model."""
+
+    final: dict[str, float]  # the last epoch's reported metrics, then what fit returned, then post-training steps
+    train_time_s: float
+    samples_per_s: float
+    compile_time_s: float
+    data_wait_fraction: float
+    epochs_run: int
+    device: str
+    precision: str
+    history: list[EpochRecord] = field(default_factory=list)
+    stopped_early_at: int | None = None  # epoch at which early stopping ended training
+    loss_scale: float | None = None  # the GradScaler's final scale (fp16 only)
+    not_applied: dict[str, str] = field(default_factory=dict)  # setting -> why it could not take effect here
+    model: nn.Module | None = field(default=None, repr=False)
+    extra: dict[str, Any] = field(default_factory=dict)  # post-training metrics (compression)
+    compressed_model: nn.Module | None = field(default=None, repr=False)
+
+    @property
+    def val_accuracy(self) -> float:
+        return float(self.final.get("val_accuracy", math.nan))
+
+    @property
+    def val_loss(self) -> float:
+        return float(self.final.get("val_loss", math.nan))
+
+    def metrics(self) -> dict[str, float]:
+        out = {**self.final, "train_time_s": self.train_time_s, "samples_per_s": self.samples_per_s,
+               "compile_time_s": self.compile_time_s, "data_wait_fraction": self.data_wait_fraction}
+        out.update(self.extra)
+        return out
+
+
+# ---------------------------------------------------------------- optimizers and schedules
+
+
+def _sgd(params: Any, s: Mapping[str, Any], fast: dict[str, Any]) -> torch.optim.Optimizer:
+    return torch.optim.SGD(params, lr=s["lr"], momentum=s["momentum"], weight_decay=s["weight_decay"], **fast)
+
+
+def _sgd_nesterov(params: Any, s: Mapping[str, Any], fast: dict[str, Any]) -> torch.optim.Optimizer:
+    mom = s["momentum"]  # Nesterov needs momentum > 0: with 0 it is plain SGD
+    return torch.optim.SGD(params, lr=s["lr"], momentum=mom, nesterov=mom > 0, weight_decay=s["weight_decay"], **fast)
+
+
+def _adam(params: Any, s: Mapping[str, Any], fast: dict[str, Any]) -> torch.optim.Optimizer:
+    return torch.optim.Adam(params, lr=s["lr"], weight_decay=s["weight_decay"], **fast)
+
+
+def _adamw(params: Any, s: Mapping[str, Any], fast: dict[str, Any]) -> torch.optim.Optimizer:
+    return torch.optim.AdamW(params, lr=s["lr"], weight_decay=s["weight_decay"], **fast)
+
+
+def _rmsprop(params: Any, s: Mapping[str, Any], fast: dict[str, Any]) -> torch.optim.Optimizer:
+    return torch.optim.RMSprop(params, lr=s["lr"], momentum=s["momentum"], weight_decay=s["weight_decay"],
+                               foreach=fast.get("foreach"))
+
+
+OPTIMIZERS: dict[str, Callable[[Any, Mapping[str, Any], dict[str, Any]], torch.optim.Optimizer]] = {
+    "sgd": _sgd, "sgd_nesterov": _sgd_nesterov, "adam": _adam, "adamw": _adamw, "rmsprop": _rmsprop,
+}
+FUSED = ("sgd", "sgd_nesterov", "adam", "adamw")  # torch has fused kernels for these (CUDA; also CPU since 2.4)
+
+
+def fast_kwargs(name: str, dev: torch.device) -> dict[str, Any]:
+    """Fused kernels (one launch for the whole update) where torch has them for this optimizer and device,
+    else foreach (one launch per parameter group) off the CPU; the CPU foreach path is slower than a loop."""
+    if name in FUSED and dev.type in ("cuda", "cpu"):
+        return {"fused": True}
+    return {"foreach": True} if dev.type != "cpu" else {}
+
+
+def make_optimizer(name: str, params: Any, settings: Mapping[str, Any], dev: torch.device) -> torch.optim.Optimizer:
+    return OPTIMIZERS[name](params, settings, fast_kwargs(name, dev))
+
+
+def _cosine(opt: torch.optim.Optimizer, lr: float, total: int) -> torch.optim.lr_scheduler.LRScheduler:
+    return torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=max(1, total))
+
+
+def _onecycle(opt: torch.optim.Optimizer, lr: float, total: int) -> torch.optim.lr_scheduler.LRScheduler:
+    return torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=lr, total_steps=max(2, total))
+
+
+SCHEDULES: dict[str, Callable[[torch.optim.Optimizer, float, int], torch.optim.lr_scheduler.LRScheduler] | None] = {
+    "constant": None, "cosine": _cosine, "onecycle": _onecycle,
+}
+
+
+# ---------------------------------------------------------------- batches
+
+
+def _to_device(batch: Any, dev: torch.device, channels_last: bool) -> Any:
+    """Every tensor of a batch (tuple, list, dict) on the device, without blocking; 4-D float inputs
+    in channels_last when the trial asks for it."""
+    if isinstance(batch, torch.Tensor):
+        out = batch.to(dev, non_blocking=True)
+        if channels_last and out.ndim == 4 and out.is_floating_point():
+            out = out.contiguous(memory_format=torch.channels_last)
+        return out
+    if isinstance(batch, (list, tuple)):
+        return type(batch)(_to_device(b, dev, channels_last) for b in batch)
+    if isinstance(batch, dict):
+        return {k: _to_device(v, dev, channels_last) for k, v in batch.items()}
+    return batch
+
+
+def _first_tensor(batch: Any) -> torch.Tensor | None:
+    if isinstance(batch, torch.Tensor):
+        return batch
+    if isinstance(batch, (list, tuple)) and batch:
+        return _first_tensor(batch[0])
+    if isinstance(batch, dict) and batch:
+        return _first_tensor(next(iter(batch.values())))
+    return None
+
+
+def _stratified(y: torch.Tensor, fraction: float, gen: torch.Generator) -> torch.Tensor:
+    """Indices of a share of each class (at least one each): the same classes, fewer samples."""
+    keep = []
+    for c in torch.unique(y):
+        idx = torch.nonzero(y == c).flatten()
+        n = max(1, int(round(len(idx) * fraction)))
+        keep.append(idx[torch.randperm(len(idx), generator=gen)[:n]])
+    return torch.cat(keep).sort().values
+
+
+def fraction_indices(n: int, fraction: float, seed: int, labels: torch.Tensor | None = None) -> torch.Tensor | None:
+    """`data_fraction` of n samples (stratified when integer class labels are known); None keeps all."""
+    if fraction >= 1.0:
+        return None
+    gen = torch.Generator().manual_seed(seed)
+    if labels is not None and labels.ndim == 1 and not labels.is_floating_point() and not labels.is_complex():
+        return _stratified(labels.cpu(), fraction, gen)
+    return torch.randperm(n, generator=gen)[: max(1, int(round(n * fraction)))].sort().values
+
+
+class DeviceBatches:
+    """Tensors kept on the device, batched by a fresh permutation each epoch: no DataLoader, no host work."""
+
+    def __init__(self, tensors: Sequence[torch.Tensor], batch_size: int, dev: torch.device, channels_last: bool,
+                 seed: int, shuffle: bool, drop_last: bool) -> None:
+        self.tensors = [_to_device(t, dev, channels_last) for t in tensors]
+        self.n = len(self.tensors[0])
+        self.batch_size = batch_size
+        self.shuffle = shuffle
+        self.drop_last = drop_last and self.n >= batch_size
+        self.gen = torch.Generator(device=dev).manual_seed(seed)
+        self.dev = dev
+
+    def __len__(self) -> int:
+        return self.n // self.batch_size if self.drop_last else -(-self.n // self.batch_size)
+
+    def __iter__(self) -> Iterator[tuple[torch.Tensor, ...]]:
+        if self.shuffle:
+            order = torch.randperm(self.n, device=self.dev, generator=self.gen)
+            for i in range(0, len(self) * self.batch_size, self.batch_size):
+                idx = order[i: i + self.batch_size]
+                yield tuple(t[idx] for t in self.tensors)
+        else:  # evaluation order: slices, no gather
+            for i in range(0, len(self) * self.batch_size, self.batch_size):
+                yield tuple(t[i: i + self.batch_size] for t in self.tensors)
+
+
+class LoaderBatches:
+    """A `DataLoader` (the trial's workers, pinned memory, prefetch); each batch moved to the device."""
+
+    def __init__(self, loader: DataLoader, dev: torch.device, channels_last: bool) -> None:
+        self.loader = loader
+        self.dev = dev
+        self.channels_last = channels_last
+
+    def __len__(self) -> int:
+        return len(self.loader)
+
+    def __iter__(self) -> Iterator[Any]:
+        for batch in self.loader:
+            yield _to_device(batch, self.dev, self.channels_last)
+
+
+class Batches:
+    """What `ctx.loader` returns: iterate it for batches on the device. A training loader's iteration is
+    timed (input wait, samples) and ends the epoch's training clock."""
+
+    def __init__(self, ctx: TrialContext, inner: DeviceBatches | LoaderBatches, train: bool) -> None:
+        self._ctx = ctx
+        self._inner = inner
+        self.train = train
+
+    def __len__(self) -> int:
+        return len(self._inner)
+
+    @property
+    def batch_size(self) -> int:
+        inner = self._inner
+        return inner.batch_size if isinstance(inner, DeviceBatches) else int(inner.loader.batch_size or 1)
+
+    def __iter__(self) -> Iterator[Any]:
+        if not self.train:
+            yield from self._inner
+            return
+        yield from self._ctx._timed(self._inner)
+
+    def untimed(self) -> Iterable[Any]:
+        """The same batches with no clock or counter (e.g. calibration after training)."""
+        return self._inner
+
+
+# ---------------------------------------------------------------- the context
+
+
+class TrialContext:
+    """One trial's settings, clocks and stop rules, for a training function `fit(ctx)`.
+
+    Read: `params` (every setting and user parameter by name), `settings` (trainer settings only),
+    `device`, `seed`, `epochs_total`, `batch_size`, `precision`, `model` (the prepared, uncompiled model),
+    `optimizer` (the searched optimizer, as a factory of parameters -> torch.optim.Optimizer).
+    Call: `prepare`, `loader`, `epochs`, `autocast`, `backward`, `report`.
+    """
+
+    def __init__(self, settings: Mapping[str, Any], *, user_params: Mapping[str, Any] | None = None,
+                 seed: int = 0, limits: Limits | None = None, on_record: OnEpoch | None = None,
+                 on_epoch: OnEpoch | None = None, metrics: Iterable[str] | None = None,
+                 early_stopping_on: Sequence[tuple[str, str]] = (("val_loss", "minimize"),),
+                 chance_loss: float = math.inf, config: Any = None) -> None:
+        self.settings: Mapping[str, Any] = MappingProxyType(dict(settings))
+        self.params: Mapping[str, Any] = MappingProxyType({**settings, **(user_params or {})})
+        self.seed = seed
+        self.config = config  # the RunConfig of the study, when there is one
+        self.device = accel.resolve_device(str(settings["device"]))
+        self.precision: str = settings["precision"]
+        self.epochs_total: int = int(settings["epochs"])
+        self.batch_size: int = int(settings["batch_size"])
+        self.chance_loss = chance_loss  # divergence: a loss above loss_factor x this is never "learning"
+        self.limits = limits = limits or Limits()
+        self._on_record = on_record  # sees every epoch's record first (the objective stores it)
+        self._on_epoch = on_epoch  # the study's own stop rules (pruners, vs_front); may raise TrialStopped
+        wall = limits.hang_seconds
+        self._deadline = time.perf_counter() + wall if wall is not None else math.inf
+        self._known = None if metrics is None else set(metrics)
+        self._es_candidates = list(early_stopping_on)  # the first of these that is reported is watched
+        self.not_applied: dict[str, str] = {}
+        self.history: list[EpochRecord] = []
+        self.model: nn.Module | None = None
+        self.opt: torch.optim.Optimizer | None = None
+        self.sched: torch.optim.lr_scheduler.LRScheduler | None = None
+        self.scaler = accel.grad_scaler(self.device, self.precision)
+        self.compile_time_s = 0.0
+        self.stopped_early_at: int | None = None
+        self.stop: TrialStopped | None = None
+        self._compiled = False
+        self._steps_per_epoch: int | None = None
+        self._train_loader_len: int | None = None
+        # per-epoch state
+        self.epoch = 0
+        self._in_epoch = False  # inside the body of `for epoch in ctx.epochs()`
+        self._epoch_open = False  # ... and its training clock still runs (no report yet)
+        self._reported = False
+        self._t0 = 0.0
+        self._train_end: float | None = None
+        self._wait_s = 0.0
+        self._samples = 0
+        self._batch_n = 1
+        self._last_batch = False
+        self._micro = 0  # micro-batches since the last optimizer step
+        self._steps = 0  # micro-batches this epoch
+        self._loss_sum: torch.Tensor | None = None
+        self._loss_n = 0
+        self._first_step: tuple[float, float] | None = None  # compile: (start, end) of the very first step
+        self._train_time_s = 0.0
+        self._best_es = math.inf
+        self._since_best = 0
+
+    # ------------------------------------------------------------ what the trial searched
+
+    @property
+    def optimizer(self) -> Callable[[Any], torch.optim.Optimizer]:
+        """The trial's optimizer (name, lr, momentum, weight decay, fused kernels) as a factory of parameters."""
+        s = self.settings
+        return lambda params: make_optimizer(s["optimizer"], params, s, self.device)
+
+    def autocast(self) -> contextlib.AbstractContextManager[Any]:
+        """The trial's precision for the forward pass (fp32: a no-op)."""
+        return accel.autocast(self.device, self.precision)
+
+    # ------------------------------------------------------------ model and optimizer
+
+    def prepare(self, model: nn.Module, optimizer: Any = None,
+                init: bool = True) -> tuple[nn.Module, torch.optim.Optimizer]:
+        """Apply the trial's settings to a model: weight init (`init=False` keeps loaded weights), device,
+        channels_last, the optimizer (None: the searched one; a callable of parameters; or an optimizer),
+        and torch.compile last. Returns (the model to train with, the optimizer)."""
+        self._check_live("ctx.prepare")
+        if self.model is not None:
+            raise ContextMisuse("ctx.prepare was already called in this trial: one model per trial")
+        if not isinstance(model, nn.Module):
+            raise ContextMisuse(f"ctx.prepare takes a torch.nn.Module; got {type(model).__name__}")
+        s = self.settings
+        if init and s["init"] != "default":
+            from .models import init_weights
+
+            init_weights(model, s["init"])
+        model = model.to(self.device)
+        if s["channels_last"]:
+            if any(isinstance(m, nn.Conv2d) for m in model.modules()):
+                model = model.to(memory_format=torch.channels_last)
+            else:
+                self.not_applied["channels_last"] = "the model has no 2-D convolution"
+        self.model = model
+        if optimizer is None:
+            optimizer = self.optimizer
+        if isinstance(optimizer, torch.optim.Optimizer):
+            opt = optimizer
+        elif callable(optimizer):
+            opt = optimizer([p for p in model.parameters() if p.requires_grad])
+            if not isinstance(opt, torch.optim.Optimizer):
+                raise ContextMisuse(f"the optimizer factory given to ctx.prepare returned {type(opt).__name__}, "
+                                    "not a torch.optim.Optimizer")
+        else:
+            raise ContextMisuse("ctx.prepare(model, optimizer): optimizer must be None, a torch.optim.Optimizer or a "
+                                f"callable of parameters; got {type(optimizer).__name__}")
+        self.opt = opt
+        train_model = model
+        if s["compile"]:
+            train_model = accel.compile_model(model, s["compile_mode"])
+            self._compiled = True
+        return train_model, opt
+
+    # ------------------------------------------------------------ data
+
+    def loader(self, data: Any, batch_size: int | None = None, shuffle: bool | None = None, train: bool = True,
+               **dataloader_kwargs: Any) -> Batches:
+        """Batches on the device, per the trial's settings.
+
+        `data`: a tuple of tensors (x, y, ...), a TensorDataset, or any torch Dataset. Tensors with
+        `data_on_device` live on the device and are batched by index (no DataLoader); otherwise a DataLoader
+        with the trial's num_workers, pin_memory, prefetch_factor and persistent_workers. A training loader
+        (train=True) takes the trial's batch_size, shuffles, uses `data_fraction` of the data, drops the last
+        short batch when compiling (a new shape would recompile inside the timed epoch), and is timed.
+        `train=False` (evaluation): eval_batch_size, in order, untimed.
+        """
+        self._check_live("ctx.loader")
+        s = self.settings
+        bs = int(batch_size or (self.batch_size if train else s["eval_batch_size"]))
+        shuffle = train if shuffle is None else shuffle
+        drop_last = bool(dataloader_kwargs.pop("drop_last", train and self._compiled_setting))
+        seed = self.seed
+        tensors = _as_tensors(data)
+        if train and s["data_fraction"] < 1.0:
+            n = len(tensors[0]) if tensors is not None else _length(data)
+            labels = tensors[1] if tensors is not None and len(tensors) > 1 else None
+            keep = fraction_indices(n, s["data_fraction"], seed, labels)
+            if keep is not None:
+                if tensors is not None:
+                    tensors = [t[keep] for t in tensors]
+                else:
+                    data = Subset(data, keep.tolist())
+        channels_last = bool(s["channels_last"])
+        if channels_last and train:
+            x = tensors[0] if tensors is not None else None
+            if x is not None and x.ndim != 4:
+                self.not_applied.setdefault("channels_last", f"inputs are not 4-D images (shape {tuple(x.shape[1:])})")
+        inner: DeviceBatches | LoaderBatches
+        if tensors is not None and s["data_on_device"] and not dataloader_kwargs:
+            inner = DeviceBatches(tensors, bs, self.device, channels_last, seed, shuffle, drop_last)
+        else:
+            if s["data_on_device"] and train:
+                self.not_applied["data_on_device"] = ("the data is a Dataset, not tensors: batches come from a "
+                                                      "DataLoader" if tensors is None else
+                                                      "DataLoader arguments were given to ctx.loader")
+            dataset = TensorDataset(*tensors) if tensors is not None else data
+            inner = LoaderBatches(self._dataloader(dataset, bs, shuffle, drop_last, dataloader_kwargs),
+                                  self.device, channels_last)
+        if train:
+            self._train_loader_len = len(inner)
+        return Batches(self, inner, train)
+
+    @property
+    def _compiled_setting(self) -> bool:
+        return bool(self.settings["compile"])
+
+    def _dataloader(self, dataset: Any, bs: int, shuffle: bool, drop_last: bool,
+                    extra: dict[str, Any]) -> DataLoader:
+        s = self.settings
+        kwargs: dict[str, Any] = {"batch_size": bs, "num_workers": s["num_workers"],
+                                  "pin_memory": bool(s["pin_memory"]) and self.device.type == "cuda",
+                                  "drop_last": drop_last}
+        if isinstance(dataset, IterableDataset):
+            if shuffle:
+                self.not_applied.setdefault("shuffle", "an IterableDataset is read in its own order")
+        else:
+            kwargs["shuffle"] = shuffle
+            kwargs["generator"] = torch.Generator().manual_seed(self.seed)
+        if s["num_workers"] > 0:  # DataLoader rejects these two without workers
+            kwargs["prefetch_factor"] = s["prefetch_factor"]
+            kwargs["persistent_workers"] = bool(s["persistent_workers"])
+            if torch.cuda.is_initialized():  # a forked worker must not inherit a CUDA context
+                kwargs["multiprocessing_context"] = "spawn"
+        kwargs.update(extra)
+        return DataLoader(dataset, **kwargs)
+
+    def _timed(self, inner: Iterable[Any]) -> Iterator[Any]:
+        """A training loader's batches: input wait and samples counted, the hang limit checked, the
+        epoch's training clock stopped when the data runs out (evaluation that follows is not training)."""
+        it = iter(inner)
+        n_left = len(inner) if hasattr(inner, "__len__") else -1  # type: ignore[arg-type]
+        while True:
+            tw = time.perf_counter()
+            try:
+                batch = next(it)
+            except StopIteration:
+                break
+            now = time.perf_counter()
+            self._wait_s += now - tw
+            if now > self._deadline:
+                raise self._stopped(TrialStopped("slow", self.epoch - 1, f"trial wall time over hang_seconds "
+                                                 f"{self.limits.hang_seconds:g} (hung or far too slow)"))
+            x = _first_tensor(batch)
+            self._batch_n = len(x) if x is not None and x.ndim > 0 else 1
+            self._samples += self._batch_n
+            n_left -= 1
+            self._last_batch = n_left == 0
+            if self._compiled and self._first_step is None and self.epoch == 1:
+                self._first_step = (accel.clock(self.device), math.nan)
+            yield batch
+        self._flush()
+        self._train_end = accel.clock(self.device)
+
+    # ------------------------------------------------------------ epochs
+
+    def epochs(self) -> Iterator[int]:
+        """1 .. epochs, each with its own training clock; stops early when early stopping says so."""
+        self._check_live("ctx.epochs")
+        if self.epoch:
+            raise ContextMisuse("ctx.epochs() was already iterated in this trial: iterate it once")
+        for epoch in range(1, self.epochs_total + 1):
+            self._open_epoch(epoch)
+            yield epoch
+            self._in_epoch = False
+            if self.stop is not None:
+                raise self.stop
+            if not self._reported:
+                self.report()
+            if self.stopped_early_at is not None:
+                return
+
+    def _open_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+        self._in_epoch = True
+        self._epoch_open = True
+        self._reported = False
+        self._train_end = None
+        self._wait_s = 0.0
+        self._samples = 0
+        self._steps = 0
+        self._loss_sum = None
+        self._loss_n = 0
+        self._t0 = accel.clock(self.device)
+
+    # ------------------------------------------------------------ a step
+
+    def backward(self, loss: torch.Tensor) -> None:
+        """Backward for one micro-batch: loss scaling (fp16), then every `grad_accum_steps` micro-batches (and
+        at the end of the training data) gradient clipping, the optimizer step and the schedule step."""
+        self._check_live("ctx.backward")
+        if not self._in_epoch:
+            raise ContextMisuse("ctx.backward outside `for epoch in ctx.epochs()`: the clocks and stop rules "
+                                "count epochs")
+        if not self._epoch_open:
+            raise ContextMisuse(f"ctx.backward after ctx.report in epoch {self.epoch}: report once, after the "
+                                "epoch's training steps")
+        if self.opt is None:
+            raise ContextMisuse("ctx.backward before ctx.prepare(model): the context steps the optimizer it made")
+        if time.perf_counter() > self._deadline:
+            raise self._stopped(TrialStopped("slow", self.epoch - 1, f"trial wall time over hang_seconds "
+                                             f"{self.limits.hang_seconds:g} (hung or far too slow)"))
+        accum = int(self.settings["grad_accum_steps"])
+        detached = loss.detach().float() * self._batch_n
+        self._loss_sum = detached if self._loss_sum is None else self._loss_sum + detached
+        self._loss_n += self._batch_n
+        scaled = loss / accum if accum > 1 else loss
+        (self.scaler.scale(scaled) if self.scaler is not None else scaled).backward()
+        self._micro += 1
+        self._steps += 1
+        if self._micro >= accum or self._last_batch:
+            self._optimizer_step()
+        if self._first_step is not None and math.isnan(self._first_step[1]):
+            self._first_step = (self._first_step[0], accel.clock(self.device))  # compile happened in this step
+        if self._steps % FINITE_CHECK_EVERY == 0 and not bool(torch.isfinite(self._loss_sum)):
+            raise self._stopped(TrialStopped("diverged", self.epoch, "non-finite training loss"))
+
+    def _optimizer_step(self) -> None:
+        assert self.opt is not None
+        s = self.settings
+        if self.sched is None and SCHEDULES[s["lr_schedule"]] is not None:
+            self.sched = self._make_schedule()
+        if s["grad_clip"] > 0:
+            if self.scaler is not None:
+                self.scaler.unscale_(self.opt)
+            params = [p for g in self.opt.param_groups for p in g["params"]]
+            nn.utils.clip_grad_norm_(params, s["grad_clip"])
+        if self.scaler is not None:
+            self.scaler.step(self.opt)  # skips the step (and lowers the scale) on inf/nan gradients
+            self.scaler.update()
+        else:
+            self.opt.step()
+        self.opt.zero_grad(set_to_none=True)
+        if self.sched is not None:
+            self.sched.step()
+        self._micro = 0
+
+    def _flush(self) -> None:
+        """Gradients of a trailing partial accumulation are stepped at the end of the epoch's data."""
+        if self._micro and self.opt is not None:
+            self._optimizer_step()
+
+    def _make_schedule(self) -> torch.optim.lr_scheduler.LRScheduler:
+        s = self.settings
+        if self._train_loader_len is None:
+            raise ContextMisuse(f"lr_schedule {s['lr_schedule']} needs the steps per epoch: iterate a "
+                                "ctx.loader(...) for the training data")
+        per_epoch = math.ceil(self._train_loader_len / int(s["grad_accum_steps"]))
+        builder = SCHEDULES[s["lr_schedule"]]
+        assert builder is not None and self.opt is not None
+        return builder(self.opt, float(s["lr"]), per_epoch * self.epochs_total)
+
+    # ------------------------------------------------------------ per-epoch metrics and stop rules
+
+    def report(self, **metrics: Any) -> None:
+        """This epoch's metrics (floats or 0-d tensors): the stop rules decide here whether the trial goes on."""
+        self._check_live("ctx.report")
+        if not self._in_epoch:
+            raise ContextMisuse("ctx.report outside `for epoch in ctx.epochs()`")
+        if self._reported:
+            raise ContextMisuse(f"ctx.report called twice in epoch {self.epoch}: report every metric in one call")
+        values = self._check_metrics(metrics)
+        end = self._train_end if self._train_end is not None else accel.clock(self.device)
+        epoch_time_s = max(0.0, end - self._t0)
+        if self.epoch == 1 and self._first_step is not None and not math.isnan(self._first_step[1]):
+            first = self._first_step[1] - self._first_step[0]
+            typical = (epoch_time_s - first) / max(1, self._steps - 1) if self._steps > 1 else 0.0
+            self.compile_time_s = max(0.0, first - typical)
+            if self.settings["time_excludes_compile"]:
+                epoch_time_s = max(0.0, epoch_time_s - self.compile_time_s)
+        self._train_time_s += epoch_time_s
+        if "train_loss" in values:
+            train_loss = values.pop("train_loss")
+        elif self._loss_sum is not None:
+            train_loss = float(self._loss_sum) / max(1, self._loss_n)
+        else:
+            train_loss = math.nan
+        rec = EpochRecord(
+            epoch=self.epoch, train_loss=train_loss, epoch_time_s=epoch_time_s, train_time_s=self._train_time_s,
+            samples_per_s=self._samples / epoch_time_s if epoch_time_s > 0 else 0.0,
+            data_wait_fraction=min(1.0, self._wait_s / epoch_time_s) if epoch_time_s > 0 else 0.0,
+            lr=float(self.opt.param_groups[0]["lr"]) if self.opt is not None else math.nan, metrics=values,
+        )
+        self.history.append(rec)
+        self._reported = True
+        self._epoch_open = False
+        if self._on_record is not None:
+            self._on_record(rec)
+        try:
+            self._check_rules(rec)
+            if self._on_epoch is not None:
+                self._on_epoch(rec)
+        except TrialStopped as e:
+            raise self._stopped(e) from None
+        self._early_stopping(values)
+
+    def _check_rules(self, rec: EpochRecord) -> None:
+        """The rules that need only this trial: non-finite losses, divergence, projected time."""
+        if self._loss_n and not math.isfinite(rec.train_loss):
+            raise TrialStopped("diverged", self.epoch, "non-finite training loss")
+        for key, v in rec.metrics.items():
+            if key.endswith("loss") and not math.isfinite(v):
+                raise TrialStopped("diverged", self.epoch, f"non-finite {key}")
+        losses = [r.train_loss for r in self.history]
+        if self.limits.loss_factor is not None and all(math.isfinite(v) for v in losses):
+            check_divergence(losses, self.limits.loss_factor, self.epoch, self.chance_loss)
+        check_slow(rec.train_time_s, self.epoch, self.epochs_total, self.limits.max_trial_seconds)
+
+    def _check_metrics(self, metrics: Mapping[str, Any]) -> dict[str, float]:
+        out: dict[str, float] = {}
+        for key, value in metrics.items():
+            if key in CLOCK_METRICS:
+                raise ContextMisuse(f"ctx.report({key}=...): {key} is measured by autotune; report what you evaluate")
+            if self._known is not None and key not in self._known and key != "train_loss":
+                from .errors import one_of
+
+                raise ContextMisuse(f"ctx.report({key}=...): {key!r} is not an objective or a declared metric; "
+                                    f"{one_of(self._known)} (declare more under `metrics:` in the YAML)")
+            if isinstance(value, torch.Tensor):
+                if value.numel() != 1:
+                    raise ContextMisuse(f"ctx.report({key}=...): a metric is one number; got a tensor of shape "
+                                        f"{tuple(value.shape)}")
+                value = value.item()
+            try:
+                out[key] = float(value)
+            except (TypeError, ValueError):
+                raise ContextMisuse(f"ctx.report({key}=...): a metric is a number; got {type(value).__name__}") \
+                    from None
+        return out
+
+    def _early_stopping(self, values: Mapping[str, float]) -> None:
+        """`early_stopping_patience` epochs without an improvement of the watched metric (val_loss by default)."""
+        patience = int(self.settings["early_stopping_patience"])
+        watched = next(((m, d) for m, d in self._es_candidates if m in values), None)
+        if not patience or watched is None:
+            return
+        v = values[watched[0]] if watched[1] == "minimize" else -values[watched[0]]
+        if v < self._best_es - float(self.settings["early_stopping_min_delta"]):
+            self._best_es, self._since_best = v, 0
+        else:
+            self._since_best += 1
+        if self._since_best >= patience and self.epoch < self.epochs_total:
+            self.stopped_early_at = self.epoch
+
+    # ------------------------------------------------------------ misuse and stops
+
+    def _stopped(self, stop: TrialStopped) -> TrialStopped:
+        self.stop = stop
+        self._epoch_open = False
+        return stop
+
+    def _check_live(self, what: str) -> None:
+        if self.stop is not None:
+            raise ContextMisuse(f"{what} after the trial was stopped ({self.stop}): let the stop exception "
+                                "propagate out of your training function instead of catching it")
+
+    def result(self, returned: Any = None) -> TrainResult:
+        """The run's result once `fit` returned: the last epoch's metrics, then whatever fit returned (a dict)."""
+        if not self.history:
+            raise ContextMisuse("the training function returned without an epoch: iterate `for epoch in "
+                                "ctx.epochs()` and ctx.report(...) each epoch")
+        final = dict(self.history[-1].metrics)
+        if returned is not None:
+            if not isinstance(returned, Mapping):
+                raise ContextMisuse(f"a training function returns None or a dict of final metrics; got "
+                                    f"{type(returned).__name__}")
+            final.update(self._check_metrics(returned))
+        steady = self.history[1:] or self.history  # leave out epoch 1 (warm-up, compile) when there are others
+        steady_time = sum(r.epoch_time_s for r in steady)
+        steady_samples = sum(r.samples_per_s * r.epoch_time_s for r in steady)
+        all_time = sum(r.epoch_time_s for r in self.history)
+        return TrainResult(
+            final=final, train_time_s=self._train_time_s,
+            samples_per_s=steady_samples / steady_time if steady_time > 0 else 0.0,
+            compile_time_s=self.compile_time_s,
+            data_wait_fraction=sum(r.data_wait_fraction * r.epoch_time_s for r in self.history) / max(1e-12, all_time),
+            epochs_run=len(self.history), device=accel.device_name(self.device), precision=self.precision,
+            history=list(self.history), stopped_early_at=self.stopped_early_at,
+            loss_scale=float(self.scaler.get_scale()) if self.scaler is not None else None,
+            not_applied=dict(self.not_applied), model=self.model,
+        )
+
+
+def _as_tensors(data: Any) -> list[torch.Tensor] | None:
+    """(x, y, ...) tensors or arrays of one length, or a TensorDataset; None for any other dataset."""
+    import numpy as np
+
+    if isinstance(data, TensorDataset):
+        return list(data.tensors)
+    if isinstance(data, (tuple, list)) and data and all(isinstance(t, (torch.Tensor, np.ndarray)) for t in data):
+        tensors = [torch.as_tensor(t) for t in data]
+        if len({len(t) for t in tensors}) != 1:
+            raise ContextMisuse(f"ctx.loader: tensors of different lengths {[len(t) for t in tensors]}")
+        return tensors
+    if isinstance(data, Dataset):
+        return None
+    raise ContextMisuse(f"ctx.loader takes a tuple of tensors or a torch Dataset; got {type(data).__name__}")
+
+
+def _length(data: Any) -> int:
+    try:
+        return len(data)
+    except TypeError:
+        raise ContextMisuse("data_fraction < 1 needs a dataset with a length") from None
+
+
+@contextlib.contextmanager
+def session(settings: Mapping[str, Any]) -> Iterator[None]:
+    """Around one trial: backend flags set and restored, the compiler's caches reset before and after a
+    compiled trial (a new model must compile afresh and report its compile time; graphs and CUDA-graph
+    pools must not outlive their trial)."""
+    compiled = bool(settings["compile"])
+    if compiled:
+        accel.reset_compiler()
+    try:
+        with accel.backend_flags(settings):
+            yield
+    finally:
+        if compiled:
+            accel.reset_compiler()
+
+
+def unsupported(settings: Mapping[str, Any]) -> str | None:
+    """Why this combination of acceleration settings cannot run as asked, before anything trains (else None)."""
+    if settings["compile"] and settings["compile_mode"] in CUDA_GRAPH_MODES and settings["grad_accum_steps"] > 1:
+        return (f"compile_mode {settings['compile_mode']} records CUDA graphs, whose gradients are overwritten on "
+                f"replay: grad_accum_steps {settings['grad_accum_steps']} cannot accumulate there")
+    return None
+
+
+def run(fit: Callable[[TrialContext], Any], ctx: TrialContext) -> TrainResult:
+    """Run a training function on a context (inside `session`) and return what it measured."""
+    returned = fit(ctx)
+    if ctx.stop is not None:  # the function caught a stop and returned: the trial still stopped
+        raise ctx.stop
+    return ctx.result(returned)
+
+
+__all__ = ["Batches", "ContextMisuse", "EpochRecord", "OnEpoch", "TrainResult", "TrialContext", "run", "session",
+           "unsupported"]

@@ -1,0 +1,390 @@
+"""The trial context: users' own training functions get every setting, clock and stop rule."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import optuna
+import pytest
+import torch
+
+import autotune
+from autotune import accel, config, context
+from autotune.context import ContextMisuse, TrialContext
+from autotune.errors import ConfigError, TrialStopped
+from autotune.settings import DEFAULTS, OPTIMIZERS
+from autotune.study import open_study
+from tests import user_fits
+from tests.conftest import ROOT
+
+
+def user(tmp_path: Path, fit: str = "fit", **sections: Any) -> config.RunConfig:
+    """A study of a user's training function from tests/user_fits.py, stored in tmp_path."""
+    raw: dict[str, Any] = {
+        "study": {"name": "u", "storage": f"sqlite:///{tmp_path}/u.db", "n_trials": 2, "seed": 0},
+        "trainer": f"tests.user_fits:{fit}",
+        "train": {"epochs": 2, "batch_size": 64, "lr": 2e-2},
+    }
+    for key, value in sections.items():
+        raw[key] = {**raw[key], **value} if isinstance(value, dict) and isinstance(raw.get(key), dict) else value
+    for key in raw.get("space", {}):
+        raw["train"].pop(key, None)
+    return config.from_dict(raw, source=str(tmp_path / "user.yaml"))
+
+
+def ctx_for(**settings: Any) -> TrialContext:
+    return TrialContext({**DEFAULTS, "device": "cpu", **settings})
+
+
+# ---------------------------------------------------------------- a user's loop trains, measured like the built-in
+
+
+def test_user_fit_trains_and_is_measured(tmp_path: Path) -> None:
+    r = autotune.train(user(tmp_path, train={"epochs": 3}))
+    assert r.val_accuracy > 0.9
+    assert r.epochs_run == 3 and len(r.history) == 3
+    assert r.train_time_s == pytest.approx(sum(h.epoch_time_s for h in r.history))
+    for h in r.history:  # samples come from the batches that passed through ctx.loader: 600 per epoch
+        assert h.samples_per_s * h.epoch_time_s == pytest.approx(600, rel=1e-6)
+        assert 0 <= h.data_wait_fraction < 1 and h.train_loss > 0
+    assert r.history[-1].train_loss < r.history[0].train_loss
+    assert r.metrics()["val_loss"] == r.history[-1].metrics["val_loss"]
+
+
+def test_user_parameters_and_conditions_reach_the_function(tmp_path: Path) -> None:
+    space = {"user.width": {"type": "categorical", "choices": [8, 64]},
+             "user.depth": {"type": "int", "low": 1, "high": 3, "when": {"user.width": 64}}}
+    cfg = user(tmp_path, space=space, study={"n_trials": 4, "sampler": "random"}, train={"epochs": 1})
+    res = autotune.run(cfg)
+    for t in res.study.trials:
+        assert t.state.name == "COMPLETE"
+        assert ("user.depth" in t.params) == (t.params["user.width"] == 64)
+        assert t.user_attrs["settings"]["user.width"] == t.params["user.width"]
+
+
+def test_user_metric_drives_a_pareto_study(tmp_path: Path) -> None:
+    cfg = user(tmp_path, "fit_mae", objectives=[{"metric": "val_mae", "direction": "minimize"}, "train_time_s"],
+               space={"user.width": {"type": "categorical", "choices": [4, 64]}}, study={"n_trials": 3},
+               train={"epochs": 3, "lr": 1e-2})
+    res = autotune.run(cfg)
+    done = [t for t in res.study.trials if t.state.name == "COMPLETE"]
+    assert done and all(t.values[0] == pytest.approx(t.user_attrs["val_mae"]) for t in done)
+    for t in done:  # per-epoch records of the user metric, and real learning in them
+        maes = [h["val_mae"] for h in t.user_attrs["history"]]
+        assert len(maes) == 3 and maes[-1] < maes[0]
+    assert res.best is not None and res.best.number in {s.number for s in res.pareto}
+
+
+# ---------------------------------------------------------------- each acceleration setting takes effect
+
+
+@pytest.mark.parametrize("precision", ["fp32", "fp16", "bf16"])
+def test_precision_inside_autocast_and_grad_scaler_only_for_fp16(tmp_path: Path, precision: str) -> None:
+    r = autotune.train(user(tmp_path, "fit_probe", train={"epochs": 1, "precision": precision}))
+    want = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}[precision]
+    assert user_fits.PROBE and {p["conv_dtype"] for p in user_fits.PROBE} == {want}
+    assert (user_fits.SEEN["scaler"] is not None) == (precision == "fp16")
+    assert (r.loss_scale is not None) == (precision == "fp16")
+
+
+def test_channels_last_reaches_model_and_inputs(tmp_path: Path) -> None:
+    autotune.train(user(tmp_path, "fit_probe", train={"epochs": 1, "channels_last": True}))
+    assert user_fits.PROBE and all(p["channels_last"] for p in user_fits.PROBE)
+    assert user_fits.SEEN["model"].conv.weight.is_contiguous(memory_format=torch.channels_last)
+    autotune.train(user(tmp_path, "fit_probe", train={"epochs": 1, "channels_last": False}))
+    assert not any(p["channels_last"] for p in user_fits.PROBE)
+
+
+def test_setting_the_model_cannot_use_is_reported(tmp_path: Path) -> None:
+    r = autotune.train(user(tmp_path, train={"epochs": 1, "channels_last": True}))  # an MLP: nothing 4-D
+    assert "channels_last" in r.not_applied and "2-D convolution" in r.not_applied["channels_last"]
+    cfg = user(tmp_path, train={"epochs": 1, "channels_last": True}, study={"n_trials": 1})
+    t = autotune.run(cfg).study.trials[0]
+    assert "channels_last" in t.user_attrs["not_applied"]
+
+
+def test_backend_flags_set_during_the_trial_and_restored(tmp_path: Path) -> None:
+    before = (torch.backends.cudnn.benchmark, torch.get_float32_matmul_precision(), torch.backends.cudnn.allow_tf32,
+              torch.get_num_threads())
+    autotune.train(user(tmp_path, "fit_probe", train={"epochs": 1, "cudnn_benchmark": not before[0],
+                                                      "matmul_precision": "medium", "cpu_threads": 1}))
+    seen = user_fits.SEEN
+    assert seen["cudnn_benchmark"] == (not before[0]) and seen["matmul"] == "medium" and seen["conv_tf32"] is True
+    assert seen["threads"] == 1
+    autotune.train(user(tmp_path, "fit_probe", train={"epochs": 1, "matmul_precision": "highest"}))
+    assert user_fits.SEEN["conv_tf32"] is False  # "fp32" means fp32 convolutions too, not TF32
+    assert (torch.backends.cudnn.benchmark, torch.get_float32_matmul_precision(), torch.backends.cudnn.allow_tf32,
+            torch.get_num_threads()) == before
+
+
+@pytest.mark.parametrize("name", OPTIMIZERS)
+def test_every_optimizer_class_and_fast_kernels(name: str) -> None:
+    ctx = ctx_for(optimizer=name, lr=0.05, momentum=0.5, weight_decay=1e-4)
+    _, opt = ctx.prepare(torch.nn.Linear(4, 2))
+    want = {"sgd": torch.optim.SGD, "sgd_nesterov": torch.optim.SGD, "adam": torch.optim.Adam,
+            "adamw": torch.optim.AdamW, "rmsprop": torch.optim.RMSprop}[name]
+    assert type(opt) is want
+    group = opt.param_groups[0]
+    assert group["lr"] == 0.05 and group["weight_decay"] == 1e-4
+    assert group.get("fused") is (True if name != "rmsprop" else None)  # fused where torch has it on this device
+    if name in ("sgd", "sgd_nesterov", "rmsprop"):
+        assert group["momentum"] == 0.5
+    assert group.get("nesterov", False) == (name == "sgd_nesterov")
+
+
+def test_grad_accumulation_steps_the_optimizer_every_k_micro_batches(tmp_path: Path) -> None:
+    # 128 images at batch 32: 4 micro-batches per epoch; k=3 steps after 3 and at the epoch's end (the tail)
+    autotune.train(user(tmp_path, "fit_probe", train={"epochs": 2, "batch_size": 32, "grad_accum_steps": 3}))
+    opt = user_fits.SEEN["opt"]
+    assert {int(s["step"]) for s in opt.state.values()} == {4}
+    autotune.train(user(tmp_path, "fit_probe", train={"epochs": 2, "batch_size": 32, "grad_accum_steps": 1}))
+    assert {int(s["step"]) for s in user_fits.SEEN["opt"].state.values()} == {8}
+
+
+def test_grad_clip_bounds_the_update() -> None:
+    ctx = ctx_for(optimizer="sgd", momentum=0.0, lr=1.0, grad_clip=0.01, epochs=1)
+    model, _ = ctx.prepare(torch.nn.Linear(8, 3))
+    before = [p.detach().clone() for p in model.parameters()]
+    train = ctx.loader(user_fits.blobs(64))
+    for _ in ctx.epochs():
+        for x, y in train:
+            ctx.backward(torch.nn.functional.cross_entropy(model(x), y) * 1000)  # a huge gradient
+            break
+        ctx.report()
+    step = torch.cat([(p.detach() - b).flatten() for p, b in zip(model.parameters(), before)])
+    assert 0 < float(step.norm()) <= 0.01 + 1e-6
+
+
+def test_lr_schedule_follows_the_steps() -> None:
+    ctx = ctx_for(optimizer="sgd", lr=0.1, lr_schedule="cosine", epochs=2, batch_size=100)
+    model, opt = ctx.prepare(torch.nn.Linear(8, 3))
+    train = ctx.loader(user_fits.blobs(200))
+    for _ in ctx.epochs():
+        for x, y in train:
+            ctx.backward(torch.nn.functional.cross_entropy(model(x), y))
+        ctx.report()
+    assert opt.param_groups[0]["lr"] == pytest.approx(0.0, abs=1e-9)  # cosine over 2 x 2 steps ends at zero
+    assert [round(h.lr, 4) for h in ctx.history] == [0.05, 0.0]
+
+
+def test_data_loader_path_for_a_dataset_and_data_fraction(tmp_path: Path) -> None:
+    r = autotune.train(user(tmp_path, "fit_dataset", train={"epochs": 2, "num_workers": 1,
+                                                            "persistent_workers": True}))
+    assert r.val_accuracy > 0.8
+    assert "data_on_device" in r.not_applied  # a map-style Dataset is not tensors: it said so
+    assert user_fits.SEEN["loader_batches"] == 10  # 600 samples at 64
+    half = autotune.train(user(tmp_path, "fit_dataset", train={"epochs": 1, "data_fraction": 0.5}))
+    assert half.history[0].samples_per_s * half.history[0].epoch_time_s == pytest.approx(300, rel=1e-6)
+
+
+def test_data_fraction_is_stratified_for_tensors() -> None:
+    ctx = ctx_for(data_fraction=0.25, batch_size=1000)
+    x, y = user_fits.blobs(600)
+    batches = list(ctx.loader((x, y)).untimed())
+    kept = batches[0][1]
+    assert len(kept) == sum(max(1, round(int((y == c).sum()) * 0.25)) for c in y.unique())
+    assert set(kept.tolist()) == set(y.tolist())
+
+
+def test_compiled_training_loader_drops_the_short_last_batch() -> None:
+    plain = ctx_for(batch_size=48).loader((user_fits.IMAGES, user_fits.LABELS))
+    compiled = ctx_for(batch_size=48, compile=True).loader((user_fits.IMAGES, user_fits.LABELS))
+    assert len(plain) == 3 and [len(b[0]) for b in plain.untimed()] == [48, 48, 32]
+    assert len(compiled) == 2 and [len(b[0]) for b in compiled.untimed()] == [48, 48]
+
+
+def test_compiler_is_reset_around_every_compiled_trial(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[int] = []
+    monkeypatch.setattr(accel, "reset_compiler", lambda: calls.append(1))
+    with context.session({**DEFAULTS, "compile": True}):
+        pass
+    assert len(calls) == 2  # before (a fresh graph, honest compile time) and after (free the graphs)
+    with context.session(dict(DEFAULTS)):
+        pass
+    assert len(calls) == 2
+
+
+@pytest.mark.slow
+def test_compiled_user_trials_each_compile_and_report_it(tmp_path: Path) -> None:
+    times = []
+    for _ in range(2):  # the same structure twice: the second must compile afresh, not reuse the first's graph
+        r = autotune.train(user(tmp_path, "fit_probe", train={"epochs": 2, "compile": True}))
+        assert any(p["compiling"] for p in user_fits.PROBE)  # the model really ran compiled
+        assert user_fits.SEEN["model"]._orig_mod is not None
+        times.append(r.compile_time_s)
+    assert all(t > 0.5 for t in times), times
+
+
+def test_cuda_graph_modes_with_accumulation_are_unsupported(tmp_path: Path) -> None:
+    cfg = user(tmp_path, train={"compile": True, "compile_mode": "reduce-overhead", "grad_accum_steps": 2},
+               study={"n_trials": 1})
+    t = autotune.run(cfg).study.trials[0]
+    assert t.state.name == "PRUNED" and t.user_attrs["stop_reason"] == "unsupported"
+    assert "CUDA graphs" in t.user_attrs["stop_detail"]
+
+
+# ---------------------------------------------------------------- the stop rules, for user trials
+
+
+def test_user_trial_pruned_in_single_objective_study(tmp_path: Path) -> None:
+    cfg = user(tmp_path, "fit_sleepy", objectives=["val_accuracy"], train={"epochs": 3, "user.lr_scale": 1e-4},
+               pruning={"pruner": "threshold", "pruner_args": {"lower": 0.99}}, study={"n_trials": 1})
+    t = autotune.run(cfg).study.trials[0]
+    assert t.state.name == "PRUNED" and t.user_attrs["stop_reason"] == "pruned"
+    assert len(t.intermediate_values) == 1  # trial.report ran each epoch; stopped after the first
+
+
+def test_user_trial_pruned_in_two_objective_study(tmp_path: Path) -> None:
+    space = {"user.sleep_ms": {"type": "categorical", "choices": [0, 20]},
+             "user.lr_scale": {"type": "categorical", "choices": [1.0, 1e-4]}}
+    cfg = user(tmp_path, "fit_sleepy", space=space, train={"epochs": 4}, study={"n_trials": 4},
+               pruning={"pruner": "pareto", "pruner_args": {"n_startup_trials": 2, "n_warmup_steps": 1}})
+    study = open_study(cfg)
+    for _ in range(3):
+        study.enqueue_trial({"user.sleep_ms": 0, "user.lr_scale": 1.0})
+    study.enqueue_trial({"user.sleep_ms": 20, "user.lr_scale": 1e-4})  # slower and not learning: dominated
+    res = autotune.run(cfg)
+    bad = res.study.trials[3]
+    assert bad.state.name == "PRUNED" and bad.user_attrs["stop_reason"] == "dominated", bad.user_attrs
+    assert bad.user_attrs["stop_epoch"] < 4
+
+
+def test_divergence_and_hang_stop_user_trials(tmp_path: Path) -> None:
+    cfg = user(tmp_path, "fit_sleepy", train={"epochs": 3, "user.sleep_ms": 100}, study={"n_trials": 1},
+               pruning={"slow": {"hang_seconds": 0.5}})
+    t = autotune.run(cfg).study.trials[0]
+    assert t.state.name == "PRUNED" and t.user_attrs["stop_reason"] == "slow"
+    assert "hang_seconds" in t.user_attrs["stop_detail"]
+    ctx = TrialContext({**DEFAULTS, "device": "cpu", "epochs": 3}, limits=context.Limits(loss_factor=4.0))
+    model, _ = ctx.prepare(torch.nn.Linear(1, 1))
+    with pytest.raises(TrialStopped, match="diverged"):
+        for i in ctx.epochs():
+            ctx.report(train_loss=1.0 if i == 1 else 10.0)  # a reported loss drives the rule too
+
+
+def test_early_stopping_watches_val_loss_or_the_objective() -> None:
+    ctx = TrialContext({**DEFAULTS, "device": "cpu", "epochs": 10, "early_stopping_patience": 2},
+                       early_stopping_on=(("val_loss", "minimize"), ("val_f1", "maximize")))
+    seen = []
+    for e in ctx.epochs():
+        seen.append(e)
+        ctx.report(val_f1=[0.5, 0.6, 0.6, 0.55, 0.9, 0.9][e - 1])  # no val_loss: val_f1, maximized, is watched
+    assert seen == [1, 2, 3, 4] and ctx.stopped_early_at == 4
+
+
+def test_oom_retry_runs_after_the_failed_attempt_is_freed(tmp_path: Path) -> None:
+    user_fits.OOM_MODELS.clear()
+    user_fits.OOM_SEEN.clear()
+    cfg = user(tmp_path, "fit_oom_above_32", pruning={"oom": "retry_smaller_batch"}, study={"n_trials": 1},
+               train={"batch_size": 64, "eval_batch_size": 500})
+    t = autotune.run(cfg).study.trials[0]
+    assert t.state.name == "COMPLETE" and t.user_attrs["oom_retried"] and t.user_attrs["batch_size_used"] == 32
+    first, retry = user_fits.OOM_SEEN
+    assert first["batch_size"] == 64 and retry["batch_size"] == 32
+    assert retry["eval_batch_size"] == 250  # evaluation batches halve too
+    assert retry["earlier_models_alive"] == [False]  # the failed attempt's model was gone before the retry
+
+
+# ---------------------------------------------------------------- errors in user code, misuse of the context
+
+
+def test_raising_user_function_fails_its_trial_with_file_and_line(tmp_path: Path) -> None:
+    space = {"user.flaky": {"type": "bool"}}
+    cfg = user(tmp_path, "fit_raises_on_odd_trials", space=space, study={"n_trials": 3}, train={"epochs": 1})
+    study = open_study(cfg)
+    for flaky in (True, False, False):
+        study.enqueue_trial({"user.flaky": flaky})
+    res = autotune.run(cfg)
+    states = [t.state.name for t in res.study.trials]
+    assert states[:3] == ["FAIL", "COMPLETE", "COMPLETE"]  # the study went on after the failure
+    err = res.study.trials[0].user_attrs["error"]
+    line = next(i for i, s in enumerate(Path(user_fits.__file__).read_text().splitlines(), 1) if "flaky data" in s)
+    assert err == f"ValueError: flaky data shard (at user_fits.py:{line} in fit_raises_on_odd_trials)"
+
+
+def test_repeated_error_stops_the_run_with_one_line(tmp_path: Path) -> None:
+    ok = user(tmp_path, study={"n_trials": 1}, train={"epochs": 1})
+    autotune.run(ok)  # one completed trial first: it must survive
+    src = tmp_path / "broken.yaml"
+    src.write_text(f"study: {{name: u, storage: 'sqlite:///{tmp_path}/u.db', n_trials: 10}}\n"
+                   "trainer: tests.user_fits:fit_raises\ntrain: {epochs: 1}\n")
+    proc = subprocess.run([sys.executable, "-m", "autotune", "run", str(src), "--plain"], capture_output=True,
+                          text=True, cwd=ROOT, timeout=300)
+    assert proc.returncode == 2, proc.stderr
+    errors = [ln for ln in proc.stderr.splitlines() if ln.startswith("error:")]
+    line = next(i for i, s in enumerate(Path(user_fits.__file__).read_text().splitlines(), 1) if '["depth"]' in s)
+    assert errors == [f"error: tests.user_fits:fit_raises: 3 trials in a row failed with KeyError: 'depth' (at "
+                      f"user_fits.py:{line} in fit_raises); stopped the run (finished trials are kept)"]
+    assert "Traceback" not in proc.stderr and "Traceback" not in proc.stdout
+    study = optuna.load_study(study_name="u", storage=f"sqlite:///{tmp_path}/u.db")
+    assert [t.state.name for t in study.trials] == ["COMPLETE", "FAIL", "FAIL", "FAIL"]
+
+
+@pytest.mark.parametrize("fit,message", [
+    ("fit_reports_unknown", r"ctx\.report\(val_f2=\.\.\.\): 'val_f2' is not an objective or a declared metric; "
+                            r"allowed: .*train_time_s, val_accuracy, val_loss \(declare more under `metrics:`"),
+    ("fit_reports_clock", r"train_time_s is measured by autotune"),
+    ("fit_reports_twice", r"ctx\.report called twice in epoch 1"),
+    ("fit_backward_before_prepare", r"ctx\.backward before ctx\.prepare"),
+    ("fit_no_epochs", r"returned without an epoch"),
+])
+def test_misuse_of_the_context_is_a_clear_message(tmp_path: Path, fit: str, message: str) -> None:
+    with pytest.raises(ContextMisuse, match=message):
+        autotune.train(user(tmp_path, fit, train={"epochs": 3}))
+
+
+def test_catching_a_stop_still_stops_the_trial(tmp_path: Path) -> None:
+    cfg = user(tmp_path, "fit_catches_stop", train={"epochs": 3}, study={"n_trials": 1},
+               pruning={"slow": {"max_trial_seconds": 1e-6}})
+    t = autotune.run(cfg).study.trials[0]
+    assert t.state.name == "FAIL" and "ctx.backward after the trial was stopped (slow at epoch 1" in \
+        t.user_attrs["error"]
+
+
+@pytest.mark.parametrize("raw,key,message", [
+    ({"trainer": "tests.no_such_module:fit"}, "trainer", r"cannot import 'tests\.no_such_module'"),
+    ({"trainer": "tests.user_fits:not_a_fit"}, "trainer",
+     r"tests\.user_fits:not_a_fit must take the trial context as its one argument, fit\(ctx\); it takes "
+     r"\(ctx, other\)"),
+    ({"trainer": "tests.user_fits:fit", "objectives": [{"metric": "val_f1"}]}, r"objectives\.0\.direction",
+     r"val_f1 is not a built-in metric"),
+    ({"objectives": [{"metric": "val_f1", "direction": "maximize"}]}, r"objectives\.0\.metric",
+     r"unknown metric 'val_f1'"),
+    ({"space": {"user.width": {"type": "categorical", "choices": [8]}}}, r"space\.user\.width",
+     r"user parameters go to a training function"),
+    ({"trainer": "tests.user_fits:fit", "train": {"user.lr": 0.1}}, r"train\.user\.lr", r"'lr' is a trainer setting"),
+    ({"trainer": "tests.user_fits:fit", "train": {"quantize": "dynamic_int8"}}, r"train\.quantize",
+     r"quantize: compression and transfer learning run on the built-in trainer's model"),
+    ({"trainer": "tests.user_fits:fit", "metrics": ["train_time_s"]}, r"metrics\.0",
+     r"'train_time_s': a metric name is a Python identifier and not one of the clocks"),
+])
+def test_user_training_config_errors(raw: dict, key: str, message: str) -> None:
+    with pytest.raises(ConfigError, match=rf"{key}: {message}"):
+        config.from_dict(raw, source="user.yaml")
+
+
+def test_trainer_that_cannot_be_imported_fails_validate(tmp_path: Path) -> None:
+    src = tmp_path / "bad.yaml"
+    src.write_text("trainer: my_missing_pkg.fit:fit\n")
+    proc = subprocess.run([sys.executable, "-m", "autotune", "validate", str(src)], capture_output=True, text=True,
+                          cwd=ROOT, timeout=120)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == ["error: bad.yaml: trainer: cannot import 'my_missing_pkg.fit': "
+                                                "ModuleNotFoundError: No module named 'my_missing_pkg'"]
+
+
+def test_run_takes_a_function_from_python(tmp_path: Path) -> None:
+    cfg = user(tmp_path, study={"n_trials": 1}, train={"epochs": 1})
+    calls = []
+
+    def my_fit(ctx: TrialContext) -> None:
+        calls.append(ctx.params["lr"])
+        user_fits.fit(ctx)
+
+    res = autotune.run(cfg, my_fit)
+    assert calls == [2e-2] and res.study.trials[0].state.name == "COMPLETE"
+    r = autotune.train(cfg, params={"lr": 1e-2}, fit=my_fit)
+    assert calls[-1] == 1e-2 and r.val_accuracy > 0.5

@@ -1,0 +1,254 @@
+"""Users' own training functions, as a user would write them, referenced as 'tests.user_fits:NAME'."""
+
+from __future__ import annotations
+
+import time
+import weakref
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+from torch.utils.data import Dataset
+
+import autotune
+
+
+def blobs(n: int = 600, n_features: int = 8, n_classes: int = 3, seed: int = 0) -> tuple[torch.Tensor, ...]:
+    """Gaussian blobs: learnable in a few epochs by a small MLP."""
+    protos = np.random.default_rng(123).normal(size=(n_classes, n_features)) * 1.5  # the same classes in every split
+    rng = np.random.default_rng(seed)
+    y = rng.integers(0, n_classes, n)
+    x = (rng.normal(size=(n, n_features)) + protos[y]).astype(np.float32)
+    return torch.from_numpy(x), torch.from_numpy(y)
+
+
+X, Y = blobs()
+X_VAL, Y_VAL = blobs(200, seed=1)
+
+
+class MLP(nn.Module):
+    def __init__(self, width: int = 32, n_in: int = 8, n_out: int = 3) -> None:
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(n_in, width), nn.ReLU(), nn.Linear(width, n_out))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.net(x)
+
+
+def accuracy(model: nn.Module, ctx: autotune.TrialContext) -> tuple[float, float]:
+    model.eval()
+    with torch.no_grad():
+        logits = model(X_VAL.to(ctx.device)).float()
+        y = Y_VAL.to(ctx.device)
+        return float((logits.argmax(1) == y).float().mean()), float(nn.functional.cross_entropy(logits, y))
+
+
+def fit(ctx: autotune.TrialContext) -> None:
+    """The plain-PyTorch shape of the README example: a user model, data, loss and loop."""
+    model, _ = ctx.prepare(MLP(width=ctx.params.get("width", 32)))
+    train = ctx.loader((X, Y))
+    for _ in ctx.epochs():
+        model.train()
+        for x, y in train:
+            with ctx.autocast():
+                loss = nn.functional.cross_entropy(model(x), y)
+            ctx.backward(loss)
+        acc, val_loss = accuracy(ctx.model, ctx)
+        ctx.report(val_accuracy=acc, val_loss=val_loss)
+
+
+def fit_sleepy(ctx: autotune.TrialContext) -> None:
+    """`user.sleep_ms` per step and `user.lr_scale`: a slow, barely learning trial when asked (for pruning tests)."""
+    model, _ = ctx.prepare(MLP(), lambda p: torch.optim.SGD(p, lr=0.1 * ctx.params.get("lr_scale", 1.0)))
+    train = ctx.loader((X, Y))
+    for _ in ctx.epochs():
+        model.train()
+        for x, y in train:
+            time.sleep(ctx.params.get("sleep_ms", 0) / 1000)
+            loss = nn.functional.cross_entropy(model(x), y)
+            ctx.backward(loss)
+        acc, val_loss = accuracy(model, ctx)
+        ctx.report(val_accuracy=acc, val_loss=val_loss)
+
+
+def fit_mae(ctx: autotune.TrialContext) -> dict[str, float]:
+    """Regression with a user metric (val_mae) reported each epoch and a final one returned."""
+    rng = np.random.default_rng(0)
+    x = torch.from_numpy(rng.normal(size=(400, 5)).astype(np.float32))
+    w = torch.arange(1.0, 6.0)
+    y = (x @ w)[:, None] + 0.1 * torch.from_numpy(rng.normal(size=(400, 1)).astype(np.float32))
+    model, _ = ctx.prepare(nn.Sequential(nn.Linear(5, ctx.params.get("width", 16)), nn.ReLU(),
+                                         nn.Linear(ctx.params.get("width", 16), 1)))
+    train = ctx.loader((x[:300], y[:300]))
+    xv, yv = x[300:].to(ctx.device), y[300:].to(ctx.device)
+    mae = float("nan")
+    for _ in ctx.epochs():
+        model.train()
+        for xb, yb in train:
+            with ctx.autocast():
+                loss = nn.functional.mse_loss(model(xb).float(), yb)
+            ctx.backward(loss)
+        with torch.no_grad():
+            mae = float((ctx.model(xv) - yv).abs().mean())
+        ctx.report(val_mae=mae)
+    return {"val_mae": mae}
+
+
+PROBE: list[dict[str, Any]] = []
+
+
+class ProbeNet(nn.Module):
+    """A conv net that records what it ran under: dtype, memory format, compile state."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, 8, 3, padding=1)
+        self.head = nn.Sequential(nn.Flatten(), nn.Linear(8 * 8 * 8, 4))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.conv(x)
+        if self.training:
+            PROBE.append({"conv_dtype": h.dtype,
+                          "channels_last": h.is_contiguous(memory_format=torch.channels_last)
+                          and not h.is_contiguous(),
+                          "compiling": torch.compiler.is_compiling()})
+        return self.head(torch.relu(h))
+
+
+IMAGES = torch.randn(128, 3, 8, 8)
+LABELS = torch.randint(0, 4, (128,))
+SEEN: dict[str, Any] = {}
+
+
+def fit_probe(ctx: autotune.TrialContext) -> None:
+    PROBE.clear()
+    model, opt = ctx.prepare(ProbeNet())
+    SEEN.update(model=model, opt=opt, scaler=ctx.scaler, matmul=torch.get_float32_matmul_precision(),
+                cudnn_benchmark=torch.backends.cudnn.benchmark, conv_tf32=torch.backends.cudnn.allow_tf32,
+                threads=torch.get_num_threads())
+    train = ctx.loader((IMAGES, LABELS))
+    SEEN["batches"] = len(train)
+    for _ in ctx.epochs():
+        model.train()
+        for x, y in train:
+            with ctx.autocast():
+                loss = nn.functional.cross_entropy(model(x).float(), y)
+            ctx.backward(loss)
+        ctx.report(val_loss=loss.detach())
+
+
+class PairDataset(Dataset):
+    """A map-style dataset (no tensors to keep on the device): the DataLoader path."""
+
+    def __len__(self) -> int:
+        return len(Y)
+
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
+        return X[i], Y[i]
+
+
+def fit_dataset(ctx: autotune.TrialContext) -> None:
+    model, _ = ctx.prepare(MLP())
+    train = ctx.loader(PairDataset())
+    SEEN["loader_batches"] = len(train)
+    for _ in ctx.epochs():
+        model.train()
+        for x, y in train:
+            ctx.backward(nn.functional.cross_entropy(model(x), y))
+        acc, val_loss = accuracy(model, ctx)
+        ctx.report(val_accuracy=acc, val_loss=val_loss)
+
+
+def fit_raises(ctx: autotune.TrialContext) -> None:
+    model, _ = ctx.prepare(MLP())
+    for _ in ctx.epochs():
+        config = {"width": 8}
+        _ = config["depth"]  # the user's bug: a KeyError on this line
+        ctx.report(val_accuracy=0.0)
+
+
+def fit_raises_on_odd_trials(ctx: autotune.TrialContext) -> None:
+    if ctx.params["flaky"]:
+        raise ValueError("flaky data shard")
+    fit(ctx)
+
+
+def fit_reports_unknown(ctx: autotune.TrialContext) -> None:
+    model, _ = ctx.prepare(MLP())
+    for _ in ctx.epochs():
+        ctx.report(val_f2=0.5)
+
+
+def fit_reports_clock(ctx: autotune.TrialContext) -> None:
+    model, _ = ctx.prepare(MLP())
+    for _ in ctx.epochs():
+        ctx.report(train_time_s=1.0)
+
+
+def fit_reports_twice(ctx: autotune.TrialContext) -> None:
+    model, _ = ctx.prepare(MLP())
+    for _ in ctx.epochs():
+        ctx.report(val_accuracy=0.5)
+        ctx.report(val_loss=0.5)
+
+
+def fit_catches_stop(ctx: autotune.TrialContext) -> None:
+    """Catches the stop exception and trains on: the context says that cannot work."""
+    model, _ = ctx.prepare(MLP())
+    train = ctx.loader((X, Y))
+    for _ in ctx.epochs():
+        for x, y in train:
+            ctx.backward(nn.functional.cross_entropy(model(x), y))
+        try:
+            ctx.report(val_accuracy=0.0)
+        except Exception:
+            x, y = next(iter(train))
+            ctx.backward(nn.functional.cross_entropy(model(x), y))
+
+
+def fit_backward_before_prepare(ctx: autotune.TrialContext) -> None:
+    for _ in ctx.epochs():
+        ctx.backward(torch.zeros((), requires_grad=True))
+
+
+def fit_no_epochs(ctx: autotune.TrialContext) -> None:
+    ctx.prepare(MLP())
+
+
+OOM_MODELS: list[weakref.ref] = []
+OOM_SEEN: list[dict[str, Any]] = []
+
+
+class _BigActivations(nn.Module):
+    """Raises what CUDA raises when a training batch is larger than `limit` (a CPU stand-in for OOM)."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__()
+        self.inner = MLP()
+        self.limit = limit
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.training and x.shape[0] > self.limit:
+            raise torch.OutOfMemoryError(f"CUDA out of memory. Tried to allocate {x.shape[0]} MiB (test)")
+        return self.inner(x)
+
+
+def fit_oom_above_32(ctx: autotune.TrialContext) -> None:
+    # what the previous attempt of this trial left alive when this one starts
+    OOM_SEEN.append({"batch_size": ctx.batch_size, "eval_batch_size": ctx.settings["eval_batch_size"],
+                     "earlier_models_alive": [r() is not None for r in OOM_MODELS]})
+    net = _BigActivations(32)
+    OOM_MODELS.append(weakref.ref(net))
+    model, _ = ctx.prepare(net)
+    train = ctx.loader((X, Y))
+    for _ in ctx.epochs():
+        model.train()
+        for x, y in train:
+            ctx.backward(nn.functional.cross_entropy(model(x), y))
+        acc, val_loss = accuracy(model, ctx)
+        ctx.report(val_accuracy=acc, val_loss=val_loss)
+
+
+def not_a_fit(ctx: Any, other: Any) -> None:
+    """Takes two arguments: not a training function."""
