@@ -138,9 +138,43 @@ def release_memory() -> None:
         torch.cuda.empty_cache()
 
 
+# Allocation failures that are not torch.OutOfMemoryError: cuBLAS / cuDNN / cuSOLVER / cuFFT creating a handle or
+# a workspace while torch's caching allocator holds the memory (a smaller batch helps as with any OOM).
+# torch words them "CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`" and
+# "cuDNN error: CUDNN_STATUS_ALLOC_FAILED" (cuDNN 8) / "...CUDNN_STATUS_INTERNAL_ERROR_DEVICE_ALLOCATION_FAILED" (9).
+OOM_MARKERS = ("out of memory", "cublas_status_alloc_failed", "cudnn_status_alloc_failed",
+               "cudnn_status_internal_error_device_allocation_failed", "cudnn_status_not_enough_workspace",
+               "cusolver_status_alloc_failed", "cufft_alloc_failed")
+# CUDA's "sticky" errors: the context is corrupt and every later CUDA call in the process fails the same way, so
+# the process must stop (cudaGetErrorString's words; torch prefixes "CUDA error: ", Triton "Triton Error [CUDA]: ").
+FATAL_CUDA_MARKERS = ("an illegal memory access was encountered", "device-side assert triggered",
+                      "unspecified launch failure", "uncorrectable ecc error encountered",
+                      "an illegal instruction was encountered", "misaligned address", "hardware stack error",
+                      "invalid program counter", "operation not supported on global/shared address space",
+                      "the launch timed out and was terminated", "uncorrectable nvlink error",
+                      "cuda_error_illegal_address", "cuda_error_assert", "cuda_error_launch_failed",
+                      "cuda_error_ecc_uncorrectable", "cuda_error_illegal_instruction", "cuda_error_misaligned_address",
+                      "cuda_error_hardware_stack_error")
+# The same errors as cudaError_t codes (torch.AcceleratorError carries one where its build exposes it).
+FATAL_CUDA_CODES = frozenset({214, 220, 700, 702, 710, 714, 715, 716, 717, 718, 719})
+
+
 def is_oom(exc: BaseException) -> bool:
-    if isinstance(exc, torch.OutOfMemoryError):
+    """Out of device (or host) memory: worth a retry with a smaller batch once the memory is freed."""
+    if isinstance(exc, (torch.OutOfMemoryError, MemoryError)):
         return True
-    return isinstance(exc, (RuntimeError, MemoryError)) and (
-        isinstance(exc, MemoryError) or "out of memory" in str(exc).lower()
-    )
+    if not isinstance(exc, RuntimeError) or is_fatal_device_error(exc):
+        return False
+    text = str(exc).lower()
+    return any(m in text for m in OOM_MARKERS)
+
+
+def is_fatal_device_error(exc: BaseException) -> bool:
+    """A CUDA error after which this process's CUDA context is broken (illegal memory access, device-side
+    assert, launch failure, uncorrectable ECC...): no later trial in the process can run, so stop it."""
+    if not isinstance(exc, RuntimeError):
+        return False
+    if getattr(exc, "error_code", None) in FATAL_CUDA_CODES:
+        return True
+    text = str(exc).lower()
+    return ("cuda" in text or "triton" in text) and any(m in text for m in FATAL_CUDA_MARKERS)

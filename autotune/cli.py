@@ -70,6 +70,11 @@ def _show_run(cfg: Any, view: Any, start: Callable[[], Any]) -> int:
         return 130
     view.close()
     view.summary(result, time.perf_counter() - t0)
+    from .tracking import describe
+
+    line = describe(result.study, cfg)
+    if line:
+        print(line)
     return 0
 
 

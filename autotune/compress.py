@@ -146,8 +146,8 @@ def preflight(cfg: RunConfig) -> None:
     if cfg.model.checkpoint is not None:  # a checkpoint that does not fit fails here, not in every trial
         from . import data, models
 
-        ds = data.load(cfg.data, cfg.source)
-        model = models.build(cfg.model, ds.input_shape, ds.n_classes, 0.0, "default", file)
+        ds = data.load(cfg.data, cfg.source, cfg.task)
+        model = models.build(cfg.model, ds.input_shape, ds.n_outputs, 0.0, "default", file)
         freezes = cfg.space["freeze"].choices or () if "freeze" in searched else (fixed["freeze"],)
         for freeze in freezes:
             load_checkpoint(copy.deepcopy(model), cfg.model.checkpoint, cfg.source, str(freeze))
@@ -366,8 +366,8 @@ def shrink(model: nn.Module, sample: torch.Tensor) -> nn.Module | None:
                 if c.bias is not None:
                     rows = rows + c.bias.abs()
                 alive = torch.nonzero(rows > 0).flatten()
-                if len(alive) == 0:
-                    alive = torch.tensor([0])
+                if len(alive) == 0:  # keep one channel; index tensors live where the weights do (cuda too)
+                    alive = torch.zeros(1, dtype=torch.long, device=rows.device)
                 if len(alive) < c.weight.shape[0]:
                     c.weight = nn.Parameter(c.weight[alive].clone())
                     if c.bias is not None:
@@ -391,10 +391,10 @@ def shrink(model: nn.Module, sample: torch.Tensor) -> nn.Module | None:
             spatial = 1
             for d in flat_in.get(idx, (len(keep),))[1:]:
                 spatial *= d
-            keep = (keep[:, None] * spatial + torch.arange(spatial)[None, :]).flatten()
+            keep = (keep[:, None] * spatial + torch.arange(spatial, device=keep.device)[None, :]).flatten()
     if not changed:
         return None
-    with torch.no_grad():
+    with torch.no_grad(), torch.autocast(sample.device.type, enabled=False):  # compared in fp32, not a caller's bf16
         was = original.training
         original.eval()
         model.eval()

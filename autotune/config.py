@@ -36,12 +36,28 @@ METRICS: dict[str, str] = {
     "model_size_bytes": "minimize",
     "inference_latency_ms": "minimize",
     "params_nonzero": "minimize",
+    "model_params": "minimize",  # parameters of the trained model: the architecture's size
+    # task: regression (original units of the targets; val_r2 has none)
+    "val_mse": "minimize",
+    "val_mae": "minimize",
+    "val_r2": "maximize",
 }
 # metrics a training function reports with ctx.report (the clocks are the context's own)
-REPORTED_METRICS = ("val_accuracy", "val_loss")
+REPORTED_METRICS = ("val_accuracy", "val_loss", "val_mse", "val_mae", "val_r2")
 USER_PREFIX = "user."  # `user.NAME` in train/space: a parameter of the user's training function (ctx.params[NAME])
-DATASETS = ("digits", "synthetic", "npz")
-MODELS = ("cnn", "mlp")
+TASKS = ("classification", "regression")
+# metrics that only one task has; every other metric is measured for both
+TASK_METRICS: dict[str, tuple[str, ...]] = {
+    "classification": ("val_accuracy",),
+    "regression": ("val_mse", "val_mae", "val_r2"),
+}
+# built-in dataset -> the task its labels are for (None: either, the file or factory decides)
+DATASETS: dict[str, str | None] = {
+    "digits": "classification", "synthetic": "classification", "npz": None, "image_folder": "classification",
+    "cifar10": "classification", "cifar100": "classification", "diabetes": "regression",
+}
+# `model.KEY` in `space:` searches a key of the model section (the architecture)
+MODEL_PREFIX = "model."
 
 
 class _Model(BaseModel):
@@ -86,7 +102,9 @@ class DataConfig(_Model):
     factory: str | None = None
     val_fraction: float = Field(0.2, gt=0, lt=1)
     split_seed: int = 0
-    path: str | None = None  # npz: arrays x and y
+    path: str | None = None  # npz: a file with arrays x and y; image_folder, cifar10, cifar100: a folder
+    image_size: int | None = Field(None, ge=1)  # image_folder: resize every image to this square size
+    cache_dir: str | None = None  # image_folder: where decoded images are kept (default studies/.cache)
     n_samples: int = Field(4000, ge=10)  # synthetic
     shape: tuple[int, ...] = (3, 16, 16)  # synthetic: C, H, W (or a flat feature count)
     n_classes: int = Field(10, ge=2)  # synthetic
@@ -101,25 +119,39 @@ class DataConfig(_Model):
         return v
 
 
+def _model_names() -> list[str]:
+    """The model registry's names (models.MODELS). Imported here, at validation time: models imports config."""
+    from .models import MODELS
+
+    return list(MODELS)
+
+
 class ModelConfig(_Model):
+    """A model by name (or factory). Architecture keys left null take the model's own default; each model
+    takes some of them (models.model_keys), and each may be searched as `model.KEY` in `space:`."""
+
     name: str | None = "cnn"
     factory: str | None = None
-    channels: tuple[int, ...] = (32, 64)
-    hidden: int = Field(128, ge=1)
+    channels: tuple[int, ...] | None = None  # cnn: conv block widths (default 32, 64)
+    hidden: int | None = Field(None, ge=1)  # cnn: head width; mlp: layer width (default 128)
+    depth: int | None = Field(None, ge=1)  # mlp: hidden layers (default 2); resnet: 6n+2 layers (default 20)
+    width: int | None = Field(None, ge=1)  # resnet: first stage's channels, doubled per stage (default 16)
+    arch: str | None = None  # torchvision: a model name of torchvision.models, e.g. resnet18
     kwargs: dict[str, Any] = Field(default_factory=dict)
     checkpoint: str | None = None
 
     @field_validator("name")
     @classmethod
     def _name(cls, v: str | None) -> str | None:
-        if v is not None and v not in MODELS:
-            raise ValueError(f"unknown model {v!r}{suggest(v, MODELS)}; {one_of(MODELS)} (or model.factory)")
+        names = _model_names()
+        if v is not None and v not in names:
+            raise ValueError(f"unknown model {v!r}{suggest(v, names)}; {one_of(names)} (or model.factory)")
         return v
 
     @field_validator("channels")
     @classmethod
-    def _channels(cls, v: tuple[int, ...]) -> tuple[int, ...]:
-        if not v or any(c < 1 for c in v):
+    def _channels(cls, v: tuple[int, ...] | None) -> tuple[int, ...] | None:
+        if v is not None and (not v or any(c < 1 for c in v)):
             raise ValueError(f"must be a non-empty list of positive integers; got {list(v)}")
         return v
 
@@ -215,8 +247,20 @@ class DistillConfig(_Model):
     temperature: float = Field(4.0, gt=0)
 
 
+class MlflowConfig(_Model):
+    """Log the study to MLflow (autotune[mlflow]): one parent run, one nested run per trial."""
+
+    tracking_uri: str = ""  # default: $MLFLOW_TRACKING_URI, else sqlite:///studies/mlflow.db
+    experiment: str = ""  # default: the study's name
+
+
+class TrackingConfig(_Model):
+    mlflow: MlflowConfig | None = None
+
+
 class RunConfig(_Model):
     study: StudyConfig = StudyConfig()
+    task: Literal["classification", "regression"] = "classification"
     objectives: tuple[Objective, ...] = (
         Objective(metric="val_accuracy"),
         Objective(metric="train_time_s"),
@@ -231,6 +275,7 @@ class RunConfig(_Model):
     distill: DistillConfig | None = None
     trainer: str | None = None  # "package.module:function": a user's training function fit(ctx)
     metrics: tuple[str, ...] = ()  # further metrics that function may ctx.report (beyond the objectives)
+    tracking: TrackingConfig = TrackingConfig()
     source: str = Field("<config>", exclude=True)
 
     @field_validator("select", mode="before")
@@ -325,6 +370,8 @@ def from_dict(raw: dict[str, Any], overrides: dict[str, Any] | None = None, sour
 
 def _apply_override(raw: dict[str, Any], dotted: str, value: Any, file: str) -> None:
     parts = dotted.split(".")
+    if len(parts) > 2 and parts[0] in ("train", "space") and f"{parts[1]}." in (USER_PREFIX, MODEL_PREFIX):
+        parts = [parts[0], f"{parts[1]}.{parts[2]}", *parts[3:]]  # train.user.width: the key is user.width
     node = raw
     for i, part in enumerate(parts[:-1]):
         nxt = node.setdefault(part, {})
@@ -375,6 +422,8 @@ def _check_settings_keys(raw: dict[str, Any]) -> list[str]:
                 if not str(key)[len(USER_PREFIX):].isidentifier():
                     problems.append(f"{section}.{key}: a user parameter is user.NAME with NAME a Python identifier")
                 continue
+            if section == "space" and str(key).startswith(MODEL_PREFIX):
+                continue  # checked once the model section is known: _check_prefixed_spec
             if key not in SETTINGS:
                 problems.append(f"{section}.{key}: unknown setting{suggest(str(key), SETTINGS)}; {one_of(SETTINGS)}")
         if section == "space":
@@ -410,6 +459,8 @@ def _normalize(raw: dict[str, Any], file: str) -> None:
         train["early_stopping_patience"] = es.get("patience", 3)
         train["early_stopping_min_delta"] = es.get("min_delta", 0.0)
     objs = raw.get("objectives")
+    if objs is None and raw.get("task") == "regression":  # the classification default has val_accuracy
+        raw["objectives"] = [{"metric": "val_mse"}, {"metric": "train_time_s"}]
     if isinstance(objs, list):
         raw["objectives"] = [{"metric": o} if isinstance(o, str) else o for o in objs]
     if isinstance(objs, (list, tuple)) and not objs:
@@ -444,8 +495,12 @@ def _check_semantics(cfg: RunConfig, file: str, source: str) -> RunConfig:
         if key in cfg.train:
             raise ConfigError(file, f"space.{key}", "is both fixed in train and searched in space; keep one")
     for key, spec in cfg.space.items():
-        _check_spec(key, spec, cfg, file)
+        if _space_prefix(key):
+            _check_prefixed_spec(key, spec, cfg, file)
+        else:
+            _check_spec(key, spec, cfg, file)
     _check_when_order(cfg, file)
+    _check_task(cfg, file)
     metrics = [o.metric for o in cfg.objectives]
     if len(set(metrics)) != len(metrics):
         raise ConfigError(file, "objectives", f"each metric may appear once; got {metrics}")
@@ -476,15 +531,25 @@ def _check_semantics(cfg: RunConfig, file: str, source: str) -> RunConfig:
         load_factory(d.factory, file, "data.factory")
     m = cfg.model
     if m.factory is None and m.name is None:
-        raise ConfigError(file, "model.name", f"give a model name ({', '.join(MODELS)}) or model.factory")
+        raise ConfigError(file, "model.name", f"give a model name ({', '.join(_model_names())}) or model.factory")
     if m.factory is not None:
         load_factory(m.factory, file, "model.factory")
+    _check_model_keys(m, file, "model")
+    if cfg.distill is not None and cfg.distill.teacher_model is not None:
+        _check_model_keys(cfg.distill.teacher_model, file, "distill.teacher_model")
     if m.checkpoint is not None and not resolve_path(m.checkpoint, source).is_file():
         raise ConfigError(file, "model.checkpoint", f"no such file: {m.checkpoint}")
     if not cfg.study.name:
         object.__setattr__(cfg.study, "name", Path(source).stem if source != "<config>" else "autotune")
     if not cfg.study.storage:
         object.__setattr__(cfg.study, "storage", f"sqlite:///studies/{cfg.study.name}.db")
+    ml = cfg.tracking.mlflow
+    if ml is not None:  # resolved once here, so the study stores where it was tracked
+        if not ml.tracking_uri:
+            object.__setattr__(ml, "tracking_uri", os.environ.get("MLFLOW_TRACKING_URI") or
+                               "sqlite:///studies/mlflow.db")
+        if not ml.experiment:
+            object.__setattr__(ml, "experiment", cfg.study.name)
     return cfg
 
 
@@ -518,7 +583,7 @@ def _check_user_training(cfg: RunConfig, file: str) -> None:
             raise ConfigError(file, key, f"{name!r} is a trainer setting: use it as {name} (ctx.params[{name!r}] "
                                          "holds it), or rename the user parameter")
     if cfg.trainer is not None:
-        fn = load_factory(cfg.trainer, file, "trainer")
+        fn = load_factory(cfg.trainer, file, "trainer", near=cfg.source)
         check_fit_signature(fn, cfg.trainer, file)
         _check_builtin_only(cfg, file)
 
@@ -563,9 +628,6 @@ def check_fit_signature(fn: Any, ref: str, file: str) -> None:
 
 def _check_spec(key: str, spec: ParamSpec, cfg: RunConfig, file: str) -> None:
     where = f"space.{key}"
-    if key.startswith(USER_PREFIX):
-        _check_when(key, spec, cfg, file)
-        return
     setting = SETTINGS[key]
     if not setting.searchable:
         raise ConfigError(file, where, f"{key} cannot be searched; set it in train")
@@ -617,6 +679,138 @@ def _check_when(key: str, spec: ParamSpec, cfg: RunConfig, file: str) -> None:
                                                                        f"{list(choices)}")
 
 
+# ---------------------------------------------------------------- prefixed space keys and the model section
+# A `space:` key with a prefix searches something other than a trainer setting: `model.KEY` a key of the
+# model section, `user.NAME` a parameter of the user's training function. Each prefix has its own check.
+
+
+def _space_prefix(key: str) -> str | None:
+    """The prefix of a searched key that is not a trainer setting ('model.' or 'user.'), or None."""
+    return next((p for p in (MODEL_PREFIX, USER_PREFIX) if key.startswith(p)), None)
+
+
+def _check_prefixed_spec(key: str, spec: ParamSpec, cfg: RunConfig, file: str) -> None:
+    prefix = _space_prefix(key)
+    if prefix == MODEL_PREFIX:
+        _check_model_spec(key[len(MODEL_PREFIX):], spec, cfg, file)
+    elif prefix == USER_PREFIX:  # any value: the user's function reads it (_check_user_training checks the rest)
+        _check_when(key, spec, cfg, file)
+
+
+def _model_takes(m: ModelConfig, file: str, where: str) -> tuple[str, ...] | None:
+    """The keys a model takes (None: any keyword: a factory with **kwargs)."""
+    from . import models
+
+    if m.factory is not None:
+        return models.factory_keys(load_factory(m.factory, file, f"{where}.factory"))
+    return models.model_keys(str(m.name))
+
+
+def _check_model_keys(m: ModelConfig, file: str, where: str) -> None:
+    """Fixed architecture keys of a named model: each one it takes, with a value it accepts. (A factory
+    is offered the keys its signature takes, as it is offered input_shape and dropout.)"""
+    from . import models
+
+    if m.factory is not None:
+        return
+    takes = models.model_keys(str(m.name))
+    fields = m.model_dump()
+    if m.name == "torchvision" and fields["arch"] is None:
+        raise ConfigError(file, f"{where}.arch", "torchvision needs an arch, e.g. resnet18 (a name from "
+                                                 "torchvision.models.list_models())")
+    for key in models.MODEL_KEYS:
+        value = fields[key]
+        if value is None:
+            continue
+        if key not in takes:
+            raise ConfigError(file, f"{where}.{key}", f"{m.name} does not take {key}; it takes {', '.join(takes)}")
+        why = models.check_value(m.name, key, value)
+        if why is not None:
+            raise ConfigError(file, f"{where}.{key}", why)
+    if m.name == "torchvision":
+        bad = sorted({"weights", "pretrained", "weights_backbone"} & set(m.kwargs))
+        if bad:
+            raise ConfigError(file, f"{where}.kwargs.{bad[0]}", "autotune never downloads weights; give a local "
+                                                                 "state dict as model.checkpoint")
+
+
+def _check_model_spec(key: str, spec: ParamSpec, cfg: RunConfig, file: str) -> None:
+    """`space: {model.KEY: ...}`: a key the model takes, never also fixed, every value one it accepts."""
+    from . import models
+
+    where = f"space.{MODEL_PREFIX}{key}"
+    if cfg.trainer is not None:
+        raise ConfigError(file, where, "model keys search the built-in model's architecture; a training function "
+                                       "(trainer:) builds its own model: search a user parameter (user.NAME)")
+    _check_when(MODEL_PREFIX + key, spec, cfg, file)
+    m = cfg.model
+    takes = _model_takes(m, file, "model")
+    label = m.name or m.factory
+    if m.factory is None and key not in models.MODEL_KEYS:
+        raise ConfigError(file, where, f"unknown model key{suggest(key, models.MODEL_KEYS)}; "
+                                       f"{label} takes {', '.join(takes or ())}")
+    if takes is not None and key not in takes:
+        raise ConfigError(file, where, f"{label} does not take {key}; it takes "
+                                       f"{', '.join(takes) or 'no architecture keys'}")
+    if key in models.MODEL_KEYS and m.model_dump()[key] is not None:
+        raise ConfigError(file, where, "is both fixed in model and searched in space; keep one")
+    if m.checkpoint is not None:
+        raise ConfigError(file, where, "a searched architecture cannot warm-start from model.checkpoint (one "
+                                       "checkpoint fits one architecture); fix the key or drop the checkpoint")
+    if m.factory is not None:
+        return  # a factory's own argument: whatever it accepts
+    if spec.type in ("float", "bool") or (spec.type == "int" and key in ("channels", "arch")):
+        use = "categorical" if key in ("channels", "arch") else "int or categorical"
+        raise ConfigError(file, f"{where}.type", f"model key {key} takes {models.KEY_RULES[key]}: use type {use}")
+    if spec.type == "int":
+        assert spec.low is not None and spec.high is not None  # checked by ParamSpec
+        step = int(spec.step or 1)
+        values: list[Any] = list(range(int(spec.low), int(spec.high) + 1, step))
+        if len(values) > 10_000:
+            values = [int(spec.low), int(spec.high)]
+        for v in values:
+            why = models.check_value(m.name, key, v)
+            if why is not None:
+                bound = "low" if v == values[0] else "high" if v == values[-1] else "step"
+                raise ConfigError(file, f"{where}.{bound}", why + (
+                    "; use type categorical with the allowed values" if bound == "step" or key == "depth" else ""))
+        return
+    for c in spec.choices or ():
+        why = models.check_value(m.name, key, list(c) if isinstance(c, (list, tuple)) else c)
+        if why is not None:
+            raise ConfigError(file, f"{where}.choices", why)
+
+
+def _check_task(cfg: RunConfig, file: str) -> None:
+    """What one task cannot do with the built-in trainer: the other task's metrics, datasets, and
+    (regression) accuracy-based steps. A training function (trainer:) reports its own metrics."""
+    if cfg.trainer is not None:
+        return
+    other = "regression" if cfg.task == "classification" else "classification"
+    for o in cfg.objectives:
+        if o.metric in TASK_METRICS[other]:
+            raise ConfigError(file, "objectives", f"{o.metric} is a {other} metric; with task {cfg.task} use "
+                                                  f"{', '.join(TASK_METRICS[cfg.task])} or another metric")
+    d = cfg.data
+    if d.factory is None and d.name is not None and DATASETS[d.name] not in (None, cfg.task):
+        if cfg.task == "classification":
+            raise ConfigError(file, "task", f"{d.name} is a regression dataset: set task: regression")
+        raise ConfigError(file, "data.name", f"{d.name} is a classification dataset; task regression needs "
+                                             f"{', '.join(k for k, t in DATASETS.items() if t != 'classification')} "
+                                             "or data.factory")
+    if cfg.task == "regression":
+        if cfg.distill is not None:
+            raise ConfigError(file, "distill", "distillation matches a teacher's class probabilities: it is for "
+                                               "task classification")
+        if cfg.constraints.max_accuracy_drop is not None:
+            raise ConfigError(file, "constraints.max_accuracy_drop", "is for task classification")
+        for key in ("prune_method", "quantize", "qat"):
+            if key in cfg.space or cfg.train.get(key, SETTINGS[key].default) not in ("none", False):
+                where = f"space.{key}" if key in cfg.space else f"train.{key}"
+                raise ConfigError(file, where, "compression measures classification accuracy: with task "
+                                               "regression leave it off")
+
+
 def _check_when_order(cfg: RunConfig, file: str) -> None:
     """`when` conditions must not form a cycle (sampling order is a topological order)."""
     seen: dict[str, int] = {}
@@ -636,13 +830,18 @@ def _check_when_order(cfg: RunConfig, file: str) -> None:
         visit(k, ())
 
 
-def load_factory(ref: str, file: str = "<config>", key: str = "factory") -> Any:
-    """Import `package.module:function`; a failure is a ConfigError naming the reference."""
+def load_factory(ref: str, file: str = "<config>", key: str = "factory", near: str | None = None) -> Any:
+    """Import `package.module:function`; a failure is a ConfigError naming the reference. Modules are found
+    on the import path, in the working directory, and (`near`: the config file's path) next to the YAML file."""
     mod_name, sep, attr = ref.partition(":")
     if not sep or not mod_name or not attr:
         raise ConfigError(file, key, f"must look like 'package.module:function'; got {ref!r}")
-    if os.getcwd() not in sys.path and "" not in sys.path:  # a user's own module next to the YAML file
+    if os.getcwd() not in sys.path and "" not in sys.path:  # a user's own module in the working directory
         sys.path.append(os.getcwd())
+    if near is not None and near != "<config>":
+        here = str(Path(near).resolve().parent)
+        if here not in sys.path:
+            sys.path.append(here)
     try:
         module = importlib.import_module(mod_name)
     except Exception as e:  # ImportError, or the user's module raising on import

@@ -92,6 +92,7 @@ class TrainResult:
     stopped_early_at: int | None = None  # epoch at which early stopping ended training
     loss_scale: float | None = None  # the GradScaler's final scale (fp16 only)
     not_applied: dict[str, str] = field(default_factory=dict)  # setting -> why it could not take effect here
+    model_params: int = 0  # parameters of the trained model (the architecture's size, for model.* searches)
     model: nn.Module | None = field(default=None, repr=False)
     extra: dict[str, Any] = field(default_factory=dict)  # post-training metrics (compression)
     compressed_model: nn.Module | None = field(default=None, repr=False)
@@ -107,6 +108,8 @@ class TrainResult:
     def metrics(self) -> dict[str, float]:
         out = {**self.final, "train_time_s": self.train_time_s, "samples_per_s": self.samples_per_s,
                "compile_time_s": self.compile_time_s, "data_wait_fraction": self.data_wait_fraction}
+        if self.model_params:
+            out["model_params"] = float(self.model_params)
         out.update(self.extra)
         return out
 
@@ -171,11 +174,11 @@ SCHEDULES: dict[str, Callable[[torch.optim.Optimizer, float, int], torch.optim.l
 
 
 def _to_device(batch: Any, dev: torch.device, channels_last: bool) -> Any:
-    """Every tensor of a batch (tuple, list, dict) on the device, without blocking; 4-D float inputs
-    in channels_last when the trial asks for it."""
+    """Every tensor of a batch (tuple, list, dict) on the device, without blocking; 4-D tensors (images,
+    uint8 ones too: what is computed from them keeps the format) in channels_last when the trial asks."""
     if isinstance(batch, torch.Tensor):
         out = batch.to(dev, non_blocking=True)
-        if channels_last and out.ndim == 4 and out.is_floating_point():
+        if channels_last and out.ndim == 4:
             out = out.contiguous(memory_format=torch.channels_last)
         return out
     if isinstance(batch, (list, tuple)):
@@ -276,10 +279,7 @@ class Batches:
         return inner.batch_size if isinstance(inner, DeviceBatches) else int(inner.loader.batch_size or 1)
 
     def __iter__(self) -> Iterator[Any]:
-        if not self.train:
-            yield from self._inner
-            return
-        yield from self._ctx._timed(self._inner)
+        return self._ctx._timed(self._inner) if self.train else iter(self._inner)
 
     def untimed(self) -> Iterable[Any]:
         """The same batches with no clock or counter (e.g. calibration after training)."""
@@ -312,6 +312,7 @@ class TrialContext:
         self.epochs_total: int = int(settings["epochs"])
         self.batch_size: int = int(settings["batch_size"])
         self.chance_loss = chance_loss  # divergence: a loss above loss_factor x this is never "learning"
+        self._accum = int(settings["grad_accum_steps"])
         self.limits = limits = limits or Limits()
         self._on_record = on_record  # sees every epoch's record first (the objective stores it)
         self._on_epoch = on_epoch  # the study's own stop rules (pruners, vs_front); may raise TrialStopped
@@ -551,12 +552,14 @@ class TrialContext:
                                 "epoch's training steps")
         if self.opt is None:
             raise ContextMisuse("ctx.backward before ctx.prepare(model): the context steps the optimizer it made")
-        if time.perf_counter() > self._deadline:
+        if self._deadline != math.inf and time.perf_counter() > self._deadline:
             raise self._stopped(TrialStopped("slow", self.epoch - 1, f"trial wall time over hang_seconds "
                                              f"{self.limits.hang_seconds:g} (hung or far too slow)"))
-        accum = int(self.settings["grad_accum_steps"])
-        detached = loss.detach().float() * self._batch_n
-        self._loss_sum = detached if self._loss_sum is None else self._loss_sum + detached
+        accum = self._accum
+        if self._loss_sum is None:  # summed on the device: no host sync per step
+            self._loss_sum = loss.detach().float() * self._batch_n
+        else:
+            self._loss_sum.add_(loss.detach(), alpha=self._batch_n)
         self._loss_n += self._batch_n
         scaled = loss / accum if accum > 1 else loss
         (self.scaler.scale(scaled) if self.scaler is not None else scaled).backward()
@@ -732,6 +735,7 @@ class TrialContext:
             history=list(self.history), stopped_early_at=self.stopped_early_at,
             loss_scale=float(self.scaler.get_scale()) if self.scaler is not None else None,
             not_applied=dict(self.not_applied), model=self.model,
+            model_params=sum(p.numel() for p in self.model.parameters()) if self.model is not None else 0,
         )
 
 

@@ -22,7 +22,7 @@ from .pruners import EPOCH_VALUES
 from .stops import Limits
 
 INFERENCE_METRICS = ("model_size_bytes", "inference_latency_ms", "params_nonzero")
-FINAL_ONLY = (*INFERENCE_METRICS, "compile_time_s")  # known only once training is over
+FINAL_ONLY = (*INFERENCE_METRICS, "compile_time_s", "model_params")  # known only once training is over
 
 
 class TrialFailed(Exception):
@@ -31,6 +31,10 @@ class TrialFailed(Exception):
 
 class RepeatedFailure(AutotuneError):
     """The same error ended several trials in a row: the run stops instead of failing trial after trial."""
+
+
+class FatalDeviceError(AutotuneError):
+    """An error after which the process's CUDA context is unusable (illegal address, device-side assert)."""
 
 
 # Caught by study.optimize (the trial is FAIL, the study goes on); anything else stops the run.
@@ -57,7 +61,7 @@ def load_fit(cfg: RunConfig) -> trainer.Fit | None:
     """The user's training function named by `trainer:` (None: the built-in trainer)."""
     if cfg.trainer is None:
         return None
-    return load_factory(cfg.trainer, cfg.source.rsplit("/", 1)[-1], "trainer")  # type: ignore[no-any-return]
+    return load_factory(cfg.trainer, cfg.source.rsplit("/", 1)[-1], "trainer", near=cfg.source)  # type: ignore
 
 
 def fit_name(cfg: RunConfig, fit: trainer.Fit | None) -> str:
@@ -84,7 +88,7 @@ def job_for(cfg: RunConfig, values: dict[str, Any], seed: int, measure_inference
     watched = (("val_loss", "minimize"),) + tuple((o.metric, str(o.direction)) for o in cfg.objectives
                                                   if o.metric not in CLOCK_METRICS and o.metric not in FINAL_ONLY)
     return trainer.TrainJob(
-        settings=settings, data=cfg.data, model=cfg.model, seed=seed, source=cfg.source, limits=limits,
+        settings=settings, data=cfg.data, model=cfg.model, task=cfg.task, seed=seed, source=cfg.source, limits=limits,
         distill=cfg.distill, measure_inference=measure_inference, fit=fit, user_params=user,
         metrics=frozenset({*REPORTED_METRICS, *(o.metric for o in cfg.objectives), *cfg.metrics}),
         early_stopping_on=watched, config=cfg)
@@ -196,6 +200,7 @@ class Objective:
         epoch_values: list[list[float]] = []
         stop: TrialStopped | None = None
         failure: BaseException | None = None
+        fatal = False
         oom: str | None = None
 
         def on_record(rec: EpochRecord) -> None:
@@ -220,10 +225,16 @@ class Objective:
                 oom = f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"
             else:
                 failure = _without_frames(e)
+                fatal = accel.is_fatal_device_error(e)
         if stop is not None:
             accel.release_memory()
             self._stop(trial, stop.reason, stop.epoch, stop.detail)
         if failure is not None:
+            if fatal:  # the CUDA context is broken: every later trial in this process would fail too
+                self._record_failure(trial, failure, len(history))
+                raise FatalDeviceError(f"{self.name}: {describe_exception(failure)}: the device cannot be used "
+                                       "by this process any more; stopped (finished trials are kept; start the "
+                                       "run or worker again)")
             accel.release_memory()
             self._fail(trial, failure, len(history))
         assert oom is not None
@@ -262,12 +273,17 @@ class Objective:
             if by is not None:
                 raise TrialStopped("dominated", step, f"dominated at epoch {step} by trial {by.number}")
 
-    def _fail(self, trial: optuna.Trial, exc: BaseException, epoch: int) -> None:
-        """The trial ends FAIL with the error's one line stored; a repeated error stops the run."""
+    @staticmethod
+    def _record_failure(trial: optuna.Trial, exc: BaseException, epoch: int) -> str:
         text = describe_exception(exc, limit=500)
         trial.set_user_attr("stop_reason", "error")
         trial.set_user_attr("stop_epoch", epoch)
         trial.set_user_attr("error", text)
+        return text
+
+    def _fail(self, trial: optuna.Trial, exc: BaseException, epoch: int) -> None:
+        """The trial ends FAIL with the error's one line stored; a repeated error stops the run."""
+        text = self._record_failure(trial, exc, epoch)
         if self.streak.failed(exc):
             raise RepeatedFailure(f"{self.name}: {self.streak.count} trials in a row failed with {text}; stopped the "
                                   "run (finished trials are kept)")
@@ -294,4 +310,5 @@ def _without_frames(exc: BaseException) -> BaseException:
     return exc
 
 
-__all__ = ["CATCH", "FailureStreak", "Objective", "RepeatedFailure", "TrialFailed", "job_for", "load_fit"]
+__all__ = ["CATCH", "FailureStreak", "FatalDeviceError", "Objective", "RepeatedFailure", "TrialFailed", "job_for",
+           "load_fit"]

@@ -85,7 +85,8 @@ class RunView:
         elif state == "COMPLETE" and any(v > 0 for v in t.constraints.values()):
             state = "COMPLETE (infeasible)"  # violates a constraint: kept, never recommended
         measured = "  ".join(f"{SHORT.get(m, m)} {fmt_metric(m, ua.get(m))}" for m in
-                             dict.fromkeys([*self.metrics, "val_accuracy", "train_time_s"]))
+                             dict.fromkeys([*self.metrics, "val_accuracy", "train_time_s"])
+                             if m in self.metrics or m in ua)
         line = f"trial {t.number:>3}  {state:<34} {measured}  | {fmt_params(t.params)}"
         if self.progress is not None:
             style = {"COMPLETE": "green", "PRUNED": "yellow", "FAIL": "red"}.get(t.state.name, "")
@@ -121,7 +122,8 @@ def print_pareto(result: Any, console: Console | None = None, plain: bool = True
     front = result.pareto
     best = result.best
     title = "Pareto front" if result.config.multi_objective else "Best trial"
-    cols = list(dict.fromkeys([*result.metrics, "val_accuracy", "train_time_s", "samples_per_s"]))
+    cols = [c for c in dict.fromkeys([*result.metrics, "val_accuracy", "train_time_s", "samples_per_s"])
+            if c in result.metrics or any(c in s.metrics for s in front)]  # no empty column (a user's metrics)
     front = sorted(front, key=lambda s: s.metrics.get("train_time_s", 0.0))
     if plain or not sys.stdout.isatty():
         print(f"\n{title} ({len(front)} trial(s); * = recommended):")
@@ -151,7 +153,8 @@ def print_best(result: Any, console: Console | None = None) -> None:
     rule = result.config.select
     rule_s = rule if isinstance(rule, str) else ", ".join(f"{k}={v}" for k, v in rule.model_dump().items())
     measured = ", ".join(f"{m} {fmt_metric(m, best.metrics.get(m))}" for m in
-                         dict.fromkeys([*result.metrics, "val_accuracy", "train_time_s", "samples_per_s"]))
+                         dict.fromkeys([*result.metrics, "val_accuracy", "train_time_s", "samples_per_s"])
+                         if m in result.metrics or m in best.metrics)
     print(f"\nRecommended configuration (trial {best.number}, select: {rule_s}): {measured}")
     for k, v in best.params.items():
         print(f"  {k}: {fmt_value(v) if not isinstance(v, float) else repr(v)}")

@@ -15,6 +15,7 @@ from optuna.trial import FrozenTrial, TrialState
 from .config import FastestWithin, MostAccurateUnder, RunConfig
 
 METRIC_KEYS = ("val_accuracy", "val_loss", "train_time_s", "samples_per_s", "compile_time_s", "data_wait_fraction",
+               "model_params", "val_mse", "val_mae", "val_r2",
                "model_size_bytes", "inference_latency_ms", "params_nonzero", "val_accuracy_before_compress")
 
 
@@ -43,7 +44,8 @@ class TrialSummary:
 def summarize(t: FrozenTrial, metrics: list[str]) -> TrialSummary:
     ua = t.user_attrs
     values = dict(zip(metrics, t.values)) if t.values is not None else {}
-    measured = {k: float(ua[k]) for k in METRIC_KEYS if k in ua and ua[k] is not None}
+    keys = dict.fromkeys([*metrics, *METRIC_KEYS])  # the objectives first: user metrics (val_mae...) too
+    measured = {k: float(ua[k]) for k in keys if isinstance(ua.get(k), (int, float)) and not isinstance(ua[k], bool)}
     constraints = constraint_values(t)
     return TrialSummary(
         number=t.number, state=t.state.name, params=dict(t.params), values=values, metrics=measured,

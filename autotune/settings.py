@@ -96,6 +96,12 @@ SETTINGS: dict[str, Setting] = {
         _s("grad_accum_steps", "int", 1, "micro-batches per optimizer step (effective batch = batch_size x this)",
            low=1),
         _s("grad_clip", "float", 0.0, "max gradient norm; 0 turns clipping off", low=0),
+        # Augmentation of training batches on the device (image data; autotune/augment.py)
+        _s("aug_crop_padding", "int", 0, "random crop: reflect-pad each side by this many pixels, crop back at a "
+           "random offset per sample; 0 = off", low=0),
+        _s("aug_flip", "bool", False, "flip half the training images horizontally, chosen per sample"),
+        _s("aug_cutout", "int", 0, "cutout: zero a square of this side (pixels) at a random place per sample; "
+           "0 = off", low=0),
         # Weight initialization
         _s("init", "choice", "default", "weight initialization (biases zeroed unless default)", choices=INITS),
         # Acceleration
@@ -148,6 +154,9 @@ def check_params(params: Mapping[str, Any], file: str, prefix: str = "") -> dict
     out = {}
     for key, value in params.items():
         if key.startswith("user.") and key[5:].isidentifier():  # a user training function's own parameter
+            out[key] = value
+            continue
+        if key.startswith("model."):  # an architecture key: checked where the model is built (models.build_for)
             out[key] = value
             continue
         if key not in SETTINGS:

@@ -3,16 +3,22 @@
 A parameter with `when: {optimizer: sgd}` is sampled only in trials where that
 condition holds; elsewhere the setting keeps its fixed value (so TPE never sees a
 meaningless momentum for Adam).
+
+Besides trainer settings, `space:` may hold prefixed keys: `model.KEY` searches a key of the model
+section (`models.build_for` applies them). They come back in the same settings dict, under their
+prefixed names. A categorical choice that is a list (e.g. `model.channels: [[16, 32], [32, 64]]`)
+is offered to Optuna as its JSON text (Optuna's choices are scalars) and returned as the list.
 """
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import numpy as np
 import optuna
 
-from .config import USER_PREFIX, ParamSpec, RunConfig
+from .config import MODEL_PREFIX, USER_PREFIX, ParamSpec, RunConfig
 from .settings import SETTINGS
 
 
@@ -42,6 +48,22 @@ def active(spec: ParamSpec, values: dict[str, Any]) -> bool:
     return True
 
 
+def _encode(choice: Any) -> Any:
+    return json.dumps(list(choice)) if isinstance(choice, (list, tuple)) else choice
+
+
+def choices(spec: ParamSpec) -> list[Any]:
+    """A categorical parameter's choices as Optuna stores them (lists as JSON text)."""
+    return [_encode(c) for c in spec.choices or ()]
+
+
+def decode(spec: ParamSpec, value: Any) -> Any:
+    """A stored parameter value as the setting takes it (JSON text of a list choice back to the list)."""
+    if isinstance(value, str) and any(isinstance(c, (list, tuple)) for c in spec.choices or ()):
+        return json.loads(value)
+    return value
+
+
 def suggest(trial: optuna.Trial, name: str, spec: ParamSpec) -> Any:
     if spec.type == "float":
         assert spec.low is not None and spec.high is not None  # checked by config
@@ -50,20 +72,34 @@ def suggest(trial: optuna.Trial, name: str, spec: ParamSpec) -> Any:
         assert spec.low is not None and spec.high is not None
         step = int(spec.step) if spec.step else 1
         return trial.suggest_int(name, int(spec.low), int(spec.high), log=spec.log, step=step)
-    value = trial.suggest_categorical(name, list(spec.choices or ()))
-    return value.item() if isinstance(value, np.generic) else value
+    value = trial.suggest_categorical(name, choices(spec))
+    return decode(spec, value.item() if isinstance(value, np.generic) else value)
+
+
+def inactive_value(name: str, cfg: RunConfig) -> tuple[bool, Any]:
+    """(keep?, value) for a parameter whose `when` does not hold: a trainer setting keeps its default;
+    `model.KEY` keeps the model section's value if it sets one; a user parameter is left out."""
+    if name.startswith(USER_PREFIX):
+        return False, None
+    if name.startswith(MODEL_PREFIX):
+        value = cfg.model.model_dump().get(name[len(MODEL_PREFIX):])
+        return value is not None, list(value) if isinstance(value, tuple) else value
+    return True, SETTINGS[name].default
 
 
 def sample(trial: optuna.Trial, cfg: RunConfig) -> dict[str, Any]:
-    """All trainer settings for this trial: the fixed ones plus one value per active parameter.
-    An inactive trainer setting keeps its default; an inactive user parameter is left out."""
+    """All trainer settings for this trial: the fixed ones plus one value per active parameter
+    (searched model keys under their `model.` names, user parameters under `user.`). An inactive
+    parameter keeps its fixed value (`inactive_value`)."""
     values = cfg.fixed()
     for name in order(cfg.space):
         spec = cfg.space[name]
         if active(spec, values):
             values[name] = suggest(trial, name, spec)
-        elif name in SETTINGS:
-            values[name] = SETTINGS[name].default
+        else:
+            keep, value = inactive_value(name, cfg)
+            if keep:
+                values[name] = value
     return values
 
 
@@ -79,7 +115,7 @@ def grid(cfg: RunConfig) -> dict[str, list[Any]]:
     out: dict[str, list[Any]] = {}
     for name, spec in cfg.space.items():
         if spec.choices is not None:
-            out[name] = list(spec.choices)
+            out[name] = choices(spec)
         else:
             assert spec.low is not None and spec.high is not None and spec.step is not None
             out[name] = [v.item() for v in np.arange(spec.low, spec.high + spec.step / 2, spec.step)]
@@ -89,7 +125,9 @@ def grid(cfg: RunConfig) -> dict[str, list[Any]]:
 
 
 def fixed_point(cfg: RunConfig, params: dict[str, Any]) -> dict[str, Any]:
-    """Settings for given parameter values (used by `autotune.train` and `best --export`)."""
+    """Settings for given parameter values (used by `autotune.train` and `best --export`); `params`
+    as a trial stores them (list choices as JSON text) or as the settings take them."""
+    params = {k: decode(cfg.space[k], v) if k in cfg.space else v for k, v in params.items()}
     values = cfg.fixed()
     for name in order(cfg.space):
         spec = cfg.space[name]
@@ -97,10 +135,14 @@ def fixed_point(cfg: RunConfig, params: dict[str, Any]) -> dict[str, Any]:
             values[name] = params[name]
         elif active(spec, values):
             if spec.choices is not None:
-                values[name] = spec.choices[0]
+                values[name] = decode(spec, choices(spec)[0])
             else:
                 assert spec.low is not None and spec.high is not None
                 mid = float(np.sqrt(spec.low * spec.high)) if spec.log else (spec.low + spec.high) / 2
                 values[name] = int(round(mid)) if spec.type == "int" else mid
+        else:
+            keep, value = inactive_value(name, cfg)
+            if keep:
+                values[name] = value
     values.update(params)
     return values

@@ -15,7 +15,7 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from . import __version__, accel, data, models, orphans, pruners, results, space
+from . import __version__, accel, augment, data, models, orphans, pruners, results, space, tracking
 from .config import RunConfig, check_fit_signature
 from .errors import AutotuneError, ConfigError, describe_exception, redact
 from .objective import CATCH, Objective, fit_name
@@ -168,15 +168,16 @@ def preflight(cfg: RunConfig) -> None:
     if cfg.trainer is not None:
         return  # a user's training function brings its own data and model
     try:
-        ds = data.load(cfg.data, cfg.source)
+        ds = data.load(cfg.data, cfg.source, cfg.task)
     except AutotuneError:
         raise
     except Exception as e:  # a user's data factory or a damaged file: one line naming it, not a traceback
         key, what = ("data.factory", f"{cfg.data.factory} raised") if cfg.data.factory else \
             ("data.path", f"cannot read {cfg.data.path}:") if cfg.data.path else ("data", f"{cfg.data.name}:")
         raise ConfigError(file, key, f"{what} {describe_exception(e)}") from None
+    _check_augment(cfg, ds.input_shape, file)
     try:
-        models.build(cfg.model, ds.input_shape, ds.n_classes, 0.0, "default", file)
+        models.build_for(cfg.model, space.fixed_point(cfg, {}), ds.input_shape, ds.n_outputs, 0.0, "default", file)
     except AutotuneError:
         raise
     except Exception as e:
@@ -186,6 +187,19 @@ def preflight(cfg: RunConfig) -> None:
     from . import compress  # fixed compression settings that cannot run here
 
     compress.preflight(cfg)
+
+
+def _check_augment(cfg: RunConfig, input_shape: tuple[int, ...], file: str) -> None:
+    """Augmentation settings the data cannot take (image-only, a crop pad past the image side), fixed or
+    at the largest value searched."""
+    fixed = cfg.fixed()
+    for key in augment.SETTINGS:
+        spec = cfg.space.get(key)
+        values = [fixed.get(key)] if spec is None else \
+            [max(spec.choices)] if spec.choices is not None else [spec.high]
+        why = augment.check({key: values[0]}, input_shape)
+        if why is not None:
+            raise ConfigError(file, f"space.{key}" if spec else f"train.{key}", why)
 
 
 def check_storage(cfg: RunConfig) -> None:
@@ -204,9 +218,10 @@ def check_storage(cfg: RunConfig) -> None:
 
 
 def validate(cfg: RunConfig) -> None:
-    """Everything `autotune validate` checks: preflight plus the storage."""
+    """Everything `autotune validate` checks: preflight, the storage and the tracking server."""
     preflight(cfg)
     check_storage(cfg)
+    tracking.check(cfg)
 
 
 def versions() -> dict[str, str]:
@@ -257,7 +272,9 @@ class TuneResult:
         return report.write(self.study, self.config, Path(path))
 
 
-def open_study(cfg: RunConfig, fresh: bool = False, create: bool = True) -> optuna.Study:
+def open_study(cfg: RunConfig, fresh: bool = False, create: bool = True,
+               device_name: str | None = None) -> optuna.Study:
+    """`device_name`: the device's name when already known (a `--workers` driver asks a child: never CUDA itself)."""
     storage = make_storage(cfg)
     name = cfg.study.name
     if fresh:
@@ -285,7 +302,7 @@ def open_study(cfg: RunConfig, fresh: bool = False, create: bool = True) -> optu
         study.set_user_attr("config", stored_config(cfg))
         study.set_user_attr("source", redact(cfg.source))
         study.set_user_attr("versions", versions())
-        study.set_user_attr("device", accel.device_name(accel.resolve_device(cfg.fixed()["device"])))
+        study.set_user_attr("device", device_name or accel.device_name(accel.resolve_device(cfg.fixed()["device"])))
         study.set_user_attr("metrics", [o.metric for o in cfg.objectives])
         with warnings.catch_warnings():  # experimental in Optuna, and stable enough for a label
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
@@ -381,9 +398,11 @@ def run(cfg: RunConfig, fresh: bool = False, callbacks: list[TrialCallback] | No
     if fit is not None:
         check_fit_signature(fit, fit_name(cfg, fit), _file(cfg))
     preflight(cfg)
+    tracking.check(cfg)
     cfg = resolve_teacher(cfg)
     study = open_study(cfg, fresh=fresh)
     note_orphans(orphans.reap(study), on_note)
+    tracker = tracking.open_tracker(cfg, study)
     # Everything imported so far (torch, optuna, sympy...) lives for the whole run: freeze it out of
     # the garbage collector, so the collection after each trial scans only what trials made
     # (0.5 s per collection otherwise, longer than a digits trial trains).
@@ -394,10 +413,21 @@ def run(cfg: RunConfig, fresh: bool = False, callbacks: list[TrialCallback] | No
         todo = max(0, cfg.study.n_trials - n_finished(study))
     if on_start is not None:
         on_start(study, todo if todo is not None else -1)
-    if todo != 0:
-        cbs: list[TrialCallback] = list(callbacks or [])
-        if cfg.study.n_trials is not None:
-            cbs.append(optuna.study.MaxTrialsCallback(cfg.study.n_trials, states=FINISHED))
-        study.optimize(orphans.Owned(Objective(cfg, fit)), n_trials=todo, timeout=cfg.study.timeout, callbacks=cbs,
-                       catch=CATCH, gc_after_trial=False)  # the objective releases memory itself
+    status = "FAILED"  # how the parent run ends if the study does not
+    try:
+        if todo != 0:
+            cbs: list[TrialCallback] = list(callbacks or [])
+            if tracker is not None:
+                cbs.append(tracker)
+            if cfg.study.n_trials is not None:
+                cbs.append(optuna.study.MaxTrialsCallback(cfg.study.n_trials, states=FINISHED))
+            study.optimize(orphans.Owned(Objective(cfg, fit)), n_trials=todo, timeout=cfg.study.timeout,
+                           callbacks=cbs, catch=CATCH, gc_after_trial=False)  # the objective releases memory itself
+        status = "FINISHED"
+    except KeyboardInterrupt:
+        status = "KILLED"
+        raise
+    finally:
+        if tracker is not None:
+            tracker.finish(study, status)
     return TuneResult(study=study, config=cfg)

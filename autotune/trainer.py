@@ -9,7 +9,6 @@ with a large batch. Steps on the trained model (pruning, quantization, their mea
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -17,7 +16,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from . import accel, compress, context, data, models
+from . import accel, augment, compress, context, data, models, tasks
 from .config import DataConfig, DistillConfig, ModelConfig
 from .context import EpochRecord, OnEpoch, TrainResult, TrialContext
 from .errors import TrialStopped
@@ -33,6 +32,7 @@ class TrainJob:
     settings: dict[str, Any]
     data: DataConfig = field(default_factory=DataConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
+    task: str = "classification"
     seed: int = 0
     source: str = "<config>"
     limits: Limits = field(default_factory=Limits)
@@ -69,59 +69,46 @@ def train(job: TrainJob, on_epoch: OnEpoch | None = None, on_record: OnEpoch | N
 
 
 def train_epoch(ctx: TrialContext, model: nn.Module, batches: Iterable[Any],
+                inputs: Callable[[torch.Tensor], torch.Tensor],
                 loss_of: Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]) -> None:
-    """One pass over the training batches through the context (autocast, backward, step)."""
+    """One pass over the training batches through the context: each batch's inputs made model-ready
+    (normalized, augmented: on the device), then autocast, backward, step."""
     model.train()
     for xb, yb in batches:
+        xb = inputs(xb)
         with ctx.autocast():
-            logits = model(xb).float()
-            loss = loss_of(logits, yb, xb)
+            out = model(xb).float()
+            loss = loss_of(out, yb, xb)
         ctx.backward(loss)
 
 
-def evaluate(model: nn.Module, x: torch.Tensor, y: torch.Tensor, ctx: TrialContext) -> tuple[float, float]:
-    """Mean cross-entropy and accuracy on (x, y), summed on the device and read once."""
-    model.eval()
-    dev = ctx.device
-    bs = int(ctx.settings["eval_batch_size"])
-    channels_last = bool(ctx.settings["channels_last"])
-    loss_sum = torch.zeros((), device=dev)
-    correct = torch.zeros((), device=dev, dtype=torch.long)
-    with torch.inference_mode(), ctx.autocast():
-        for i in range(0, len(y), bs):
-            xb, yb = x[i: i + bs], y[i: i + bs]
-            if channels_last and xb.ndim == 4:
-                xb = xb.contiguous(memory_format=torch.channels_last)
-            logits = model(xb).float()
-            loss_sum += nn.functional.cross_entropy(logits, yb, reduction="sum")
-            correct += (logits.argmax(1) == yb).sum()
-    n = max(1, len(y))
-    return float(loss_sum) / n, float(correct) / n
-
-
 class BuiltinFit:
-    """autotune's own training function: the configured dataset and model, cross-entropy (with label
-    smoothing and, with `distill`, a teacher's soft targets), validation accuracy and loss each epoch."""
+    """autotune's own training function: the configured dataset and model (with the trial's `model.*`
+    keys), the task's loss (cross-entropy with label smoothing and, with `distill`, a teacher's soft
+    targets; or mean squared error), on-device normalization and augmentation, the task's validation
+    metrics each epoch."""
 
     def __init__(self, job: TrainJob) -> None:
         self.job = job
         self.file = job.source.rsplit("/", 1)[-1]
+        self.ds: data.Dataset | None = None
         self.batches: context.Batches | None = None
         self.val: tuple[torch.Tensor, torch.Tensor] | None = None
 
     def loss(self, ctx: TrialContext, teacher: nn.Module | None) -> Callable[..., torch.Tensor]:
-        ce = nn.CrossEntropyLoss(label_smoothing=ctx.settings["label_smoothing"])
+        assert self.ds is not None
+        base = tasks.loss_fn(self.ds, ctx.settings["label_smoothing"])
         distill = self.job.distill
         if teacher is None or distill is None:
-            return lambda logits, yb, xb: ce(logits, yb)
+            return lambda out, yb, xb: base(out, yb)
         # knowledge distillation: match the teacher's softened predictions too
-        return lambda logits, yb, xb: compress.distill_loss(ce(logits, yb), logits, teacher, xb, distill)
+        return lambda out, yb, xb: compress.distill_loss(base(out, yb), out, teacher, xb, distill)
 
     def __call__(self, ctx: TrialContext) -> None:
         job, s = self.job, ctx.settings
-        ds = data.load(job.data, job.source)
-        ctx.chance_loss = math.log(ds.n_classes)  # guessing: the divergence rule's ceiling
-        model = models.build(job.model, ds.input_shape, ds.n_classes, s["dropout"], "default", self.file)
+        ds = self.ds = data.load(job.data, job.source, job.task)
+        ctx.chance_loss = tasks.chance_loss(ds)  # a guess's loss: the divergence rule's ceiling
+        model = models.build_for(job.model, s, ds.input_shape, ds.n_outputs, s["dropout"], "default", self.file)
         loaded = job.model.checkpoint is not None
         if loaded:  # transfer learning: the checkpoint's weights, not the init scheme's
             compress.load_checkpoint(model, job.model.checkpoint, job.source, s["freeze"])
@@ -129,16 +116,23 @@ class BuiltinFit:
         teacher = None
         if job.distill is not None:
             channels_last = bool(s["channels_last"]) and len(ds.input_shape) == 3
-            teacher = compress.load_teacher(job.distill, job.model, ds.input_shape, ds.n_classes, ctx.device,
+            teacher = compress.load_teacher(job.distill, job.model, ds.input_shape, ds.n_outputs, ctx.device,
                                             job.source, channels_last)
-        self.batches = ctx.loader((ds.x_train, ds.y_train))
+        self.batches = ctx.loader((ds.x_train, ds.y_train))  # uint8 images stay uint8 on the device
         self.val = (ds.x_val.to(ctx.device), ds.y_val.to(ctx.device))
+        gen = augment.generator(ctx.device, ctx.seed) if augment.enabled(s) else None
+
+        def inputs(xb: torch.Tensor) -> torch.Tensor:
+            xb = ds.normalize(xb)
+            return augment.apply(xb, s, gen) if gen is not None else xb
+
         loss_of = self.loss(ctx, teacher)
         assert ctx.model is not None
         for _ in ctx.epochs():
-            train_epoch(ctx, model, self.batches, loss_of)
-            val_loss, val_acc = evaluate(ctx.model, *self.val, ctx)  # the uncompiled module: no eval-mode recompile
-            ctx.report(val_loss=val_loss, val_accuracy=val_acc)
+            train_epoch(ctx, model, self.batches, inputs, loss_of)
+            # the uncompiled module: no eval-mode recompile
+            ctx.report(**tasks.evaluate(ctx.model, ds, *self.val, int(s["eval_batch_size"]), ctx.device,
+                                        ctx.precision, bool(s["channels_last"])))
 
     def after_fit(self, ctx: TrialContext, result: TrainResult) -> None:
         """Compression of a copy (prune + fine-tune, quantize), then what it costs and gains, measured."""
@@ -146,10 +140,12 @@ class BuiltinFit:
         compressing = s["prune_method"] != "none" or s["quantize"] != "none" or s["qat"]
         if not (compressing or self.job.measure_inference):
             return
-        assert self.batches is not None and self.val is not None and result.model is not None
-        batches = self.batches
+        assert self.batches is not None and self.val is not None and self.ds is not None and result.model is not None
+        ds, batches = self.ds, self.batches
+        calibration = ((ds.normalize(xb), yb) for xb, yb in batches.untimed())
+        x_val, y_val = ds.normalize(self.val[0]), self.val[1]
         packed = compress.compress_and_measure(
-            result.model, dict(s), ctx.device, compress.calibration_batches(batches.untimed()), *self.val,
+            result.model, dict(s), ctx.device, compress.calibration_batches(calibration), x_val, y_val,
             result.val_accuracy, result.val_loss, lambda m, n, qat=False: self.finetune(ctx, m, n, qat),
             result.epochs_run)
         result.final.update(val_accuracy=packed.val_accuracy, val_loss=packed.val_loss)
@@ -162,17 +158,18 @@ class BuiltinFit:
         loop, the same optimizer at FINETUNE_LR_FACTOR x lr, constant. QAT runs in fp32: the fused fake-quant
         kernels have no half-precision path on CUDA. Returns the seconds spent."""
         s = ctx.settings
+        assert self.ds is not None
+        ds = self.ds
         ft = {**s, "lr": s["lr"] * compress.FINETUNE_LR_FACTOR, "lr_schedule": "constant", "epochs": epochs,
               "compile": False, "early_stopping_patience": 0, "precision": "fp32" if qat else s["precision"]}
-        fctx = TrialContext(ft, seed=ctx.seed, limits=Limits(hang_seconds=None))
-        ds = data.load(self.job.data, self.job.source)
+        fctx = TrialContext(ft, seed=ctx.seed)
         prepared, _ = fctx.prepare(model, init=False)
         batches = fctx.loader((ds.x_train, ds.y_train))
         loss_of = self.loss(fctx, None)
         for _ in fctx.epochs():
-            train_epoch(fctx, prepared, batches, loss_of)
+            train_epoch(fctx, prepared, batches, ds.normalize, loss_of)
             fctx.report()
         return fctx.result().train_time_s
 
 
-__all__ = ["BuiltinFit", "EpochRecord", "Fit", "TrainJob", "TrainResult", "evaluate", "train", "train_epoch"]
+__all__ = ["BuiltinFit", "EpochRecord", "Fit", "TrainJob", "TrainResult", "train", "train_epoch"]

@@ -33,10 +33,10 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from . import orphans
+from . import orphans, tracking
 from . import study as study_mod
 from .config import RunConfig, from_dict
-from .errors import AutotuneError, ConfigError, redact
+from .errors import AutotuneError, ConfigError, describe_exception, redact
 from .objective import CATCH, Objective
 
 FINISHED = study_mod.FINISHED
@@ -97,11 +97,15 @@ def plan(cfg: RunConfig, n_workers: int | None, gpus: list[str] | None) -> list[
     if n_workers is not None and n_workers < 1:
         raise ConfigError(file, "--workers", f"must be >= 1; got {n_workers}")
     device = str(cfg.fixed()["device"])
+    pinned = _cuda_index(device)
     cores = cpu_cores()
     if gpus is not None:
         if device in ("cpu", "mps"):
             raise ConfigError(file, "--gpus", f"train.device is {device}: GPUs would sit idle; drop --gpus or use "
                                               "device auto or cuda")
+        if pinned is not None:
+            raise ConfigError(file, "--gpus", f"train.device {device} already picks the GPU; drop --gpus, or use "
+                                              "device cuda and pick GPUs with --gpus")
         bad = [g for g in gpus if not g.strip().isdigit()]
         if bad or not gpus:
             raise ConfigError(file, "--gpus", f"must be GPU indices like 0,1,2; got {','.join(gpus)!r}")
@@ -115,6 +119,15 @@ def plan(cfg: RunConfig, n_workers: int | None, gpus: list[str] | None) -> list[
             raise ConfigError(file, "--gpus", f"GPU {missing[0]} is not visible; {len(visible)} visible"
                                               + (f" ({', '.join(map(str, range(len(visible))))})" if visible else ""))
         chosen = [visible[int(g)] for g in gpus[:n]]
+    elif pinned is not None:  # one worker on GPU N; it sees that GPU alone, as cuda:0 (worker_config)
+        n = n_workers or 1
+        if n > 1:
+            raise ConfigError(file, "train.device", f"{device} puts every worker on one GPU; use device cuda or auto "
+                                                    "and pick GPUs with --gpus")
+        visible = _visible_gpus()
+        if pinned >= len(visible):
+            raise ConfigError(file, "train.device", f"{device} is not visible; {len(visible)} CUDA GPU(s) visible")
+        chosen = [visible[pinned]]
     elif device in ("cpu", "mps") or not _visible_gpus():
         n = n_workers or 1
         chosen = [None] * n
@@ -126,12 +139,24 @@ def plan(cfg: RunConfig, n_workers: int | None, gpus: list[str] | None) -> list[
                                                  f"never share a GPU unless asked: give --gpus, e.g. "
                                                  f"{','.join(str(i % len(visible)) for i in range(n))}")
         chosen = visible[:n]
-    if n > 1 and device.startswith("cuda:"):
-        raise ConfigError(file, "train.device", f"{device} puts every worker on one GPU; use device cuda or auto "
-                                                "and pick GPUs with --gpus")
     check_storage(cfg, n)
     threads = max(1, cores // n)
     return [Slot(index=i, gpu=g, threads=threads) for i, g in enumerate(chosen)]
+
+
+def _cuda_index(device: str) -> int | None:
+    """N for `cuda:N`, else None."""
+    kind, _, index = device.partition(":")
+    return int(index) if kind == "cuda" and index.isdigit() else None
+
+
+def worker_config(cfg_dict: dict[str, Any], slot: Slot) -> dict[str, Any]:
+    """The config a worker pinned to one GPU runs: CUDA_VISIBLE_DEVICES leaves it that GPU alone, as cuda:0, so
+    `device: cuda:N` (N the GPU's index for the driver) becomes cuda:0 there."""
+    device = str(cfg_dict.get("train", {}).get("device", ""))
+    if slot.gpu is None or _cuda_index(device) is None:
+        return cfg_dict
+    return {**cfg_dict, "train": {**cfg_dict["train"], "device": "cuda:0"}}
 
 
 def _visible_gpus() -> list[str]:
@@ -244,12 +269,14 @@ class WorkerResult:
 
 def run_worker(cfg: RunConfig, sampler_seed_offset: int | None = 0, callbacks: list[TrialCallback] | None = None,
                objective: Callable[[optuna.Trial], Any] | None = None,
-               study: optuna.Study | None = None) -> WorkerResult:
+               study: optuna.Study | None = None, track: bool = True) -> WorkerResult:
     """Run trials of an existing study until it holds n_trials finished ones (or the timeout passes).
 
     `sampler_seed_offset`: 0 keeps the study's seed (one worker reproduces a one-process run); k > 0
     gives worker k its own stream, so parallel workers do not propose the same first settings; None
     reseeds at random (a worker that joined from elsewhere).
+    `track`: log this worker's trials to MLflow (`tracking.mlflow`); `--workers`' children do not,
+    their driver does.
     """
     import warnings
 
@@ -265,10 +292,12 @@ def run_worker(cfg: RunConfig, sampler_seed_offset: int | None = 0, callbacks: l
     cfg = study_mod.resolve_teacher(cfg, study._storage)
     n = cfg.study.n_trials
     claimed = ClaimedObjective(objective or Objective(cfg), n)
+    tracker = tracking.open_tracker(cfg, study) if track else None
     # Callbacks see the trials this worker ran, not the ones that lost the race for a slot.
-    cbs = [_unless_surplus(cb) for cb in callbacks or []]
+    cbs = [_unless_surplus(cb) for cb in [*(callbacks or []), *([tracker] if tracker else [])]]
     deadline = None if cfg.study.timeout is None else time.monotonic() + cfg.study.timeout
     ran = 0
+    step = "run"
     with _StaleWatcher(study, cfg):
         while deadline is None or time.monotonic() < deadline:
             step = next_step(study, n)
@@ -281,6 +310,8 @@ def run_worker(cfg: RunConfig, sampler_seed_offset: int | None = 0, callbacks: l
             # No gc_after_trial: the objective already collects after each trial (accel.release_memory).
             study.optimize(claimed, n_trials=1, timeout=left, callbacks=cbs, catch=(*CATCH, SurplusTrial))
             ran += 1
+    if tracker is not None:  # the parent run ends with the study, not with one of its workers
+        tracker.finish(study, "FINISHED" if step == "done" else None)
     return WorkerResult(ran=ran, surplus=claimed.surplus, study=study)
 
 
@@ -335,12 +366,63 @@ def _child(cfg_dict: dict[str, Any], source: str, slot: Slot) -> None:
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     cfg = from_dict(cfg_dict, source=source)
     try:
-        run_worker(cfg, sampler_seed_offset=slot.index)
+        run_worker(cfg, sampler_seed_offset=slot.index, track=False)  # the driver logs every trial once
     except KeyboardInterrupt:
         sys.exit(130)
     except AutotuneError as e:
         print(f"error: worker {slot.index}: {e}", file=sys.stderr)
         sys.exit(2)
+
+
+def checked_in_child(cfg_dict: dict[str, Any], source: str, slot: Slot) -> str:
+    """`study.preflight` and the distillation teacher, run in a spawned process pinned like `slot`: the checks
+    that touch the device (precision, casts, the device's name) create a CUDA context, and one made in the
+    driver would keep its memory for the whole study. Returns the device's name; the child's ConfigError or
+    AutotuneError is raised here as the same one-line error."""
+    import multiprocessing as mp
+
+    ctx = mp.get_context("spawn")
+    recv, send = ctx.Pipe(duplex=False)
+    with _env(slot.env()):
+        p = ctx.Process(target=_preflight_child, args=(cfg_dict, source, send), name="autotune-preflight")
+        p.start()
+    send.close()
+    try:
+        answer = recv.recv()
+    except EOFError:
+        answer = None
+    finally:
+        recv.close()
+        p.join()
+    if answer is None:
+        raise AutotuneError(f"the device check process (GPU {slot.gpu}) {_exit_text(p.exitcode)} before it answered")
+    kind, *rest = answer
+    if kind == "config":
+        raise ConfigError(*rest)
+    if kind != "ok":
+        raise AutotuneError(f"device check: {rest[0]}")
+    return str(rest[0])
+
+
+def _preflight_child(cfg_dict: dict[str, Any], source: str, conn: Any) -> None:
+    """Entry point of the spawned device check: ("ok", device name), ("config", file, key, message) or
+    ("error", one line)."""
+    _die_with_parent()
+    from . import accel
+
+    try:
+        cfg = from_dict(cfg_dict, source=source)
+        study_mod.preflight(cfg)
+        study_mod.resolve_teacher(cfg)  # the teacher file exists before any worker needs it
+        conn.send(("ok", accel.device_name(accel.resolve_device(str(cfg.fixed()["device"])))))
+    except ConfigError as e:
+        conn.send(("config", e.file, e.key_path, e.message))
+    except AutotuneError as e:
+        conn.send(("error", str(e)))
+    except Exception as e:  # a user's factory or dataset raising: one line, not a traceback from a child
+        conn.send(("error", describe_exception(e)))
+    finally:
+        conn.close()
 
 
 def _interrupt(signum: int, frame: Any) -> None:
@@ -395,23 +477,35 @@ def run_parallel(cfg: RunConfig, slots: list[Slot], fresh: bool = False,
 
     note = on_note or (lambda s: print(s, file=sys.stderr))
     check_storage(cfg, len(slots))
-    study_mod.preflight(cfg)
-    study_mod.resolve_teacher(cfg)  # the teacher file exists before any worker needs it
-    study = study_mod.open_study(cfg, fresh=fresh)
+    cfg_dict = cfg.to_dict()
+    device = None
+    if any(slot.gpu is not None for slot in slots):
+        # The driver only watches: a CUDA context of its own would hold GPU memory all study long.
+        device = checked_in_child(worker_config(cfg_dict, slots[0]), cfg.source, slots[0])
+    else:
+        study_mod.preflight(cfg)
+        study_mod.resolve_teacher(cfg)  # the teacher file exists before any worker needs it
+    tracking.check(cfg)
+    study = study_mod.open_study(cfg, fresh=fresh, device_name=device)
     study_mod.note_orphans(orphans.reap(study), note)  # what a killed earlier run left RUNNING
+    # The driver logs to MLflow, not the workers: it sees every trial finish (below), so each is logged
+    # exactly once, over one client, with one warning if the server fails; workers never import MLflow.
+    tracker = tracking.open_tracker(cfg, study)
     n = cfg.study.n_trials
     shown = {t.number for t in study.get_trials(deepcopy=False) if t.state.is_finished()}
     todo = -1 if n is None else max(0, n - counts(study.get_trials(deepcopy=False)).finished)
     if on_start is not None:
         on_start(study, todo)
     if todo == 0:
+        if tracker is not None:
+            tracker.finish(study)
         return study_mod.TuneResult(study=study, config=cfg)
     ctx = mp.get_context("spawn")
     procs: list[tuple[Slot, Any]] = []
-    cfg_dict = cfg.to_dict()
     for slot in slots:
         with _env(slot.env()):
-            p = ctx.Process(target=_child, args=(cfg_dict, cfg.source, slot), name=f"autotune-worker-{slot.index}")
+            p = ctx.Process(target=_child, args=(worker_config(cfg_dict, slot), cfg.source, slot),
+                            name=f"autotune-worker-{slot.index}")
             p.start()
         procs.append((slot, p))
     reported: set[int] = set()
@@ -424,6 +518,8 @@ def run_parallel(cfg: RunConfig, slots: list[Slot], fresh: bool = False,
                     continue  # a lost race, not a trial anyone ran
                 if on_trial is not None:
                     on_trial(study, t)
+                if tracker is not None:
+                    tracker(study, t)
 
     try:
         while any(p.is_alive() for _, p in procs):
@@ -439,6 +535,9 @@ def run_parallel(cfg: RunConfig, slots: list[Slot], fresh: bool = False,
                 p.terminate()
         for _, p in procs:
             p.join(timeout=30)
+        if tracker is not None:
+            show_new()  # the trials the workers failed on their way out
+            tracker.finish(study, "KILLED")
         raise
     for _, p in procs:
         p.join()
@@ -450,6 +549,8 @@ def run_parallel(cfg: RunConfig, slots: list[Slot], fresh: bool = False,
     if surplus:
         note(f"{surplus} FAIL trial(s) marked surplus: workers raced for the last slots and these never ran")
     left = None if n is None else n - counts(study.get_trials(deepcopy=False)).finished
+    if tracker is not None:
+        tracker.finish(study, "FAILED" if left and cfg.study.timeout is None else "FINISHED")
     if left and cfg.study.timeout is None:
         raise AutotuneError(f"every worker stopped and the study holds {n - left} of its {n} finished trials: see the "
                             f"workers' errors above; run again to resume")
@@ -487,5 +588,6 @@ def version_notes(study: optuna.Study) -> list[str]:
             if k in stored and stored[k] != here.get(k)]
 
 
-__all__ = ["ALIVE", "ClaimedObjective", "Counts", "Slot", "SurplusTrial", "WorkerResult", "check_storage", "claim",
-           "counts", "join_config", "next_step", "plan", "run_parallel", "run_worker", "worker_id"]
+__all__ = ["ALIVE", "ClaimedObjective", "Counts", "Slot", "SurplusTrial", "WorkerResult", "check_storage",
+           "checked_in_child", "claim", "counts", "join_config", "next_step", "plan", "run_parallel",
+           "run_worker", "worker_config", "worker_id"]

@@ -27,7 +27,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import autotune  # noqa: E402
 from autotune import compress, config, data  # noqa: E402
-from autotune.trainer import make_optimizer  # noqa: E402
+from autotune.context import TrialContext  # noqa: E402
+from autotune.settings import DEFAULTS  # noqa: E402
+from autotune.trainer import train_epoch  # noqa: E402
 
 
 def cpu_flags() -> str:
@@ -66,16 +68,22 @@ def main() -> None:
     print(f"trained fp32 digits CNN [32, 64] / 128 in {time.perf_counter() - t0:.1f}s; torch {torch.__version__}, "
           f"{torch.get_num_threads()} threads, engine {compress.quantized_engine()}, cpu {cpu_flags()}")
     ds = data.load(cfg.data)
-    s = cfg.fixed()
-    batches = data.DeviceBatches(ds.x_train, ds.y_train, 64, cpu, False, 0)
+    s = {**DEFAULTS, **cfg.fixed()}
     loss_fn = nn.CrossEntropyLoss()
+
+    def finetune(m: nn.Module, epochs: int) -> None:
+        """The trainer's own fine-tuning: its loop on a context at FINETUNE_LR_FACTOR x lr, constant."""
+        ctx = TrialContext({**s, "lr": 3e-3 * compress.FINETUNE_LR_FACTOR, "epochs": epochs, "compile": False})
+        prepared, _ = ctx.prepare(m, init=False)
+        batches = ctx.loader((ds.x_train, ds.y_train))
+        for _ in ctx.epochs():
+            train_epoch(ctx, prepared, batches, ds.normalize, lambda out, yb, xb: loss_fn(out, yb))
+            ctx.report()
 
     def pruned(method: str, amount: float) -> nn.Module:
         m = copy.deepcopy(fp32)
         layers = compress.prune_model(m, method, amount)
-        opt = make_optimizer("adam", [p for p in m.parameters() if p.requires_grad],
-                             {**s, "lr": 3e-3 * compress.FINETUNE_LR_FACTOR}, cpu)
-        compress.finetune_loop(m, args.finetune_epochs, batches, opt, loss_fn, cpu, "fp32")
+        finetune(m, args.finetune_epochs)
         compress.make_permanent(layers)
         if method == "ln_structured":
             small = compress.shrink(m, ds.x_val[:64])
@@ -98,8 +106,7 @@ def main() -> None:
             models[mode] = copy.deepcopy(fp32).to(compress.CAST_DTYPES[mode]).eval()
     models["ln_structured 0.5 + static_int8"] = compress.quantize_static(pruned("ln_structured", 0.5), calib())
     qat = compress.prepare_qat(copy.deepcopy(fp32))
-    opt = make_optimizer("adam", list(qat.parameters()), {**s, "lr": 3e-3 * compress.FINETUNE_LR_FACTOR}, cpu)
-    compress.finetune_loop(qat, max(1, args.finetune_epochs), batches, opt, loss_fn, cpu, "fp32")
+    finetune(qat, max(1, args.finetune_epochs))
     models["static_int8 (qat fine-tune)"] = compress.convert_qat(qat)
 
     acc = {k: compress.evaluate(m, ds.x_val, ds.y_val, 512, cpu)[1] for k, m in models.items()}

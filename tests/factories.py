@@ -103,6 +103,16 @@ def broken_above_64(input_shape: tuple[int, ...], n_classes: int) -> nn.Module:
     return _Broken(small_net(input_shape, n_classes))
 
 
+def nan_blobs() -> tuple[np.ndarray, np.ndarray]:
+    x, y = blobs()
+    x[0, 0] = np.nan
+    return x, y
+
+
+def broken_data() -> tuple[np.ndarray, np.ndarray]:
+    raise OSError("cannot open shard 3")
+
+
 def _read_rows(path: str) -> list[str]:
     with open(path) as f:  # the user's own code fails here
         return f.readlines()

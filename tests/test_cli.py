@@ -59,7 +59,8 @@ def test_run_end_to_end_then_resume_and_best(tmp_path: Path) -> None:
     assert (tmp_path / "j.log").exists()
 
 
-@pytest.mark.parametrize("name", ["unknown_sampler", "log_low_zero", "malformed_yaml", "bad_factory"])
+@pytest.mark.parametrize("name", ["unknown_sampler", "log_low_zero", "malformed_yaml", "bad_factory", "data_nan_x",
+                                  "image_unreadable"])
 def test_bad_config_one_line_exit_2(name: str, tmp_path: Path) -> None:
     r = autotune("run", str(ROOT / "tests" / "configs" / f"{name}.yaml"), cwd=tmp_path)
     assert r.returncode == 2
@@ -74,6 +75,15 @@ def test_validate_ok_and_bad_override(tmp_path: Path) -> None:
     assert r.returncode == 0 and "s.yaml: ok" in r.stdout
     r = autotune("validate", "s.yaml", "--sampler", "bayes", cwd=tmp_path)
     assert r.returncode == 2 and "study.sampler: unknown sampler 'bayes'" in r.stderr
+    assert not (tmp_path / "studies").exists()
+
+
+def test_validate_cifar_example_without_the_data(tmp_path: Path) -> None:
+    r = autotune("validate", str(ROOT / "search_spaces" / "cifar10_resnet.yaml"), cwd=tmp_path)
+    assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
+    assert "data.path: no such folder: data/cifar-10-batches-py" in r.stderr
+    assert "data_batch_1, data_batch_2, data_batch_3, data_batch_4, data_batch_5" in r.stderr
+    assert "https://www.cs.toronto.edu/~kriz/cifar.html" in r.stderr
     assert not (tmp_path / "studies").exists()
 
 

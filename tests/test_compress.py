@@ -85,6 +85,36 @@ def test_ln_structured_cuts_channels_out_exactly(trained: tuple[nn.Module, data.
         torch.testing.assert_close(small(ds.x_val), model(ds.x_val), rtol=1e-4, atol=1e-4)
 
 
+def _conv_net() -> nn.Sequential:
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Conv2d(1, 8, 3, padding=1, bias=False), nn.BatchNorm2d(8), nn.ReLU(), nn.MaxPool2d(2),
+                         nn.Conv2d(8, 16, 3, padding=1), nn.BatchNorm2d(16), nn.ReLU(), nn.MaxPool2d(2),
+                         nn.Flatten(), nn.Linear(16 * 2 * 2, 32), nn.ReLU(), nn.Linear(32, 10)).eval()
+
+
+@pytest.mark.parametrize("case", ["half", "all_of_one_layer"])
+def test_shrink_makes_its_index_tensors_where_the_weights_are(case: str) -> None:
+    """On CUDA an index made without `device=` (torch.arange(n), torch.tensor([0])) lands on the CPU and fails
+    against CUDA weights. A CPU has no second device, so the default device is made `meta` while the weights stay
+    on the CPU: any tensor shrink creates without naming the weights' device is then on meta and fails the same way."""
+    model, x = _conv_net(), torch.randn(64, 1, 8, 8)
+    if case == "half":  # a Flatten follows the last pruned conv: its kept inputs are expanded with an arange
+        compress.make_permanent(compress.prune_model(model, "ln_structured", 0.5))
+        widths = [4, 8]
+    else:  # every channel of the second conv (and its BN) zero: shrink keeps one channel, index made from scratch
+        with torch.no_grad():
+            for t in (model[4].weight, model[4].bias, model[5].weight, model[5].bias):
+                t.zero_()
+        widths = [8, 1]
+    with torch.device("meta"):
+        small = compress.shrink(model, x)
+    assert small is not None
+    assert [m.out_channels for m in small.modules() if isinstance(m, nn.Conv2d)] == widths
+    assert all(p.device.type == "cpu" for p in small.parameters())
+    with torch.no_grad():
+        torch.testing.assert_close(small(x), model(x), rtol=1e-4, atol=1e-4)
+
+
 def test_dynamic_int8_quantizes_linear_weights(trained: tuple[nn.Module, data.Dataset]) -> None:
     model, ds = copy.deepcopy(trained[0]), trained[1]
     q = compress.quantize_dynamic(model)
@@ -259,6 +289,26 @@ def test_qat_fine_tunes_with_fake_quant_and_converts_to_int8(tmp_path: Path) -> 
     qconv = next(m for m in r.compressed_model.modules() if type(m).__name__ == "ConvReLU2d")
     assert qconv.weight().dtype == torch.qint8 and qconv.out_channels == 6  # shrunk 8 -> 6, then int8
     assert r.val_accuracy > 0.8
+
+
+def test_qat_fine_tunes_in_fp32_whatever_the_trial_precision(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """torch's fused fake-quantize kernels take fp32 only: under bf16 autocast they fail (on CUDA, and on this CPU
+    too: "expected scalar type Float but found BFloat16"). A bf16 trial's QAT fine-tune runs without autocast."""
+    seen: list[bool] = []
+    real = compress.prepare_qat
+
+    def spy(model: nn.Module) -> nn.Module:
+        q = real(model)
+        q.register_forward_pre_hook(lambda *_: seen.append(torch.is_autocast_enabled("cpu")))
+        return q
+
+    monkeypatch.setattr(compress, "prepare_qat", spy)
+    r = autotune.train(_cfg(tmp_path, train={"epochs": 2}), params={"precision": "bf16", "qat": True,
+                                                                     "quantize": "static_int8"})
+    assert r.precision == "bf16" and r.extra["finetune_time_s"] > 0
+    assert seen and not any(seen)  # every fake-quant forward of the fine-tune ran in fp32
+    assert any(type(m).__name__ == "ConvReLU2d" for m in r.compressed_model.modules())  # converted to int8
+    assert r.val_accuracy > 0.5
 
 
 class _Residual(nn.Module):

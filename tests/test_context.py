@@ -325,7 +325,7 @@ def test_repeated_error_stops_the_run_with_one_line(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("fit,message", [
     ("fit_reports_unknown", r"ctx\.report\(val_f2=\.\.\.\): 'val_f2' is not an objective or a declared metric; "
-                            r"allowed: .*train_time_s, val_accuracy, val_loss \(declare more under `metrics:`"),
+                            r"allowed: .*train_time_s, val_accuracy, val_loss, .*\(declare more under `metrics:`"),
     ("fit_reports_clock", r"train_time_s is measured by autotune"),
     ("fit_reports_twice", r"ctx\.report called twice in epoch 1"),
     ("fit_backward_before_prepare", r"ctx\.backward before ctx\.prepare"),
@@ -388,3 +388,12 @@ def test_run_takes_a_function_from_python(tmp_path: Path) -> None:
     assert calls == [2e-2] and res.study.trials[0].state.name == "COMPLETE"
     r = autotune.train(cfg, params={"lr": 1e-2}, fit=my_fit)
     assert calls[-1] == 1e-2 and r.val_accuracy > 0.5
+
+
+def test_a_broken_device_stops_the_run_at_once(tmp_path: Path) -> None:
+    cfg = user(tmp_path, "fit_illegal_address", study={"n_trials": 5}, train={"epochs": 1})
+    with pytest.raises(autotune.AutotuneError, match=r"illegal memory access.*the device cannot be used by this "
+                                                     r"process any more"):
+        autotune.run(cfg)
+    trials = optuna.load_study(study_name="u", storage=cfg.study.storage).trials
+    assert [t.state.name for t in trials] == ["FAIL"] and "illegal memory access" in trials[0].user_attrs["error"]

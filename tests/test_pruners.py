@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import optuna
 import pytest
 from optuna.trial import create_trial
 
 import autotune
-from autotune import pruners
+from autotune import config, pruners
 from autotune.errors import TrialStopped
 from autotune.pruners import EPOCH_VALUES
 from autotune.study import open_study
@@ -39,17 +40,27 @@ def test_dominated_trial_stopped_before_last_epoch(tmp_path: Path) -> None:
     assert [t.state.name for t in res.study.trials[:2]] == ["COMPLETE", "COMPLETE"]
 
 
+def sleepy_study(tmp_path: Path, **sections: Any) -> config.RunConfig:
+    """A study of tests/user_fits.py:fit_sleepy: `user.sleep_ms` per step (10 steps an epoch) puts a floor under
+    an epoch's time that no machine load can lower, so timing rules act where the test says."""
+    raw: dict[str, Any] = {"study": {"name": "s", "storage": f"sqlite:///{tmp_path}/s.db", "n_trials": 1},
+                           "trainer": "tests.user_fits:fit_sleepy", "train": {"epochs": 5, "batch_size": 64}}
+    raw.update(sections)
+    return config.from_dict(raw, source=str(tmp_path / "s.yaml"))
+
+
 def test_slow_trial_stopped_at_first_epoch_that_shows_it(tmp_path: Path) -> None:
-    one = tiny(tmp_path, study={"n_trials": 1, "name": "probe"}, train={"epochs": 5})
-    # the fastest epoch: a loaded machine only makes the checked trial's epochs slower, never the limit tighter
-    epoch_s = min(h["epoch_time_s"] for h in autotune.run(one).study.trials[0].user_attrs["history"])
-    # 5 epochs at ~epoch_s each: a limit of 2.5 epochs' time is crossed by the projection after epoch 1.
-    cfg = tiny(tmp_path, study={"n_trials": 1, "name": "slow"}, train={"epochs": 5},
-               pruning={"slow": {"max_trial_seconds": 2.5 * epoch_s}})
+    # >= 0.2 s an epoch, 5 epochs: after epoch 1 the projection is >= 1 s, over the 0.5 s limit
+    cfg = sleepy_study(tmp_path, train={"epochs": 5, "batch_size": 64, "user.sleep_ms": 20},
+                       pruning={"slow": {"max_trial_seconds": 0.5}})
     t = autotune.run(cfg).study.trials[0]
     assert t.state.name == "PRUNED" and t.user_attrs["stop_reason"] == "slow"
     assert t.user_attrs["stop_epoch"] == 1
     assert "projected" in t.user_attrs["stop_detail"]
+    # a limit the whole run fits under: no stop
+    cfg = sleepy_study(tmp_path, study={"name": "ok", "storage": f"sqlite:///{tmp_path}/s.db", "n_trials": 1},
+                       train={"epochs": 2, "batch_size": 64}, pruning={"slow": {"max_trial_seconds": 600}})
+    assert autotune.run(cfg).study.trials[0].state.name == "COMPLETE"
 
 
 def test_pruned_trials_do_not_break_multi_objective_samplers(tmp_path: Path) -> None:
@@ -72,13 +83,23 @@ def test_pruned_trials_do_not_break_multi_objective_samplers(tmp_path: Path) -> 
 
 
 def test_pareto_asha_runs_and_records_reason(tmp_path: Path) -> None:
-    cfg = tiny(tmp_path, study={"n_trials": 6, "sampler": "random"}, train={"epochs": 3}, space=SPACE,
-               pruning={"pruner": "pareto_asha", "pruner_args": {"min_epochs": 1, "reduction_factor": 2,
-                                                                 "n_startup_trials": 2}})
+    space = {"user.sleep_ms": {"type": "categorical", "choices": [0, 50]},
+             "user.lr_scale": {"type": "categorical", "choices": [1.0, 1e-4]}}
+    cfg = sleepy_study(tmp_path, study={"name": "a", "storage": f"sqlite:///{tmp_path}/s.db", "n_trials": 5,
+                                        "sampler": "random"},
+                       train={"epochs": 3, "batch_size": 64}, space=space,
+                       pruning={"pruner": "pareto_asha", "pruner_args": {"min_epochs": 1, "reduction_factor": 2,
+                                                                         "n_startup_trials": 2}})
+    study = open_study(cfg)
+    good, bad = {"user.sleep_ms": 0, "user.lr_scale": 1.0}, {"user.sleep_ms": 50, "user.lr_scale": 1e-4}
+    for params in (good, good, good, bad, bad):  # bad: 25x slower a step (a floor) and barely learning
+        study.enqueue_trial(params)
     res = autotune.run(cfg)
+    states = [t.state.name for t in res.study.trials]
+    assert states[3:] == ["PRUNED", "PRUNED"], states
     pruned = [t for t in res.study.trials if t.state.name == "PRUNED"]
-    assert pruned and all(t.user_attrs["stop_reason"] == "dominated" for t in pruned)
-    assert all(t.user_attrs["stop_epoch"] in (1, 2) for t in pruned)
+    assert all(t.user_attrs["stop_reason"] == "dominated" for t in pruned)
+    assert all(t.user_attrs["stop_epoch"] == 1 for t in pruned[-2:])  # cut at the first rung
 
 
 def _done(values_per_epoch: list[list[float]], final: list[float], **attrs) -> optuna.trial.FrozenTrial:

@@ -159,6 +159,80 @@ def test_plan_cpu_shares_cores_and_rejects_bad_requests(tmp_path: Path) -> None:
             workers.plan(gpu_cfg, 1, ["0"])
 
 
+def _fake_gpus(monkeypatch: pytest.MonkeyPatch, visible: str) -> list[str]:
+    """This process believes it sees the GPUs of CUDA_VISIBLE_DEVICES=`visible`; any CUDA initialisation in it
+    (torch.cuda.init, and _lazy_init, which moving a tensor to cuda also calls) is recorded and refused."""
+    import torch
+
+    ids = visible.split(",")
+    calls: list[str] = []
+
+    def refuse(name: str) -> Any:
+        def call(*args: Any, **kwargs: Any) -> None:
+            calls.append(name)
+            raise RuntimeError(f"test: {name} called in the driver")
+        return call
+
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: len(ids))
+    monkeypatch.setattr(torch.cuda, "_lazy_init", refuse("torch.cuda._lazy_init"))
+    monkeypatch.setattr(torch.cuda, "init", refuse("torch.cuda.init"))
+    return calls
+
+
+def test_cuda_n_is_mapped_to_cuda_0_in_its_pinned_worker(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Physical GPUs 3 and 5 visible: `cuda:1` is GPU 5; its worker sees it alone (CUDA_VISIBLE_DEVICES=5) as cuda:0."""
+    _fake_gpus(monkeypatch, "3,5")
+    cfg = config.load(write_cfg(tmp_path, f"journal:///{tmp_path}/j.log", 2, device="cuda:1"))
+    slots = workers.plan(cfg, None, None)
+    assert [(s.index, s.gpu) for s in slots] == [(0, "5")]
+    assert slots[0].env()["CUDA_VISIBLE_DEVICES"] == "5"
+    mapped = workers.worker_config(cfg.to_dict(), slots[0])
+    assert mapped["train"]["device"] == "cuda:0"
+    assert config.from_dict(mapped, source=cfg.source).fixed()["device"] == "cuda:0"
+    assert cfg.to_dict()["train"]["device"] == "cuda:1"  # the study stores what the user wrote
+    assert workers.plan(cfg, 1, None)[0].gpu == "5"
+    with pytest.raises(ConfigError, match=r"train\.device: cuda:1 puts every worker on one GPU"):
+        workers.plan(cfg, 2, None)
+    with pytest.raises(ConfigError, match=r"--gpus: train\.device cuda:1 already picks the GPU"):
+        workers.plan(cfg, None, ["0"])
+    far = config.load(write_cfg(tmp_path, f"journal:///{tmp_path}/j.log", 2, name="far", device="cuda:2"))
+    with pytest.raises(ConfigError, match=r"train\.device: cuda:2 is not visible; 2 CUDA GPU\(s\) visible"):
+        workers.plan(far, None, None)
+    plain = config.load(write_cfg(tmp_path, f"journal:///{tmp_path}/j.log", 2, name="plain", device="cuda"))
+    slots = workers.plan(plain, None, None)
+    assert [s.gpu for s in slots] == ["3", "5"]
+    assert workers.worker_config(plain.to_dict(), slots[1]) == plain.to_dict()  # plain cuda needs no mapping
+
+
+def test_the_driver_of_gpu_workers_never_initialises_cuda(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                          capsys: Any) -> None:
+    """The checks that touch the device (a fixed bf16 tries autocast on it; the device's name) run in a spawned
+    child pinned like the first worker, so the driver holds no CUDA context (and no GPU memory) all study long.
+    Here the driver believes in one GPU while its children, on this CPU-only torch, resolve `auto` to the CPU."""
+    calls = _fake_gpus(monkeypatch, "0")
+    path = write_cfg(tmp_path, f"journal:///{tmp_path}/d.log", 2, name="d", single=True, device="auto",
+                     precision="bf16")
+    assert cli.main(["run", str(path), "--workers", "1", "--plain"]) == 0, capsys.readouterr().err
+    assert calls == []
+    study = load(path)
+    assert len(study.get_trials(states=FINISHED)) == 2
+    assert study.user_attrs["device"].startswith("cpu")  # the child's answer, not the driver's
+
+
+def test_a_device_check_error_in_the_child_is_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                       capsys: Any) -> None:
+    calls = _fake_gpus(monkeypatch, "0")
+    log = tmp_path / "e.log"
+    path = write_cfg(tmp_path, f"journal:///{log}", 2, name="e", device="cuda:0")
+    assert cli.main(["run", str(path), "--workers", "1", "--plain"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1, err
+    assert "e.yaml: train.device: device 'cuda:0' is not available" in err
+    assert calls == [] and not log.exists()  # nothing written
+
+
 def test_stored_config_rebuilds_the_run_config(tmp_path: Path) -> None:
     path = write_cfg(tmp_path, f"journal:///{tmp_path}/j.log", 2)
     cfg = config.load(path)

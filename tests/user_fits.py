@@ -252,3 +252,9 @@ def fit_oom_above_32(ctx: autotune.TrialContext) -> None:
 
 def not_a_fit(ctx: Any, other: Any) -> None:
     """Takes two arguments: not a training function."""
+
+
+def fit_illegal_address(ctx: autotune.TrialContext) -> None:
+    """What a kernel's bad index does on a GPU: the CUDA context of the process is gone."""
+    raise RuntimeError("CUDA error: an illegal memory access was encountered\nCUDA kernel errors might be "
+                       "asynchronously reported at some other API call")

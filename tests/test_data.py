@@ -1,0 +1,258 @@
+"""Datasets from disk (image folders, CIFAR batches), the bundled ones, the uint8/normalize contract,
+regression targets, and the sanity checks every dataset passes before the first trial."""
+
+from __future__ import annotations
+
+import os
+import pickle
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from autotune import config, data
+from autotune.errors import ConfigError
+
+COLOURS = {"red": (220, 30, 30), "green": (30, 200, 40), "blue": (40, 50, 210)}
+
+
+def write_folder(root: Path, n: int = 8, size: tuple[int, int] = (12, 12), gray: bool = False) -> Path:
+    """One sub-folder per class of PNG files: a class colour plus noise (learnable, not trivial)."""
+    from PIL import Image
+
+    rng = np.random.default_rng(0)
+    for cls, rgb in COLOURS.items():
+        (root / cls).mkdir(parents=True, exist_ok=True)
+        for i in range(n):
+            px = np.clip(np.array(rgb) + rng.normal(0, 40, (*size[::-1], 3)), 0, 255).astype(np.uint8)
+            img = Image.fromarray(px).convert("L") if gray else Image.fromarray(px)
+            img.save(root / cls / f"{i:03d}.png")
+    (root / "red" / "notes.txt").write_text("not an image: skipped")
+    return root
+
+
+def folder_cfg(root: Path, cache: Path, **kw: object) -> config.DataConfig:
+    return config.from_dict({"data": {"name": "image_folder", "path": str(root), "cache_dir": str(cache), **kw}}).data
+
+
+def load(cfg: config.DataConfig, task: str = "classification") -> data.Dataset:
+    data._load_cached.cache_clear()  # each test reads its files afresh
+    return data.load(cfg, "<config>", task)
+
+
+def test_image_folder_uint8_normalized_per_batch(tmp_path: Path) -> None:
+    root = write_folder(tmp_path / "imgs")
+    ds = load(folder_cfg(root, tmp_path / "cache", val_fraction=0.25))
+    assert ds.x_train.dtype == torch.uint8 and ds.input_shape == (3, 12, 12)
+    assert ds.is_uint8 and ds.n_classes == 3 and ds.classes == ("blue", "green", "red")
+    assert len(ds.y_train) + len(ds.y_val) == 24 and len(ds.y_val) == 6
+    assert sorted(torch.bincount(ds.y_val).tolist()) == [2, 2, 2]  # stratified
+    xb = ds.x_train[:5]
+    out = ds.normalize(xb)
+    expected = (xb.float() / 255 - ds.mean) / ds.std
+    assert out.dtype == torch.float32 and torch.allclose(out, expected, atol=1e-5)
+    whole = ds.normalize(ds.x_train)  # the training split's statistics: mean 0, std 1 per channel
+    assert torch.allclose(whole.mean(dim=(0, 2, 3)), torch.zeros(3), atol=1e-4)
+    assert torch.allclose(whole.std(dim=(0, 2, 3), correction=0), torch.ones(3), atol=1e-3)
+    cl = ds.normalize(xb.contiguous(memory_format=torch.channels_last))
+    assert cl.is_contiguous(memory_format=torch.channels_last)
+
+
+def test_float_datasets_pass_through_normalize() -> None:
+    ds = load(config.DataConfig())
+    xb = ds.x_train[:4]
+    assert ds.x_train.dtype == torch.float32 and ds.mean is None and ds.normalize(xb) is xb
+
+
+def test_decoded_once_then_read_from_the_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    root = write_folder(tmp_path / "imgs", n=4)
+    cache = tmp_path / "cache"
+    cfg = folder_cfg(root, cache)
+    first = load(cfg)
+    files = list(cache.glob("image_folder-*.pt"))
+    assert len(files) == 1 and not list(cache.glob("*.tmp"))
+
+    def no_decoding(*a: object, **k: object) -> None:
+        raise AssertionError("decoded again although nothing changed")
+
+    with monkeypatch.context() as m:
+        m.setattr(data, "_decode_images", no_decoding)
+        again = load(cfg)
+    assert torch.equal(first.x_train, again.x_train)
+    # A changed file (new modification time) is a different key: decoded again, a second cache file.
+    target = root / "blue" / "000.png"
+    os.utime(target, ns=(target.stat().st_atime_ns, target.stat().st_mtime_ns + 10**9))
+    load(cfg)
+    assert len(list(cache.glob("image_folder-*.pt"))) == 2
+
+
+def test_image_size_resizes_and_gray_folders_keep_one_channel(tmp_path: Path) -> None:
+    root = write_folder(tmp_path / "imgs", n=4, size=(16, 10), gray=True)
+    ds = load(folder_cfg(root, tmp_path / "c", image_size=8))
+    assert ds.input_shape == (1, 8, 8) and ds.x_train.dtype == torch.uint8
+    from PIL import Image  # one colour image among gray ones: every image becomes RGB
+
+    Image.fromarray(np.zeros((10, 16, 3), np.uint8) + 90).save(root / "red" / "colour.png")
+    assert load(folder_cfg(root, tmp_path / "c", image_size=8)).input_shape == (3, 8, 8)
+
+
+def test_image_folder_layout_errors(tmp_path: Path) -> None:
+    root = write_folder(tmp_path / "imgs", n=2)
+    (root / "empty").mkdir()
+    with pytest.raises(ConfigError, match=r"data\.path: .*imgs/empty: no image files \(\.png, \.jpg"):
+        load(folder_cfg(root, tmp_path / "c"))
+    lonely = tmp_path / "one"
+    (lonely / "only").mkdir(parents=True)
+    with pytest.raises(ConfigError, match=r"one sub-folder of images per class, at least two .*found 1: only"):
+        load(folder_cfg(lonely, tmp_path / "c"))
+    with pytest.raises(ConfigError, match=r"data\.path: no such folder: .*nowhere"):
+        load(folder_cfg(tmp_path / "nowhere", tmp_path / "c"))
+    assert not (tmp_path / "c").exists()  # nothing cached from a folder that failed
+
+
+# ---------------------------------------------------------------- CIFAR python batches
+
+
+def write_cifar10(root: Path, per_batch: int = 12) -> Path:
+    """A CIFAR-10-format folder: five training batches of `per_batch` images and batches.meta."""
+    folder = root / "cifar-10-batches-py"
+    folder.mkdir(parents=True)
+    rng = np.random.default_rng(1)
+    for b in range(1, 6):
+        labels = [int(v) for v in np.arange(per_batch) % 10]
+        x = rng.integers(0, 256, (per_batch, 3072), dtype=np.uint8)
+        with open(folder / f"data_batch_{b}", "wb") as f:
+            pickle.dump({b"batch_label": b"training batch", b"labels": labels, b"data": x}, f)
+    names = [b"airplane", b"automobile", b"bird", b"cat", b"deer", b"dog", b"frog", b"horse", b"ship", b"truck"]
+    with open(folder / "batches.meta", "wb") as f:
+        pickle.dump({b"label_names": names, b"num_vis": 3072}, f)
+    return folder
+
+
+def cifar_cfg(name: str, path: Path) -> config.DataConfig:
+    return config.from_dict({"data": {"name": name, "path": str(path), "val_fraction": 0.2}}).data
+
+
+def test_cifar10_folder(tmp_path: Path) -> None:
+    folder = write_cifar10(tmp_path)
+    ds = load(cifar_cfg("cifar10", folder))
+    assert ds.x_train.dtype == torch.uint8 and ds.input_shape == (3, 32, 32)
+    assert len(ds.y_train) + len(ds.y_val) == 60 and ds.n_classes == 10 and ds.classes[0] == "airplane"
+    assert ds.mean is not None and ds.mean.shape == (1, 3, 1, 1)
+    # the parent folder (where the archive was extracted) works too
+    assert load(cifar_cfg("cifar10", tmp_path)).input_shape == (3, 32, 32)
+    # pixels keep CIFAR's layout: the first 1024 bytes of a row are the red plane
+    with open(folder / "data_batch_1", "rb") as f:
+        raw = pickle.load(f, encoding="bytes")[b"data"]
+    assert torch.equal(data.load(cifar_cfg("cifar10", folder)).x_train.new_tensor(raw[0, :1024]).view(32, 32),
+                       torch.from_numpy(raw[0, :1024].reshape(32, 32)))
+
+
+def test_cifar100_folder(tmp_path: Path) -> None:
+    folder = tmp_path / "cifar-100-python"
+    folder.mkdir()
+    rng = np.random.default_rng(2)
+    n = 40
+    with open(folder / "train", "wb") as f:
+        pickle.dump({b"fine_labels": [i % 4 for i in range(n)], b"coarse_labels": [0] * n,
+                     b"data": rng.integers(0, 256, (n, 3072), dtype=np.uint8)}, f)
+    ds = load(cifar_cfg("cifar100", tmp_path))
+    assert ds.n_classes == 4 and ds.input_shape == (3, 32, 32) and ds.classes == ()
+
+
+def test_partial_cifar_folder_names_what_is_missing(tmp_path: Path) -> None:
+    folder = write_cifar10(tmp_path)
+    (folder / "data_batch_3").unlink()
+    (folder / "data_batch_5").unlink()
+    with pytest.raises(ConfigError, match=r"data\.path: .* is not a complete CIFAR-10 python folder: missing "
+                                          r"data_batch_3, data_batch_5; .*cifar-10-python\.tar\.gz .*kriz/cifar\.html"):
+        load(cifar_cfg("cifar10", folder))
+
+
+def test_cifar_batch_that_would_run_code_is_refused(tmp_path: Path) -> None:
+    folder = write_cifar10(tmp_path)
+
+    class Evil:
+        def __reduce__(self) -> tuple:
+            return (os.system, ("echo pwned > " + str(tmp_path / "pwned"),))
+
+    with open(folder / "data_batch_2", "wb") as f:
+        pickle.dump({b"data": Evil(), b"labels": []}, f)
+    with pytest.raises(ConfigError, match=r"data_batch_2: cannot read as a CIFAR python batch: UnpicklingError: "
+                                          r"refusing (posix|os)\.system"):
+        load(cifar_cfg("cifar10", folder))
+    assert not (tmp_path / "pwned").exists()
+
+
+def test_cifar_batch_of_the_wrong_shape(tmp_path: Path) -> None:
+    folder = write_cifar10(tmp_path)
+    with open(folder / "data_batch_4", "wb") as f:
+        pickle.dump({b"data": np.zeros((3, 100), np.uint8), b"labels": [0, 1, 2]}, f)
+    with pytest.raises(ConfigError, match=r"data_batch_4: not a CIFAR-10 batch \(needs 'data' of shape \(N, 3072\)"):
+        load(cifar_cfg("cifar10", folder))
+
+
+# ---------------------------------------------------------------- labels, targets, sanity
+
+
+def test_integer_labels_become_class_indices(tmp_path: Path) -> None:
+    x = np.random.default_rng(0).normal(size=(40, 3)).astype(np.float32)
+    np.savez(tmp_path / "d.npz", x=x, y=np.repeat([3, 7], 20))
+    ds = load(config.from_dict({"data": {"name": "npz", "path": str(tmp_path / "d.npz")}}).data)
+    assert ds.n_classes == 2 and set(ds.y_train.tolist()) == {0, 1} and ds.y_train.dtype == torch.int64
+
+
+def test_diabetes_regression_targets_standardized() -> None:
+    cfg = config.from_dict({"task": "regression", "data": {"name": "diabetes"}, "model": {"name": "mlp"}})
+    ds = load(cfg.data, "regression")
+    assert ds.task == "regression" and ds.n_classes == 0 and ds.n_outputs == 1
+    assert ds.y_train.shape == (353, 1) and ds.y_train.dtype == torch.float32
+    assert abs(float(ds.y_train.mean())) < 1e-5 and abs(float(ds.y_train.std(correction=0)) - 1) < 1e-4
+    from sklearn.datasets import load_diabetes
+
+    original = load_diabetes().target
+    back = ds.targets_in_units(torch.cat([ds.y_train, ds.y_val]))[:, 0].double()
+    assert sorted(np.round(back.numpy(), 3)) == sorted(np.round(original, 3))
+
+
+def test_regression_several_targets_and_plain_subset(tmp_path: Path) -> None:
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(50, 4)).astype(np.float32)
+    np.savez(tmp_path / "r.npz", x=x, y=np.stack([x.sum(1), x[:, 0] * 10], 1))
+    ds = load(config.from_dict({"task": "regression", "data": {"name": "npz", "path": str(tmp_path / "r.npz")},
+                                "model": {"name": "mlp"}}).data, "regression")
+    assert ds.n_outputs == 2 and ds.y_mean is not None and ds.y_mean.shape == (2,)
+    from autotune.context import fraction_indices
+
+    keep = fraction_indices(len(ds.y_train), 0.5, 0, ds.y_train)  # not stratified: targets are not classes
+    assert keep is not None and len(keep) == 20 and ds.y_train[keep].shape[1] == 2
+
+
+def test_split_too_small_for_the_classes(tmp_path: Path) -> None:
+    x = np.zeros((12, 2), np.float32) + np.arange(12)[:, None]
+    np.savez(tmp_path / "s.npz", x=x, y=np.arange(12) % 6)
+    with pytest.raises(ConfigError, match=r"s\.npz: 12 samples at val_fraction 0\.2 leave 3 for validation and 9 "
+                                          r"for training: each split needs one sample of each of the 6 classes"):
+        load(config.from_dict({"data": {"name": "npz", "path": str(tmp_path / "s.npz")}}).data)
+
+
+@pytest.mark.parametrize("x, y, match", [
+    (np.array([["a", "b"]] * 10), np.arange(10) % 2, r"x must hold numbers; got dtype <U1"),
+    (np.ones((10, 2, 2, 2, 2), np.float32), np.arange(10) % 2, r"need x of shape \(N, F\), .*got x \(10, 2, 2, 2, 2\)"),
+    (np.ones((10, 2), np.float32), np.ones((10, 2)), r"need x .*and y of shape \(N,\); got x \(10, 2\), y \(10, 2\)"),
+])
+def test_check_arrays_shapes_and_types(x: np.ndarray, y: np.ndarray, match: str) -> None:
+    with pytest.raises(ConfigError, match=r"f\.yaml: data\.path: d\.npz: " + match):
+        data.check_arrays(x, y, "classification", 0.2, "f.yaml", "data.path", "d.npz")
+
+
+def test_config_dataset_names_are_the_loaders() -> None:
+    assert set(config.DATASETS) == set(data._BUILTIN)
+
+
+def test_uint8_npz_stays_float_standardized(tmp_path: Path) -> None:
+    rng = np.random.default_rng(0)
+    np.savez(tmp_path / "u.npz", x=rng.integers(0, 256, (40, 1, 4, 4), dtype=np.uint8), y=np.arange(40) % 2)
+    ds = load(config.from_dict({"data": {"name": "npz", "path": str(tmp_path / "u.npz")}}).data)
+    assert ds.x_train.dtype == torch.float32 and ds.mean is None

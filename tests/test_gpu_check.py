@@ -1,0 +1,56 @@
+"""bench/gpu_check.py runs unattended on a rarely lent GPU: its configs and model must stay valid here.
+
+(The check itself, end to end on CPU: `bash bench/gpu_check.sh --device cpu`, minutes; not a test.)
+"""
+
+from __future__ import annotations
+
+import importlib
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+import torch
+
+from autotune import config, data, models, space, study
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="module")
+def gpu_check() -> ModuleType:
+    return importlib.import_module("bench.gpu_check")
+
+
+@pytest.mark.parametrize("device", ["cuda", "cpu"])
+@pytest.mark.parametrize("kind", ["resnet_small", "cnn"])
+def test_row_configs_build_their_model(gpu_check: ModuleType, device: str, kind: str) -> None:
+    sizes = gpu_check.SIZES[device]
+    cfg = gpu_check.run_cfg(device, kind, sizes)
+    n_train = round(sizes.n_samples * (1 - cfg.data.val_fraction))
+    assert n_train % sizes.batch == 0  # no smaller last batch for compiled rows to recompile on
+    model = models.build(cfg.model, (3, 32, 32), 10, 0.0, "default")
+    assert model(torch.randn(2, 3, 32, 32)).shape == (2, 10)
+    for _, params in gpu_check.ROWS + gpu_check.COMPILE_ROWS:
+        assert set(params) <= set(cfg.fixed())  # every row sets known trainer settings
+
+
+def test_resnet_small_is_big_enough_not_to_be_launch_bound(gpu_check: ModuleType) -> None:
+    cfg = gpu_check.run_cfg("cuda", "resnet_small", gpu_check.SIZES["cuda"])
+    assert gpu_check.flops_per_sample(cfg) > 2e9  # > 1 TFLOP of work per 512-image step
+
+
+def test_study_config_is_a_12_cell_grid_with_cpu_overrides(gpu_check: ModuleType, tmp_path: Path) -> None:
+    over = {"train.device": "cpu", "study.storage": f"sqlite:///{tmp_path}/g.db", **gpu_check.SIZES["cpu"].study}
+    cfg = config.load(ROOT / "bench" / "gpu_check.yaml", over)
+    assert set(cfg.space) == {"precision", "channels_last", "compile"} and cfg.study.n_trials == 6
+    assert len(list(_cells(space.grid(cfg)))) == 12
+    study.validate(cfg)
+    ds = data.load(cfg.data, cfg.source)
+    assert len(ds.y_train) % cfg.train["batch_size"] == 0
+
+
+def _cells(grid: dict[str, list[object]]) -> list[tuple[object, ...]]:
+    import itertools
+
+    return list(itertools.product(*grid.values()))
