@@ -357,9 +357,11 @@ def _unless_surplus(cb: TrialCallback) -> TrialCallback:
 
 def _child(cfg_dict: dict[str, Any], source: str, slot: Slot) -> None:
     """Entry point of a spawned worker (its environment was set by the parent before the spawn)."""
+    parent = os.getppid()
     _die_with_parent()
     # A terminated worker fails its trial through Optuna (KeyboardInterrupt) instead of leaving it RUNNING.
     signal.signal(signal.SIGTERM, _interrupt)
+    _watch_parent(parent)
     import torch
 
     torch.set_num_threads(slot.threads)
@@ -425,8 +427,38 @@ def _preflight_child(cfg_dict: dict[str, Any], source: str, conn: Any) -> None:
         conn.close()
 
 
+EXIT_GRACE_S = 20.0  # a terminated worker still alive after this long is ended (see _exit_after)
+
+
 def _interrupt(signum: int, frame: Any) -> None:
+    _exit_after(EXIT_GRACE_S)
     raise KeyboardInterrupt
+
+
+def _exit_after(seconds: float) -> None:
+    """End this process in `seconds` if it has not exited by then. A KeyboardInterrupt raised at an unlucky
+    instant (between a storage or logging lock's acquire and its release) can leave the worker waiting on
+    that lock forever, with the driver gone: an immortal worker holding its trial RUNNING. Ended instead, its
+    trial is an orphan of a dead process, which the next run fails and retries."""
+    import threading
+
+    timer = threading.Timer(seconds, os._exit, args=(128 + signal.SIGTERM,))
+    timer.daemon = True
+    timer.start()
+
+
+def _watch_parent(parent: int) -> None:
+    """Terminate this worker, as the parent-death signal would, once its driver is gone: seen every second,
+    in case that signal was lost (or came before the handler was in place)."""
+    import threading
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(1.0)
+        _exit_after(EXIT_GRACE_S)  # even if the handler below never gets to run
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    threading.Thread(target=watch, name="autotune-parent-watch", daemon=True).start()
 
 
 def _die_with_parent() -> None:

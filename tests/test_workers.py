@@ -437,3 +437,68 @@ def test_journal_cannot_see_a_dead_worker_on_another_host_until_fail_stale(tmp_p
     study = load(path)
     assert study.trials[ghost.number].state == TrialState.FAIL
     assert_exact(study, 3)
+
+
+# ---------------------------------------------------------------- no immortal workers
+
+
+STUCK = """
+import os, signal, sys, threading, time
+from autotune import workers
+workers.EXIT_GRACE_S = 1.0
+signal.signal(signal.SIGTERM, workers._interrupt)
+lock = threading.Lock()
+print("ready", flush=True)
+try:
+    time.sleep(120)
+except KeyboardInterrupt:  # what code interrupted inside a lock's critical section does next: wait forever
+    lock.acquire()
+    lock.acquire()
+"""
+
+ORPHANED = """
+import multiprocessing as mp, os, signal, sys, time
+from autotune import workers
+
+def child(parent):
+    workers.EXIT_GRACE_S = 1.0
+    signal.signal(signal.SIGTERM, workers._interrupt)  # no parent-death signal: as if it were lost
+    workers._watch_parent(parent)
+    time.sleep(120)
+
+if __name__ == "__main__":
+    p = mp.get_context("spawn").Process(target=child, args=(os.getpid(),))
+    p.start()
+    print(p.pid, flush=True)
+    time.sleep(120)
+"""
+
+
+def test_a_terminated_worker_stuck_on_a_lock_still_ends(tmp_path: Path) -> None:
+    p = subprocess.Popen([sys.executable, "-c", STUCK], env=env(), text=True, stdout=subprocess.PIPE)
+    try:
+        assert p.stdout is not None and p.stdout.readline().strip() == "ready"
+        p.send_signal(signal.SIGTERM)
+        assert p.wait(timeout=60) == 128 + signal.SIGTERM
+    finally:
+        p.kill()
+        p.communicate()
+
+
+def test_a_worker_whose_driver_died_ends_even_without_the_parent_death_signal(tmp_path: Path) -> None:
+    script = tmp_path / "driver.py"
+    script.write_text(ORPHANED)
+    driver = subprocess.Popen([sys.executable, str(script)], env=env(), text=True, stdout=subprocess.PIPE)
+    try:
+        assert driver.stdout is not None
+        child = int(driver.stdout.readline())
+        time.sleep(1.0)  # the child is up and watching
+        driver.send_signal(signal.SIGKILL)
+        driver.wait()
+        deadline = time.monotonic() + 60
+        while orphans.Owner(socket.gethostname(), child, None).alive() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not orphans.Owner(socket.gethostname(), child, None).alive()
+    finally:
+        driver.kill()
+        driver.communicate()
