@@ -1,9 +1,11 @@
 """Trials whose process is gone: who owns a RUNNING trial, how we prove it is dead, and failing it
 (user attr `stop_reason: orphaned`) with one retry of the same settings.
 
-Every run path stamps its trials with their owner (`autotune run`, `--workers`, `autotune worker`,
-`autotune.run`), and every one calls `reap` when it starts or resumes (workers also while they wait
-and while they train). An owner is provably gone when
+Every trial is stamped with its owner by the storage itself, in the same write that creates it (`ask`)
+or right as a queued one (a retry) is taken: the storages `study.make_storage` builds are the
+subclasses below, so every run path (`autotune run`, `--workers`, `autotune worker`, `autotune.run`)
+stamps, and no trial exists unstamped while its process could die. Every run path calls `reap` when it
+starts or resumes (workers also while they wait and while they train). An owner is provably gone when
 - it ran on this host and its process is dead: no such process, a zombie, or a process of the same
   id that started at another time (the stamp holds the start time, so a reused pid is not mistaken
   for the owner), or
@@ -21,7 +23,7 @@ import hashlib
 import os
 import socket
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -104,27 +106,25 @@ def dead_here(t: FrozenTrial) -> bool:
     return o is not None and o.here() and not o.is_me() and not o.alive()
 
 
-def stamp(trial: optuna.Trial) -> None:
-    trial.set_user_attr(OWNER_ATTR, owner_id())
+# ---------------------------------------------------------------- storages that stamp owners
 
 
-class Owned:
-    """An objective whose trials carry their owner, so a run that dies leaves trials `reap` can prove dead."""
-
-    def __init__(self, inner: Callable[[optuna.Trial], Any]) -> None:
-        self.inner = inner
-
-    def __call__(self, trial: optuna.Trial) -> Any:
-        stamp(trial)
-        return self.inner(trial)
+def _owned_trial() -> FrozenTrial:
+    """The template of a fresh trial: RUNNING, owned by this process (what `ask` would create, plus the stamp)."""
+    return optuna.trial.create_trial(state=TrialState.RUNNING, user_attrs={OWNER_ATTR: owner_id()})
 
 
-# ---------------------------------------------------------------- heartbeats (RDB storages, SQLite included)
+class RDBStorage(optuna.storages.RDBStorage):
+    """Optuna's RDBStorage (SQLite, PostgreSQL, MySQL) that stamps a trial's owner as it creates or takes
+    it, and gives heartbeat-stale trials their reason before they are failed, whoever fails them: `reap`,
+    or Optuna's own check before each trial (a finished trial takes no more attrs)."""
 
+    def _create_new_trial(self, study_id: int, template_trial: FrozenTrial | None = None) -> FrozenTrial:
+        # Optuna's _CachedStorage calls this one directly; a template (a retry, an enqueued trial) is kept as is.
+        return super()._create_new_trial(study_id, template_trial or _owned_trial())
 
-class HeartbeatStorage(optuna.storages.RDBStorage):
-    """RDBStorage whose heartbeat-stale trials get their reason before they are failed, whoever fails
-    them: `reap`, or Optuna's own check before each trial (a finished trial takes no more attrs)."""
+    def set_trial_state_values(self, trial_id: int, state: TrialState, values: Any = None) -> bool:
+        return _taken(self, trial_id, state, super().set_trial_state_values(trial_id, state, values))
 
     def _get_stale_trial_ids(self, study_id: int) -> list[int]:
         ids = super()._get_stale_trial_ids(study_id)
@@ -133,6 +133,23 @@ class HeartbeatStorage(optuna.storages.RDBStorage):
             owner = self.get_trial(trial_id).user_attrs.get(OWNER_ATTR, "?")
             _mark(self, trial_id, f"no heartbeat from worker {owner} for over {grace}s: it died mid-trial")
         return ids
+
+
+class JournalStorage(optuna.storages.JournalStorage):
+    """Optuna's JournalStorage that stamps a trial's owner as it creates or takes it (no heartbeats here)."""
+
+    def create_new_trial(self, study_id: int, template_trial: FrozenTrial | None = None) -> int:
+        return super().create_new_trial(study_id, template_trial or _owned_trial())
+
+    def set_trial_state_values(self, trial_id: int, state: TrialState, values: Any = None) -> bool:
+        return _taken(self, trial_id, state, super().set_trial_state_values(trial_id, state, values))
+
+
+def _taken(storage: optuna.storages.BaseStorage, trial_id: int, state: TrialState, changed: bool) -> bool:
+    """A queued (WAITING) trial this process just took for running (`ask`): it is ours now."""
+    if changed and state == TrialState.RUNNING:
+        storage.set_trial_user_attr(trial_id, OWNER_ATTR, owner_id())
+    return changed
 
 
 def _mark(storage: optuna.storages.BaseStorage, trial_id: int, why: str) -> bool:
@@ -226,5 +243,5 @@ def _storage_key(study: optuna.Study) -> str:
     return repr(study._storage)
 
 
-__all__ = ["OWNER_ATTR", "REASON", "HeartbeatStorage", "Owned", "Owner", "dead_here", "heartbeats", "owner_id",
-           "owner_of", "reap", "retry_once", "stamp"]
+__all__ = ["OWNER_ATTR", "REASON", "JournalStorage", "Owner", "RDBStorage", "dead_here", "heartbeats", "owner_id",
+           "owner_of", "reap", "retry_once"]

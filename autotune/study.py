@@ -90,7 +90,7 @@ def make_storage(cfg: RunConfig) -> optuna.storages.BaseStorage:
             backend = optuna.storages.journal.JournalFileBackend(str(path))
         except OSError as e:
             raise ConfigError(file, "study.storage", f"cannot open journal file {path}: {e}") from None
-        return optuna.storages.JournalStorage(backend)
+        return orphans.JournalStorage(backend)
     if "://" not in url:
         raise ConfigError(file, "study.storage", f"must be a URL: sqlite:///path.db, postgresql://..., "
                                                  f"mysql://... or journal:///path.log; got {url!r}")
@@ -115,7 +115,7 @@ def make_storage(cfg: RunConfig) -> optuna.storages.BaseStorage:
     try:
         with warnings.catch_warnings():  # heartbeat_interval is "experimental" in Optuna since 2.9
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-            storage = orphans.HeartbeatStorage(url, engine_kwargs=engine, **kwargs)
+            storage = orphans.RDBStorage(url, engine_kwargs=engine, **kwargs)
         if url.startswith("sqlite:///"):
             _sqlite_wal(storage)
         return storage
@@ -421,8 +421,8 @@ def run(cfg: RunConfig, fresh: bool = False, callbacks: list[TrialCallback] | No
                 cbs.append(tracker)
             if cfg.study.n_trials is not None:
                 cbs.append(optuna.study.MaxTrialsCallback(cfg.study.n_trials, states=FINISHED))
-            study.optimize(orphans.Owned(Objective(cfg, fit)), n_trials=todo, timeout=cfg.study.timeout,
-                           callbacks=cbs, catch=CATCH, gc_after_trial=False)  # the objective releases memory itself
+            study.optimize(Objective(cfg, fit), n_trials=todo, timeout=cfg.study.timeout, callbacks=cbs,
+                           catch=CATCH, gc_after_trial=False)  # the objective releases memory itself
         status = "FINISHED"
     except KeyboardInterrupt:
         status = "KILLED"

@@ -217,7 +217,7 @@ class _SurplusLogFilter(logging.Filter):
 
 
 class ClaimedObjective:
-    """The objective every worker runs: stamp the trial with its worker, claim a budget slot, then train."""
+    """The objective every worker runs: claim a budget slot, then train (the storage stamped the trial's owner)."""
 
     def __init__(self, inner: Callable[[optuna.Trial], Any], n_trials: int | None) -> None:
         self.inner = inner
@@ -227,7 +227,6 @@ class ClaimedObjective:
         logging.getLogger("optuna.study._optimize").addFilter(self._filter)
 
     def __call__(self, trial: optuna.Trial) -> Any:
-        orphans.stamp(trial)
         if self.n_trials is not None and not claim(trial.study, trial.number, self.n_trials):
             self.surplus += 1
             self._filter.numbers.add(trial.number)

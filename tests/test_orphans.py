@@ -57,6 +57,23 @@ def test_dead_zombie_and_reused_pids_are_gone() -> None:
     assert not live.alive()  # and so is a pid that no longer exists
 
 
+@pytest.mark.parametrize("storage", ["sqlite", "journal"])
+def test_the_storage_stamps_a_trial_in_the_write_that_creates_or_takes_it(storage: str, tmp_path: Path) -> None:
+    """No instant exists where a trial is RUNNING without its owner: a process killed right after `ask`
+    (before any objective code ran) still leaves a trial `reap` can prove dead."""
+    url = f"sqlite:///{tmp_path}/s.db" if storage == "sqlite" else f"journal:///{tmp_path}/s.log"
+    cfg = config.load(write_cfg(tmp_path, url, 3, name="s", single=True))
+    study = study_mod.open_study(cfg)
+    other = optuna.load_study(study_name="s", storage=study_mod.make_storage(cfg))  # another reader
+    fresh = study.ask()
+    assert orphans.owner_of(other.get_trials()[fresh.number]) == orphans.Owner.parse(orphans.owner_id())
+    study.enqueue_trial({"lr": 0.01})
+    queued = study.ask()  # a WAITING trial (a retry, an enqueued one) is stamped as it is taken
+    assert orphans.owner_of(other.get_trials()[queued.number]) == orphans.Owner.parse(orphans.owner_id())
+    orphans.retry_once(study, other.get_trials()[fresh.number])  # a template keeps its own (no) owner
+    assert orphans.OWNER_ATTR not in other.get_trials(states=(TrialState.WAITING,))[0].user_attrs
+
+
 def _journal_study(tmp_path: Path) -> optuna.Study:
     cfg = config.load(write_cfg(tmp_path, f"journal:///{tmp_path}/o.log", 3, name="o", single=True))
     return study_mod.open_study(cfg)
@@ -79,8 +96,11 @@ def test_reap_fails_only_provably_dead_owners_and_retries_them_once(tmp_path: Pa
     alive = _ask(study, f"{here}:{p.pid}:{stat[1]}")
     reused = _ask(study, f"{here}:{p.pid}:{stat[1] + 7}")  # the same pid, started at another time
     elsewhere = _ask(study, "another-host:4242:99")
-    mine = _ask(study, orphans.owner_id())
-    unowned = study.ask()
+    mine = study.ask()  # stamped by the storage
+    # A trial some other Optuna client created: no owner, nothing to prove.
+    unowned = study._storage.create_new_trial(study._study_id, optuna.trial.create_trial(state=TrialState.RUNNING))
+    unowned = study.get_trials()[-1]
+    assert orphans.OWNER_ATTR not in unowned.user_attrs
     try:
         assert orphans.reap(study) == [reused.number]
     finally:

@@ -448,8 +448,8 @@ from autotune import workers
 workers.EXIT_GRACE_S = 1.0
 signal.signal(signal.SIGTERM, workers._interrupt)
 lock = threading.Lock()
-print("ready", flush=True)
 try:
+    print("ready", flush=True)
     time.sleep(120)
 except KeyboardInterrupt:  # what code interrupted inside a lock's critical section does next: wait forever
     lock.acquire()
