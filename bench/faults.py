@@ -93,7 +93,7 @@ class Workers:
 
 
 def run(url: str, folder: Path, n_workers: int, n_trials: int, kill_every: float, seed: int, timeout: float,
-        heartbeats: bool) -> dict[str, Any]:
+        heartbeats: bool, kill_every_trials: int | None = None) -> dict[str, Any]:
     cfg = config.load(write_config(folder, url, n_trials, heartbeats))
     study = study_mod.open_study(cfg, fresh=True)
     rng = random.Random(seed)
@@ -104,14 +104,23 @@ def run(url: str, folder: Path, n_workers: int, n_trials: int, kill_every: float
     for _ in range(n_workers):
         pool.start()
     next_kill = t0 + kill_every
+    next_kill_at = kill_every_trials  # or by progress: the same number of kills on a fast machine and a slow one
     try:
         while pool.alive() and time.monotonic() - t0 < timeout:
-            time.sleep(0.2)
-            if time.monotonic() < next_kill:
-                continue
-            next_kill += kill_every
-            trials = study.get_trials(deepcopy=False)
-            if sum(t.state in FINISHED for t in trials) >= n_trials:
+            time.sleep(0.05 if next_kill_at else 0.2)
+            trials = study.get_trials(deepcopy=False) if next_kill_at else []
+            done = sum(t.state in FINISHED for t in trials)
+            if next_kill_at is not None:
+                if done < next_kill_at or not any(t.state == TrialState.RUNNING for t in trials):
+                    continue
+                next_kill_at += kill_every_trials  # type: ignore[operator]
+            else:
+                if time.monotonic() < next_kill:
+                    continue
+                next_kill += kill_every
+                trials = study.get_trials(deepcopy=False)
+                done = sum(t.state in FINISHED for t in trials)
+            if done >= n_trials:
                 continue  # done: let the workers see it and exit
             # Any live worker, starting up or mid-trial; until one has died mid-trial, one mid-trial if there is one
             # (so every run tests a killed trial). Always picking one mid-trial would starve a loaded machine: the
@@ -223,7 +232,9 @@ def main() -> int:
     ap.add_argument("--dir", help="folder for the journal file, config and worker logs (default: a temporary one)")
     ap.add_argument("--workers", type=int, default=8)
     ap.add_argument("--trials", type=int, default=200)
-    ap.add_argument("--kill-every", type=float, default=20.0)
+    ap.add_argument("--kill-every", type=float, default=20.0, help="seconds between kills")
+    ap.add_argument("--kill-every-trials", type=int, help="kill after every this many finished trials instead "
+                                                          "(what the slow test does: as many kills on any machine)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--timeout", type=float, default=1800.0)
     ap.add_argument("--json", help="also write the results to this file")
@@ -245,14 +256,15 @@ def main() -> int:
             url, drop = fresh_postgres(args.postgres)
         try:
             r = run(url, folder, args.workers, args.trials, args.kill_every, args.seed, args.timeout,
-                    heartbeats=kind == "postgres")
+                    heartbeats=kind == "postgres", kill_every_trials=args.kill_every_trials)
         finally:
             if drop is not None:
                 drop()
         results[kind] = {**r, "url": url if kind == "journal" else "postgres"}
         d = sorted(r["detect_s"])
         detect = (f"median {statistics.median(d):.2f}s, max {max(d):.2f}s over {len(d)}" if d else "no trial killed")
-        print(f"{kind}: {args.workers} workers x {args.trials} trials, SIGKILL every {args.kill_every:g}s: "
+        every = f"{args.kill_every_trials} finished trials" if args.kill_every_trials else f"{args.kill_every:g}s"
+        print(f"{kind}: {args.workers} workers x {args.trials} trials, SIGKILL every {every}: "
               f"{r['finished']} finished in {r['wall_s']:.0f}s = {r['trials_per_min']:.0f} trials/min; "
               f"{r['kills']} kills ({r['killed_mid_trial']} mid-trial), {r['retries']} retries, "
               f"{r['surplus']} surplus, {r['failed']} FAIL in all; time to detect a dead worker: {detect}; "
