@@ -7,7 +7,7 @@
 #
 # It installs autotune's missing dependencies from $WHEELS (default .whl) only -- pip never looks at an index --
 # into a fresh folder put on PYTHONPATH with this checkout (no `pip install -e`), runs `autotune doctor`, then
-# bench/gpu_check.py (matmul ceilings; resnet_small and small-CNN rows: fp32 with TF32 off as the baseline, TF32,
+# bench/gpu_check.py (matmul ceilings; resnet and small-CNN rows: fp32 with TF32 off as the baseline, TF32,
 # bf16, fp16, channels_last, cold and warm compile, samples/s and CUDA memory; a 6-trial study over precision x
 # channels_last x compile). Everything printed also lands in $OUT (default studies/): gpu_check.txt (this output),
 # gpu_check.json (the figures), gpu-check.db and gpu-check.html (the study). Copy the figures into bench/RESULTS.md
