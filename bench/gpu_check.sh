@@ -7,7 +7,7 @@
 #
 # It installs autotune's missing dependencies from $WHEELS (default .whl) only -- pip never looks at an index --
 # into a fresh folder put on PYTHONPATH with this checkout (no `pip install -e`), runs `autotune doctor`, then
-# bench/gpu_check.py (matmul ceilings; resnet_small and small-CNN rows: fp32 with TF32 off as the baseline, TF32,
+# bench/gpu_check.py (matmul ceilings; resnet and small-CNN rows: fp32 with TF32 off as the baseline, TF32,
 # bf16, fp16, channels_last, cold and warm compile, samples/s and CUDA memory; a 6-trial study over precision x
 # channels_last x compile), bench/augment.py, and bench/memory.py (60 trials in one process: CUDA allocated bytes
 # back to trial 1's after every trial, host RSS growth). Everything printed also lands in $OUT (default studies/):

@@ -439,6 +439,22 @@ def test_journal_cannot_see_a_dead_worker_on_another_host_until_fail_stale(tmp_p
     assert_exact(study, 3)
 
 
+def test_a_worker_stops_after_repeated_identical_failures(tmp_path: Path) -> None:
+    """FAIL trials do not count toward the budget: a worker whose every trial fails the same way must stop
+    (study.max_repeated_errors), not fail trials forever."""
+    from autotune.objective import RepeatedFailure
+
+    cfg = config.from_dict({"study": {"name": "f", "storage": f"journal:///{tmp_path}/f.log", "n_trials": 20,
+                                      "max_repeated_errors": 2},
+                            "trainer": "tests.user_fits:fit_raises", "train": {"epochs": 1}},
+                           source=str(tmp_path / "f.yaml"))
+    study_mod.open_study(cfg)
+    with pytest.raises(RepeatedFailure, match=r"2 trials in a row failed with KeyError: 'depth'"):
+        workers.run_worker(cfg)
+    trials = study_mod.open_study(cfg, create=False).trials
+    assert [t.state.name for t in trials] == ["FAIL", "FAIL"]
+
+
 # ---------------------------------------------------------------- no immortal workers
 
 
