@@ -14,7 +14,7 @@ from typing import Any
 import optuna
 from optuna.trial import TrialState
 
-from . import accel, pruners, space, trainer
+from . import accel, pruners, records, space, trainer
 from .config import REPORTED_METRICS, RunConfig, load_factory
 from .context import CLOCK_METRICS, ContextMisuse, EpochRecord, TrainResult
 from .errors import AutotuneError, ConfigError, TrialStopped, describe_exception, user_where
@@ -133,7 +133,16 @@ class Objective:
         self.streak = FailureStreak(cfg.study.max_repeated_errors)
 
     def __call__(self, trial: optuna.Trial) -> float | list[float]:
+        # The trial's user attrs are written once, when it ends, whichever way it ends (records.py).
+        buffered = records.BufferedTrial(trial)
+        try:
+            return self._run(buffered)  # type: ignore[arg-type]
+        finally:
+            buffered.flush()
+
+    def _run(self, trial: optuna.Trial) -> float | list[float]:
         cfg = self.cfg
+        accel.freeze_survivors()
         values = space.sample(trial, cfg)
         seed = (cfg.study.seed or 0) * 100_003 + trial.number
         trial.set_user_attr("seed", seed)
@@ -207,7 +216,7 @@ class Objective:
             d = rec.as_dict()
             history.append(d)
             epoch_values.append([float(d[m]) if m in d else math.nan for m in self.epoch_metrics])
-            trial.set_user_attr("history", history)
+            trial.set_user_attr("history", history)  # buffered: written once, when the trial ends
             trial.set_user_attr(EPOCH_VALUES, epoch_values)
 
         def on_epoch(rec: EpochRecord) -> None:

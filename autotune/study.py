@@ -14,7 +14,7 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from . import __version__, accel, augment, data, models, pruners, results, space, tracking
+from . import __version__, accel, augment, data, models, pruners, records, results, space, tracking
 from .config import RunConfig, check_fit_signature
 from .errors import AutotuneError, ConfigError
 from .objective import CATCH, Objective, fit_name
@@ -114,6 +114,7 @@ def make_storage(cfg: RunConfig) -> optuna.storages.BaseStorage:
         storage = optuna.storages.RDBStorage(url, engine_kwargs=engine, **kwargs)
         if url.startswith("sqlite:///"):
             _sqlite_wal(storage)
+        records.attach(storage)  # a trial's user attrs are written in the transaction that ends it
         return storage
     except Exception as e:  # sqlalchemy's errors differ by driver
         msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
@@ -370,6 +371,30 @@ def n_finished(study: optuna.Study) -> int:
 TrialCallback = Callable[[optuna.Study, FrozenTrial], None]
 
 
+class FinishedBudget:
+    """Stop the study once it holds `n_trials` finished trials (Optuna's MaxTrialsCallback, without reading
+    every trial back from the storage after each one): this process counts the trials it finishes, and reads
+    the study's own count again every `refresh_s` seconds, when other processes may have added some."""
+
+    def __init__(self, n_trials: int, study: optuna.Study, refresh_s: float = 10.0) -> None:
+        import time
+
+        self.n_trials = n_trials
+        self.refresh_s = refresh_s
+        self._clock = time.monotonic
+        self.finished = n_finished(study)
+        self._read_at = self._clock()
+
+    def __call__(self, study: optuna.Study, trial: FrozenTrial) -> None:
+        if trial.state in FINISHED:
+            self.finished += 1
+        if self.finished < self.n_trials and self._clock() - self._read_at > self.refresh_s:
+            self.finished = n_finished(study)
+            self._read_at = self._clock()
+        if self.finished >= self.n_trials:
+            study.stop()
+
+
 def run(cfg: RunConfig, fresh: bool = False, callbacks: list[TrialCallback] | None = None,
         on_start: Callable[[optuna.Study, int], None] | None = None, fit: Fit | None = None) -> TuneResult:
     """Create or resume the study and run trials until it holds `n_trials` finished ones (or timeout).
@@ -398,7 +423,7 @@ def run(cfg: RunConfig, fresh: bool = False, callbacks: list[TrialCallback] | No
             if tracker is not None:
                 cbs.append(tracker)
             if cfg.study.n_trials is not None:
-                cbs.append(optuna.study.MaxTrialsCallback(cfg.study.n_trials, states=FINISHED))
+                cbs.append(FinishedBudget(cfg.study.n_trials, study))
             study.optimize(Objective(cfg, fit), n_trials=todo, timeout=cfg.study.timeout, callbacks=cbs,
                            catch=CATCH, gc_after_trial=False)  # the objective releases memory itself
         status = "FINISHED"

@@ -58,7 +58,7 @@ def train(job: TrainJob, on_epoch: OnEpoch | None = None, on_record: OnEpoch | N
             raise TrialStopped("unsupported", 0, f"{bad[0]}: {bad[1]}")
     fit: Fit = builtin if builtin is not None else job.fit  # type: ignore[assignment]
     with context.session(s):
-        torch.manual_seed(job.seed)
+        accel.seed_all(job.seed)
         ctx = TrialContext(s, user_params=job.user_params, seed=job.seed, limits=job.limits, on_record=on_record,
                            on_epoch=on_epoch, metrics=job.metrics, early_stopping_on=job.early_stopping_on,
                            config=job.config)
