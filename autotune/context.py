@@ -36,6 +36,7 @@ from torch.utils.data import DataLoader, Dataset, IterableDataset, Subset, Tenso
 from . import accel
 from .errors import AutotuneError, TrialStopped
 from .stops import Limits, check_divergence, check_slow
+from .throughput import ProbeWindow
 
 FINITE_CHECK_EVERY = 64  # steps between the only in-epoch host syncs: a non-finite loss stops the trial early
 CUDA_GRAPH_MODES = ("reduce-overhead", "max-autotune")
@@ -302,7 +303,7 @@ class TrialContext:
                  seed: int = 0, limits: Limits | None = None, on_record: OnEpoch | None = None,
                  on_epoch: OnEpoch | None = None, metrics: Iterable[str] | None = None,
                  early_stopping_on: Sequence[tuple[str, str]] = (("val_loss", "minimize"),),
-                 chance_loss: float = math.inf, config: Any = None) -> None:
+                 chance_loss: float = math.inf, config: Any = None, probe: ProbeWindow | None = None) -> None:
         self.settings: Mapping[str, Any] = MappingProxyType(dict(settings))
         self.params: Mapping[str, Any] = MappingProxyType({**settings, **(user_params or {})})
         self.seed = seed
@@ -351,6 +352,7 @@ class TrialContext:
         self._train_time_s = 0.0
         self._best_es = math.inf
         self._since_best = 0
+        self._probe = probe  # the speed probe's window (throughput.py): told of epochs and steps, may stop the run
 
     # ------------------------------------------------------------ what the trial searched
 
@@ -537,6 +539,8 @@ class TrialContext:
         self._loss_sum = None
         self._loss_n = 0
         self._t0 = accel.clock(self.device)
+        if self._probe is not None:
+            self._probe.epoch_start(self.device, self._t0)
 
     # ------------------------------------------------------------ a step
 
@@ -571,6 +575,12 @@ class TrialContext:
             self._first_step = (self._first_step[0], accel.clock(self.device))  # compile happened in this step
         if self._steps % FINITE_CHECK_EVERY == 0 and not bool(torch.isfinite(self._loss_sum)):
             raise self._stopped(TrialStopped("diverged", self.epoch, "non-finite training loss"))
+        if self._probe is not None and not self._probe.done:
+            try:
+                self._probe.after_step(self.device, self._batch_n, self._train_loader_len,
+                                       float(self.settings["data_fraction"]))
+            except TrialStopped as e:
+                raise self._stopped(e) from None
 
     def _optimizer_step(self) -> None:
         assert self.opt is not None
@@ -618,6 +628,11 @@ class TrialContext:
             raise ContextMisuse(f"ctx.report called twice in epoch {self.epoch}: report every metric in one call")
         values = self._check_metrics(metrics)
         end = self._train_end if self._train_end is not None else accel.clock(self.device)
+        if self._probe is not None:
+            try:
+                self._probe.epoch_end(end)
+            except TrialStopped as e:
+                raise self._stopped(e) from None
         epoch_time_s = max(0.0, end - self._t0)
         if self.epoch == 1 and self._first_step is not None and not math.isnan(self._first_step[1]):
             first = self._first_step[1] - self._first_step[0]

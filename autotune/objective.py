@@ -14,7 +14,7 @@ from typing import Any
 import optuna
 from optuna.trial import TrialState
 
-from . import accel, pruners, records, space, trainer
+from . import accel, probe, pruners, records, space, strategy, trainer
 from .config import REPORTED_METRICS, RunConfig, load_factory
 from .context import CLOCK_METRICS, ContextMisuse, EpochRecord, TrainResult
 from .errors import AutotuneError, ConfigError, TrialStopped, describe_exception, user_where
@@ -73,7 +73,7 @@ def fit_name(cfg: RunConfig, fit: trainer.Fit | None) -> str:
 
 
 def job_for(cfg: RunConfig, values: dict[str, Any], seed: int, measure_inference: bool | None = None,
-            fit: trainer.Fit | None = None, study_rules: bool = True) -> trainer.TrainJob:
+            fit: trainer.Fit | None = None, study_rules: bool = True, probe: Any = None) -> trainer.TrainJob:
     """The trainer's job for these settings (and user parameters). Inference metrics (size, latency) cost a
     few timed forward passes per trial, so a study measures them only when an objective or constraint uses
     them. `study_rules`: the `pruning:` limits (divergence, slow, hang) apply, as they do in a study."""
@@ -91,7 +91,7 @@ def job_for(cfg: RunConfig, values: dict[str, Any], seed: int, measure_inference
         settings=settings, data=cfg.data, model=cfg.model, task=cfg.task, seed=seed, source=cfg.source, limits=limits,
         distill=cfg.distill, measure_inference=measure_inference, fit=fit, user_params=user,
         metrics=frozenset({*REPORTED_METRICS, *(o.metric for o in cfg.objectives), *cfg.metrics}),
-        early_stopping_on=watched, config=cfg)
+        early_stopping_on=watched, config=cfg, probe=probe)
 
 
 class FailureStreak:
@@ -131,6 +131,8 @@ class Objective:
         quality = [o for o in cfg.objectives if o.metric not in CLOCK_METRICS and o.metric not in FINAL_ONLY]
         self.quality = (quality[0].metric, str(quality[0].direction)) if quality else ("val_accuracy", "maximize")
         self.streak = FailureStreak(cfg.study.max_repeated_errors)
+        self.gate = probe.Gate(cfg)  # the speed probe: what the study knows of each throughput combination
+        self.search = strategy.Search(cfg, self.fit)  # study.strategy: the space joint, or narrowed by probes
 
     def __call__(self, trial: optuna.Trial) -> float | list[float]:
         # The trial's user attrs are written once, when it ends, whichever way it ends (records.py).
@@ -143,7 +145,7 @@ class Objective:
     def _run(self, trial: optuna.Trial) -> float | list[float]:
         cfg = self.cfg
         accel.freeze_survivors()
-        values = space.sample(trial, cfg)
+        values = self.search.sample(trial)
         seed = (cfg.study.seed or 0) * 100_003 + trial.number
         trial.set_user_attr("seed", seed)
         trial.set_user_attr("settings", values)
@@ -153,6 +155,11 @@ class Objective:
         why = accel.precision_error(str(dev), values["precision"])
         if why is not None:
             self._stop(trial, "unsupported", 0, f"precision {values['precision']} on {dev}: {why}")
+        try:
+            self.search.check(values)  # probe_then_tune dropped this combination
+            self.gate.check(trial, values)  # known to fail here, or too slow: stopped before it trains
+        except TrialStopped as e:
+            self._stop(trial, e.reason, e.epoch, e.detail)
         try:
             result = self._train(trial, values, seed)
         finally:
@@ -222,9 +229,12 @@ class Objective:
         def on_epoch(rec: EpochRecord) -> None:
             self._study_rules(trial, rec, history, epoch_values, int(values["epochs"]))
 
+        window = self.gate.window(trial, values)  # an unknown combination: its first steps are timed
         try:
-            job = job_for(self.cfg, values, seed, fit=self.fit)
-            return trainer.train(job, on_epoch=on_epoch, on_record=on_record)
+            job = job_for(self.cfg, values, seed, fit=self.fit, probe=window)
+            result = trainer.train(job, on_epoch=on_epoch, on_record=on_record)
+            self.gate.finished(trial, values, window, result)
+            return result
         except TrialStopped as e:
             stop = TrialStopped(e.reason, e.epoch, e.detail)  # a fresh one: no traceback, no frames
         except ConfigError:
@@ -235,6 +245,7 @@ class Objective:
             else:
                 failure = _without_frames(e)
                 fatal = accel.is_fatal_device_error(e)
+                self.gate.failed(trial, values, window, failure)
         if stop is not None:
             accel.release_memory()
             self._stop(trial, stop.reason, stop.epoch, stop.detail)

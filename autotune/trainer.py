@@ -43,6 +43,7 @@ class TrainJob:
     metrics: frozenset[str] | None = None  # what ctx.report may take (None: anything)
     early_stopping_on: tuple[tuple[str, str], ...] = (("val_loss", "minimize"),)
     config: Any = None  # the RunConfig, for user functions that want it (ctx.config)
+    probe: Any = None  # a throughput.ProbeWindow timing the first steps (the speed probe), or None
 
 
 def train(job: TrainJob, on_epoch: OnEpoch | None = None, on_record: OnEpoch | None = None) -> TrainResult:
@@ -61,7 +62,7 @@ def train(job: TrainJob, on_epoch: OnEpoch | None = None, on_record: OnEpoch | N
         accel.seed_all(job.seed)
         ctx = TrialContext(s, user_params=job.user_params, seed=job.seed, limits=job.limits, on_record=on_record,
                            on_epoch=on_epoch, metrics=job.metrics, early_stopping_on=job.early_stopping_on,
-                           config=job.config)
+                           config=job.config, probe=job.probe)
         result = context.run(fit, ctx)
         if builtin is not None:
             builtin.after_fit(ctx, result)

@@ -258,3 +258,15 @@ def fit_illegal_address(ctx: autotune.TrialContext) -> None:
     """What a kernel's bad index does on a GPU: the CUDA context of the process is gone."""
     raise RuntimeError("CUDA error: an illegal memory access was encountered\nCUDA kernel errors might be "
                        "asynchronously reported at some other API call")
+
+
+CALLS: list[dict[str, Any]] = []  # the params of every call of fit_picky in this process
+
+
+def fit_picky(ctx: autotune.TrialContext) -> None:
+    """fit_sleepy, except that channels_last fails on the first step (as an op without a kernel for that layout
+    would). Every call is logged in CALLS: a trial stopped before it trains never calls it."""
+    CALLS.append(dict(ctx.params))
+    if ctx.params["channels_last"]:
+        raise RuntimeError("no channels_last kernel for this operator")
+    fit_sleepy(ctx)
