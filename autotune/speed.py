@@ -66,8 +66,9 @@ def _values(spec: Any) -> list[Any]:
     lo, hi, step = int(spec.low), int(spec.high), int(spec.step or 1)
     if (hi - lo) // step < 8:
         return list(range(lo, hi + 1, step))
-    pts = {lo, hi, *(int(round(lo * (hi / lo) ** (i / 4))) for i in range(1, 4))} if lo > 0 else {lo, (lo + hi) // 2, hi}
-    return sorted(pts)
+    if lo <= 0:
+        return sorted({lo, (lo + hi) // 2, hi})
+    return sorted({lo, hi, *(int(round(lo * (hi / lo) ** (i / 4))) for i in range(1, 4))})
 
 
 def combinations(cfg: RunConfig) -> list[dict[str, Any]]:
