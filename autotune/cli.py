@@ -9,7 +9,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from .errors import AutotuneError, ConfigError
+from .errors import AutotuneError, ConfigError, redact
 
 Command = Callable[[argparse.Namespace], int]
 COMMANDS: dict[str, tuple[Command, Callable[[argparse.ArgumentParser], None], str]] = {}
@@ -65,7 +65,8 @@ def _show_run(cfg: Any, view: Any, start: Callable[[], Any]) -> int:
         result = start()
     except KeyboardInterrupt:
         view.close()
-        print(f"interrupted: finished trials are kept in {cfg.study.storage}; run again to resume", file=sys.stderr)
+        print(f"interrupted: finished trials are kept in {redact(cfg.study.storage)}; run again to resume",
+              file=sys.stderr)
         return 130
     view.close()
     view.summary(result, time.perf_counter() - t0)
@@ -117,11 +118,11 @@ def _run_workers(args: argparse.Namespace, cfg: Any) -> int:
 
 
 def _fail_stale_all(cfg: Any) -> None:
-    from . import workers
+    from . import orphans
     from .study import open_study
 
     study = open_study(cfg, create=False)
-    failed = workers.fail_stale(study, everywhere=True)
+    failed = orphans.reap(study, everywhere=True)
     if failed:
         print(f"failed {len(failed)} stale RUNNING trial(s) and queued their retries: "
               f"{', '.join(map(str, failed))}", file=sys.stderr)
@@ -142,13 +143,14 @@ def _cmd_worker(args: argparse.Namespace) -> int:
         over = {k: v for k, v in (("study.n_trials", args.n_trials), ("study.timeout", args.timeout)) if v is not None}
         cfg = from_dict(cfg.to_dict(), overrides=over, source=cfg.source)
     workers.check_storage(cfg, 2, key="--storage")  # a joining worker is never alone
+    from .study import open_study, preflight
+
+    preflight(cfg)  # this machine's data, factories and device: one line now, not a failure in every trial
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     if args.threads:
         import torch
 
         torch.set_num_threads(args.threads)
-    from .study import open_study
-
     study = open_study(cfg, create=False)
     for line in workers.version_notes(study):
         print(f"note: {line}", file=sys.stderr)
@@ -156,7 +158,7 @@ def _cmd_worker(args: argparse.Namespace) -> int:
         _fail_stale_all(cfg)
     view = progress.RunView(cfg, plain=True)
     me = workers.worker_id()
-    print(f"worker {me} joined study {cfg.study.name} ({cfg.study.storage}); "
+    print(f"worker {me} joined study {cfg.study.name} ({redact(cfg.study.storage)}); "
           f"{workers.counts(study.get_trials(deepcopy=False)).finished} of {cfg.study.n_trials} finished", flush=True)
     try:
         res = workers.run_worker(cfg, sampler_seed_offset=None, callbacks=[view.on_trial], study=study)
@@ -192,7 +194,7 @@ def _cmd_validate(args: argparse.Namespace) -> int:
     validate(cfg)
     n = len(cfg.space)
     print(f"{args.file}: ok: {len(cfg.objectives)} objective(s), {n} searched setting(s), sampler "
-          f"{cfg.study.sampler}, storage {cfg.study.storage}")
+          f"{cfg.study.sampler}, storage {redact(cfg.study.storage)}")
     return 0
 
 
@@ -336,7 +338,7 @@ def _study_and_config(target: str | None, storage: str | None, name: str | None)
     import optuna
 
     from .config import from_dict
-    from .study import _redact, make_storage, open_study
+    from .study import make_storage, open_study
 
     if target is not None and (Path(target).is_file() or target.endswith((".yaml", ".yml"))):
         from .config import load
@@ -353,7 +355,7 @@ def _study_and_config(target: str | None, storage: str | None, name: str | None)
     if name is None and len(known) == 1:
         name = known[0]
     if name not in known:
-        raise ConfigError("--storage", "--study", f"no study {name!r} in {_redact(storage)}; known: "
+        raise ConfigError("--storage", "--study", f"no study {name!r} in {redact(storage)}; known: "
                                                   f"{', '.join(known) or 'none'}")
     study = optuna.load_study(study_name=name, storage=st)
     raw = study.user_attrs.get("config")
@@ -391,7 +393,7 @@ def _args_report(p: argparse.ArgumentParser) -> None:
 
 def _cmd_dashboard(args: argparse.Namespace) -> int:
     from . import dashboard
-    from .study import _redact, make_storage
+    from .study import make_storage
 
     if args.file is None and args.storage is None:
         raise ConfigError("autotune dashboard", "FILE", "give the YAML run file or --storage URL")
@@ -402,7 +404,7 @@ def _cmd_dashboard(args: argparse.Namespace) -> int:
     else:
         cfg = _bare_config(args.storage)
     storage = make_storage(cfg)
-    print(f"storage {_redact(cfg.study.storage)}", flush=True)
+    print(f"storage {redact(cfg.study.storage)}", flush=True)
     dashboard.serve(storage, host=args.host, port=args.port, study_name=cfg.study.name if args.file else None)
     return 0
 
@@ -435,11 +437,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         return COMMANDS[args.command][0](args)
-    except ConfigError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    except AutotuneError as e:
-        print(f"error: {e}", file=sys.stderr)
+    except AutotuneError as e:  # ConfigError included; no password of a storage URL reaches the terminal
+        print(f"error: {redact(str(e))}", file=sys.stderr)
         return 2
 
 

@@ -20,7 +20,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from .errors import ConfigError, one_of, suggest
+from .errors import ConfigError, describe_exception, one_of, suggest
 from .settings import SETTINGS
 
 SAMPLERS = ("tpe", "random", "gp", "cmaes", "nsga2", "qmc", "grid")
@@ -324,19 +324,42 @@ class RunConfig(_Model):
 def load(path: str | Path, overrides: dict[str, Any] | None = None) -> RunConfig:
     """Read, validate and freeze a YAML run file. Raises ConfigError on any mistake."""
     path = Path(path)
-    name = path.name
-    if not path.is_file():
+    raw = read_yaml(path)
+    raw = {} if raw is None else raw
+    if not isinstance(raw, dict):
+        raise ConfigError(path.name, "", f"top level must be a mapping of sections; got {type(raw).__name__}")
+    return from_dict(raw, overrides=overrides, source=str(path))
+
+
+def read_yaml(path: Path) -> Any:
+    """A YAML file's content (None if empty); a file that cannot be read as YAML text is one ConfigError:
+    missing, a directory, no permission, binary, not UTF-8, malformed."""
+    if path.is_dir():
+        raise ConfigError(str(path), "", "is a directory, not a YAML file")
+    if not path.exists():
         raise ConfigError(str(path), "", "no such file")
     try:
-        raw = yaml.safe_load(path.read_text()) or {}
+        data = path.read_bytes()
+    except OSError as e:
+        raise ConfigError(str(path), "", f"cannot read: {e.strerror or e}") from None
+    name = path.name
+    nul = data.find(b"\0")
+    if nul >= 0:
+        raise ConfigError(name, "", f"not a text file (byte 0x00 at offset {nul}): a binary file?")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = data.count(b"\n", 0, e.start) + 1
+        col = e.start - (data.rfind(b"\n", 0, e.start) + 1) + 1
+        raise ConfigError(name, "", f"not UTF-8 text: byte 0x{data[e.start]:02x} at line {line}, column {col}; "
+                                    "save the file as UTF-8") from None
+    try:
+        return yaml.safe_load(text)
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
         problem = getattr(e, "problem", None) or str(e).splitlines()[0]
         raise ConfigError(name, "", f"malformed YAML: {where}{problem}") from None
-    if not isinstance(raw, dict):
-        raise ConfigError(name, "", f"top level must be a mapping of sections; got {type(raw).__name__}")
-    return from_dict(raw, overrides=overrides, source=str(path))
 
 
 def from_dict(raw: dict[str, Any], overrides: dict[str, Any] | None = None, source: str = "<config>") -> RunConfig:
@@ -831,7 +854,7 @@ def load_factory(ref: str, file: str = "<config>", key: str = "factory", near: s
     try:
         module = importlib.import_module(mod_name)
     except Exception as e:  # ImportError, or the user's module raising on import
-        raise ConfigError(file, key, f"cannot import {mod_name!r}: {type(e).__name__}: {e}") from None
+        raise ConfigError(file, key, f"cannot import {mod_name!r}: {describe_exception(e)}") from None
     fn = module.__dict__.get(attr)
     if fn is None or not callable(fn):
         raise ConfigError(file, key, f"module {mod_name!r} has no callable {attr!r}")

@@ -44,9 +44,28 @@ def study_path(storage: optuna.storages.BaseStorage, study_name: str | None) -> 
     return "/dashboard/"
 
 
+def exposure_warning(host: str) -> str | None:
+    """The warning for a bind address other machines can reach (None for loopback): the dashboard has no
+    authentication, and anyone who reaches it can read every study in the storage and delete studies."""
+    import ipaddress
+
+    try:
+        loopback = host == "localhost" or ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:  # a host name: it may resolve to any interface
+        loopback = False
+    if loopback:
+        return None
+    return (f"warning: the dashboard has no authentication: anyone who can reach {host} on this port can read and "
+            "delete the studies in this storage; keep the default 127.0.0.1 and use an SSH tunnel "
+            "(ssh -L 8080:127.0.0.1:8080 HOST), or put an authenticating proxy in front")
+
+
 def serve(storage: optuna.storages.BaseStorage, host: str = "127.0.0.1", port: int = 8080,
           study_name: str | None = None, on_ready: Callable[[str], None] | None = None) -> None:
     """Serve until interrupted. Port 0 picks a free port; `on_ready` gets the address once it listens."""
+    warning = exposure_warning(host)
+    if warning is not None:
+        print(warning, file=sys.stderr, flush=True)
     app = make_app(storage)
     try:
         httpd = make_server(host, port, app, server_class=_ThreadedServer, handler_class=_QuietHandler)

@@ -178,9 +178,13 @@ def _synthetic(cfg: DataConfig, source: str, file: str) -> _Raw:
 def _npz(cfg: DataConfig, source: str, file: str) -> _Raw:
     path = resolve_path(str(cfg.path), source)
     try:
-        arrays = np.load(path)
+        arrays = np.load(path)  # allow_pickle stays off: a data file never runs code
     except Exception as e:
-        raise ConfigError(file, "data.path", f"cannot read {cfg.path} as .npz: {e}") from None
+        why = "not a NumPy file (np.savez writes one)" if "pickle" in str(e) else f"{type(e).__name__}: {e}"
+        raise ConfigError(file, "data.path", f"cannot read {cfg.path} as .npz: {why}") from None
+    if not isinstance(arrays, np.lib.npyio.NpzFile):  # np.save's .npy under an .npz name: one array, no x and y
+        raise ConfigError(file, "data.path", f"{cfg.path} holds one array (np.save); save x and y with "
+                                             "np.savez(path, x=..., y=...)")
     missing = [k for k in ("x", "y") if k not in arrays]
     if missing:
         raise ConfigError(file, "data.path", f"{cfg.path} needs arrays x and y; missing {', '.join(missing)}; "

@@ -8,10 +8,12 @@ as a traceback for bad input.
 from __future__ import annotations
 
 import difflib
+import re
 from collections.abc import Iterable
 
 # Why a trial stopped before its last epoch (stored as the trial's `stop_reason`).
-STOP_REASONS = ("diverged", "slow", "oom", "dominated", "early_stopped", "pruned", "unsupported", "error")
+STOP_REASONS = ("diverged", "slow", "oom", "dominated", "early_stopped", "pruned", "unsupported", "error",
+                "orphaned")
 
 
 class AutotuneError(Exception):
@@ -24,7 +26,7 @@ class ConfigError(AutotuneError):
     def __init__(self, file: str | None, key_path: str, message: str) -> None:
         self.file = file or "<config>"
         self.key_path = key_path
-        self.message = message
+        self.message = message = redact(message)
         where = f"{self.file}: {key_path}: " if key_path else f"{self.file}: "
         super().__init__(where + message)
 
@@ -87,3 +89,15 @@ def describe_exception(exc: BaseException, limit: int = 300) -> str:
     where = user_where(exc)
     out = f"{type(exc).__name__}: {text}"[:limit]
     return out + (f" (at {where})" if where else "")
+
+
+# `scheme://user:PASSWORD@host` (greedy to the last @ of the word: a password may hold an unescaped @),
+# and `password=...` in a URL's query string.
+_URL_PASSWORD = re.compile(r"(?P<head>\b[A-Za-z][A-Za-z0-9+.-]*://[^\s:/@]*):(?P<pw>[^\s]*)@")
+_QUERY_PASSWORD = re.compile(r"(?P<head>[?&](?:password|passwd|pwd)=)[^&\s]*", re.IGNORECASE)
+
+
+def redact(text: str) -> str:
+    """Hide every password in storage URLs inside `text` (a URL, a message, a config value) as ***."""
+    text = _URL_PASSWORD.sub(lambda m: f"{m['head']}:***@", text)
+    return _QUERY_PASSWORD.sub(lambda m: f"{m['head']}***", text)

@@ -8,7 +8,8 @@ from typing import Any
 import yaml
 
 from . import space
-from .config import MODEL_PREFIX, RunConfig
+from .config import MODEL_PREFIX, USER_PREFIX, RunConfig
+from .errors import redact
 from .results import TrialSummary
 from .settings import SETTINGS
 
@@ -17,9 +18,12 @@ def best_yaml(cfg: RunConfig, best: TrialSummary) -> dict[str, Any]:
     """The config with the trial's settings fixed in `train:` and its searched model keys (`model.KEY`)
     fixed in `model:`; `space:` empty."""
     settings = dict(best.settings) or space.fixed_point(cfg, best.params)
-    train = {k: v for k, v in settings.items() if k in SETTINGS and v != SETTINGS[k].default or k in cfg.train}
+    train = {k: v for k, v in settings.items()
+             if k in SETTINGS and v != SETTINGS[k].default or k in cfg.train or k.startswith(USER_PREFIX)}
     doc = cfg.to_dict()
     doc["study"] = {**doc["study"], "name": f"{cfg.study.name}-best", "n_trials": 1}
+    if redact(cfg.study.storage) != cfg.study.storage:  # a password never goes into a file people share
+        del doc["study"]["storage"]
     doc["train"] = train
     arch = {k[len(MODEL_PREFIX):]: v for k, v in settings.items() if k.startswith(MODEL_PREFIX)}
     known = {k: v for k, v in arch.items() if k in doc["model"]}
@@ -34,6 +38,11 @@ def render(cfg: RunConfig, best: TrialSummary, doc: dict[str, Any]) -> str:
     """The YAML text of `doc` (a `best_yaml`), headed by the trial it came from."""
     header = f"# trial {best.number} of study {cfg.study.name}: " + ", ".join(
         f"{k} {v:.4g}" for k, v in best.values.items()) + "\n"
+    if "storage" not in doc["study"]:
+        header += (f"# study.storage ({redact(cfg.study.storage)}) holds a password and is left out: this file "
+                   "runs on the default SQLite file; give --storage URL to use the server\n")
+    if cfg.trainer is not None and cfg.source != "<config>":  # a module found next to the original YAML
+        header += f"# trainer {cfg.trainer}: found next to {cfg.source}, in the working folder or on the path\n"
     return header + yaml.safe_dump(doc, sort_keys=False)
 
 

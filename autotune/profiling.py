@@ -10,10 +10,9 @@ from pathlib import Path
 from typing import Any
 
 import torch
-import yaml
 
 from . import accel
-from .config import RunConfig
+from .config import RunConfig, read_yaml
 from .context import TrainResult
 from .errors import ConfigError
 from .objective import job_for, load_fit
@@ -23,12 +22,7 @@ from .trainer import train
 
 def read_params(path: Path) -> dict[str, Any]:
     """Settings from a YAML file: a plain mapping of settings, or a run file's `train:` section."""
-    if not path.is_file():
-        raise ConfigError(str(path), "", "no such file")
-    try:
-        doc = yaml.safe_load(path.read_text()) or {}
-    except yaml.YAMLError as e:
-        raise ConfigError(path.name, "", f"malformed YAML: {e}") from None
+    doc = read_yaml(path) or {}
     if not isinstance(doc, dict):
         raise ConfigError(path.name, "", "must be a mapping of settings")
     params = doc.get("train", doc) if "train" in doc else doc
@@ -39,6 +33,9 @@ def read_params(path: Path) -> dict[str, Any]:
 
 def profile(cfg: RunConfig, params: dict[str, Any], epochs: int, out_dir: Path,
             row_limit: int = 15) -> tuple[TrainResult, Path, str]:
+    from .study import preflight
+
+    preflight(cfg)  # a user's factory or data file that fails is one line here too, not a traceback
     settings = {**DEFAULTS, **cfg.train, **params, "epochs": epochs}
     dev = accel.resolve_device(settings["device"])
     activities = [torch.profiler.ProfilerActivity.CPU]

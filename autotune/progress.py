@@ -16,6 +16,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from .config import RunConfig
+from .errors import redact
 
 SHORT = {"val_accuracy": "acc", "val_loss": "loss", "train_time_s": "time", "samples_per_s": "samples/s",
          "model_size_bytes": "size", "inference_latency_ms": "latency", "params_nonzero": "nonzero"}
@@ -60,7 +61,7 @@ class RunView:
         done = len(study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED)))
         device = study.user_attrs.get("device", "?")
         goal = "until the timeout" if todo < 0 else f"{todo} more"
-        self._print(f"study {self.cfg.study.name} ({self.cfg.study.storage}): {done} finished, running {goal}; "
+        self._print(f"study {self.cfg.study.name} ({redact(self.cfg.study.storage)}): {done} finished, running {goal}; "
                     f"sampler {self.cfg.study.sampler}, objectives "
                     f"{', '.join(f'{o.metric} ({o.direction})' for o in self.cfg.objectives)}, device {device}")
         if todo == 0:

@@ -19,6 +19,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from . import results
 from .config import RunConfig
+from .errors import redact
 from .progress import fmt_metric
 
 # Colour per point category / learning-curve group; stop reasons share the pruned hue family.
@@ -284,7 +285,7 @@ def summary_data(study: optuna.Study, cfg: RunConfig) -> dict[str, Any]:
     return {"study": study.study_name, "n_trials": len(trials), "states": counts, "stop_reasons": reasons,
             "objectives": [{"metric": o.metric, "direction": str(o.direction)} for o in cfg.objectives],
             "sampler": cfg.study.sampler, "device": ua.get("device"), "versions": ua.get("versions", {}),
-            "source": ua.get("source", cfg.source), "select": str(cfg.select if isinstance(cfg.select, str)
+            "source": redact(str(ua.get("source", cfg.source))), "select": str(cfg.select if isinstance(cfg.select, str)
                                                                   else cfg.select.model_dump()),
             "recommended": _brief(results.summarize(best, _metrics(cfg))) if best is not None else None}
 

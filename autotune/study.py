@@ -5,6 +5,7 @@ from __future__ import annotations
 import gc
 import os
 import platform
+import sys
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -14,9 +15,9 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from . import __version__, accel, augment, data, models, pruners, records, results, space, tracking
+from . import __version__, accel, augment, data, models, orphans, pruners, records, results, space, tracking
 from .config import RunConfig, check_fit_signature
-from .errors import AutotuneError, ConfigError
+from .errors import AutotuneError, ConfigError, describe_exception, redact
 from .objective import CATCH, Objective, fit_name
 from .trainer import Fit
 
@@ -81,14 +82,15 @@ def make_storage(cfg: RunConfig) -> optuna.storages.BaseStorage:
     if url.startswith("journal://"):
         if cfg.study.heartbeat_interval is not None:
             raise ConfigError(file, "study.heartbeat_interval", "the journal backend has no heartbeats; use "
-                                                                "postgresql://... or mysql://... for them, or drop it")
+                                                                "postgresql://..., mysql://... or sqlite:///... for "
+                                                                "them, or drop it")
         path = Path(url[len("journal://"):])
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             backend = optuna.storages.journal.JournalFileBackend(str(path))
         except OSError as e:
             raise ConfigError(file, "study.storage", f"cannot open journal file {path}: {e}") from None
-        return optuna.storages.JournalStorage(backend)
+        return orphans.JournalStorage(backend)
     if "://" not in url:
         raise ConfigError(file, "study.storage", f"must be a URL: sqlite:///path.db, postgresql://..., "
                                                  f"mysql://... or journal:///path.log; got {url!r}")
@@ -106,19 +108,21 @@ def make_storage(cfg: RunConfig) -> optuna.storages.BaseStorage:
         url = _sql_driver(url, file)
         engine["connect_args"] = {"connect_timeout": 10}
         engine["pool_pre_ping"] = True
-    if cfg.study.heartbeat_interval is not None:
+    if cfg.study.heartbeat_interval is not None:  # SQLite too: its trials' owners may sit on another host (NFS)
         kwargs["heartbeat_interval"] = cfg.study.heartbeat_interval
         kwargs["grace_period"] = cfg.study.grace_period or 2 * cfg.study.heartbeat_interval
-        kwargs["heartbeat_stale_trial_callback"] = optuna.storages.RetryHeartbeatStaleTrialCallback(max_retry=1)
+        kwargs["heartbeat_stale_trial_callback"] = orphans.retry_once
     try:
-        storage = optuna.storages.RDBStorage(url, engine_kwargs=engine, **kwargs)
+        with warnings.catch_warnings():  # heartbeat_interval is "experimental" in Optuna since 2.9
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            storage = orphans.RDBStorage(url, engine_kwargs=engine, **kwargs)
         if url.startswith("sqlite:///"):
             _sqlite_wal(storage)
         records.attach(storage)  # a trial's user attrs are written in the transaction that ends it
         return storage
     except Exception as e:  # sqlalchemy's errors differ by driver
         msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise ConfigError(file, "study.storage", f"cannot reach {_redact(url)}: {msg}") from None
+        raise ConfigError(file, "study.storage", f"cannot reach {redact(url)}: {msg}") from None
 
 
 def _sql_driver(url: str, file: str) -> str:
@@ -143,16 +147,6 @@ def _sqlite_wal(storage: optuna.storages.RDBStorage) -> None:
         conn.commit()
 
 
-def _redact(url: str) -> str:
-    """Hide a password in a storage URL before printing it."""
-    if "@" in url and "://" in url:
-        scheme, rest = url.split("://", 1)
-        cred, host = rest.rsplit("@", 1)
-        user = cred.split(":", 1)[0]
-        return f"{scheme}://{user}:***@{host}" if ":" in cred else url
-    return url
-
-
 # ---------------------------------------------------------------- checks before a study exists
 
 
@@ -174,16 +168,23 @@ def preflight(cfg: RunConfig) -> None:
     pruners.pareto_pruner(cfg)
     if cfg.trainer is not None:
         return  # a user's training function brings its own data and model
-    ds = data.load(cfg.data, cfg.source, cfg.task)
+    try:
+        ds = data.load(cfg.data, cfg.source, cfg.task)
+    except AutotuneError:
+        raise
+    except Exception as e:  # a user's data factory or a damaged file: one line naming it, not a traceback
+        key, what = ("data.factory", f"{cfg.data.factory} raised") if cfg.data.factory else \
+            ("data.path", f"cannot read {cfg.data.path}:") if cfg.data.path else ("data", f"{cfg.data.name}:")
+        raise ConfigError(file, key, f"{what} {describe_exception(e)}") from None
     _check_augment(cfg, ds.input_shape, file)
     try:
         models.build_for(cfg.model, space.fixed_point(cfg, {}), ds.input_shape, ds.n_outputs, 0.0, "default", file)
     except AutotuneError:
         raise
     except Exception as e:
-        key = "model.factory" if cfg.model.factory else "model"
-        raise ConfigError(file, key, f"cannot build the model for input {ds.input_shape}: "
-                                     f"{type(e).__name__}: {e}") from None
+        key, what = ("model.factory", f"{cfg.model.factory} raised") if cfg.model.factory else ("model", "failed:")
+        raise ConfigError(file, key, f"cannot build the model for input {ds.input_shape}: {what} "
+                                     f"{describe_exception(e)}") from None
     from . import compress  # fixed compression settings that cannot run here
 
     compress.preflight(cfg)
@@ -286,11 +287,11 @@ def open_study(cfg: RunConfig, fresh: bool = False, create: bool = True,
     if name in existing:
         dirs = [d.name.lower() for d in existing[name].directions]
         if dirs != cfg.directions:
-            raise ConfigError(_file(cfg), "objectives", f"study {name!r} in {_redact(cfg.study.storage)} has "
+            raise ConfigError(_file(cfg), "objectives", f"study {name!r} in {redact(cfg.study.storage)} has "
                                                         f"directions {dirs}, this config {cfg.directions}; use "
                                                         f"--fresh or another study.name")
     elif not create:
-        raise ConfigError(_file(cfg), "study.name", f"no study {name!r} in {_redact(cfg.study.storage)}; known: "
+        raise ConfigError(_file(cfg), "study.name", f"no study {name!r} in {redact(cfg.study.storage)}; known: "
                                                     f"{', '.join(sorted(existing)) or 'none'}")
     study = optuna.create_study(
         study_name=name, storage=storage, sampler=make_sampler(cfg), pruner=pruners.optuna_pruner(cfg),
@@ -299,8 +300,8 @@ def open_study(cfg: RunConfig, fresh: bool = False, create: bool = True,
     if name not in existing:
         import torch
 
-        study.set_user_attr("config", cfg.to_dict())
-        study.set_user_attr("source", cfg.source)
+        study.set_user_attr("config", stored_config(cfg))
+        study.set_user_attr("source", redact(cfg.source))
         study.set_user_attr("versions", versions())
         study.set_user_attr("device", device_name or accel.device_name(accel.resolve_device(cfg.fixed()["device"])))
         study.set_user_attr("metrics", [o.metric for o in cfg.objectives])
@@ -309,6 +310,14 @@ def open_study(cfg: RunConfig, fresh: bool = False, create: bool = True,
             study.set_metric_names([o.metric for o in cfg.objectives])  # optuna-dashboard labels axes with them
         study.set_user_attr("torch_threads", torch.get_num_threads())
     return study
+
+
+def stored_config(cfg: RunConfig) -> dict[str, Any]:
+    """The config a study keeps (and `autotune worker` rebuilds): with the storage password hidden, since
+    anyone who can read the study reads it; workers get the real URL from --storage."""
+    raw = cfg.to_dict()
+    raw["study"]["storage"] = redact(raw["study"]["storage"])
+    return raw
 
 
 def retrain_best(cfg: RunConfig, study: optuna.Study, best: results.TrialSummary, path: Path) -> Path:
@@ -355,13 +364,20 @@ def resolve_teacher(cfg: RunConfig, storage: optuna.storages.BaseStorage | None 
         best = TuneResult(study=src, config=teacher_cfg).best if src is not None else None
         if best is None:
             raise ConfigError(_file(cfg), "distill.teacher", f"best needs a completed trial in study {name!r} in "
-                                                             f"{_redact(cfg.study.storage)}; run it without distill "
+                                                             f"{redact(cfg.study.storage)}; run it without distill "
                                                              "first, or give a state-dict path")
         assert src is not None
         retrain_best(teacher_cfg, src, best, path)
     if d.teacher_model is None and teacher_cfg.model != cfg.model:
         d = d.model_copy(update={"teacher_model": teacher_cfg.model})
     return cfg.model_copy(update={"distill": d.model_copy(update={"teacher": str(path.resolve())})})
+
+
+def note_orphans(numbers: list[int], on_note: Callable[[str], None] | None = None) -> None:
+    if numbers:
+        text = (f"{len(numbers)} trial(s) left RUNNING by a process that is gone marked FAIL (orphaned) and "
+                f"queued for one retry each: {', '.join(map(str, numbers))}")
+        (on_note or (lambda line: print(line, file=sys.stderr, flush=True)))(text)
 
 
 def n_finished(study: optuna.Study) -> int:
@@ -396,15 +412,21 @@ class FinishedBudget:
 
 
 def run(cfg: RunConfig, fresh: bool = False, callbacks: list[TrialCallback] | None = None,
-        on_start: Callable[[optuna.Study, int], None] | None = None, fit: Fit | None = None) -> TuneResult:
+        on_start: Callable[[optuna.Study, int], None] | None = None, fit: Fit | None = None,
+        on_note: Callable[[str], None] | None = None) -> TuneResult:
     """Create or resume the study and run trials until it holds `n_trials` finished ones (or timeout).
-    `fit`: a training function (default: the config's `trainer:`, else the built-in trainer)."""
+    `fit`: a training function (default: the config's `trainer:`, else the built-in trainer).
+
+    Trials left RUNNING by a run that died (SIGKILL, OOM killer, power) are failed as `orphaned` and
+    retried once first; `on_note` (default: stderr) hears how many.
+    """
     if fit is not None:
         check_fit_signature(fit, fit_name(cfg, fit), _file(cfg))
     preflight(cfg)
     tracking.check(cfg)
     cfg = resolve_teacher(cfg)
     study = open_study(cfg, fresh=fresh)
+    note_orphans(orphans.reap(study), on_note)
     tracker = tracking.open_tracker(cfg, study)
     # Everything imported so far (torch, optuna, sympy...) lives for the whole run: freeze it out of
     # the garbage collector, so the collection after each trial scans only what trials made

@@ -26,7 +26,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from . import export, results
 from .config import RunConfig
-from .errors import ConfigError
+from .errors import ConfigError, redact
 
 PARENT_ATTR = "mlflow_run_id"  # study user attr: the parent run's id
 URI_KEY = "tracking.mlflow.tracking_uri"
@@ -60,15 +60,6 @@ def _mlflow(cfg: RunConfig) -> Any:
     # A new SQLite store announces its table creation at INFO on every first run: not news to a user.
     logging.getLogger("mlflow.store.db.utils").setLevel(logging.WARNING)
     return MlflowClient
-
-
-def redact(uri: str) -> str:
-    """`scheme://user:***@host/...`: a tracking URI fit to print or tag."""
-    parts = urlsplit(uri)
-    if parts.password is None:
-        return uri
-    host = parts.netloc.rsplit("@", 1)[1]
-    return parts._replace(netloc=f"{parts.username}:***@{host}").geturl()
 
 
 def reason(exc: BaseException, uri: str) -> str:
@@ -290,7 +281,8 @@ class Tracker:
     def _redacted(self, doc: dict[str, Any]) -> dict[str, Any]:
         """A config document fit for a shared server: no password of the storage or the tracking server."""
         doc = {**doc, "study": {**doc.get("study", {})}}
-        doc["study"]["storage"] = redact(str(doc["study"].get("storage", "")))
+        if "storage" in doc["study"]:  # (`best --export` leaves out a storage that has a password)
+            doc["study"]["storage"] = redact(str(doc["study"]["storage"]))
         ml = (doc.get("tracking") or {}).get("mlflow")
         if isinstance(ml, dict):
             doc["tracking"] = {**doc["tracking"], "mlflow": {**ml, "tracking_uri": redact(str(ml["tracking_uri"]))}}

@@ -8,12 +8,11 @@ Three rules keep a shared study honest:
   it samples anything: a trial runs only if fewer than n_trials trials numbered below it are still
   alive (finished, running or waiting). Trial numbers come from the storage in creation order, so
   this is exact on RDB and journal storages alike.
-- Stale trials. On RDB storage with heartbeats, Optuna fails a trial whose heartbeat stopped for
-  `grace_period` seconds and (RetryHeartbeatStaleTrialCallback) queues one retry with the same params;
-  every worker calls it every grace_period / 2 seconds, mid-trial and while waiting too. Without
-  heartbeats (journal), a trial whose worker process on this host is gone is failed and retried the
-  same way; a dead worker on another host cannot be seen (`autotune worker --fail-stale` clears
-  those by hand).
+- Stale trials. A trial whose worker is provably gone (a dead process on this host; on RDB storages
+  with heartbeats, SQLite included, a heartbeat older than `grace_period`) is failed as `orphaned` and
+  retried once with the same params (orphans.py); every worker looks every grace_period / 2 seconds
+  (2 s without heartbeats), mid-trial and while waiting too. A dead worker on another host without
+  heartbeats (a journal on NFS) cannot be seen (`autotune worker --fail-stale` clears those by hand).
 - Waiting. A worker whose budget is all in flight elsewhere waits instead of exiting while it can
   still tell a dead trial: the study always ends with n_trials finished trials if any worker lives.
 """
@@ -21,13 +20,10 @@ Three rules keep a shared study honest:
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import logging
 import os
 import signal
-import socket
 import sys
-import tempfile
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -35,25 +31,20 @@ from pathlib import Path
 from typing import Any
 
 import optuna
-from optuna.storages import RetryHeartbeatStaleTrialCallback
-from optuna.storages._heartbeat import is_heartbeat_enabled  # what Study.optimize itself checks
 from optuna.trial import FrozenTrial, TrialState
 
+from . import orphans, tracking
 from . import study as study_mod
-from . import tracking
 from .config import RunConfig, from_dict
-from .errors import AutotuneError, ConfigError, describe_exception
+from .errors import AutotuneError, ConfigError, describe_exception, redact
 from .objective import CATCH, Objective
 
 FINISHED = study_mod.FINISHED
 # Trials that hold a slot of the budget: done, in flight, or queued (a retry, an enqueued trial).
 ALIVE = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.RUNNING, TrialState.WAITING)
 POLL_S = 0.5
-WORKER_ATTR = "worker"  # trial user attr: "host:pid" of the process that runs it
-
-
-def worker_id() -> str:
-    return f"{socket.gethostname()}:{os.getpid()}"
+WORKER_ATTR = orphans.OWNER_ATTR  # trial user attr: "host:pid:start" of the process that runs it
+worker_id = orphans.owner_id
 
 
 def _file(cfg: RunConfig) -> str:
@@ -226,7 +217,7 @@ class _SurplusLogFilter(logging.Filter):
 
 
 class ClaimedObjective:
-    """The objective every worker runs: stamp the trial with its worker, claim a budget slot, then train."""
+    """The objective every worker runs: claim a budget slot, then train (the storage stamped the trial's owner)."""
 
     def __init__(self, inner: Callable[[optuna.Trial], Any], n_trials: int | None) -> None:
         self.inner = inner
@@ -236,7 +227,6 @@ class ClaimedObjective:
         logging.getLogger("optuna.study._optimize").addFilter(self._filter)
 
     def __call__(self, trial: optuna.Trial) -> Any:
-        trial.set_user_attr(WORKER_ATTR, worker_id())
         if self.n_trials is not None and not claim(trial.study, trial.number, self.n_trials):
             self.surplus += 1
             self._filter.numbers.add(trial.number)
@@ -245,101 +235,12 @@ class ClaimedObjective:
         return self.inner(trial)
 
 
-# ---------------------------------------------------------------- stale trials
-
-
-def heartbeat_enabled(study: optuna.Study) -> bool:
-    return is_heartbeat_enabled(study._storage)
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # someone else's process: it exists
-        return True
-    return True
-
-
-def _owner(t: FrozenTrial) -> tuple[str, int] | None:
-    w = t.user_attrs.get(WORKER_ATTR)
-    if not isinstance(w, str) or ":" not in w:
-        return None
-    host, _, pid = w.rpartition(":")
-    return (host, int(pid)) if pid.isdigit() else None
-
-
-def is_dead_here(t: FrozenTrial) -> bool:
-    """A RUNNING trial whose worker ran on this host and is gone (the only death we can see without heartbeats)."""
-    owner = _owner(t)
-    return owner is not None and owner[0] == socket.gethostname() and owner[1] != os.getpid() and \
-        not _pid_alive(owner[1])
-
-
-@contextlib.contextmanager
-def _stale_lock(study: optuna.Study) -> Iterator[None]:
-    """Workers on one host fail a dead trial once, not once each (and so retry it once)."""
-    import fcntl
-
-    key = hashlib.sha1(f"{study.study_name}\0{_storage_key(study)}".encode()).hexdigest()
-    path = Path(tempfile.gettempdir()) / f"autotune-stale-{key[:16]}.lock"
-    with open(path, "a") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
-
-
-def _storage_key(study: optuna.Study) -> str:
-    inner = getattr(study._storage, "_backend", None)  # RDBStorage sits in a _CachedStorage; journal: its backend
-    for attr in ("url", "_file_path"):
-        if hasattr(inner, attr):
-            return str(getattr(inner, attr))
-    return repr(study._storage)
-
-
-def fail_stale(study: optuna.Study, everywhere: bool = False) -> list[int]:
-    """Fail RUNNING trials whose worker is gone and queue one retry each, with the same params.
-
-    Without `everywhere`, only trials of dead processes on this host; with it, every RUNNING trial
-    not run by this process (the caller vouches that no other worker is alive). Returns their numbers.
-    """
-    done: list[int] = []
-    running = study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
-    if not any(is_dead_here(t) or (everywhere and _owner(t) != (socket.gethostname(), os.getpid()))
-               for t in running):
-        return done
-    with _stale_lock(study), _quiet_experimental():
-        retry = RetryHeartbeatStaleTrialCallback(max_retry=1)
-        for t in study.get_trials(deepcopy=True, states=(TrialState.RUNNING,)):
-            dead = is_dead_here(t) or (everywhere and _owner(t) != (socket.gethostname(), os.getpid()))
-            if not dead:
-                continue
-            try:  # the reason first: a finished trial takes no more attrs
-                study._storage.set_trial_user_attr(t._trial_id, "stop_reason", "error")
-                study._storage.set_trial_user_attr(t._trial_id, "error", f"worker {t.user_attrs.get(WORKER_ATTR, '?')} "
-                                                                         "died mid-trial")
-                if not study._storage.set_trial_state_values(t._trial_id, state=TrialState.FAIL):
-                    continue
-            except optuna.exceptions.UpdateFinishedTrialError:
-                continue  # another worker got there first
-            retry(study, study._storage.get_trial(t._trial_id))
-            done.append(t.number)
-    return done
-
-
 # ---------------------------------------------------------------- one worker
 
 
 def next_step(study: optuna.Study, n_trials: int | None) -> str:
     """'run', 'wait' (the budget is in flight in workers that may still die) or 'done'."""
-    if heartbeat_enabled(study):
-        with _quiet_experimental():
-            optuna.storages.fail_stale_trials(study)
-    else:
-        fail_stale(study)
+    orphans.reap(study)
     if n_trials is None:
         return "run"
     trials = study.get_trials(deepcopy=False)
@@ -348,21 +249,11 @@ def next_step(study: optuna.Study, n_trials: int | None) -> str:
         return "done"
     if c.waiting or c.finished + c.running < n_trials:
         return "run"
-    if heartbeat_enabled(study):
+    if orphans.heartbeats(study):
         return "wait"
     # No heartbeats: only trials of live processes on this host can still be seen dying.
-    here = socket.gethostname()
-    mine = [t for t in trials if t.state == TrialState.RUNNING and (o := _owner(t)) is not None and o[0] == here]
+    mine = [t for t in trials if t.state == TrialState.RUNNING and (o := orphans.owner_of(t)) is not None and o.here()]
     return "wait" if mine else "done"
-
-
-@contextlib.contextmanager
-def _quiet_experimental() -> Iterator[None]:
-    import warnings
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-        yield
 
 
 TrialCallback = Callable[[optuna.Study, FrozenTrial], None]
@@ -432,17 +323,14 @@ class _StaleWatcher:
 
         self.study = study
         grace = cfg.study.grace_period or 2 * (cfg.study.heartbeat_interval or 1)
-        self.every = max(0.5, grace / 2) if heartbeat_enabled(study) else 2.0
+        self.every = max(0.5, grace / 2) if orphans.heartbeats(study) else 2.0
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self._loop, name="autotune-stale-watcher", daemon=True)
 
     def _loop(self) -> None:
         while not self.stop.wait(self.every):
             try:
-                if heartbeat_enabled(self.study):  # (warnings.catch_warnings is not thread-safe: see run_worker)
-                    optuna.storages.fail_stale_trials(self.study)
-                else:
-                    fail_stale(self.study)
+                orphans.reap(self.study)
             except Exception:  # a storage hiccup here must not kill the worker; the main loop checks too
                 pass
 
@@ -468,9 +356,11 @@ def _unless_surplus(cb: TrialCallback) -> TrialCallback:
 
 def _child(cfg_dict: dict[str, Any], source: str, slot: Slot) -> None:
     """Entry point of a spawned worker (its environment was set by the parent before the spawn)."""
+    parent = os.getppid()
     _die_with_parent()
     # A terminated worker fails its trial through Optuna (KeyboardInterrupt) instead of leaving it RUNNING.
     signal.signal(signal.SIGTERM, _interrupt)
+    _watch_parent(parent)
     import torch
 
     torch.set_num_threads(slot.threads)
@@ -536,8 +426,38 @@ def _preflight_child(cfg_dict: dict[str, Any], source: str, conn: Any) -> None:
         conn.close()
 
 
+EXIT_GRACE_S = 20.0  # a terminated worker still alive after this long is ended (see _exit_after)
+
+
 def _interrupt(signum: int, frame: Any) -> None:
+    _exit_after(EXIT_GRACE_S)
     raise KeyboardInterrupt
+
+
+def _exit_after(seconds: float) -> None:
+    """End this process in `seconds` if it has not exited by then. A KeyboardInterrupt raised at an unlucky
+    instant (between a storage or logging lock's acquire and its release) can leave the worker waiting on
+    that lock forever, with the driver gone: an immortal worker holding its trial RUNNING. Ended instead, its
+    trial is an orphan of a dead process, which the next run fails and retries."""
+    import threading
+
+    timer = threading.Timer(seconds, os._exit, args=(128 + signal.SIGTERM,))
+    timer.daemon = True
+    timer.start()
+
+
+def _watch_parent(parent: int) -> None:
+    """Terminate this worker, as the parent-death signal would, once its driver is gone: seen every second,
+    in case that signal was lost (or came before the handler was in place)."""
+    import threading
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(1.0)
+        _exit_after(EXIT_GRACE_S)  # even if the handler below never gets to run
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    threading.Thread(target=watch, name="autotune-parent-watch", daemon=True).start()
 
 
 def _die_with_parent() -> None:
@@ -598,6 +518,7 @@ def run_parallel(cfg: RunConfig, slots: list[Slot], fresh: bool = False,
         study_mod.resolve_teacher(cfg)  # the teacher file exists before any worker needs it
     tracking.check(cfg)
     study = study_mod.open_study(cfg, fresh=fresh, device_name=device)
+    study_mod.note_orphans(orphans.reap(study), note)  # what a killed earlier run left RUNNING
     # The driver logs to MLflow, not the workers: it sees every trial finish (below), so each is logged
     # exactly once, over one client, with one warning if the server fails; workers never import MLflow.
     tracker = tracking.open_tracker(cfg, study)
@@ -681,7 +602,7 @@ def join_config(storage_url: str, study_name: str) -> RunConfig:
     storage = study_mod.make_storage(probe)
     names = sorted(s.study_name for s in optuna.get_all_study_summaries(storage, include_best_trial=False))
     if study_name not in names:
-        raise ConfigError(file, "--study", f"no study {study_name!r} in {study_mod._redact(storage_url)}; known: "
+        raise ConfigError(file, "--study", f"no study {study_name!r} in {redact(storage_url)}; known: "
                                            f"{', '.join(names) or 'none'}")
     attrs = optuna.load_study(study_name=study_name, storage=storage).user_attrs
     if "config" not in attrs:
@@ -699,5 +620,5 @@ def version_notes(study: optuna.Study) -> list[str]:
 
 
 __all__ = ["ALIVE", "ClaimedObjective", "Counts", "Slot", "SurplusTrial", "WorkerResult", "check_storage",
-           "checked_in_child", "claim", "counts", "fail_stale", "join_config", "next_step", "plan", "run_parallel",
+           "checked_in_child", "claim", "counts", "join_config", "next_step", "plan", "run_parallel",
            "run_worker", "worker_config", "worker_id"]

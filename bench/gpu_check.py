@@ -3,7 +3,7 @@
 Sections, each printed as it finishes and written to OUT/gpu_check.json after every row (a run cut short keeps
 what it measured):
 1. ceilings: square matmuls in fp32 with TF32 off, TF32, bf16 and fp16 (TFLOP/s), to read the rows against;
-2. rows, through `autotune.train` on synthetic 3x32x32 images at batch 512: `resnet_small` (bench/gpu_models.py),
+2. rows, through `autotune.train` on synthetic 3x32x32 images at batch 512: autotune's `resnet` (depth 14, width 64),
    then the small CNN. fp32 with TF32 off (matmul and cuDNN) is each model's baseline; TF32, bf16, fp16 and
    bf16 + channels_last are compared with it; the resnet also runs bf16 + channels_last + compile twice: cold (the
    first compile in this process, inductor's cache directory empty when gpu_check.sh made it) and warm (the same
@@ -35,7 +35,7 @@ from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))  # autotune and bench.gpu_models from this checkout
+sys.path.insert(0, str(ROOT))  # autotune from this checkout
 
 import autotune  # noqa: E402
 from autotune import accel, config, models  # noqa: E402
@@ -56,9 +56,9 @@ class Sizes:
 # Image counts whose 80% training split is a whole number of batches: a smaller last batch would make compiled
 # rows recompile inside their first epoch.
 SIZES = {
-    "cuda": Sizes(n_samples=25_600, batch=512, epochs=4, resnet={"widths": [64, 128, 256], "blocks": 2},
+    "cuda": Sizes(n_samples=25_600, batch=512, epochs=4, resnet={"depth": 14, "width": 64},
                   cnn={"channels": [64, 128, 256], "hidden": 256}, matmul_n=8192),
-    "cpu": Sizes(n_samples=640, batch=128, epochs=2, resnet={"widths": [4, 8, 16], "blocks": 1},
+    "cpu": Sizes(n_samples=640, batch=128, epochs=2, resnet={"depth": 8, "width": 4},
                  cnn={"channels": [4, 8], "hidden": 16}, matmul_n=512,
                  study={"data.n_samples": 640, "model.channels": [4, 8], "model.hidden": 16,
                         "train.batch_size": 128, "train.epochs": 2}),
@@ -171,8 +171,8 @@ def ceilings(chk: Check, n: int) -> None:
 
 
 def model_cfg(kind: str, sizes: Sizes) -> dict[str, Any]:
-    if kind == "resnet_small":  # becomes {"name": "resnet", ...} once autotune has a built-in resnet
-        return {"factory": "bench.gpu_models:resnet_small", "kwargs": sizes.resnet}
+    if kind == "resnet":  # autotune's CIFAR-style resnet: stages of width, 2 x width, 4 x width channels
+        return {"name": "resnet", **sizes.resnet}
     return {"name": "cnn", **sizes.cnn}
 
 
@@ -325,8 +325,8 @@ def main() -> None:
     chk.figures["environment"] = env
     chk.say("== environment: " + "; ".join(f"{k} {v}" for k, v in env.items()))
     ceilings(chk, sizes.matmul_n)
-    if chk.may_run("resnet_small rows"):
-        rows(chk, args.device, "resnet_small", sizes, compile_rows=True)
+    if chk.may_run("resnet rows"):
+        rows(chk, args.device, "resnet", sizes, compile_rows=True)
     if chk.may_run("cnn rows"):
         rows(chk, args.device, "cnn", sizes, compile_rows=False)
     if chk.may_run("the study"):

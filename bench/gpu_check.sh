@@ -7,9 +7,11 @@
 #
 # It installs autotune's missing dependencies from $WHEELS (default .whl) only -- pip never looks at an index --
 # into a fresh folder put on PYTHONPATH with this checkout (no `pip install -e`), runs `autotune doctor`, then
-# bench/gpu_check.py (matmul ceilings; resnet_small and small-CNN rows: fp32 with TF32 off as the baseline, TF32,
+# bench/gpu_check.py (matmul ceilings; resnet and small-CNN rows: fp32 with TF32 off as the baseline, TF32,
 # bf16, fp16, channels_last, cold and warm compile, samples/s and CUDA memory; a 6-trial study over precision x
-# channels_last x compile). Everything printed also lands in $OUT (default studies/): gpu_check.txt (this output),
+# channels_last x compile), bench/augment.py, and bench/memory.py (60 trials in one process: CUDA allocated bytes
+# back to trial 1's after every trial, host RSS growth). Everything printed also lands in $OUT (default studies/):
+# gpu_check.txt (this output),
 # gpu_check.json (the figures), gpu-check.db and gpu-check.html (the study). Copy the figures into bench/RESULTS.md
 # with the date and device.
 set -euo pipefail
@@ -55,6 +57,8 @@ torch.__version__, '| optuna', optuna.__version__, '| pydantic', pydantic.__vers
   python3 bench/gpu_check.py --device "$DEVICE" --out "$OUT"
   echo "== on-device augmentation: cost per batch, and the test that it never waits for the device"
   python3 bench/augment.py --device "$DEVICE" --repeats 30
+  echo "== memory over a study: CUDA allocated bytes back to trial 1's after every trial, host RSS growth"
+  python3 bench/memory.py --device "$DEVICE" --trials 60 || echo "== memory check FAILED (a leak)"
   if [ "$DEVICE" != cpu ] && python3 -c "import pytest" 2>/dev/null; then
     python3 -m pytest -q -p no:cacheprovider -m gpu tests/test_augment.py || echo "== augmentation GPU test FAILED"
   fi

@@ -7,18 +7,31 @@ Also: each acceleration setting's effect, measured here, and (b)'s achieved GFLO
 large matmul's on the same device. Every figure is a ratio against a baseline measured in this run.
 
     python bench/trainer.py [--device cpu|cuda] [--repeats 3] [--synthetic]
+
+`--images`: the 32x32x3 workload instead. Synthetic images written as a CIFAR-10 python folder, a resnet,
+crop (pad 4) + flip augmentation: (a) the loop torchvision's CIFAR tutorial writes (a Dataset applying
+RandomCrop / RandomHorizontalFlip / ToTensor / Normalize per image on the CPU, DataLoader with 2 workers,
+`loss.item()` per step) against (b) `autotune.train` on `data: {name: cifar10}` (uint8 on the device,
+normalized and augmented per batch there). Same model, epochs, batch, optimizer; medians of interleaved runs.
+
+    python bench/trainer.py --images [--repeats 3] [--image-epochs 3] [--n-images 2560]
 """
 
 from __future__ import annotations
 
 import argparse
+import pickle
+import shutil
 import statistics
+import tempfile
 import time
+from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 from torch import nn
-from torch.utils.data import DataLoader, TensorDataset
+from torch.utils.data import DataLoader, Dataset, TensorDataset
 from torch.utils.flop_counter import FlopCounterMode
 
 import autotune
@@ -92,13 +105,142 @@ def flops_per_sample(cfg: config.RunConfig) -> float:
     return counter.get_total_flops() / BATCH
 
 
+# ---------------------------------------------------------------- the 32x32x3 workload (--images)
+
+IMG_BATCH, IMG_LR = 128, 2e-3
+IMG_MODEL = {"name": "resnet", "depth": 8, "width": 16}
+
+
+def write_cifar_folder(root: Path, n: int, seed: int = 0) -> Path:
+    """Synthetic 32x32x3 images in CIFAR-10's python format (five training batches): each class a colour
+    and a stripe orientation, plus noise, so augmentation and accuracy mean something."""
+    folder = root / "cifar-10-batches-py"
+    folder.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(seed)
+    per = n // 5
+    yy, xx = np.mgrid[0:32, 0:32]
+    for b in range(1, 6):
+        labels = rng.integers(0, 10, per)
+        colour = (np.stack([labels * 25, 255 - labels * 25, (labels * 77) % 255], 1))[:, :, None, None]
+        stripes = np.sin((xx[None] * np.cos(labels[:, None, None] * 0.31) + yy[None] *
+                          np.sin(labels[:, None, None] * 0.31)) * 0.8)[:, None] * 60
+        img = np.clip(0.5 * colour + 64 + stripes + rng.normal(0, 40, (per, 3, 32, 32)), 0, 255).astype(np.uint8)
+        with open(folder / f"data_batch_{b}", "wb") as f:
+            pickle.dump({b"data": img.reshape(per, -1), b"labels": labels.tolist()}, f)
+    return folder
+
+
+class TutorialCifar(Dataset):
+    """What `torchvision.datasets.CIFAR10(transform=Compose([RandomCrop(32, padding=4), RandomHorizontalFlip(),
+    ToTensor(), Normalize(mean, std)]))` does per image, on the CPU (torchvision itself does not import beside
+    this machine's CPU torch; these are the same operations)."""
+
+    def __init__(self, x: torch.Tensor, y: torch.Tensor, mean: torch.Tensor, std: torch.Tensor, train: bool) -> None:
+        self.x, self.y, self.mean, self.std, self.train = x, y, mean.view(3, 1, 1), std.view(3, 1, 1), train
+
+    def __len__(self) -> int:
+        return len(self.y)
+
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
+        img = self.x[i]
+        if self.train:
+            padded = nn.functional.pad(img, (4, 4, 4, 4))  # RandomCrop(32, padding=4): zero padding
+            top, left = np.random.randint(0, 9, 2)
+            img = padded[:, top: top + 32, left: left + 32]
+            if np.random.rand() < 0.5:  # RandomHorizontalFlip
+                img = img.flip(2)
+        return (img.float() / 255 - self.mean) / self.std, self.y[i]  # ToTensor, Normalize
+
+
+def tutorial_loop(cfg: config.RunConfig, seed: int, epochs: int) -> tuple[float, float, float]:
+    """(a): the tutorial's loop. Returns (samples/s over epochs 2.., val accuracy, share of time waiting for data)."""
+    dev = accel.resolve_device(cfg.train["device"])
+    torch.manual_seed(seed)
+    np.random.seed(seed)
+    ds = data.load(cfg.data, cfg.source)
+    assert ds.mean is not None and ds.std is not None
+    model = models.build(cfg.model, ds.input_shape, ds.n_classes, 0.0, "default").to(dev)
+    opt = torch.optim.Adam(model.parameters(), lr=IMG_LR)
+    loader = DataLoader(TutorialCifar(ds.x_train, ds.y_train, ds.mean.flatten(), ds.std.flatten(), True),
+                        batch_size=IMG_BATCH, shuffle=True, num_workers=2, persistent_workers=True)
+    times, waits = [], []
+    for _ in range(epochs):
+        model.train()
+        accel.synchronize(dev)
+        t0 = time.perf_counter()
+        wait = 0.0
+        tw = time.perf_counter()
+        for x, y in loader:
+            wait += time.perf_counter() - tw
+            x, y = x.to(dev), y.to(dev)
+            opt.zero_grad()
+            loss = nn.functional.cross_entropy(model(x), y)
+            loss.backward()
+            opt.step()
+            loss.item()
+            tw = time.perf_counter()
+        accel.synchronize(dev)
+        times.append(time.perf_counter() - t0)
+        waits.append(wait)
+    model.eval()
+    val = DataLoader(TutorialCifar(ds.x_val, ds.y_val, ds.mean.flatten(), ds.std.flatten(), False), batch_size=500)
+    with torch.no_grad():
+        correct = sum(int((model(x.to(dev)).argmax(1) == y.to(dev)).sum()) for x, y in val)
+    return len(ds.y_train) * (epochs - 1) / sum(times[1:]), correct / len(ds.y_val), sum(waits) / sum(times)
+
+
+def images_main(args: argparse.Namespace) -> None:
+    tmp = Path(tempfile.mkdtemp(prefix="autotune-bench-"))
+    folder = write_cifar_folder(tmp, args.n_images)
+    cfg = config.from_dict({
+        "study": {"seed": 0}, "data": {"name": "cifar10", "path": str(folder)}, "model": IMG_MODEL,
+        "train": {"device": args.device, "epochs": args.image_epochs, "batch_size": IMG_BATCH, "lr": IMG_LR,
+                  "optimizer": "adam"},
+    })
+    dev = accel.resolve_device(cfg.train["device"])
+    aug = {"aug_crop_padding": 4, "aug_flip": True}
+    print(f"device: {accel.device_name(dev)}; torch {torch.__version__}; {args.n_images} synthetic 3x32x32 images "
+          f"(80% train) in CIFAR-10 format; resnet depth 8 width 16; {args.image_epochs} epochs, batch {IMG_BATCH}, "
+          f"Adam {IMG_LR:g}; median of {args.repeats} interleaved rounds")
+    autotune.train(cfg, params={"epochs": 1})  # the dataset read and cached, kernels warm
+    arms = {"(b) autotune.train, crop + flip on the device": aug,
+            "(b') autotune.train, channels_last": {**aug, "channels_last": True},
+            "autotune.train without augmentation": {}}
+    runs: dict[str, list[tuple[float, float, float]]] = {"(a)": [], **{k: [] for k in arms}}
+    for seed in range(args.repeats):
+        runs["(a)"].append(tutorial_loop(cfg, seed, args.image_epochs))
+        for name, settings in arms.items():
+            r = autotune.train(cfg, params=settings, seed=seed)
+            runs[name].append((r.samples_per_s, r.val_accuracy, r.data_wait_fraction))
+    med = {k: tuple(statistics.median(r[i] for r in v) for i in range(3)) for k, v in runs.items()}
+    base = med["(a)"][0]
+    print(f"\n{'arm':<50}{'samples/s':>11}{'vs (a)':>9}{'val acc':>9}{'data wait':>11}")
+    print(f"{'(a) tutorial loop (CPU transforms, 2 workers)':<50}{base:>11,.0f}{1:>8.2f}x{med['(a)'][1]:>9.4f}"
+          f"{med['(a)'][2]:>10.1%}")
+    for name in arms:
+        sps, acc, wait = med[name]
+        print(f"{name:<50}{sps:>11,.0f}{sps / base:>8.2f}x{acc:>9.4f}{wait:>10.1%}")
+    with_aug = med["(b) autotune.train, crop + flip on the device"][0]
+    without = med["autotune.train without augmentation"][0]
+    aug_cost = 1 - with_aug / without
+    print(f"\nwhere the time goes: (a) waits for its DataLoader {med['(a)'][2]:.1%} of the time; in (b) the "
+          f"on-device crop + flip costs {aug_cost:.1%} of samples/s (vs the same run without augmentation)")
+    shutil.rmtree(tmp, ignore_errors=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--device", default="auto")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--synthetic", action="store_true", help="3x32x32 synthetic images (20k) instead of digits")
     ap.add_argument("--no-compile", action="store_true", help="skip the torch.compile arm (slow to compile on CPU)")
+    ap.add_argument("--images", action="store_true", help="the 32x32x3 workload (resnet, CIFAR format, augmentation)")
+    ap.add_argument("--image-epochs", type=int, default=3)
+    ap.add_argument("--n-images", type=int, default=2560)
     args = ap.parse_args()
+    if args.images:
+        images_main(args)
+        return
     cfg = make_cfg(args.device, args.synthetic)
     dev = accel.resolve_device(cfg.train["device"])
     print(f"device: {accel.device_name(dev)}; torch {torch.__version__}; {EPOCHS} epochs, batch {BATCH}, "

@@ -111,3 +111,28 @@ def nan_blobs() -> tuple[np.ndarray, np.ndarray]:
 
 def broken_data() -> tuple[np.ndarray, np.ndarray]:
     raise OSError("cannot open shard 3")
+
+
+def _read_rows(path: str) -> list[str]:
+    with open(path) as f:  # the user's own code fails here
+        return f.readlines()
+
+
+def raising_data(path: str = "no/such/rows.csv") -> tuple[np.ndarray, np.ndarray]:
+    """A data factory whose file is missing: the error names this file's line, not autotune's."""
+    rows = _read_rows(path)
+    return np.zeros((len(rows), 4)), np.zeros(len(rows))
+
+
+def raising_model(input_shape: tuple[int, ...], n_classes: int) -> nn.Module:
+    width = {"small": 16}["large"]  # a user's bug: KeyError
+    return small_net(input_shape, n_classes, width)
+
+
+_LEAKED: list[np.ndarray] = []  # grows on every call: what bench/memory.py must catch
+
+
+def leaky_net(input_shape: tuple[int, ...], n_classes: int) -> nn.Module:
+    """A model factory that leaks 2 MiB per trial (a module-level cache that is never cleared)."""
+    _LEAKED.append(np.ones(2 ** 18, dtype=np.float64))  # ones, not zeros: the pages are touched, so resident
+    return small_net(input_shape, n_classes)

@@ -168,3 +168,22 @@ def test_dashboard_screenshot(tmp_path: Path) -> None:
         screenshot(f"{base}/dashboard/studies/1/trials", tmp_path / "dashboard-trials.png", tmp_path, wait_ms=15000)
     finally:
         dash.stop()
+
+
+def test_dashboard_off_loopback_warns_it_has_no_authentication(tmp_path: Path,
+                                                                capsys: pytest.CaptureFixture[str]) -> None:
+    from autotune.dashboard import exposure_warning
+
+    for host in ("127.0.0.1", "127.0.0.2", "::1", "[::1]", "localhost"):
+        assert exposure_warning(host) is None, host
+    for host in ("0.0.0.0", "::", "192.168.1.20", "my-server.example.org"):
+        assert "no authentication" in str(exposure_warning(host)), host
+    with socket.socket() as busy:  # the warning comes first, before the server even listens
+        busy.bind(("0.0.0.0", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        assert cli.main(["dashboard", "--storage", f"sqlite:///{tmp_path / 'x.db'}", "--host", "0.0.0.0",
+                         "--port", str(port)]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert err[0].startswith("warning: the dashboard has no authentication: anyone who can reach 0.0.0.0")
+    assert err[1].startswith("error: cannot listen on 0.0.0.0:")

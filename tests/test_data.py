@@ -256,3 +256,13 @@ def test_uint8_npz_stays_float_standardized(tmp_path: Path) -> None:
     np.savez(tmp_path / "u.npz", x=rng.integers(0, 256, (40, 1, 4, 4), dtype=np.uint8), y=np.arange(40) % 2)
     ds = load(config.from_dict({"data": {"name": "npz", "path": str(tmp_path / "u.npz")}}).data)
     assert ds.x_train.dtype == torch.float32 and ds.mean is None
+
+
+def test_npz_that_is_text_or_a_single_npy_array(tmp_path: Path) -> None:
+    (tmp_path / "t.npz").write_text("x,y\n1,2\n")
+    with pytest.raises(ConfigError, match=r"data\.path: cannot read .*t\.npz as \.npz: not a NumPy file"):
+        load(config.DataConfig(name="npz", path=str(tmp_path / "t.npz")))
+    with open(tmp_path / "a.npz", "wb") as f:
+        np.save(f, np.zeros(3))
+    with pytest.raises(ConfigError, match=r"a\.npz holds one array \(np\.save\); save x and y with np\.savez"):
+        load(config.DataConfig(name="npz", path=str(tmp_path / "a.npz")))

@@ -33,3 +33,17 @@ def test_model_keys_exported_as_fixed_model_keys(tmp_path: Path) -> None:
     doc = export.best_yaml(cfg, TrialSummary(number=0, state="COMPLETE", params=trial.params, values={}, metrics={}))
     assert doc["model"]["channels"] == settings["model.channels"]
     assert yaml.safe_load(yaml.safe_dump(doc)) == doc
+
+
+def test_user_parameters_exported_fixed(tmp_path: Path) -> None:
+    cfg = config.from_dict({"trainer": "tests.user_fits:fit", "train": {"epochs": 2},
+                            "space": {"user.width": {"type": "categorical", "choices": [8, 64]}}},
+                           source=str(tmp_path / "u.yaml"))
+    trial = optuna.create_study().ask()
+    settings = space.sample(trial, cfg)
+    best = TrialSummary(number=0, state="COMPLETE", params=trial.params, values={"val_accuracy": 0.9},
+                        metrics={}, settings=settings)
+    path = export.export_best(cfg, best, tmp_path / "best.yaml")
+    again = config.load(path)
+    assert again.train["user.width"] == settings["user.width"] and not again.space
+    assert again.trainer == "tests.user_fits:fit"

@@ -23,7 +23,7 @@ def gpu_check() -> ModuleType:
 
 
 @pytest.mark.parametrize("device", ["cuda", "cpu"])
-@pytest.mark.parametrize("kind", ["resnet_small", "cnn"])
+@pytest.mark.parametrize("kind", ["resnet", "cnn"])
 def test_row_configs_build_their_model(gpu_check: ModuleType, device: str, kind: str) -> None:
     sizes = gpu_check.SIZES[device]
     cfg = gpu_check.run_cfg(device, kind, sizes)
@@ -35,8 +35,8 @@ def test_row_configs_build_their_model(gpu_check: ModuleType, device: str, kind:
         assert set(params) <= set(cfg.fixed())  # every row sets known trainer settings
 
 
-def test_resnet_small_is_big_enough_not_to_be_launch_bound(gpu_check: ModuleType) -> None:
-    cfg = gpu_check.run_cfg("cuda", "resnet_small", gpu_check.SIZES["cuda"])
+def test_resnet_is_big_enough_not_to_be_launch_bound(gpu_check: ModuleType) -> None:
+    cfg = gpu_check.run_cfg("cuda", "resnet", gpu_check.SIZES["cuda"])
     assert gpu_check.flops_per_sample(cfg) > 2e9  # > 1 TFLOP of work per 512-image step
 
 

@@ -23,7 +23,7 @@ import pytest
 import yaml
 from optuna.trial import TrialState
 
-from autotune import cli, config, workers
+from autotune import cli, config, orphans, workers
 from autotune import study as study_mod
 from autotune.errors import ConfigError
 
@@ -88,9 +88,9 @@ def wait_mid_trial(study: optuna.Study, epochs: int, timeout: float = 90) -> opt
 
 
 def pid_of(t: optuna.trial.FrozenTrial) -> int:
-    host, _, pid = t.user_attrs[workers.WORKER_ATTR].rpartition(":")
-    assert host == socket.gethostname()
-    return int(pid)
+    owner = orphans.owner_of(t)
+    assert owner is not None and owner.host == socket.gethostname()
+    return owner.pid
 
 
 def assert_exact(study: optuna.Study, n: int) -> list[optuna.trial.FrozenTrial]:
@@ -387,7 +387,7 @@ def _wait_no_running_pids(study: optuna.Study, timeout: float = 30) -> None:
     t0 = time.monotonic()
     while time.monotonic() - t0 < timeout:
         alive = [t for t in study.get_trials(states=(TrialState.RUNNING,))
-                 if workers.WORKER_ATTR in t.user_attrs and workers._pid_alive(pid_of(t))]
+                 if (o := orphans.owner_of(t)) is not None and o.alive()]
         if not alive:
             return
         time.sleep(0.1)
@@ -438,3 +438,84 @@ def test_journal_cannot_see_a_dead_worker_on_another_host_until_fail_stale(tmp_p
     study = load(path)
     assert study.trials[ghost.number].state == TrialState.FAIL
     assert_exact(study, 3)
+
+
+def test_a_worker_stops_after_repeated_identical_failures(tmp_path: Path) -> None:
+    """FAIL trials do not count toward the budget: a worker whose every trial fails the same way must stop
+    (study.max_repeated_errors), not fail trials forever."""
+    from autotune.objective import RepeatedFailure
+
+    cfg = config.from_dict({"study": {"name": "f", "storage": f"journal:///{tmp_path}/f.log", "n_trials": 20,
+                                      "max_repeated_errors": 2},
+                            "trainer": "tests.user_fits:fit_raises", "train": {"epochs": 1}},
+                           source=str(tmp_path / "f.yaml"))
+    study_mod.open_study(cfg)
+    with pytest.raises(RepeatedFailure, match=r"2 trials in a row failed with KeyError: 'depth'"):
+        workers.run_worker(cfg)
+    trials = study_mod.open_study(cfg, create=False).trials
+    assert [t.state.name for t in trials] == ["FAIL", "FAIL"]
+
+
+# ---------------------------------------------------------------- no immortal workers
+
+
+STUCK = """
+import os, signal, sys, threading, time
+from autotune import workers
+workers.EXIT_GRACE_S = 1.0
+signal.signal(signal.SIGTERM, workers._interrupt)
+lock = threading.Lock()
+try:
+    print("ready", flush=True)
+    time.sleep(120)
+except KeyboardInterrupt:  # what code interrupted inside a lock's critical section does next: wait forever
+    lock.acquire()
+    lock.acquire()
+"""
+
+ORPHANED = """
+import multiprocessing as mp, os, signal, sys, time
+from autotune import workers
+
+def child(parent):
+    workers.EXIT_GRACE_S = 1.0
+    signal.signal(signal.SIGTERM, workers._interrupt)  # no parent-death signal: as if it were lost
+    workers._watch_parent(parent)
+    time.sleep(120)
+
+if __name__ == "__main__":
+    p = mp.get_context("spawn").Process(target=child, args=(os.getpid(),))
+    p.start()
+    print(p.pid, flush=True)
+    time.sleep(120)
+"""
+
+
+def test_a_terminated_worker_stuck_on_a_lock_still_ends(tmp_path: Path) -> None:
+    p = subprocess.Popen([sys.executable, "-c", STUCK], env=env(), text=True, stdout=subprocess.PIPE)
+    try:
+        assert p.stdout is not None and p.stdout.readline().strip() == "ready"
+        p.send_signal(signal.SIGTERM)
+        assert p.wait(timeout=60) == 128 + signal.SIGTERM
+    finally:
+        p.kill()
+        p.communicate()
+
+
+def test_a_worker_whose_driver_died_ends_even_without_the_parent_death_signal(tmp_path: Path) -> None:
+    script = tmp_path / "driver.py"
+    script.write_text(ORPHANED)
+    driver = subprocess.Popen([sys.executable, str(script)], env=env(), text=True, stdout=subprocess.PIPE)
+    try:
+        assert driver.stdout is not None
+        child = int(driver.stdout.readline())
+        time.sleep(1.0)  # the child is up and watching
+        driver.send_signal(signal.SIGKILL)
+        driver.wait()
+        deadline = time.monotonic() + 60
+        while orphans.Owner(socket.gethostname(), child, None).alive() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not orphans.Owner(socket.gethostname(), child, None).alive()
+    finally:
+        driver.kill()
+        driver.communicate()
