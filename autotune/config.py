@@ -65,6 +65,14 @@ class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+class WarmStart(_Model):
+    """Start a new study with the best configurations of an earlier one (warm.py)."""
+
+    storage: str = ""  # default: this study's storage
+    study: str
+    top_k: int = Field(5, ge=1)
+
+
 class StudyConfig(_Model):
     name: str = ""
     storage: str = ""
@@ -77,6 +85,7 @@ class StudyConfig(_Model):
     grace_period: int | None = Field(None, ge=1)
     max_repeated_errors: int = Field(3, ge=1)  # this many trials in a row failing the same way stop the run
     strategy: str = "joint"  # joint | probe_then_tune: how the search uses the speed probe (strategy.py)
+    warm_start: WarmStart | None = None
 
     @field_validator("strategy")
     @classmethod

@@ -15,7 +15,7 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from . import __version__, accel, augment, data, models, orphans, pruners, records, results, space, tracking
+from . import __version__, accel, augment, data, models, orphans, pruners, records, results, space, tracking, warm
 from .config import RunConfig, check_fit_signature
 from .errors import AutotuneError, ConfigError, describe_exception, redact
 from .objective import CATCH, Objective, fit_name
@@ -222,6 +222,7 @@ def validate(cfg: RunConfig) -> None:
     """Everything `autotune validate` checks: preflight, the storage and the tracking server."""
     preflight(cfg)
     check_storage(cfg)
+    warm.source(cfg)
     tracking.check(cfg)
 
 
@@ -293,6 +294,7 @@ def open_study(cfg: RunConfig, fresh: bool = False, create: bool = True,
     elif not create:
         raise ConfigError(_file(cfg), "study.name", f"no study {name!r} in {redact(cfg.study.storage)}; known: "
                                                     f"{', '.join(sorted(existing)) or 'none'}")
+    earlier = warm.source(cfg) if name not in existing else None  # checked before anything is written
     study = optuna.create_study(
         study_name=name, storage=storage, sampler=make_sampler(cfg), pruner=pruners.optuna_pruner(cfg),
         directions=cfg.directions, load_if_exists=True,
@@ -309,6 +311,9 @@ def open_study(cfg: RunConfig, fresh: bool = False, create: bool = True,
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
             study.set_metric_names([o.metric for o in cfg.objectives])  # optuna-dashboard labels axes with them
         study.set_user_attr("torch_threads", torch.get_num_threads())
+        if earlier is not None:  # a new study starts from the earlier one's best configurations
+            for line in warm.enqueue(study, cfg, earlier):
+                print(f"note: {line}", file=sys.stderr, flush=True)
     return study
 
 
@@ -317,6 +322,8 @@ def stored_config(cfg: RunConfig) -> dict[str, Any]:
     anyone who can read the study reads it; workers get the real URL from --storage."""
     raw = cfg.to_dict()
     raw["study"]["storage"] = redact(raw["study"]["storage"])
+    if raw["study"].get("warm_start"):
+        raw["study"]["warm_start"]["storage"] = redact(raw["study"]["warm_start"]["storage"])
     return raw
 
 
