@@ -31,6 +31,7 @@ from .throughput import Measurement, ProbeDone, ProbeWindow
 
 # The searched settings a speed table spans: the throughput settings but the device (one per study).
 ACCELERATION = tuple(k for k in probe.THROUGHPUT if k != "device")
+PROBE_WARMUP, PROBE_STEPS = 2, 4  # a probe of its own: shorter than a trial's window (each one costs its steps)
 PROBE_SECONDS = 120.0  # one probe running longer than this (hung, or far too slow) is reported, not waited for
 # what a probe holds fixed whatever the study says: all the data (more steps per epoch), no early stop, no compression
 PROBE_FIXED = {"data_fraction": 1.0, "epochs": 1_000_000, "early_stopping_patience": 0, "prune_method": "none",
@@ -91,7 +92,7 @@ def measure(cfg: RunConfig, combo: dict[str, Any], fit: trainer.Fit | None = Non
             seconds: float = PROBE_SECONDS) -> Row:
     """Probe one combination: the study's training function, ended after warm-up and the timed steps."""
     values = {**space.fixed_point(cfg, combo), **PROBE_FIXED}
-    window = ProbeWindow(end_run=True)
+    window = ProbeWindow(end_run=True, warmup=PROBE_WARMUP, steps=PROBE_STEPS)
     job = objective.job_for(cfg, values, cfg.study.seed or 0, measure_inference=False, fit=fit, study_rules=False,
                             probe=window)
     job = dataclasses.replace(job, limits=Limits(hang_seconds=seconds))

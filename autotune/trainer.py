@@ -119,8 +119,11 @@ class BuiltinFit:
             channels_last = bool(s["channels_last"]) and len(ds.input_shape) == 3
             teacher = compress.load_teacher(job.distill, job.model, ds.input_shape, ds.n_outputs, ctx.device,
                                             job.source, channels_last)
-        self.batches = ctx.loader((ds.x_train, ds.y_train))  # uint8 images stay uint8 on the device
-        self.val = (ds.x_val.to(ctx.device), ds.y_val.to(ctx.device))
+        x_train, y_train, x_val, y_val = ds.on(ctx.device)  # copied to the device once per process
+        if not s["data_on_device"]:  # a DataLoader batches host tensors (its workers cannot take device ones)
+            x_train, y_train = ds.x_train, ds.y_train
+        self.batches = ctx.loader((x_train, y_train))  # uint8 images stay uint8 on the device
+        self.val = (x_val, y_val)
         gen = augment.generator(ctx.device, ctx.seed) if augment.enabled(s) else None
 
         def inputs(xb: torch.Tensor) -> torch.Tensor:
