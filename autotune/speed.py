@@ -103,8 +103,11 @@ def measure(cfg: RunConfig, combo: dict[str, Any], fit: trainer.Fit | None = Non
         row.error = "the run ended before its steps were timed (too little data for the warm-up and timed steps)"
     except ProbeDone as done:
         row.measurement = done.measurement
-    except TrialStopped as e:  # unsupported here, or over the time limit
-        row.error = e.detail or str(e)
+    except TrialStopped as e:  # unsupported here, or over its time
+        if e.reason == "slow":
+            row.skipped = f"not measured: still running after {seconds:.3g} s (the time budget)"
+        else:
+            row.error = e.detail or str(e)
     except AutotuneError:
         raise  # the configuration itself is wrong (a ConfigError): no row can run
     except Exception as e:  # what the combination raises here: the row says it

@@ -65,9 +65,10 @@ def make_plan(cfg: RunConfig, rows: list[speed.Row]) -> dict[str, Any]:
         if r.measurement is None:
             dropped.append({"combination": r.combination, "why": r.error or r.skipped or "not measured"})
             continue
-        better = next((o for o in ok if o is not r and _shape(o.combination) == _shape(r.combination)
-                       and _at_least_as_exact(o.combination, r.combination)
-                       and o.samples_per_s > r.samples_per_s * (1 + TOLERANCE)), None)
+        better = max((o for o in ok if o is not r and _shape(o.combination) == _shape(r.combination)
+                      and _at_least_as_exact(o.combination, r.combination)
+                      and o.samples_per_s > r.samples_per_s * (1 + TOLERANCE)),
+                     key=lambda o: o.samples_per_s, default=None)
         if better is not None:
             dropped.append({"combination": r.combination, "why": f"{r.samples_per_s:,.0f} samples/s; "
                             f"{probe.describe(better.combination)} computes at least as exactly at "
