@@ -129,6 +129,28 @@ def clock(dev: torch.device) -> float:
     return time.perf_counter()
 
 
+def seed_all(seed: int) -> None:
+    """torch.manual_seed, without its cost on a machine with no GPU: there torch queues a lazy CUDA (and XPU,
+    MTIA) seeding call carrying a formatted stack trace on every call (about 1 ms, and kept in a list that
+    grows by one entry per trial until CUDA starts, which it never does). The CPU generator is all there is."""
+    mps = getattr(torch.backends, "mps", None)
+    if torch.cuda.is_available() or (mps is not None and mps.is_available()):
+        torch.manual_seed(seed)
+    else:
+        torch.default_generator.manual_seed(seed)
+
+
+def freeze_survivors() -> None:
+    """Before a trial: whatever is alive now (modules the last trials imported, data and study caches) lives on;
+    collect once, then move it out of the collector's sight (gc.freeze), so the collection after the trial
+    (`release_memory`) scans only what the trial made: 100-160 ms per trial on a 2-core machine otherwise,
+    mostly spent re-scanning the ~120,000 objects the first trial's imports left."""
+    import gc
+
+    gc.collect()
+    gc.freeze()
+
+
 def release_memory() -> None:
     """Free what a finished trial held, so the next one starts from an empty allocator."""
     import gc

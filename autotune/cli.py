@@ -280,6 +280,49 @@ def _args_profile(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", default="studies", help="folder for the trace (default studies/)")
 
 
+# ---------------------------------------------------------------- speed
+
+
+def _cmd_speed(args: argparse.Namespace) -> int:
+    from . import speed
+    from .objective import load_fit
+    from .study import preflight
+
+    cfg = _load(args)
+    preflight(cfg)  # device, data, model: a mistake is one line before any probe runs
+    if args.threads:
+        import torch
+
+        torch.set_num_threads(args.threads)
+    combos = speed.combinations(cfg)
+    print(speed.header(cfg, len(combos)), flush=True)
+    compiled = sum(1 for c in combos if c.get("compile"))
+    if compiled:
+        how = "left out (--no-compile)" if args.no_compile else \
+            f"probed last, while the --budget of {args.budget:g} s lasts (compiling takes 15-60 s each on a CPU)"
+        print(f"note: {compiled} combination(s) with compile: true are {how}", flush=True)
+    done = [0]
+
+    def progress(row: Any) -> None:
+        done[0] += 1
+        what = f"{row.samples_per_s:,.0f} samples/s" if row.measurement else (row.error or row.skipped or "")
+        print(f"  [{done[0]}/{len(combos)}] {', '.join(f'{k} {v}' for k, v in row.combination.items())}: "
+              f"{what[:120]} ({row.seconds:.1f}s)", file=sys.stderr, flush=True)
+
+    rows = speed.run(cfg, load_fit(cfg), include_compile=not args.no_compile, budget_s=args.budget, on_row=progress)
+    print(speed.table(rows))
+    return 0
+
+
+@command("speed", "measure samples/s of every combination of the acceleration settings a YAML file searches")
+def _args_speed(p: argparse.ArgumentParser) -> None:
+    p.add_argument("file", help="YAML run file: its model, data (or trainer) and searched acceleration settings")
+    p.add_argument("--no-compile", action="store_true", help="leave out combinations with compile: true")
+    p.add_argument("--budget", type=float, default=120.0, help="seconds for the whole table (default 120); "
+                                                              "combinations not probed by then are listed as such")
+    p.add_argument("--threads", type=int, help="torch CPU threads (default: torch's)")
+
+
 # ---------------------------------------------------------------- report / dashboard
 
 

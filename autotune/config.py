@@ -24,6 +24,7 @@ from .errors import ConfigError, describe_exception, one_of, suggest
 from .settings import SETTINGS
 
 SAMPLERS = ("tpe", "random", "gp", "cmaes", "nsga2", "qmc", "grid")
+STRATEGIES = ("joint", "probe_then_tune")  # study.strategy (strategy.py)
 SINGLE_PRUNERS = ("none", "median", "percentile", "successive_halving", "hyperband", "threshold", "wilcoxon")
 MULTI_PRUNERS = ("pareto", "pareto_asha")
 PRUNERS = ("auto", *SINGLE_PRUNERS, *MULTI_PRUNERS)
@@ -64,6 +65,14 @@ class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+class WarmStart(_Model):
+    """Start a new study with the best configurations of an earlier one (warm.py)."""
+
+    storage: str = ""  # default: this study's storage
+    study: str
+    top_k: int = Field(5, ge=1)
+
+
 class StudyConfig(_Model):
     name: str = ""
     storage: str = ""
@@ -75,6 +84,15 @@ class StudyConfig(_Model):
     heartbeat_interval: int | None = Field(None, ge=1)
     grace_period: int | None = Field(None, ge=1)
     max_repeated_errors: int = Field(3, ge=1)  # this many trials in a row failing the same way stop the run
+    strategy: str = "joint"  # joint | probe_then_tune: how the search uses the speed probe (strategy.py)
+    warm_start: WarmStart | None = None
+
+    @field_validator("strategy")
+    @classmethod
+    def _strategy(cls, v: str) -> str:
+        if v not in STRATEGIES:
+            raise ValueError(f"unknown strategy {v!r}{suggest(v, STRATEGIES)}; {one_of(STRATEGIES)}")
+        return v
 
     @field_validator("sampler")
     @classmethod

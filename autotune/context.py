@@ -37,6 +37,7 @@ from . import accel
 from .distributed import Group, ShardedBatches
 from .errors import STOP_REASONS, AutotuneError, TrialStopped
 from .stops import Limits, check_divergence, check_slow
+from .throughput import ProbeWindow
 
 FINITE_CHECK_EVERY = 64  # steps between the only in-epoch host syncs: a non-finite loss stops the trial early
 CUDA_GRAPH_MODES = ("reduce-overhead", "max-autotune")
@@ -319,7 +320,8 @@ class TrialContext:
                  seed: int = 0, limits: Limits | None = None, on_record: OnEpoch | None = None,
                  on_epoch: OnEpoch | None = None, metrics: Iterable[str] | None = None,
                  early_stopping_on: Sequence[tuple[str, str]] = (("val_loss", "minimize"),),
-                 chance_loss: float = math.inf, config: Any = None, group: Group | None = None) -> None:
+                 chance_loss: float = math.inf, config: Any = None, group: Group | None = None,
+                 probe: ProbeWindow | None = None) -> None:
         self.settings: Mapping[str, Any] = MappingProxyType(dict(settings))
         self.group = group
         self.rank = group.rank if group is not None else 0
@@ -372,6 +374,9 @@ class TrialContext:
         self._train_time_s = 0.0
         self._best_es = math.inf
         self._since_best = 0
+        # the speed probe's window (throughput.py): told of epochs and steps, may stop the run. One process's
+        # view: a trial on several devices is not probed (a stop on rank 0 alone would strand the others)
+        self._probe = probe if self.world_size == 1 else None
 
     # ------------------------------------------------------------ what the trial searched
 
@@ -583,6 +588,8 @@ class TrialContext:
         self._loss_sum = None
         self._loss_n = 0
         self._t0 = self._clock_all()
+        if self._probe is not None:
+            self._probe.epoch_start(self.device, self._t0)
 
     # ------------------------------------------------------------ a step
 
@@ -616,6 +623,12 @@ class TrialContext:
             self._first_step = (self._first_step[0], accel.clock(self.device))  # compile happened in this step
         if self._steps % FINITE_CHECK_EVERY == 0:
             self._check_steps()
+        if self._probe is not None and not self._probe.done:
+            try:
+                self._probe.after_step(self.device, self._batch_n, self._train_loader_len,
+                                       float(self.settings["data_fraction"]))
+            except TrialStopped as e:
+                raise self._stopped(e) from None
 
     def _check_steps(self) -> None:
         """Every FINITE_CHECK_EVERY steps: a non-finite loss (and, on several devices, the hang limit: every
@@ -680,6 +693,11 @@ class TrialContext:
             raise ContextMisuse(f"ctx.report called twice in epoch {self.epoch}: report every metric in one call")
         values = self._check_metrics(metrics)
         end = self._train_end if self._train_end is not None else self._clock_all()
+        if self._probe is not None:
+            try:
+                self._probe.epoch_end(end)
+            except TrialStopped as e:
+                raise self._stopped(e) from None
         epoch_time_s = max(0.0, end - self._t0)
         if self.epoch == 1 and self._first_step is not None and not math.isnan(self._first_step[1]):
             first = self._first_step[1] - self._first_step[0]

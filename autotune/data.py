@@ -62,7 +62,7 @@ class Dataset:
     y_mean: torch.Tensor | None = None  # regression: training-split mean of each target, (T,)
     y_std: torch.Tensor | None = None  # regression: training-split std of each target, (T,)
     classes: tuple[str, ...] = ()  # class names where the data has them (folder names, CIFAR's meta)
-    _on_device: dict[str, tuple[torch.Tensor, torch.Tensor]] = field(default_factory=dict, repr=False,
+    _on_device: dict[str, tuple[torch.Tensor, ...]] = field(default_factory=dict, repr=False,
                                                                       compare=False)
 
     @property
@@ -90,6 +90,17 @@ class Dataset:
             self._on_device[key] = ((1.0 / (255.0 * self.std)).to(xb.device), (self.mean / self.std).to(xb.device))
         scale, shift = self._on_device[key]
         return xb.float().mul_(scale).sub_(shift)
+
+    def on(self, dev: torch.device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(x_train, y_train, x_val, y_val) on `dev`, copied there once per process: every trial of a study
+        trains on the same data, so the host-to-device copy is not paid again by each (CPU: the tensors)."""
+        if dev.type == "cpu":
+            return self.x_train, self.y_train, self.x_val, self.y_val
+        key = f"data:{dev}"
+        if key not in self._on_device:
+            self._on_device[key] = tuple(t.to(dev) for t in (self.x_train, self.y_train, self.x_val, self.y_val))
+        x, y, xv, yv = self._on_device[key]
+        return x, y, xv, yv
 
     def targets_in_units(self, y: torch.Tensor) -> torch.Tensor:
         """Regression targets (or predictions) in the data's original units."""

@@ -14,7 +14,7 @@ from typing import Any
 import optuna
 from optuna.trial import TrialState
 
-from . import accel, pruners, space, trainer
+from . import accel, probe, pruners, records, space, strategy, trainer
 from .config import REPORTED_METRICS, RunConfig, load_factory
 from .context import CLOCK_METRICS, ContextMisuse, EpochRecord, TrainResult
 from .errors import AutotuneError, ConfigError, TrialStopped, describe_exception, user_where
@@ -73,7 +73,7 @@ def fit_name(cfg: RunConfig, fit: trainer.Fit | None) -> str:
 
 
 def job_for(cfg: RunConfig, values: dict[str, Any], seed: int, measure_inference: bool | None = None,
-            fit: trainer.Fit | None = None, study_rules: bool = True) -> trainer.TrainJob:
+            fit: trainer.Fit | None = None, study_rules: bool = True, probe: Any = None) -> trainer.TrainJob:
     """The trainer's job for these settings (and user parameters). Inference metrics (size, latency) cost a
     few timed forward passes per trial, so a study measures them only when an objective or constraint uses
     them. `study_rules`: the `pruning:` limits (divergence, slow, hang) apply, as they do in a study."""
@@ -91,7 +91,7 @@ def job_for(cfg: RunConfig, values: dict[str, Any], seed: int, measure_inference
         settings=settings, data=cfg.data, model=cfg.model, task=cfg.task, seed=seed, source=cfg.source, limits=limits,
         distill=cfg.distill, measure_inference=measure_inference, fit=fit, user_params=user,
         metrics=frozenset({*REPORTED_METRICS, *(o.metric for o in cfg.objectives), *cfg.metrics}),
-        early_stopping_on=watched, config=cfg)
+        early_stopping_on=watched, config=cfg, probe=probe)
 
 
 class FailureStreak:
@@ -99,14 +99,18 @@ class FailureStreak:
 
     def __init__(self, limit: int) -> None:
         self.limit = limit
-        self.signature: tuple[str, str, str] | None = None
+        self.signature: str | None = None
         self.count = 0
 
     def failed(self, exc: BaseException) -> bool:
         """Record a failure; True once `limit` trials in a row failed this same way."""
-        sig = (type(exc).__name__, user_where(exc), str(exc).strip().splitlines()[0] if str(exc).strip() else "")
-        self.count = self.count + 1 if sig == self.signature else 1
-        self.signature = sig
+        return self.saw(describe_exception(exc, limit=300))
+
+    def saw(self, error: str) -> bool:
+        """Record a failure by its one line (`describe_exception`): a trial stopped because its combination
+        failed before (the speed probe) repeats that error without running it."""
+        self.count = self.count + 1 if error == self.signature else 1
+        self.signature = error
         return self.count >= self.limit
 
     def reset(self) -> None:
@@ -131,10 +135,21 @@ class Objective:
         quality = [o for o in cfg.objectives if o.metric not in CLOCK_METRICS and o.metric not in FINAL_ONLY]
         self.quality = (quality[0].metric, str(quality[0].direction)) if quality else ("val_accuracy", "maximize")
         self.streak = FailureStreak(cfg.study.max_repeated_errors)
+        self.gate = probe.Gate(cfg)  # the speed probe: what the study knows of each throughput combination
+        self.search = strategy.Search(cfg, self.fit)  # study.strategy: the space joint, or narrowed by probes
 
     def __call__(self, trial: optuna.Trial) -> float | list[float]:
+        # The trial's user attrs are written once, when it ends, whichever way it ends (records.py).
+        buffered = records.BufferedTrial(trial)
+        try:
+            return self._run(buffered)  # type: ignore[arg-type]
+        finally:
+            buffered.flush()
+
+    def _run(self, trial: optuna.Trial) -> float | list[float]:
         cfg = self.cfg
-        values = space.sample(trial, cfg)
+        accel.freeze_survivors()
+        values = self.search.sample(trial)
         seed = (cfg.study.seed or 0) * 100_003 + trial.number
         trial.set_user_attr("seed", seed)
         trial.set_user_attr("settings", values)
@@ -144,6 +159,15 @@ class Objective:
         why = accel.precision_error(str(dev), values["precision"])
         if why is not None:
             self._stop(trial, "unsupported", 0, f"precision {values['precision']} on {dev}: {why}")
+        try:
+            self.search.check(values)  # probe_then_tune dropped this combination
+            self.gate.check(trial, values)  # known to fail here, or too slow: stopped before it trains
+        except TrialStopped as e:
+            known = self.gate.known_error(trial, values) if e.reason == "unsupported" else None
+            if known is not None and self.streak.saw(known):
+                self._record_failure_text(trial, known, 0)
+                raise self._repeated(known) from None
+            self._stop(trial, e.reason, e.epoch, e.detail)
         try:
             result = self._train(trial, values, seed)
         finally:
@@ -207,15 +231,20 @@ class Objective:
             d = rec.as_dict()
             history.append(d)
             epoch_values.append([float(d[m]) if m in d else math.nan for m in self.epoch_metrics])
-            trial.set_user_attr("history", history)
+            trial.set_user_attr("history", history)  # buffered: written once, when the trial ends
             trial.set_user_attr(EPOCH_VALUES, epoch_values)
 
         def on_epoch(rec: EpochRecord) -> None:
             self._study_rules(trial, rec, history, epoch_values, int(values["epochs"]))
 
+        # an unknown combination: its first steps are timed (in this process: a trial on several devices is
+        # measured by its whole run instead, in Gate.finished)
+        window = self.gate.window(trial, values) if int(values.get("devices", 1)) == 1 else None
         try:
-            job = job_for(self.cfg, values, seed, fit=self.fit)
-            return trainer.train(job, on_epoch=on_epoch, on_record=on_record, keep_model=False)
+            job = job_for(self.cfg, values, seed, fit=self.fit, probe=window)
+            result = trainer.train(job, on_epoch=on_epoch, on_record=on_record, keep_model=False)
+            self.gate.finished(trial, values, window, result)
+            return result
         except TrialStopped as e:
             stop = TrialStopped(e.reason, e.epoch, e.detail)  # a fresh one: no traceback, no frames
         except ConfigError:
@@ -226,6 +255,7 @@ class Objective:
             else:
                 failure = _without_frames(e)
                 fatal = accel.is_fatal_device_error(e)
+                self.gate.failed(trial, values, window, failure)
         if stop is not None:
             accel.release_memory()
             self._stop(trial, stop.reason, stop.epoch, stop.detail)
@@ -274,19 +304,24 @@ class Objective:
                 raise TrialStopped("dominated", step, f"dominated at epoch {step} by trial {by.number}")
 
     @staticmethod
-    def _record_failure(trial: optuna.Trial, exc: BaseException, epoch: int) -> str:
-        text = describe_exception(exc, limit=500)
+    def _record_failure_text(trial: optuna.Trial, text: str, epoch: int) -> str:
         trial.set_user_attr("stop_reason", "error")
         trial.set_user_attr("stop_epoch", epoch)
         trial.set_user_attr("error", text)
         return text
 
+    def _record_failure(self, trial: optuna.Trial, exc: BaseException, epoch: int) -> str:
+        return self._record_failure_text(trial, describe_exception(exc, limit=500), epoch)
+
+    def _repeated(self, text: str) -> RepeatedFailure:
+        return RepeatedFailure(f"{self.name}: {self.streak.count} trials in a row failed with {text}; stopped the "
+                               "run (finished trials are kept)")
+
     def _fail(self, trial: optuna.Trial, exc: BaseException, epoch: int) -> None:
         """The trial ends FAIL with the error's one line stored; a repeated error stops the run."""
         text = self._record_failure(trial, exc, epoch)
         if self.streak.failed(exc):
-            raise RepeatedFailure(f"{self.name}: {self.streak.count} trials in a row failed with {text}; stopped the "
-                                  "run (finished trials are kept)")
+            raise self._repeated(text)
         raise TrialFailed(text)
 
     @staticmethod

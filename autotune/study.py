@@ -15,7 +15,21 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from . import __version__, accel, augment, data, distributed, models, orphans, pruners, results, space, tracking
+from . import (
+    __version__,
+    accel,
+    augment,
+    data,
+    distributed,
+    models,
+    orphans,
+    pruners,
+    records,
+    results,
+    space,
+    tracking,
+    warm,
+)
 from .config import RunConfig, check_fit_signature
 from .errors import AutotuneError, ConfigError, describe_exception, redact
 from .objective import CATCH, Objective, fit_name
@@ -118,6 +132,7 @@ def make_storage(cfg: RunConfig) -> optuna.storages.BaseStorage:
             storage = orphans.RDBStorage(url, engine_kwargs=engine, **kwargs)
         if url.startswith("sqlite:///"):
             _sqlite_wal(storage)
+        records.attach(storage)  # a trial's user attrs are written in the transaction that ends it
         return storage
     except Exception as e:  # sqlalchemy's errors differ by driver
         msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
@@ -222,6 +237,7 @@ def validate(cfg: RunConfig) -> None:
     """Everything `autotune validate` checks: preflight, the storage and the tracking server."""
     preflight(cfg)
     check_storage(cfg)
+    warm.source(cfg)
     tracking.check(cfg)
 
 
@@ -293,6 +309,7 @@ def open_study(cfg: RunConfig, fresh: bool = False, create: bool = True,
     elif not create:
         raise ConfigError(_file(cfg), "study.name", f"no study {name!r} in {redact(cfg.study.storage)}; known: "
                                                     f"{', '.join(sorted(existing)) or 'none'}")
+    earlier = warm.source(cfg) if name not in existing else None  # checked before anything is written
     study = optuna.create_study(
         study_name=name, storage=storage, sampler=make_sampler(cfg), pruner=pruners.optuna_pruner(cfg),
         directions=cfg.directions, load_if_exists=True,
@@ -309,6 +326,9 @@ def open_study(cfg: RunConfig, fresh: bool = False, create: bool = True,
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
             study.set_metric_names([o.metric for o in cfg.objectives])  # optuna-dashboard labels axes with them
         study.set_user_attr("torch_threads", torch.get_num_threads())
+        if earlier is not None:  # a new study starts from the earlier one's best configurations
+            for line in warm.enqueue(study, cfg, earlier):
+                print(f"note: {line}", file=sys.stderr, flush=True)
     return study
 
 
@@ -317,6 +337,8 @@ def stored_config(cfg: RunConfig) -> dict[str, Any]:
     anyone who can read the study reads it; workers get the real URL from --storage."""
     raw = cfg.to_dict()
     raw["study"]["storage"] = redact(raw["study"]["storage"])
+    if raw["study"].get("warm_start"):
+        raw["study"]["warm_start"]["storage"] = redact(raw["study"]["warm_start"]["storage"])
     return raw
 
 
@@ -387,6 +409,30 @@ def n_finished(study: optuna.Study) -> int:
 TrialCallback = Callable[[optuna.Study, FrozenTrial], None]
 
 
+class FinishedBudget:
+    """Stop the study once it holds `n_trials` finished trials (Optuna's MaxTrialsCallback, without reading
+    every trial back from the storage after each one): this process counts the trials it finishes, and reads
+    the study's own count again every `refresh_s` seconds, when other processes may have added some."""
+
+    def __init__(self, n_trials: int, study: optuna.Study, refresh_s: float = 10.0) -> None:
+        import time
+
+        self.n_trials = n_trials
+        self.refresh_s = refresh_s
+        self._clock = time.monotonic
+        self.finished = n_finished(study)
+        self._read_at = self._clock()
+
+    def __call__(self, study: optuna.Study, trial: FrozenTrial) -> None:
+        if trial.state in FINISHED:
+            self.finished += 1
+        if self.finished < self.n_trials and self._clock() - self._read_at > self.refresh_s:
+            self.finished = n_finished(study)
+            self._read_at = self._clock()
+        if self.finished >= self.n_trials:
+            study.stop()
+
+
 def run(cfg: RunConfig, fresh: bool = False, callbacks: list[TrialCallback] | None = None,
         on_start: Callable[[optuna.Study, int], None] | None = None, fit: Fit | None = None,
         on_note: Callable[[str], None] | None = None) -> TuneResult:
@@ -421,7 +467,7 @@ def run(cfg: RunConfig, fresh: bool = False, callbacks: list[TrialCallback] | No
             if tracker is not None:
                 cbs.append(tracker)
             if cfg.study.n_trials is not None:
-                cbs.append(optuna.study.MaxTrialsCallback(cfg.study.n_trials, states=FINISHED))
+                cbs.append(FinishedBudget(cfg.study.n_trials, study))
             study.optimize(Objective(cfg, fit), n_trials=todo, timeout=cfg.study.timeout, callbacks=cbs,
                            catch=CATCH, gc_after_trial=False)  # the objective releases memory itself
         status = "FINISHED"

@@ -48,6 +48,7 @@ class TrainJob:
     metrics: frozenset[str] | None = None  # what ctx.report may take (None: anything)
     early_stopping_on: tuple[tuple[str, str], ...] = (("val_loss", "minimize"),)
     config: Any = None  # the RunConfig, for user functions that want it (ctx.config)
+    probe: Any = None  # a throughput.ProbeWindow timing the first steps (the speed probe), or None
 
 
 def train(job: TrainJob, on_epoch: OnEpoch | None = None, on_record: OnEpoch | None = None, keep_model: bool = True,
@@ -86,10 +87,10 @@ def train_here(job: TrainJob, group: distributed.Group | None = None, on_epoch: 
     builtin = BuiltinFit(job) if job.fit is None else None
     fit: Fit = builtin if builtin is not None else job.fit  # type: ignore[assignment]
     with context.session(s):
-        torch.manual_seed(job.seed)
+        accel.seed_all(job.seed)
         ctx = TrialContext(s, user_params=job.user_params, seed=job.seed, limits=job.limits, on_record=on_record,
                            on_epoch=on_epoch, metrics=job.metrics, early_stopping_on=job.early_stopping_on,
-                           config=job.config, group=group)
+                           config=job.config, group=group, probe=job.probe)
         result = context.run(fit, ctx)
         if builtin is not None and ctx.rank == 0:
             builtin.after_fit(ctx, result)
@@ -164,8 +165,11 @@ class BuiltinFit:
             channels_last = bool(s["channels_last"]) and len(ds.input_shape) == 3
             teacher = compress.load_teacher(job.distill, job.model, ds.input_shape, ds.n_outputs, ctx.device,
                                             job.source, channels_last)
-        self.batches = ctx.loader((ds.x_train, ds.y_train))  # uint8 images stay uint8 on the device
-        self.val = (ds.x_val.to(ctx.device), ds.y_val.to(ctx.device))
+        x_train, y_train, x_val, y_val = ds.on(ctx.device)  # copied to the device once per process
+        if not s["data_on_device"]:  # a DataLoader batches host tensors (its workers cannot take device ones)
+            x_train, y_train = ds.x_train, ds.y_train
+        self.batches = ctx.loader((x_train, y_train))  # uint8 images stay uint8 on the device
+        self.val = (x_val, y_val)
         # each rank draws its own augmentations (its data differs too); one device keeps the trial's seed
         gen = augment.generator(ctx.device, ctx.seed + 1_000_003 * ctx.rank) if augment.enabled(s) else None
 

@@ -4,12 +4,12 @@
    processes (`autotune run --workers N`: spawned processes, threads = cores // N each) on a journal
    file; the ratio to the 1-worker run is the speed-up. Wall time includes process start-up; the
    steady rate counts from the first trial's start to the last one's end.
-2. Overhead: seconds per trial that autotune + Optuna + the storage add, with a trivial objective that
-   makes the same storage calls the real one does (sampling every searched setting, the settings /
-   seed / device user attrs, history and epoch_values after every epoch, the final metrics) through
-   the same worker loop (budget check, claim, worker stamp). Per storage (in-memory as the baseline,
-   SQLite, journal, PostgreSQL when AUTOTUNE_TEST_POSTGRES is set) at the 100th and the 1000th
-   trial, as a fraction of a 1-second trial.
+2. Overhead: milliseconds per trial of autotune's own loop (the worker loop with its budget check and
+   claim, the real objective: sampling, the trial context, stop rules, user attrs) around a training
+   function that trains nothing, against plain Optuna ask/tell (the same suggest calls, then tell) with
+   the same sampler on the same storage, 50 trials of each in turn. Per storage (in-memory, SQLite,
+   journal, PostgreSQL when AUTOTUNE_TEST_POSTGRES is set) at the 100th and the 1000th trial, and the
+   storage's part alone (minus in-memory), as a ratio and as a share of a 1-second trial.
 
     python bench/scaling.py                      # both parts
     python bench/scaling.py --part overhead --trials 1000 --sampler tpe
@@ -96,81 +96,112 @@ def throughput(n_trials: int, tmp: Path) -> None:
 # ---------------------------------------------------------------- 2. overhead
 
 
-class Trivial:
-    """The real objective's storage traffic, without the training."""
+def trivial_fit(ctx: Any) -> None:
+    """No training at all: the context's epochs and one report each. What a trial then costs is autotune's own
+    per-trial work (sampling, the context, the stop rules, the user attrs, the worker loop) and the storage's."""
+    import torch
 
-    def __init__(self, cfg: config.RunConfig, epochs: int = 5) -> None:
-        self.cfg = cfg
-        self.epochs = epochs
-
-    def __call__(self, trial: optuna.Trial) -> list[float]:
-        settings = space.sample(trial, self.cfg)
-        trial.set_user_attr("seed", trial.number)
-        trial.set_user_attr("settings", settings)
-        trial.set_user_attr("device", "cpu")
-        trial.set_user_attr("precision", settings["precision"])
-        history: list[dict[str, Any]] = []
-        values: list[list[float]] = []
-        for e in range(1, self.epochs + 1):
-            acc = 0.5 + 0.4 * e / self.epochs - 0.1 * abs(settings["lr"] - 0.01)
-            history.append({"epoch": e, "train_loss": 1 / e, "val_loss": 1.1 / e, "val_accuracy": acc,
-                            "epoch_time_s": 0.2, "train_time_s": 0.2 * e, "samples_per_s": 7000.0,
-                            "data_wait_fraction": 0.01, "lr": settings["lr"]})
-            values.append([acc, 0.2 * e])
-            trial.set_user_attr("history", history)
-            trial.set_user_attr("epoch_values", values)
-        for key, value in {"val_accuracy": acc, "val_loss": 0.3, "train_time_s": 0.2 * self.epochs,
-                           "samples_per_s": 7000.0, "compile_time_s": 0.0, "data_wait_fraction": 0.01}.items():
-            trial.set_user_attr(key, value)
-        trial.set_user_attr("epochs_run", self.epochs)
-        return [acc, 0.2 * self.epochs]
+    ctx.prepare(torch.nn.Linear(1, 1))
+    lr = float(ctx.params["lr"])
+    for epoch in ctx.epochs():
+        ctx.report(val_accuracy=0.5 + 0.4 * epoch / ctx.epochs_total - 0.1 * abs(lr - 0.01), val_loss=1.1 / epoch)
 
 
-def overhead(n_trials: int, sampler: str, tmp: Path) -> None:
-    print(f"\n2. Overhead per trial of autotune + Optuna ({sampler} sampler, 2 objectives, {len(SPACE)} searched "
-          f"settings) + storage, trivial objective with the real storage calls, one worker")
-    storages: list[tuple[str, str]] = [("in-memory", ""), ("sqlite", f"sqlite:///{tmp}/o.db"),
-                                       ("journal", f"journal:///{tmp}/o.log")]
+def overhead(n_trials: int, sampler: str, tmp: Path, chunk: int = 50) -> None:
+    print(f"\n2. Overhead per trial ({sampler} sampler, 2 objectives, {len(SPACE)} searched settings, 5 epochs), one "
+          f"process: autotune (its worker loop and objective, a training function that trains nothing) against "
+          f"plain Optuna ask/tell (the same suggest calls, then tell) with the same sampler on the same storage; "
+          f"{chunk} trials of each in turn, {n_trials} each")
+    # SQLite takes one process (several workers are refused), so its loop is `autotune run`'s; journal and
+    # PostgreSQL are what several workers share, so theirs is the worker loop as well.
+    storages: list[tuple[str, str, str]] = [("in-memory", "", "run"), ("sqlite", f"sqlite:///{tmp}/o.db", "run"),
+                                            ("journal", f"journal:///{tmp}/o.log", "run"),
+                                            ("journal", f"journal:///{tmp}/w.log", "worker")]
     pg = os.environ.get("AUTOTUNE_TEST_POSTGRES")
     pg_db = None
     if pg:
         pg_db, url = _pg_database(pg)
-        storages.append(("postgresql", url))
+        storages += [("postgresql", url, "run"), ("postgresql", url, "worker")]
     else:
         print("  (PostgreSQL skipped: set AUTOTUNE_TEST_POSTGRES, e.g. from `bash .ci/start_postgres.sh`)")
     marks = sorted({m for m in (100, 1000) if m <= n_trials} | {n_trials})
-    results: dict[str, dict[int, float]] = {}
+    rows: dict[str, dict[str, list[float]]] = {}
     try:
-        for label, url in storages:
-            per = _overhead_one(label, url, n_trials, sampler)
-            results[label] = {m: statistics.mean(per[max(0, m - 50):m]) for m in marks}
-            print(f"  {label}: {n_trials} trials in {sum(per):.1f}s", flush=True)
+        for label, url, loop in storages:
+            key = f"{label}/{loop}"
+            rows[key] = _overhead_pair(label, url, n_trials, sampler, chunk, loop)
+            a, p = rows[key]["autotune"], rows[key]["plain"]
+            print(f"  {key}: autotune {sum(a):.1f}s, plain {sum(p):.1f}s for {n_trials} trials each", flush=True)
     finally:
         if pg_db is not None:
             _drop(pg, pg_db)
-    base = results["in-memory"]
-    head = "".join(f" {'s/trial @' + str(m):>14} {'of 1s @' + str(m):>11} {'x mem @' + str(m):>11}" for m in marks)
-    print(f"  {'storage':<11}{head}")
-    for label, by in results.items():
-        cells = "".join(f" {by[m]:>14.4f} {by[m] / 1.0:>10.1%} {by[m] / base[m]:>11.2f}" for m in marks)
-        print(f"  {label:<11}{cells}")
-    print("  (s/trial @N: mean over the 50 trials before the Nth; 'of 1s': that as a share of a 1-second trial; "
-          "'x mem': ratio to the in-memory baseline)")
+
+    def at(per: list[float], m: int) -> float:  # median of the `chunk` trials before the m-th: robust to a spike
+        return statistics.median(per[max(0, m - chunk):m])
+
+    head = "".join(f" {'autotune @' + str(m):>13} {'plain @' + str(m):>10} {'ratio @' + str(m):>11}" for m in marks)
+    print(f"  {'storage/loop':<19}{head}   (ms per trial)")
+    for label, r in rows.items():
+        cells = "".join(f" {1e3 * at(r['autotune'], m):>13.1f} {1e3 * at(r['plain'], m):>10.1f} "
+                        f"{at(r['autotune'], m) / at(r['plain'], m):>10.2f}x" for m in marks)
+        print(f"  {label:<19}{cells}")
+    if "in-memory/run" in rows:
+        mem = rows["in-memory/run"]
+        print("  storage only (each storage's ms per trial minus in-memory's, same arm):")
+        for label, r in rows.items():
+            if label == "in-memory/run":
+                continue
+            cells = []
+            for m in marks:
+                a = at(r["autotune"], m) - at(mem["autotune"], m)
+                p = at(r["plain"], m) - at(mem["plain"], m)
+                cells.append(f"@{m}: autotune {1e3 * a:.1f} ms, plain {1e3 * p:.1f} ms, ratio {a / p:.2f}x, "
+                             f"{a:.1%} of a 1-second trial")
+            print(f"  {label:<19}" + "; ".join(cells))
+    print(f"  (@N: median of the {chunk} trials before the Nth)")
 
 
-def _overhead_one(label: str, url: str, n_trials: int, sampler: str) -> list[float]:
-    name = f"oh-{label}"
-    cfg = make_cfg(url or "journal:///unused", name, n_trials, sampler)
+def _overhead_pair(label: str, url: str, n_trials: int, sampler: str, chunk: int, loop: str) -> dict[str, list[float]]:
+    """Per-trial seconds of autotune and of plain ask/tell on one storage, run `chunk` trials at a time in turn
+    (a shared machine's load then falls on both alike). `loop`: "run" is `autotune run`'s loop (study.run: one
+    process, Optuna's optimize); "worker" is what `--workers` and `autotune worker` run (budget check, claim)."""
+    cfg = make_cfg(url or "journal:///unused", f"oh-{label}-{loop}", n_trials, sampler, epochs=5)
     if url:
-        study = study_mod.open_study(cfg, fresh=True)
+        plain_storage: Any = study_mod.make_storage(cfg)  # the storage as autotune opens it: same engine, same pragmas
     else:
-        study = optuna.create_study(study_name=name, storage=optuna.storages.InMemoryStorage(),
-                                    sampler=study_mod.make_sampler(cfg), directions=cfg.directions)
-    stamps: list[float] = [time.perf_counter()]
-    res = workers.run_worker(cfg, objective=Trivial(cfg), study=study,
-                             callbacks=[lambda s, t: stamps.append(time.perf_counter())])
-    assert workers.counts(res.study.get_trials()).finished == n_trials
-    return [b - a for a, b in zip(stamps, stamps[1:])]
+        plain_storage = optuna.storages.InMemoryStorage()
+    plain = optuna.create_study(study_name=f"plain-{label}-{loop}", storage=plain_storage, directions=cfg.directions,
+                                sampler=study_mod.make_sampler(cfg))
+    out: dict[str, list[float]] = {"autotune": [], "plain": []}
+    stamps: list[float] = []
+    mark = [lambda s, t: stamps.append(time.perf_counter())]
+    study = None
+    if not url or loop == "worker":
+        study = study_mod.open_study(cfg, fresh=True) if url else optuna.create_study(
+            study_name=cfg.study.name, storage=optuna.storages.InMemoryStorage(), sampler=study_mod.make_sampler(cfg),
+            directions=cfg.directions)
+    from autotune.objective import Objective
+
+    objective = Objective(cfg, trivial_fit)
+    for done in range(chunk, n_trials + chunk, chunk):
+        n = min(done, n_trials)
+        raw = cfg.to_dict()
+        part = config.from_dict({**raw, "study": {**raw["study"], "n_trials": n}}, source=cfg.source)
+        stamps[:] = [time.perf_counter()]
+        if study is not None:  # the worker loop (and the in-memory baseline, which study.run cannot open)
+            workers.run_worker(part, objective=objective, study=study, track=False, callbacks=mark)
+        else:
+            study_mod.run(part, fresh=done == chunk, callbacks=mark, fit=trivial_fit,
+                          on_start=lambda s, todo: stamps.__setitem__(0, time.perf_counter()))
+        out["autotune"] += [b - a for a, b in zip(stamps, stamps[1:])]
+        for _ in range(n - len(out["plain"])):
+            t0 = time.perf_counter()
+            trial = plain.ask()
+            values = space.sample(trial, cfg)  # the same suggest calls a hand-written objective would make
+            plain.tell(trial, [0.5 + 0.1 * float(values["lr"]), 0.01])
+            out["plain"].append(time.perf_counter() - t0)
+    assert len(out["autotune"]) == n_trials, len(out["autotune"])
+    return out
 
 
 def _pg_database(base: str) -> tuple[str, str]:

@@ -266,3 +266,14 @@ def test_npz_that_is_text_or_a_single_npy_array(tmp_path: Path) -> None:
         np.save(f, np.zeros(3))
     with pytest.raises(ConfigError, match=r"a\.npz holds one array \(np\.save\); save x and y with np\.savez"):
         load(config.DataConfig(name="npz", path=str(tmp_path / "a.npz")))
+
+
+def test_data_is_copied_to_a_device_once_per_process() -> None:
+    """Every trial of a study trains on the same data: the copy to a device is made once (CPU: no copy)."""
+    ds = data.load(config.DataConfig(name="digits"))
+    cpu = ds.on(torch.device("cpu"))
+    assert cpu[0] is ds.x_train and cpu[3] is ds.y_val
+    meta = torch.device("meta")  # a device with no memory behind it: what a GPU copy would go through
+    first = ds.on(meta)
+    assert first[0].device.type == "meta" and first[0].shape == ds.x_train.shape
+    assert all(a is b for a, b in zip(first, ds.on(meta)))

@@ -50,13 +50,14 @@ def sleepy_study(tmp_path: Path, **sections: Any) -> config.RunConfig:
 
 
 def test_slow_trial_stopped_at_first_epoch_that_shows_it(tmp_path: Path) -> None:
-    # >= 0.2 s an epoch, 5 epochs: after epoch 1 the projection is >= 1 s, over the 0.5 s limit
+    # >= 0.2 s an epoch, 5 epochs: the speed probe's first timed steps project >= 1 s, over the 0.5 s limit: the
+    # trial stops inside its first epoch (stop_epoch 0: none finished)
     cfg = sleepy_study(tmp_path, train={"epochs": 5, "batch_size": 64, "user.sleep_ms": 20},
                        pruning={"slow": {"max_trial_seconds": 0.5}})
     t = autotune.run(cfg).study.trials[0]
     assert t.state.name == "PRUNED" and t.user_attrs["stop_reason"] == "slow"
-    assert t.user_attrs["stop_epoch"] == 1
-    assert "projected" in t.user_attrs["stop_detail"]
+    assert t.user_attrs["stop_epoch"] == 0
+    assert "projected" in t.user_attrs["stop_detail"] and "speed probe" in t.user_attrs["stop_detail"]
     # a limit the whole run fits under: no stop
     cfg = sleepy_study(tmp_path, study={"name": "ok", "storage": f"sqlite:///{tmp_path}/s.db", "n_trials": 1},
                        train={"epochs": 2, "batch_size": 64}, pruning={"slow": {"max_trial_seconds": 600}})

@@ -76,11 +76,12 @@ def load(cfg_path: Path) -> optuna.Study:
 
 
 def wait_mid_trial(study: optuna.Study, epochs: int, timeout: float = 90) -> optuna.trial.FrozenTrial:
-    """A RUNNING trial that has logged an epoch but not its last: the moment to kill its worker."""
+    """A RUNNING trial that has reported an epoch but not its last: the moment to kill its worker. (A running
+    trial's user attrs are written when it ends; a one-objective study reports each epoch to Optuna.)"""
     t0 = time.monotonic()
     while time.monotonic() - t0 < timeout:
         for t in study.get_trials(states=(TrialState.RUNNING,)):
-            if 1 <= len(t.user_attrs.get("history", [])) < epochs - 1 and workers.WORKER_ATTR in t.user_attrs:
+            if 1 <= len(t.intermediate_values) < epochs - 1 and workers.WORKER_ATTR in t.user_attrs:
                 return t
         time.sleep(0.05)
     raise AssertionError("no trial was seen mid-way")

@@ -1,0 +1,176 @@
+"""A trial's bookkeeping at plain-Optuna cost: its user attrs are kept in memory while it runs and written
+to the storage once, when it ends, in the same transaction that records its end.
+
+Optuna writes every `set_user_attr` as its own storage transaction (on SQLite: a commit and an fsync).
+autotune records about twenty per trial (settings, seed, device, the per-epoch `history` and
+`epoch_values`, final metrics, the stop reason), which made its bookkeeping cost several times a plain
+ask/tell. Nothing reads a running trial's attrs: the pruners and `vs_front` read finished trials, the
+report, the dashboard's tables and MLflow tracking read them once the trial ends. So `BufferedTrial`
+collects them, and `flush` (the objective's `finally`) hands them over at once:
+- on an RDB storage `attach`ed by `study.make_storage` (SQLite, PostgreSQL, MySQL), they are staged and
+  written inside the transaction of Optuna's own `tell` (the one that sets the trial's final state), so
+  they cost no transaction of their own: a SQLAlchemy `before_flush` hook on the storage's sessions adds
+  them when that transaction flushes a finished state for the trial;
+- on a journal file, one append (one lock, one fsync) of all of them;
+- anywhere else, through the public API, attr by attr.
+
+This reaches into Optuna's storage internals (the RDB models and session factory, the journal's log
+writer); where those are not what this code expects, it writes attr by attr through the public API.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import weakref
+from typing import Any
+
+import optuna
+
+
+class BufferedTrial:
+    """The `optuna.Trial` an objective sees, with `set_user_attr` kept in memory until `flush`; every other
+    attribute and method is the trial's own (suggest, report, should_prune, set_constraint, study, number)."""
+
+    def __init__(self, trial: optuna.Trial) -> None:
+        self._trial = trial
+        self._pending: dict[str, Any] = {}
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._trial, name)
+
+    @property
+    def user_attrs(self) -> dict[str, Any]:
+        return {**self._trial.user_attrs, **self._pending}
+
+    def set_user_attr(self, key: str, value: Any) -> None:
+        self._pending[key] = value
+
+    def flush(self) -> None:
+        """Hand over what was set since the last flush: staged for the trial's final transaction where the
+        storage takes that (`attach`), else written now in one storage transaction."""
+        if not self._pending:
+            return
+        attrs, self._pending = self._pending, {}
+        trial = self._trial
+        if not stage(trial.storage, trial._trial_id, attrs):
+            write_user_attrs(trial.storage, trial._trial_id, attrs)
+        cached = getattr(trial, "_cached_frozen_trial", None)  # what trial.user_attrs returns in this process
+        if cached is not None:
+            cached.user_attrs.update(attrs)
+
+
+# storage -> {trial_id: user attrs waiting for the trial's final transaction}
+_STAGED: weakref.WeakKeyDictionary[Any, dict[int, dict[str, Any]]] = weakref.WeakKeyDictionary()
+
+
+def _rdb(storage: optuna.storages.BaseStorage) -> optuna.storages.RDBStorage | None:
+    backend = getattr(storage, "_backend", None)  # RDBStorage sits inside Optuna's _CachedStorage
+    if isinstance(backend, optuna.storages.RDBStorage):
+        return backend
+    return storage if isinstance(storage, optuna.storages.RDBStorage) else None
+
+
+def attach(storage: optuna.storages.BaseStorage) -> None:
+    """Let this RDB storage take staged user attrs into the transaction that finishes their trial."""
+    rdb = _rdb(storage)
+    if rdb is None or rdb in _STAGED or not _upserts(rdb):
+        return
+    try:
+        from optuna.storages._rdb import models
+        from sqlalchemy import event
+    except ImportError:
+        return
+    staged: dict[int, dict[str, Any]] = {}
+    dialect = rdb.engine.name  # (the hook holds no reference to the storage)
+
+    def before_flush(session: Any, flush_context: Any, instances: Any) -> None:
+        if not staged:
+            return
+        for obj in list(session.dirty):
+            if isinstance(obj, models.TrialModel) and obj.trial_id in staged and \
+                    optuna.trial.TrialState(obj.state).is_finished():
+                _upsert(session, dialect, obj.trial_id, staged.pop(obj.trial_id))
+
+    event.listen(rdb.scoped_session, "before_flush", before_flush)
+    _STAGED[rdb] = staged
+
+
+def stage(storage: optuna.storages.BaseStorage, trial_id: int, attrs: dict[str, Any]) -> bool:
+    """Keep `attrs` for the transaction that gives the trial its final state (False: not an attached storage)."""
+    rdb = _rdb(storage)
+    staged = _STAGED.get(rdb) if rdb is not None else None
+    if staged is None:
+        return False
+    staged.setdefault(trial_id, {}).update(attrs)
+    return True
+
+
+def write_user_attrs(storage: optuna.storages.BaseStorage, trial_id: int, attrs: dict[str, Any]) -> None:
+    """Set several user attrs of a trial in one storage transaction (per attr where the storage has no batch)."""
+    if not attrs:
+        return
+    rdb = _rdb(storage)
+    try:
+        if rdb is not None:
+            _rdb_write(rdb, trial_id, attrs)
+            return
+        if isinstance(storage, optuna.storages.JournalStorage):
+            _journal_write(storage, trial_id, attrs)
+            return
+    except (AttributeError, ImportError, TypeError):  # Optuna's internals moved: the public path below
+        pass
+    for key, value in attrs.items():
+        storage.set_trial_user_attr(trial_id, key, value)
+
+
+def _rdb_write(storage: optuna.storages.RDBStorage, trial_id: int, attrs: dict[str, Any]) -> None:
+    """One session: the trial checked once (still running), then one multi-row upsert (per row on MySQL)."""
+    from optuna.storages._rdb import models
+    from optuna.storages._rdb.storage import _create_scoped_session
+
+    with _create_scoped_session(storage.scoped_session, True) as session:
+        trial = models.TrialModel.find_or_raise_by_id(trial_id, session)
+        storage.check_trial_is_updatable(trial_id, trial.state)
+        _upsert(session, storage.engine.name, trial_id, attrs)
+
+
+def _upsert(session: Any, dialect: str, trial_id: int, attrs: dict[str, Any]) -> None:
+    """Insert or replace the attrs in the session's transaction, one multi-row statement."""
+    from optuna.storages._rdb import models
+
+    model = models.TrialUserAttributeModel
+    rows = [{"trial_id": trial_id, "key": k, "value_json": json.dumps(v)} for k, v in attrs.items()]
+    if dialect == "mysql":
+        from sqlalchemy.dialects.mysql import insert as mysql_insert
+
+        ins = mysql_insert(model).values(rows)
+        session.execute(ins.on_duplicate_key_update(value_json=ins.inserted.value_json))
+        return
+    if dialect == "sqlite":
+        from sqlalchemy.dialects.sqlite import insert
+    else:
+        from sqlalchemy.dialects.postgresql import insert  # type: ignore[assignment]
+    stmt = insert(model).values(rows)
+    session.execute(stmt.on_conflict_do_update(index_elements=[model.trial_id, model.key],
+                                               set_={"value_json": stmt.excluded.value_json}))
+
+
+def _upserts(storage: optuna.storages.RDBStorage) -> bool:
+    """Can `_upsert` write to this database (SQLite 3.24+, PostgreSQL, MySQL)?"""
+    name = storage.engine.name
+    return name in ("postgresql", "mysql") or (name == "sqlite" and sqlite3.sqlite_version_info >= (3, 24, 0))
+
+
+def _journal_write(storage: optuna.storages.JournalStorage, trial_id: int, attrs: dict[str, Any]) -> None:
+    """One append (one file lock, one fsync) of one log per attr: the journal's format takes one attr per log."""
+    from optuna.storages.journal._storage import JournalOperation
+
+    with storage._thread_lock:
+        worker = storage._replay_result.worker_id
+        storage._backend.append_logs([{"op_code": JournalOperation.SET_TRIAL_USER_ATTR, "worker_id": worker,
+                                       "trial_id": trial_id, "user_attr": {k: v}} for k, v in attrs.items()])
+        storage._sync_with_backend()
+
+
+__all__ = ["BufferedTrial", "attach", "stage", "write_user_attrs"]

@@ -1,0 +1,154 @@
+"""The speed probe's measurement: steady-state samples/s from a few training steps, taken inside the trial context.
+
+A `ProbeWindow` rides on a trial context (`TrialContext(probe=...)`): the context tells it where each epoch's
+training clock starts and stops and when a step (`ctx.backward`) is done. After `warmup` steps (the first one
+compiles, autotunes kernels, fills caches) it times at least `steps` more and at least `min_seconds`, pausing
+over whatever is not training (evaluation between epochs), then hands a `Measurement` to `on_measured`, which
+may stop the trial (`TrialStopped`). With `end_run` the run then ends (`ProbeDone`): a probe of its own, for
+`autotune speed` and the `probe_then_tune` strategy; without it the trial trains on, measured for free.
+
+The same `fit(ctx)` runs either way, built-in or a user's: one place measures throughput for both.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import torch
+
+from . import accel
+from .errors import TrialStopped
+
+WARMUP_STEPS = 3  # the first compiles and autotunes; the next two settle caches and the allocator
+TIMED_STEPS = 5
+MIN_SECONDS = 0.05  # a few steps of a tiny model last microseconds: below this the clock is mostly noise
+MAX_STEPS = 200
+
+
+class ProbeDone(TrialStopped):
+    """A probe of its own (`end_run`) has its measurement: the run ends here."""
+
+    def __init__(self, measurement: Measurement) -> None:
+        # not a trial's stop reason (never stored): TrialStopped's own check of the reason is skipped
+        Exception.__init__(self, f"probe done: {measurement.samples_per_s:,.0f} samples/s")
+        self.reason, self.epoch, self.detail = "probe", 0, str(self)
+        self.measurement = measurement
+
+
+@dataclass(frozen=True)
+class Measurement:
+    samples_per_s: float
+    steps_per_s: float
+    timed_steps: int
+    timed_s: float
+    first_step_s: float  # the first step alone: compile (and kernel autotuning) included
+    compile_time_s: float  # first_step_s less a steady step: what compiling cost (0 when nothing compiles)
+    epoch_samples: float | None  # samples in one epoch of all the training data (data_fraction 1); None: unknown
+    peak_memory_bytes: int | None  # the device's peak allocation during the run (CUDA); None where not reported
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Measurement:
+        return cls(**{k: d.get(k) for k in cls.__dataclass_fields__})  # type: ignore[arg-type]
+
+
+class ProbeWindow:
+    """Times steps `warmup + 1 .. warmup + n` of a trial's training, on the context's own clocks."""
+
+    def __init__(self, on_measured: Callable[[Measurement], None] | None = None, end_run: bool = False,
+                 warmup: int = WARMUP_STEPS, steps: int = TIMED_STEPS, min_seconds: float = MIN_SECONDS,
+                 max_steps: int = MAX_STEPS) -> None:
+        self.on_measured = on_measured
+        self.end_run = end_run
+        self.warmup, self.steps, self.min_seconds, self.max_steps = warmup, steps, min_seconds, max_steps
+        self.measurement: Measurement | None = None
+        self._dev: torch.device | None = None
+        self._count = 0  # micro-batch steps so far
+        self._first_t0: float | None = None
+        self._first_step_s = math.nan
+        self._start: float | None = None  # the running part of the timed window started here (None: paused)
+        self._timed_s = 0.0  # timed seconds before the current part (earlier epochs)
+        self._timed_steps = 0
+        self._samples = 0
+        self._epoch: tuple[int | None, int, float] = (None, 1, 1.0)  # (batches per epoch, batch size, data_fraction)
+
+    @property
+    def done(self) -> bool:
+        return self.measurement is not None
+
+    # ---------------------------------------------------------------- called by the trial context
+
+    def epoch_start(self, dev: torch.device, t: float) -> None:
+        """An epoch's training clock started at `t` (after a device synchronize)."""
+        if self.done:
+            return
+        if self._dev is None:
+            self._dev = dev
+            if dev.type == "cuda":
+                torch.cuda.reset_peak_memory_stats(dev)
+        if self._first_t0 is None:
+            self._first_t0 = t
+        if self._count >= self.warmup:
+            self._start = t
+
+    def epoch_end(self, t: float) -> None:
+        """The epoch's training clock stopped at `t` (its data ran out, or it reported). A window that has its
+        steps but not yet `min_seconds` (a short epoch of a small model) is measured here: the epoch's own
+        rules come next, and they should see the measurement."""
+        if self._start is not None and not self.done:
+            self._timed_s += max(0.0, t - self._start)
+            self._start = None
+            if self._timed_steps >= self.steps:
+                self._measure(self._timed_s)
+
+    def after_step(self, dev: torch.device, batch_samples: int, epoch_batches: int | None,
+                   data_fraction: float) -> None:
+        """One micro-batch of `batch_samples` samples was stepped (backward, and maybe the optimizer), out of
+        `epoch_batches` per epoch (None: not known, the data is not a ctx.loader). May raise TrialStopped."""
+        if self.done:
+            return
+        self._count += 1
+        self._dev = dev
+        if self._count == 1 and self._first_t0 is not None:
+            self._first_step_s = accel.clock(dev) - self._first_t0
+        if self._count == self.warmup:
+            self._start = accel.clock(dev)
+            return
+        if self._count <= self.warmup or self._start is None:
+            return
+        self._timed_steps += 1
+        self._samples += batch_samples
+        self._epoch = (epoch_batches, batch_samples, data_fraction)
+        elapsed = self._timed_s + time.perf_counter() - self._start  # the host's view: enough to decide when
+        if self._timed_steps < self.steps or (elapsed < self.min_seconds and self._timed_steps < self.max_steps):
+            return
+        timed = self._timed_s + accel.clock(dev) - self._start  # after a synchronize: what the device did
+        self._start = None
+        self._measure(timed)
+
+    def _measure(self, timed: float) -> None:
+        dev = self._dev
+        assert dev is not None
+        steady = timed / max(1, self._timed_steps)
+        batches, batch_size, fraction = self._epoch
+        full = batches * batch_size / fraction if batches else None
+        peak = int(torch.cuda.max_memory_allocated(dev)) if dev.type == "cuda" else None
+        first = self._first_step_s if math.isfinite(self._first_step_s) else steady
+        self.measurement = Measurement(
+            samples_per_s=self._samples / timed if timed > 0 else 0.0,
+            steps_per_s=self._timed_steps / timed if timed > 0 else 0.0, timed_steps=self._timed_steps,
+            timed_s=timed, first_step_s=first, compile_time_s=max(0.0, first - steady), epoch_samples=full,
+            peak_memory_bytes=peak)
+        if self.on_measured is not None:
+            self.on_measured(self.measurement)
+        if self.end_run:
+            raise ProbeDone(self.measurement)
+
+
+__all__ = ["MAX_STEPS", "MIN_SECONDS", "Measurement", "ProbeDone", "ProbeWindow", "TIMED_STEPS", "WARMUP_STEPS"]
