@@ -23,7 +23,8 @@ import pytest
 import yaml
 from optuna.trial import TrialState
 
-from autotune import cli, config, orphans, workers
+from autotune import budget, cli, config, orphans, workers
+from autotune import storage as storage_mod
 from autotune import study as study_mod
 from autotune.errors import ConfigError
 
@@ -72,7 +73,7 @@ def finish(p: subprocess.Popen[str], timeout: float = 480) -> tuple[int, str, st
 
 def load(cfg_path: Path) -> optuna.Study:
     cfg = config.load(cfg_path)
-    return optuna.load_study(study_name=cfg.study.name, storage=study_mod.make_storage(cfg))
+    return optuna.load_study(study_name=cfg.study.name, storage=storage_mod.make_storage(cfg))
 
 
 def wait_mid_trial(study: optuna.Study, epochs: int, timeout: float = 90) -> optuna.trial.FrozenTrial:
@@ -247,7 +248,7 @@ def test_stored_config_rebuilds_the_run_config(tmp_path: Path) -> None:
 def test_heartbeats_on_a_journal_are_refused(tmp_path: Path) -> None:
     cfg = config.load(write_cfg(tmp_path, f"journal:///{tmp_path}/h.log", 2, study_extra={"heartbeat_interval": 5}))
     with pytest.raises(ConfigError, match=r"study\.heartbeat_interval: the journal backend has no heartbeats"):
-        study_mod.make_storage(cfg)
+        storage_mod.make_storage(cfg)
 
 
 # ---------------------------------------------------------------- the budget is exact
@@ -258,7 +259,7 @@ def test_claim_lets_exactly_n_trials_run_when_workers_race(tmp_path: Path) -> No
     storage = optuna.storages.JournalStorage(optuna.storages.journal.JournalFileBackend(str(tmp_path / "r.log")))
     study = optuna.create_study(storage=storage, study_name="r")
     asked = [study.ask() for _ in range(5)]
-    assert [workers.claim(study, t.number, 3) for t in asked] == [True, True, True, False, False]
+    assert [budget.claim(study, t.number, 3) for t in asked] == [True, True, True, False, False]
     for t in asked[3:]:
         study.tell(t, state=TrialState.FAIL)  # the surplus trials fail at once
     study.tell(asked[1], state=TrialState.FAIL)  # a claimed trial dies ...
@@ -267,8 +268,8 @@ def test_claim_lets_exactly_n_trials_run_when_workers_race(tmp_path: Path) -> No
     assert late.number == 5  # but ask() pops the WAITING retry first
     extra = optuna.Trial(study, study._storage.create_new_trial(study._study_id))  # number 6
     assert extra.number == 6
-    assert workers.claim(study, late.number, 3)  # 0 and 2 ahead of it
-    assert not workers.claim(study, extra.number, 3)  # 0, 2 and the retry 5 ahead of it
+    assert budget.claim(study, late.number, 3)  # 0 and 2 ahead of it
+    assert not budget.claim(study, extra.number, 3)  # 0, 2 and the retry 5 ahead of it
 
 
 def test_one_worker_with_a_fixed_seed_proposes_the_same_settings(tmp_path: Path) -> None:
@@ -302,7 +303,7 @@ def test_four_workers_on_postgres_finish_exactly_forty_trials(tmp_path: Path, pg
     owners = {t.user_attrs[workers.WORKER_ATTR] for t in done}
     assert len(owners) >= 2, owners  # the trials were shared out (four on an idle machine)
     assert "4 worker(s)" in out and "Pareto front" in out
-    c = workers.counts(study.get_trials())
+    c = budget.counts(study.get_trials())
     assert f"({c.finished - len(study.get_trials(states=(TrialState.PRUNED,)))} complete" in out
     print(f"4 workers x 40 trials on PostgreSQL: {time.perf_counter() - t0:.1f}s, {len(owners)} workers ran trials")
 
@@ -373,7 +374,7 @@ def test_resume_after_the_driver_is_killed(tmp_path: Path, pg_url: str) -> None:
 def _wait_storage(path: Path, timeout: float = 90) -> optuna.storages.BaseStorage:
     """The study's storage once the driver has created the study."""
     cfg = config.load(path)
-    storage = study_mod.make_storage(cfg)
+    storage = storage_mod.make_storage(cfg)
     t0 = time.monotonic()
     while time.monotonic() - t0 < timeout:
         if cfg.study.name in {s.study_name for s in optuna.get_all_study_summaries(storage)}:
