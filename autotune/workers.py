@@ -18,7 +18,7 @@ from typing import Any
 
 import optuna
 
-from . import environ, orphans, storage, tracking
+from . import environ, lifetime, orphans, storage, tracking
 from . import study as study_mod
 from .budget import ClaimedObjective, StaleWatcher, SurplusTrial, TrialCallback, counts, next_step, unless_surplus
 from .config import RunConfig, from_dict
@@ -245,10 +245,10 @@ def run_worker(cfg: RunConfig, sampler_seed_offset: int | None = 0, callbacks: l
 def _child(cfg_dict: dict[str, Any], source: str, slot: Slot) -> None:
     """Entry point of a spawned worker (its environment was set by the parent before the spawn)."""
     parent = os.getppid()
-    _die_with_parent()
+    lifetime.die_with_parent()
     # A terminated worker fails its trial through Optuna (KeyboardInterrupt) instead of leaving it RUNNING.
-    signal.signal(signal.SIGTERM, _interrupt)
-    _watch_parent(parent)
+    signal.signal(signal.SIGTERM, lifetime.interrupt)
+    lifetime.watch_parent(parent)
     import torch
 
     torch.set_num_threads(slot.threads)
@@ -284,7 +284,8 @@ def checked_in_child(cfg_dict: dict[str, Any], source: str, slot: Slot) -> str:
         recv.close()
         p.join()
     if answer is None:
-        raise AutotuneError(f"the device check process (GPU {slot.gpu}) {_exit_text(p.exitcode)} before it answered")
+        raise AutotuneError(f"the device check process (GPU {slot.gpu}) {lifetime.exit_text(p.exitcode)} before it "
+                            "answered")
     kind, *rest = answer
     if kind == "config":
         raise ConfigError(*rest)
@@ -296,7 +297,7 @@ def checked_in_child(cfg_dict: dict[str, Any], source: str, slot: Slot) -> str:
 def _preflight_child(cfg_dict: dict[str, Any], source: str, conn: Any) -> None:
     """Entry point of the spawned device check: ("ok", device name), ("config", file, key, message) or
     ("error", one line)."""
-    _die_with_parent()
+    lifetime.die_with_parent()
     from . import accel
 
     try:
@@ -312,64 +313,6 @@ def _preflight_child(cfg_dict: dict[str, Any], source: str, conn: Any) -> None:
         conn.send(("error", describe_exception(e)))
     finally:
         conn.close()
-
-
-EXIT_GRACE_S = 20.0  # a terminated worker still alive after this long is ended (see _exit_after)
-
-
-def _interrupt(signum: int, frame: Any) -> None:
-    _exit_after(EXIT_GRACE_S)
-    raise KeyboardInterrupt
-
-
-def _exit_after(seconds: float) -> None:
-    """End this process in `seconds` if it has not exited by then. A KeyboardInterrupt raised at an unlucky
-    instant (between a storage or logging lock's acquire and its release) can leave the worker waiting on
-    that lock forever, with the driver gone: an immortal worker holding its trial RUNNING. Ended instead, its
-    trial is an orphan of a dead process, which the next run fails and retries."""
-    import threading
-
-    timer = threading.Timer(seconds, os._exit, args=(128 + signal.SIGTERM,))
-    timer.daemon = True
-    timer.start()
-
-
-def _watch_parent(parent: int) -> None:
-    """Terminate this worker, as the parent-death signal would, once its driver is gone: seen every second,
-    in case that signal was lost (or came before the handler was in place)."""
-    import threading
-
-    def watch() -> None:
-        while os.getppid() == parent:
-            time.sleep(1.0)
-        _exit_after(EXIT_GRACE_S)  # even if the handler below never gets to run
-        os.kill(os.getpid(), signal.SIGTERM)
-
-    threading.Thread(target=watch, name="autotune-parent-watch", daemon=True).start()
-
-
-def _die_with_parent() -> None:
-    """Linux: SIGTERM this worker when the driver dies, even by SIGKILL (no orphans training on)."""
-    if not sys.platform.startswith("linux"):
-        return
-    try:
-        import ctypes
-
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
-    if os.getppid() == 1:  # the parent died before prctl took effect
-        os.kill(os.getpid(), signal.SIGTERM)
-
-
-def _exit_text(code: int | None) -> str:
-    if code is not None and code < 0:
-        try:
-            return f"killed by {signal.Signals(-code).name}"
-        except ValueError:
-            return f"killed by signal {-code}"
-    return f"exited with code {code}"
 
 
 class _Pool:
@@ -397,7 +340,7 @@ class _Pool:
         for slot, p in self.procs:
             if not p.is_alive() and p.pid not in self.reported and p.exitcode not in (0, None):
                 self.reported.add(p.pid)
-                note(f"worker {slot.index} (pid {p.pid}) {_exit_text(p.exitcode)}{then}")
+                note(f"worker {slot.index} (pid {p.pid}) {lifetime.exit_text(p.exitcode)}{then}")
 
     def join(self) -> None:
         for _, p in self.procs:

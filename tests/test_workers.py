@@ -7,6 +7,7 @@ Real processes and real training (tiny MLPs on digits). The PostgreSQL tests nee
 from __future__ import annotations
 
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -159,6 +160,70 @@ def test_plan_cpu_shares_cores_and_rejects_bad_requests(tmp_path: Path) -> None:
     if not workers._visible_gpus():
         with pytest.raises(ConfigError, match=r"--gpus: GPU 0 is not visible; 0 visible"):
             workers.plan(gpu_cfg, 1, ["0"])
+
+
+def _check_placement(groups: list[str | None], n_workers: int | None, per: int, visible: list[str]) -> None:
+    """What `place` promises without --gpus: each worker a group of `per` distinct visible GPUs, no GPU in two
+    groups, so workers x devices never exceeds the GPUs visible."""
+    used = [g for group in groups for g in str(group).split(",")]
+    assert all(group is not None and len(group.split(",")) == per for group in groups)
+    assert len(used) == len(set(used)) == len(groups) * per <= len(visible)
+    assert set(used) <= set(visible)
+    assert len(groups) == (n_workers or max(1, len(visible) // per))
+
+
+@pytest.mark.parametrize("visible", [["0"], ["3", "5"], ["2", "4", "6", "7", "9"], [str(i) for i in range(8)]])
+def test_gpu_placement_never_oversubscribes(visible: list[str]) -> None:
+    """The pure planner, given what a machine shows: every request it accepts keeps one trial's devices on
+    distinct GPUs and two workers off one GPU; every request it cannot meet is a one-line ConfigError."""
+    for per in (1, 2, 3):
+        for n_workers in (None, 1, 2, 3, 5, 8, 9):
+            try:
+                groups = workers.place("w.yaml", "cuda", n_workers, None, per, visible, cores=16)
+            except ConfigError as e:
+                assert (n_workers or 1) * per > len(visible)  # refused only when it does not fit
+                assert e.key_path == "--workers" and "\n" not in str(e)
+                assert re.search(rf"but {len(visible)} (GPU\(s\) )?visible", e.message) and "give --gpus" in e.message
+                continue
+            _check_placement(groups, n_workers, per, visible)
+    assert workers.place("w.yaml", "auto", None, None, 1, visible, cores=16) == visible  # one worker per GPU
+
+
+def test_gpu_placement_shares_a_gpu_only_when_asked() -> None:
+    visible = ["3", "5", "6", "7"]
+    # --gpus indexes into the visible GPUs; a repeated index is the only way two workers share one
+    assert workers.place("w.yaml", "cuda", None, ["0", "0", "1", "1"], 1, visible, cores=16) == ["3", "3", "5", "5"]
+    assert workers.place("w.yaml", "cuda", None, ["1", "2", "1", "2"], 2, visible, cores=16) == ["5,6", "5,6"]
+    assert workers.place("w.yaml", "cuda", 2, ["3", "0", "1", "2"], 2, visible, cores=16) == ["7,3", "5,6"]
+    with pytest.raises(ConfigError, match=r"--gpus: worker 1's trials would put two ranks on GPU 2"):
+        workers.place("w.yaml", "cuda", 2, ["0", "1", "2", "2"], 2, visible, cores=16)
+    with pytest.raises(ConfigError, match=r"--gpus: GPU 4 is not visible; 4 visible \(0, 1, 2, 3\)"):
+        workers.place("w.yaml", "cuda", 1, ["4"], 1, visible, cores=16)
+    with pytest.raises(ConfigError, match=r"--gpus: must be GPU indices like 0,1,2; got '0,x'"):
+        workers.place("w.yaml", "cuda", None, ["0", "x"], 1, visible, cores=16)
+    # device cuda:N: one worker, alone on the N-th visible GPU
+    assert workers.place("w.yaml", "cuda:2", None, None, 1, visible, cores=16) == ["6"]
+    with pytest.raises(ConfigError, match=r"train\.device: cuda:1 picks one GPU; with devices 2"):
+        workers.place("w.yaml", "cuda:1", None, None, 2, visible, cores=16)
+    # no GPU visible (or the CPU asked for): workers x devices processes within the cores
+    assert workers.place("w.yaml", "auto", 3, None, 1, [], cores=2) == [None, None, None]
+    assert workers.place("w.yaml", "cpu", 2, None, 2, visible, cores=4) == [None, None]
+    with pytest.raises(ConfigError, match=r"--workers: 3 workers x devices 2 = 6 processes but 4 CPU core\(s\)"):
+        workers.place("w.yaml", "cpu", 3, None, 2, [], cores=4)
+
+
+def test_plan_splits_the_cores_over_gpu_workers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """plan() on a faked machine (6 GPUs as CUDA_VISIBLE_DEVICES=1,2,3,4,5,6 sets them, 12 cores): what place()
+    decides, threads shared out, CUDA never touched."""
+    calls = _fake_gpus(monkeypatch, "1,2,3,4,5,6")
+    monkeypatch.setattr(workers, "cpu_cores", lambda: 12)
+    cfg = config.load(write_cfg(tmp_path, f"journal:///{tmp_path}/j.log", 4, device="cuda", devices=2))
+    slots = workers.plan(cfg, None, None)
+    assert [(s.gpu, s.threads) for s in slots] == [("1,2", 4), ("3,4", 4), ("5,6", 4)]
+    assert [s.env()["CUDA_VISIBLE_DEVICES"] for s in slots] == ["1,2", "3,4", "5,6"]
+    with pytest.raises(ConfigError, match=r"--workers: 4 workers x devices 2 need 8 GPUs but 6 visible"):
+        workers.plan(cfg, 4, None)
+    assert calls == []
 
 
 def _fake_gpus(monkeypatch: pytest.MonkeyPatch, visible: str) -> list[str]:
@@ -462,9 +527,9 @@ def test_a_worker_stops_after_repeated_identical_failures(tmp_path: Path) -> Non
 
 STUCK = """
 import os, signal, sys, threading, time
-from autotune import workers
-workers.EXIT_GRACE_S = 1.0
-signal.signal(signal.SIGTERM, workers._interrupt)
+from autotune import lifetime
+lifetime.EXIT_GRACE_S = 1.0
+signal.signal(signal.SIGTERM, lifetime.interrupt)
 lock = threading.Lock()
 try:
     print("ready", flush=True)
@@ -476,12 +541,12 @@ except KeyboardInterrupt:  # what code interrupted inside a lock's critical sect
 
 ORPHANED = """
 import multiprocessing as mp, os, signal, sys, time
-from autotune import workers
+from autotune import lifetime
 
 def child(parent):
-    workers.EXIT_GRACE_S = 1.0
-    signal.signal(signal.SIGTERM, workers._interrupt)  # no parent-death signal: as if it were lost
-    workers._watch_parent(parent)
+    lifetime.EXIT_GRACE_S = 1.0
+    signal.signal(signal.SIGTERM, lifetime.interrupt)  # no parent-death signal: as if it were lost
+    lifetime.watch_parent(parent)
     time.sleep(120)
 
 if __name__ == "__main__":
