@@ -319,24 +319,6 @@ def test_heartbeats_on_a_journal_are_refused(tmp_path: Path) -> None:
 # ---------------------------------------------------------------- the budget is exact
 
 
-def test_claim_lets_exactly_n_trials_run_when_workers_race(tmp_path: Path) -> None:
-    """Five workers passed the 'room left?' check at once for a 3-trial budget: three may run."""
-    storage = optuna.storages.JournalStorage(optuna.storages.journal.JournalFileBackend(str(tmp_path / "r.log")))
-    study = optuna.create_study(storage=storage, study_name="r")
-    asked = [study.ask() for _ in range(5)]
-    assert [budget.claim(study, t.number, 3) for t in asked] == [True, True, True, False, False]
-    for t in asked[3:]:
-        study.tell(t, state=TrialState.FAIL)  # the surplus trials fail at once
-    study.tell(asked[1], state=TrialState.FAIL)  # a claimed trial dies ...
-    study.enqueue_trial({})  # ... and its retry is queued (number 5)
-    late = study.ask()  # a worker that asked before the retry was popped would get a new trial,
-    assert late.number == 5  # but ask() pops the WAITING retry first
-    extra = optuna.Trial(study, study._storage.create_new_trial(study._study_id))  # number 6
-    assert extra.number == 6
-    assert budget.claim(study, late.number, 3)  # 0 and 2 ahead of it
-    assert not budget.claim(study, extra.number, 3)  # 0, 2 and the retry 5 ahead of it
-
-
 def test_one_worker_with_a_fixed_seed_proposes_the_same_settings(tmp_path: Path) -> None:
     def params(name: str, seed: int, via_worker: bool) -> list[tuple[dict[str, Any], int]]:
         cfg = config.load(write_cfg(tmp_path, f"journal:///{tmp_path}/{name}.log", 3, name=name,
