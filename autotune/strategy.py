@@ -19,12 +19,17 @@ one host take turns through a lock file), so every worker and a resumed run sear
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import contextlib
+import fcntl
+import hashlib
+import tempfile
+from collections.abc import Iterator, Mapping
+from pathlib import Path
 from typing import Any
 
 import optuna
 
-from . import hostlock, probe, space, speed, trainer
+from . import probe, space, speed, trainer
 from .config import STRATEGIES, RunConfig, from_dict
 from .errors import TrialStopped
 
@@ -150,7 +155,7 @@ def plan_for(study: optuna.Study, cfg: RunConfig, fit: trainer.Fit | None) -> di
     stored = study.user_attrs.get(PLAN_ATTR)
     if stored is not None:
         return stored
-    with hostlock.study_lock(study, "plan"):  # the first process of a host probes and stores, the others read
+    with _host_lock(study):
         stored = study.user_attrs.get(PLAN_ATTR)  # (read from the storage again: another process may have planned)
         if stored is not None:
             return stored
@@ -181,6 +186,27 @@ def probe_all(study: optuna.Study | None, cfg: RunConfig, fit: trainer.Fit | Non
                                   row.measurement, row.error, source="probe_then_tune"))
         rows.append(row)
     return rows
+
+
+def _storage_key(study: optuna.Study) -> str:
+    inner = getattr(study._storage, "_backend", None)  # RDBStorage sits in a _CachedStorage; journal: its backend
+    for attr in ("url", "_file_path"):
+        if hasattr(inner, attr):
+            return str(getattr(inner, attr))
+    return repr(study._storage)
+
+
+@contextlib.contextmanager
+def _host_lock(study: optuna.Study) -> Iterator[None]:
+    """Processes of one host plan one study in turn (the first probes and stores, the others read)."""
+    key = hashlib.sha1(f"{study.study_name}\0{_storage_key(study)}".encode()).hexdigest()
+    path = Path(tempfile.gettempdir()) / f"autotune-plan-{key[:16]}.lock"
+    with open(path, "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
 
 
 __all__ = ["NEUTRAL", "PLAN_ATTR", "STRATEGIES", "Search", "make_plan", "narrowed", "pins", "plan_for", "probe_all"]
