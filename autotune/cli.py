@@ -1,4 +1,5 @@
-"""`autotune run / validate / best / ...`: turns every AutotuneError into one line and exit 2."""
+"""`autotune run / validate / best / ...`: parsing and dispatch (the COMMANDS registry); turns every AutotuneError
+into one line and exit 2. The work itself is done by the module that owns each job."""
 
 from __future__ import annotations
 
@@ -10,18 +11,6 @@ from pathlib import Path
 from typing import Any
 
 from .errors import AutotuneError, ConfigError, redact
-
-Command = Callable[[argparse.Namespace], int]
-COMMANDS: dict[str, tuple[Command, Callable[[argparse.ArgumentParser], None], str]] = {}
-
-
-def command(name: str, help: str) -> Callable[[Callable[[argparse.ArgumentParser], None]], None]:
-    """Register `autotune NAME`: the decorated function adds arguments, `_cmd_NAME` runs it."""
-
-    def deco(add_args: Callable[[argparse.ArgumentParser], None]) -> None:
-        COMMANDS[name] = (globals()[f"_cmd_{name}"], add_args, help)
-
-    return deco
 
 
 def _overrides(args: argparse.Namespace) -> dict[str, Any]:
@@ -87,7 +76,6 @@ def _add_study_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--study-name", help="study name (overrides study.name)")
 
 
-@command("run", "run or resume the study a YAML file describes")
 def _args_run(p: argparse.ArgumentParser) -> None:
     p.add_argument("file", help="YAML run file, e.g. search_spaces/cnn.yaml")
     _add_study_flags(p)
@@ -109,7 +97,7 @@ def _run_workers(args: argparse.Namespace, cfg: Any) -> int:
     slots = workers.plan(cfg, args.workers, args.gpus)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     if args.fail_stale:
-        _fail_stale_all(cfg)
+        _fail_stale(cfg)
     view = progress.RunView(cfg, plain=args.plain or not sys.stdout.isatty())
     print(f"{len(slots)} worker(s): " + "; ".join(s.describe() for s in slots), flush=True)
     return _show_run(cfg, view, lambda: workers.run_parallel(
@@ -117,12 +105,10 @@ def _run_workers(args: argparse.Namespace, cfg: Any) -> int:
         on_note=lambda line: print(line, file=sys.stderr, flush=True)))
 
 
-def _fail_stale_all(cfg: Any) -> None:
-    from . import orphans
-    from .study import open_study
+def _fail_stale(cfg: Any) -> None:
+    from . import workers
 
-    study = open_study(cfg, create=False)
-    failed = orphans.reap(study, everywhere=True)
+    failed = workers.fail_stale(cfg)
     if failed:
         print(f"failed {len(failed)} stale RUNNING trial(s) and queued their retries: "
               f"{', '.join(map(str, failed))}", file=sys.stderr)
@@ -134,45 +120,34 @@ def _fail_stale_all(cfg: Any) -> None:
 def _cmd_worker(args: argparse.Namespace) -> int:
     import optuna
 
-    from . import progress, workers
+    from . import budget, progress, workers
 
-    cfg = workers.join_config(args.storage, args.study)
-    if args.n_trials is not None or args.timeout is not None:
-        from .config import from_dict
-
-        over = {k: v for k, v in (("study.n_trials", args.n_trials), ("study.timeout", args.timeout)) if v is not None}
-        cfg = from_dict(cfg.to_dict(), overrides=over, source=cfg.source)
-    workers.check_storage(cfg, 2, key="--storage")  # a joining worker is never alone
-    from .study import open_study, preflight
-
-    preflight(cfg)  # this machine's data, factories and device: one line now, not a failure in every trial
     optuna.logging.set_verbosity(optuna.logging.WARNING)
+    cfg, study = workers.join(args.storage, args.study, args.n_trials, args.timeout)
     if args.threads:
         import torch
 
         torch.set_num_threads(args.threads)
-    study = open_study(cfg, create=False)
     for line in workers.version_notes(study):
         print(f"note: {line}", file=sys.stderr)
     if args.fail_stale:
-        _fail_stale_all(cfg)
+        _fail_stale(cfg)
     view = progress.RunView(cfg, plain=True)
     me = workers.worker_id()
     print(f"worker {me} joined study {cfg.study.name} ({redact(cfg.study.storage)}); "
-          f"{workers.counts(study.get_trials(deepcopy=False)).finished} of {cfg.study.n_trials} finished", flush=True)
+          f"{budget.counts(study.get_trials(deepcopy=False)).finished} of {cfg.study.n_trials} finished", flush=True)
     try:
         res = workers.run_worker(cfg, sampler_seed_offset=None, callbacks=[view.on_trial], study=study)
     except KeyboardInterrupt:
         print("interrupted: this worker's finished trials are kept; its running one was marked FAIL",
               file=sys.stderr)
         return 130
-    c = workers.counts(res.study.get_trials(deepcopy=False))
+    c = budget.counts(res.study.get_trials(deepcopy=False))
     print(f"worker {me} ran {res.ran - res.surplus} trial(s); the study holds {c.finished} finished, "
           f"{c.running} running, {c.failed} failed")
     return 0
 
 
-@command("worker", "join an existing study from any machine and run its trials until it is done")
 def _args_worker(p: argparse.ArgumentParser) -> None:
     p.add_argument("--storage", required=True, help="the study's storage: postgresql://..., mysql://... or "
                                                     "journal:///path (SQLite is refused: it cannot share)")
@@ -198,7 +173,6 @@ def _cmd_validate(args: argparse.Namespace) -> int:
     return 0
 
 
-@command("validate", "check a YAML file without running it")
 def _args_validate(p: argparse.ArgumentParser) -> None:
     p.add_argument("file")
     _add_study_flags(p)
@@ -231,7 +205,6 @@ def _cmd_best(args: argparse.Namespace) -> int:
     return 0
 
 
-@command("best", "print the recommended trial of a study (and --export it as a runnable YAML)")
 def _args_best(p: argparse.ArgumentParser) -> None:
     p.add_argument("file", help="the study's YAML run file")
     _add_study_flags(p)
@@ -250,7 +223,6 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
     return 0
 
 
-@command("doctor", "show the device, versions, and which precisions and compile work here")
 def _args_doctor(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N or mps")
     p.add_argument("--no-compile", action="store_true", help="skip the torch.compile check (it takes seconds)")
@@ -272,7 +244,6 @@ def _cmd_profile(args: argparse.Namespace) -> int:
     return 0
 
 
-@command("profile", "run one configuration under torch.profiler: Chrome trace, top operators, input wait")
 def _args_profile(p: argparse.ArgumentParser) -> None:
     p.add_argument("file", help="YAML run file (its fixed settings are used)")
     p.add_argument("--params", help="YAML of settings to apply (e.g. the file `autotune best --export` wrote)")
@@ -296,25 +267,20 @@ def _cmd_speed(args: argparse.Namespace) -> int:
         torch.set_num_threads(args.threads)
     combos = speed.combinations(cfg)
     print(speed.header(cfg, len(combos)), flush=True)
-    compiled = sum(1 for c in combos if c.get("compile"))
-    if compiled:
-        how = "left out (--no-compile)" if args.no_compile else \
-            f"probed last, while the --budget of {args.budget:g} s lasts (compiling takes 15-60 s each on a CPU)"
-        print(f"note: {compiled} combination(s) with compile: true are {how}", flush=True)
+    note = speed.compile_note(combos, not args.no_compile, args.budget)
+    if note:
+        print(f"note: {note}", flush=True)
     done = [0]
 
     def progress(row: Any) -> None:
         done[0] += 1
-        what = f"{row.samples_per_s:,.0f} samples/s" if row.measurement else (row.error or row.skipped or "")
-        print(f"  [{done[0]}/{len(combos)}] {', '.join(f'{k} {v}' for k, v in row.combination.items())}: "
-              f"{what[:120]} ({row.seconds:.1f}s)", file=sys.stderr, flush=True)
+        print(speed.row_line(row, done[0], len(combos)), file=sys.stderr, flush=True)
 
     rows = speed.run(cfg, load_fit(cfg), include_compile=not args.no_compile, budget_s=args.budget, on_row=progress)
     print(speed.table(rows))
     return 0
 
 
-@command("speed", "measure samples/s of every combination of the acceleration settings a YAML file searches")
 def _args_speed(p: argparse.ArgumentParser) -> None:
     p.add_argument("file", help="YAML run file: its model, data (or trainer) and searched acceleration settings")
     p.add_argument("--no-compile", action="store_true", help="leave out combinations with compile: true")
@@ -326,44 +292,20 @@ def _args_speed(p: argparse.ArgumentParser) -> None:
 # ---------------------------------------------------------------- report / dashboard
 
 
-def _bare_config(storage: str, name: str = "") -> Any:
-    """A config that only names a storage (and study), for commands given --storage without a YAML file."""
-    from .config import from_dict
-
-    return from_dict({"study": {"storage": storage, **({"name": name} if name else {})}}, source="--storage")
-
-
 def _study_and_config(target: str | None, storage: str | None, name: str | None) -> tuple[Any, Any]:
     """(study, RunConfig) from a YAML run file, or from --storage and a study name stored there."""
-    import optuna
-
-    from .config import from_dict
-    from .study import make_storage, open_study
+    from . import storage as storage_mod
 
     if target is not None and (Path(target).is_file() or target.endswith((".yaml", ".yml"))):
         from .config import load
+        from .study import open_study
 
-        over = {k: v for k, v in (("study.storage", storage), ("study.name", name)) if v}
-        cfg = load(target, over)
+        cfg = load(target, {k: v for k, v in (("study.storage", storage), ("study.name", name)) if v})
         return open_study(cfg, create=False), cfg
-    name = name or target
     if storage is None:
         raise ConfigError("autotune report", "--storage", f"{target!r} is not a YAML file: give the run file, or "
                                                           f"--storage URL with the study name")
-    st = make_storage(_bare_config(storage))
-    known = sorted(s.study_name for s in optuna.get_all_study_summaries(st, include_best_trial=False))
-    if name is None and len(known) == 1:
-        name = known[0]
-    if name not in known:
-        raise ConfigError("--storage", "--study", f"no study {name!r} in {redact(storage)}; known: "
-                                                  f"{', '.join(known) or 'none'}")
-    study = optuna.load_study(study_name=name, storage=st)
-    raw = study.user_attrs.get("config")
-    if not isinstance(raw, dict):
-        raise ConfigError("--storage", "--study", f"study {name!r} was not made by autotune (no `config` user attr)")
-    cfg = from_dict(raw, overrides={"study.storage": storage, "study.name": name},
-                    source=str(study.user_attrs.get("source", "<config>")))
-    return study, cfg
+    return storage_mod.load_stored(storage, name or target)
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
@@ -382,7 +324,6 @@ def _cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
-@command("report", "write one self-contained HTML report (Plotly, opens offline) of a study")
 def _args_report(p: argparse.ArgumentParser) -> None:
     p.add_argument("target", nargs="?", metavar="FILE_OR_STUDY", help="the YAML run file, or a study name with "
                                                                          "--storage")
@@ -393,7 +334,7 @@ def _args_report(p: argparse.ArgumentParser) -> None:
 
 def _cmd_dashboard(args: argparse.Namespace) -> int:
     from . import dashboard
-    from .study import make_storage
+    from .storage import bare_config, make_storage
 
     if args.file is None and args.storage is None:
         raise ConfigError("autotune dashboard", "FILE", "give the YAML run file or --storage URL")
@@ -402,14 +343,13 @@ def _cmd_dashboard(args: argparse.Namespace) -> int:
 
         cfg = load(args.file, {"study.storage": args.storage} if args.storage else None)
     else:
-        cfg = _bare_config(args.storage)
+        cfg = bare_config(args.storage)
     storage = make_storage(cfg)
     print(f"storage {redact(cfg.study.storage)}", flush=True)
     dashboard.serve(storage, host=args.host, port=args.port, study_name=cfg.study.name if args.file else None)
     return 0
 
 
-@command("dashboard", "serve optuna-dashboard on a study's storage (live while `autotune run` writes)")
 def _args_dashboard(p: argparse.ArgumentParser) -> None:
     p.add_argument("file", nargs="?", help="the YAML run file whose storage to show")
     p.add_argument("--storage", help="storage URL (overrides study.storage, or instead of FILE)")
@@ -418,6 +358,26 @@ def _args_dashboard(p: argparse.ArgumentParser) -> None:
 
 
 # ---------------------------------------------------------------- entry point
+
+
+Command = Callable[[argparse.Namespace], int]
+AddArgs = Callable[[argparse.ArgumentParser], None]
+# `autotune NAME`: (what runs it, what adds its arguments, its help line); the order is --help's.
+COMMANDS: dict[str, tuple[Command, AddArgs, str]] = {
+    "run": (_cmd_run, _args_run, "run or resume the study a YAML file describes"),
+    "worker": (_cmd_worker, _args_worker,
+               "join an existing study from any machine and run its trials until it is done"),
+    "validate": (_cmd_validate, _args_validate, "check a YAML file without running it"),
+    "best": (_cmd_best, _args_best, "print the recommended trial of a study (and --export it as a runnable YAML)"),
+    "doctor": (_cmd_doctor, _args_doctor, "show the device, versions, and which precisions and compile work here"),
+    "profile": (_cmd_profile, _args_profile,
+                "run one configuration under torch.profiler: Chrome trace, top operators, input wait"),
+    "speed": (_cmd_speed, _args_speed,
+              "measure samples/s of every combination of the acceleration settings a YAML file searches"),
+    "report": (_cmd_report, _args_report, "write one self-contained HTML report (Plotly, opens offline) of a study"),
+    "dashboard": (_cmd_dashboard, _args_dashboard,
+                  "serve optuna-dashboard on a study's storage (live while `autotune run` writes)"),
+}
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,6 +1,6 @@
 """Start optuna-dashboard (the real package) on a study's storage.
 
-The storage comes from `study.make_storage`, so SQLite is opened in WAL mode with a 60 s busy
+The storage comes from `storage.make_storage`, so SQLite is opened in WAL mode with a 60 s busy
 timeout: the dashboard reads while `autotune run` writes the same file, and neither sees
 "database is locked". Requests are served by a threaded WSGI server, as optuna-dashboard's own
 CLI does, so a slow request (importances) does not stall the page.

@@ -2,7 +2,7 @@
 (user attr `stop_reason: orphaned`) with one retry of the same settings.
 
 Every trial is stamped with its owner by the storage itself, in the same write that creates it (`ask`)
-or right as a queued one (a retry) is taken: the storages `study.make_storage` builds are the
+or right as a queued one (a retry) is taken: the storages `storage.make_storage` builds are the
 subclasses below, so every run path (`autotune run`, `--workers`, `autotune worker`, `autotune.run`)
 stamps, and no trial exists unstamped while its process could die. Every run path calls `reap` when it
 starts or resumes (workers also while they wait and while they train). An owner is provably gone when

@@ -7,7 +7,7 @@ autotune records about twenty per trial (settings, seed, device, the per-epoch `
 ask/tell. Nothing reads a running trial's attrs: the pruners and `vs_front` read finished trials, the
 report, the dashboard's tables and MLflow tracking read them once the trial ends. So `BufferedTrial`
 collects them, and `flush` (the objective's `finally`) hands them over at once:
-- on an RDB storage `attach`ed by `study.make_storage` (SQLite, PostgreSQL, MySQL), they are staged and
+- on an RDB storage `attach`ed by `storage.make_storage` (SQLite, PostgreSQL, MySQL), they are staged and
   written inside the transaction of Optuna's own `tell` (the one that sets the trial's final state), so
   they cost no transaction of their own: a SQLAlchemy `before_flush` hook on the storage's sessions adds
   them when that transaction flushes a finished state for the trial;

@@ -180,4 +180,22 @@ def header(cfg: RunConfig, n: int) -> str:
             f"torch {torch.__version__}")
 
 
-__all__ = ["ACCELERATION", "Row", "combinations", "header", "measure", "run", "searched", "sort", "table"]
+def compile_note(combos: list[dict[str, Any]], include_compile: bool, budget_s: float) -> str | None:
+    """What happens to the combinations with compile: true (None when there are none)."""
+    compiled = sum(1 for c in combos if c.get("compile"))
+    if not compiled:
+        return None
+    how = "left out (--no-compile)" if not include_compile else \
+        f"probed last, while the --budget of {budget_s:g} s lasts (compiling takes 15-60 s each on a CPU)"
+    return f"{compiled} combination(s) with compile: true are {how}"
+
+
+def row_line(row: Row, done: int, total: int) -> str:
+    """One probe's progress line: its combination and samples/s, or why it was not measured."""
+    what = f"{row.samples_per_s:,.0f} samples/s" if row.measurement else (row.error or row.skipped or "")
+    return (f"  [{done}/{total}] {', '.join(f'{k} {v}' for k, v in row.combination.items())}: "
+            f"{what[:120]} ({row.seconds:.1f}s)")
+
+
+__all__ = ["ACCELERATION", "Row", "combinations", "compile_note", "header", "measure", "row_line", "run", "searched",
+           "sort", "table"]

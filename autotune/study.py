@@ -1,9 +1,9 @@
-"""Storage, sampler and pruner from registries; create or resume the study; run it; `TuneResult`."""
+"""Sampler and pruner from registries; checks before a study exists; create or resume the study; run it;
+`TuneResult`. The storage itself is storage.py's."""
 
 from __future__ import annotations
 
 import gc
-import os
 import platform
 import sys
 import warnings
@@ -24,12 +24,12 @@ from . import (
     models,
     orphans,
     pruners,
-    records,
     results,
     space,
     tracking,
     warm,
 )
+from . import storage as storage_mod
 from .config import RunConfig, check_fit_signature
 from .errors import AutotuneError, ConfigError, describe_exception, redact
 from .objective import CATCH, Objective, fit_name
@@ -89,78 +89,6 @@ def make_sampler(cfg: RunConfig) -> optuna.samplers.BaseSampler:
         raise ConfigError(_file(cfg), "study.sampler_args", f"{cfg.study.sampler}: {e}") from None
 
 
-def make_storage(cfg: RunConfig) -> optuna.storages.BaseStorage:
-    """The study's storage; an unreachable one is a ConfigError before anything is written."""
-    url = cfg.study.storage
-    file = _file(cfg)
-    if url.startswith("journal://"):
-        if cfg.study.heartbeat_interval is not None:
-            raise ConfigError(file, "study.heartbeat_interval", "the journal backend has no heartbeats; use "
-                                                                "postgresql://..., mysql://... or sqlite:///... for "
-                                                                "them, or drop it")
-        path = Path(url[len("journal://"):])
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            backend = optuna.storages.journal.JournalFileBackend(str(path))
-        except OSError as e:
-            raise ConfigError(file, "study.storage", f"cannot open journal file {path}: {e}") from None
-        return orphans.JournalStorage(backend)
-    if "://" not in url:
-        raise ConfigError(file, "study.storage", f"must be a URL: sqlite:///path.db, postgresql://..., "
-                                                 f"mysql://... or journal:///path.log; got {url!r}")
-    kwargs: dict[str, Any] = {}
-    engine: dict[str, Any] = {}
-    if url.startswith("sqlite:///"):
-        db = Path(url[len("sqlite:///"):])
-        try:
-            db.parent.mkdir(parents=True, exist_ok=True)
-        except OSError as e:
-            raise ConfigError(file, "study.storage", f"cannot create {db.parent}: {e}") from None
-        # A reader (the dashboard) and a writer share the file: wait for locks instead of failing.
-        engine["connect_args"] = {"timeout": 60}
-    elif url.startswith(("postgresql", "mysql")):
-        url = _sql_driver(url, file)
-        engine["connect_args"] = {"connect_timeout": 10}
-        engine["pool_pre_ping"] = True
-    if cfg.study.heartbeat_interval is not None:  # SQLite too: its trials' owners may sit on another host (NFS)
-        kwargs["heartbeat_interval"] = cfg.study.heartbeat_interval
-        kwargs["grace_period"] = cfg.study.grace_period or 2 * cfg.study.heartbeat_interval
-        kwargs["heartbeat_stale_trial_callback"] = orphans.retry_once
-    try:
-        with warnings.catch_warnings():  # heartbeat_interval is "experimental" in Optuna since 2.9
-            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-            storage = orphans.RDBStorage(url, engine_kwargs=engine, **kwargs)
-        if url.startswith("sqlite:///"):
-            _sqlite_wal(storage)
-        records.attach(storage)  # a trial's user attrs are written in the transaction that ends it
-        return storage
-    except Exception as e:  # sqlalchemy's errors differ by driver
-        msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise ConfigError(file, "study.storage", f"cannot reach {redact(url)}: {msg}") from None
-
-
-def _sql_driver(url: str, file: str) -> str:
-    """`postgresql://` means psycopg2 to SQLAlchemy; use psycopg 3 (autotune[postgres]) when that is what is here."""
-    import importlib.util
-
-    if not url.startswith("postgresql://"):
-        return url
-    if importlib.util.find_spec("psycopg2") is not None:
-        return url
-    if importlib.util.find_spec("psycopg") is not None:
-        return "postgresql+psycopg://" + url[len("postgresql://"):]
-    raise ConfigError(file, "study.storage", "no PostgreSQL driver installed: pip install 'autotune[postgres]'")
-
-
-def _sqlite_wal(storage: optuna.storages.RDBStorage) -> None:
-    """WAL journal mode: readers never block the writer, so the dashboard can watch a live study."""
-    from sqlalchemy import text
-
-    with storage.engine.connect() as conn:
-        conn.execute(text("PRAGMA journal_mode=WAL"))
-        conn.commit()
-
-
 # ---------------------------------------------------------------- checks before a study exists
 
 
@@ -218,25 +146,10 @@ def _check_augment(cfg: RunConfig, input_shape: tuple[int, ...], file: str) -> N
             raise ConfigError(file, f"space.{key}" if spec else f"train.{key}", why)
 
 
-def check_storage(cfg: RunConfig) -> None:
-    """Can the storage be reached? SQLite and journal files are checked without being created."""
-    url = cfg.study.storage
-    for prefix in ("sqlite:///", "journal://"):
-        if url.startswith(prefix):
-            parent = Path(url[len(prefix):]).parent
-            probe = parent
-            while not probe.exists() and probe != probe.parent:
-                probe = probe.parent
-            if not probe.is_dir() or not os.access(probe, os.W_OK):
-                raise ConfigError(_file(cfg), "study.storage", f"cannot create {parent}: not a writable directory")
-            return
-    make_storage(cfg)
-
-
 def validate(cfg: RunConfig) -> None:
     """Everything `autotune validate` checks: preflight, the storage and the tracking server."""
     preflight(cfg)
-    check_storage(cfg)
+    storage_mod.check_storage(cfg)
     warm.source(cfg)
     tracking.check(cfg)
 
@@ -292,7 +205,7 @@ class TuneResult:
 def open_study(cfg: RunConfig, fresh: bool = False, create: bool = True,
                device_name: str | None = None) -> optuna.Study:
     """`device_name`: the device's name when already known (a `--workers` driver asks a child: never CUDA itself)."""
-    storage = make_storage(cfg)
+    storage = storage_mod.make_storage(cfg)
     name = cfg.study.name
     if fresh:
         try:
@@ -317,7 +230,7 @@ def open_study(cfg: RunConfig, fresh: bool = False, create: bool = True,
     if name not in existing:
         import torch
 
-        study.set_user_attr("config", stored_config(cfg))
+        study.set_user_attr("config", storage_mod.stored_config(cfg))
         study.set_user_attr("source", redact(cfg.source))
         study.set_user_attr("versions", versions())
         study.set_user_attr("device", device_name or accel.device_name(accel.resolve_device(cfg.fixed()["device"])))
@@ -330,16 +243,6 @@ def open_study(cfg: RunConfig, fresh: bool = False, create: bool = True,
             for line in warm.enqueue(study, cfg, earlier):
                 print(f"note: {line}", file=sys.stderr, flush=True)
     return study
-
-
-def stored_config(cfg: RunConfig) -> dict[str, Any]:
-    """The config a study keeps (and `autotune worker` rebuilds): with the storage password hidden, since
-    anyone who can read the study reads it; workers get the real URL from --storage."""
-    raw = cfg.to_dict()
-    raw["study"]["storage"] = redact(raw["study"]["storage"])
-    if raw["study"].get("warm_start"):
-        raw["study"]["warm_start"]["storage"] = redact(raw["study"]["warm_start"]["storage"])
-    return raw
 
 
 def retrain_best(cfg: RunConfig, study: optuna.Study, best: results.TrialSummary, path: Path) -> Path:
@@ -372,7 +275,7 @@ def resolve_teacher(cfg: RunConfig, storage: optuna.storages.BaseStorage | None 
         return cfg
     name = d.teacher_study or cfg.study.name
     path = Path("studies") / f"{name}-teacher.pt"
-    storage = storage or make_storage(cfg)
+    storage = storage or storage_mod.make_storage(cfg)
     try:
         src = optuna.load_study(study_name=name, storage=storage)
     except KeyError:

@@ -24,7 +24,7 @@ import optuna
 import yaml
 from optuna.trial import FrozenTrial, TrialState
 
-from . import export, results
+from . import environ, export, results
 from .config import RunConfig
 from .errors import ConfigError, redact
 
@@ -92,18 +92,8 @@ def _http(retries: int, timeout: int, force: bool) -> Iterator[None]:
     `force`: the validation probe's values win over the user's own settings."""
     values = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": str(retries), "MLFLOW_HTTP_REQUEST_TIMEOUT": str(timeout),
               "MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT": "true"}  # no "View run at" line per trial
-    old = {k: os.environ.get(k) for k in values}
-    for k, v in values.items():
-        if force or old[k] is None:
-            os.environ[k] = v
-    try:
+    with environ.setenv({k: v for k, v in values.items() if force or os.environ.get(k) is None}):
         yield
-    finally:
-        for k, v in old.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
 
 
 def _local_path(uri: str) -> Path | None:

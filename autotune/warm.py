@@ -20,8 +20,9 @@ from optuna.trial import FrozenTrial, TrialState
 
 from . import space
 from .config import ParamSpec, RunConfig
-from .errors import ConfigError, redact
+from .errors import ConfigError
 from .results import constraint_values
+from .storage import find_study, make_storage
 
 ATTR = "warm_start"  # trial user attr on an enqueued trial: "STUDY#NUMBER" it came from
 
@@ -36,19 +37,13 @@ def source(cfg: RunConfig) -> optuna.Study | None:
     ws = cfg.study.warm_start
     if ws is None:
         return None
-    from .study import make_storage  # (study.py calls this module when it creates a study)
-
     url = ws.storage or cfg.study.storage
     probe = cfg.model_copy(update={"study": cfg.study.model_copy(update={"storage": url, "warm_start": None})})
     try:
         storage = make_storage(probe)
     except ConfigError as e:
         raise ConfigError(e.file, "study.warm_start.storage", e.message) from None
-    names = sorted(s.study_name for s in optuna.get_all_study_summaries(storage, include_best_trial=False))
-    if ws.study not in names:
-        raise ConfigError(_file(cfg), "study.warm_start.study", f"no study {ws.study!r} in {redact(url)}; known: "
-                                                                f"{', '.join(names) or 'none'}")
-    return optuna.load_study(study_name=ws.study, storage=storage)
+    return find_study(storage, url, ws.study, _file(cfg), "study.warm_start.study")
 
 
 def best(study: optuna.Study, k: int) -> list[FrozenTrial]:

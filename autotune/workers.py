@@ -1,48 +1,32 @@
 """Many workers on one study: processes on this machine (one GPU or a share of the cores each) or
-`autotune worker` on any machine, all sharing the study through its storage. No coordinator of our own:
-the storage is the only shared state.
-
-Three rules keep a shared study honest:
-- Exact budget. A worker starts a trial only while finished + running < n_trials, and a trial that
-  lost a race (more workers passed that check than slots were left) fails itself as `surplus` before
-  it samples anything: a trial runs only if fewer than n_trials trials numbered below it are still
-  alive (finished, running or waiting). Trial numbers come from the storage in creation order, so
-  this is exact on RDB and journal storages alike.
-- Stale trials. A trial whose worker is provably gone (a dead process on this host; on RDB storages
-  with heartbeats, SQLite included, a heartbeat older than `grace_period`) is failed as `orphaned` and
-  retried once with the same params (orphans.py); every worker looks every grace_period / 2 seconds
-  (2 s without heartbeats), mid-trial and while waiting too. A dead worker on another host without
-  heartbeats (a journal on NFS) cannot be seen (`autotune worker --fail-stale` clears those by hand).
-- Waiting. A worker whose budget is all in flight elsewhere waits instead of exiting while it can
-  still tell a dead trial: the study always ends with n_trials finished trials if any worker lives.
+`autotune worker` on any machine, all sharing the study through its storage. Where each worker runs (`plan`,
+`place`), one worker's loop (`run_worker`), the spawned processes of `autotune run --workers` and their driver
+(`run_parallel`), and joining a study from anywhere (`join`). The rules that keep a shared study's budget
+exact and its stale trials retried are budget.py's.
 """
 
 from __future__ import annotations
 
-import contextlib
-import logging
 import os
 import signal
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import optuna
-from optuna.trial import FrozenTrial, TrialState
 
-from . import orphans, tracking
+from . import environ, lifetime, orphans, storage, tracking
 from . import study as study_mod
+from .budget import ClaimedObjective, StaleWatcher, SurplusTrial, TrialCallback, counts, next_step, unless_surplus
 from .config import RunConfig, from_dict
 from .distributed import cpu_cores, devices_wanted
-from .errors import AutotuneError, ConfigError, describe_exception, redact
+from .errors import AutotuneError, ConfigError, describe_exception
 from .objective import CATCH, Objective
 
 FINISHED = study_mod.FINISHED
-# Trials that hold a slot of the budget: done, in flight, or queued (a retry, an enqueued trial).
-ALIVE = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.RUNNING, TrialState.WAITING)
 POLL_S = 0.5
 WORKER_ATTR = orphans.OWNER_ATTR  # trial user attr: "host:pid:start" of the process that runs it
 worker_id = orphans.owner_id
@@ -76,16 +60,6 @@ class Slot:
         return f"worker {self.index}: {where}, {self.threads} thread(s)"
 
 
-def check_storage(cfg: RunConfig, n_workers: int, key: str = "study.storage") -> None:
-    """SQLite serializes writers and fails them with "database is locked": refuse it for several workers."""
-    url = cfg.study.storage
-    if n_workers > 1 and url.startswith("sqlite"):
-        name = cfg.study.name
-        raise ConfigError(_file(cfg), key, f"SQLite cannot take {n_workers} concurrent workers ({url}); use "
-                                           f"journal:///studies/{name}.log on one machine or "
-                                           f"postgresql://USER:PASSWORD@HOST/DB (or mysql://...) across machines")
-
-
 def plan(cfg: RunConfig, n_workers: int | None, gpus: list[str] | None) -> list[Slot]:
     """Which GPUs and how many threads each worker gets; a request that cannot be met is a ConfigError.
 
@@ -96,73 +70,88 @@ def plan(cfg: RunConfig, n_workers: int | None, gpus: list[str] | None) -> list[
     if n_workers is not None and n_workers < 1:
         raise ConfigError(file, "--workers", f"must be >= 1; got {n_workers}")
     device = str(cfg.fixed()["device"])
-    pinned = _cuda_index(device)
     cores = cpu_cores()
-    per = devices_wanted(cfg)  # GPUs (or CPU processes) one trial takes
+    visible = [] if device in ("cpu", "mps") else _visible_gpus()
+    chosen = place(file, device, n_workers, gpus, devices_wanted(cfg), visible, cores)
+    storage.check_shared(cfg, len(chosen))
+    threads = max(1, cores // len(chosen))
+    return [Slot(index=i, gpu=g, threads=threads) for i, g in enumerate(chosen)]
+
+
+def place(file: str, device: str, n_workers: int | None, gpus: list[str] | None, per: int, visible: list[str],
+          cores: int) -> list[str | None]:
+    """Each worker's CUDA_VISIBLE_DEVICES (None: the CPU), from the physical ids of the `visible` GPUs: `per`
+    distinct GPUs per worker (one trial's devices), never one GPU for two workers unless `gpus` repeats it.
+    Pure: `plan` gives it what this machine has."""
+    pinned = _cuda_index(device)
     if gpus is not None:
-        if device in ("cpu", "mps"):
-            raise ConfigError(file, "--gpus", f"train.device is {device}: GPUs would sit idle; drop --gpus or use "
-                                              "device auto or cuda")
-        if pinned is not None:
-            raise ConfigError(file, "--gpus", f"train.device {device} already picks the GPU; drop --gpus, or use "
-                                              "device cuda and pick GPUs with --gpus")
-        bad = [g for g in gpus if not g.strip().isdigit()]
-        if bad or not gpus:
-            raise ConfigError(file, "--gpus", f"must be GPU indices like 0,1,2; got {','.join(gpus)!r}")
-        n = n_workers or max(1, len(gpus) // per)
-        if per == 1 and len(gpus) < n:
-            raise ConfigError(file, "--gpus", f"{n} workers need {n} GPU indices, got {len(gpus)}: repeat an index "
-                                              f"to put two workers on one GPU, e.g. 0,0,1,1")
-        if len(gpus) < n * per:
-            raise ConfigError(file, "--gpus", f"{n} workers x devices {per} need {n * per} GPU indices, got "
-                                              f"{len(gpus)} (worker k takes the k-th group of {per}; repeat a group "
-                                              "to put two workers' trials on the same GPUs)")
-        visible = _visible_gpus()
-        missing = [g for g in gpus[:n * per] if int(g) >= len(visible)]
-        if missing:
-            raise ConfigError(file, "--gpus", f"GPU {missing[0]} is not visible; {len(visible)} visible"
-                                              + (f" ({', '.join(map(str, range(len(visible))))})" if visible else ""))
-        groups = [[g.strip() for g in gpus[k * per:(k + 1) * per]] for k in range(n)]
-        for k, group in enumerate(groups):
-            twice = next((g for g in group if group.count(g) > 1), None)
-            if twice is not None:  # NCCL refuses two ranks of one group on one GPU
-                raise ConfigError(file, "--gpus", f"worker {k}'s trials would put two ranks on GPU {twice}: the "
-                                                  f"devices {per} of a trial are distinct GPUs")
-        chosen = [",".join(visible[int(g)] for g in group) for group in groups]
-    elif pinned is not None:  # one worker on GPU N; it sees that GPU alone, as cuda:0 (worker_config)
-        if per > 1:
-            raise ConfigError(file, "train.device", f"{device} picks one GPU; with devices {per} use device cuda or "
-                                                    "auto")
-        n = n_workers or 1
-        if n > 1:
-            raise ConfigError(file, "train.device", f"{device} puts every worker on one GPU; use device cuda or auto "
-                                                    "and pick GPUs with --gpus")
-        visible = _visible_gpus()
-        if pinned >= len(visible):
-            raise ConfigError(file, "train.device", f"{device} is not visible; {len(visible)} CUDA GPU(s) visible")
-        chosen = [visible[pinned]]
-    elif device in ("cpu", "mps") or not _visible_gpus():
+        return _place_listed(file, device, pinned, n_workers, gpus, per, visible)
+    if pinned is not None:  # one worker on GPU N; it sees that GPU alone, as cuda:0 (worker_config)
+        return _place_pinned(file, device, pinned, n_workers, per, visible)
+    if device in ("cpu", "mps") or not visible:
         n = n_workers or 1
         if per > 1 and n * per > cores:
             raise ConfigError(file, "--workers", f"{n} workers x devices {per} = {n * per} processes but {cores} CPU "
                                                  "core(s)")
-        chosen = [None] * n
-    else:
-        visible = _visible_gpus()
-        n = n_workers or max(1, len(visible) // per)
-        if per == 1 and n > len(visible):
-            raise ConfigError(file, "--workers", f"{n} workers but {len(visible)} GPU(s) visible, and two workers "
-                                                 f"never share a GPU unless asked: give --gpus, e.g. "
-                                                 f"{','.join(str(i % len(visible)) for i in range(n))}")
-        if n * per > len(visible):
-            raise ConfigError(file, "--workers", f"{n} workers x devices {per} need {n * per} GPUs but "
-                                                 f"{len(visible)} visible, and two trials never share a GPU unless "
-                                                 f"asked: give --gpus, e.g. "
-                                                 f"{','.join(str(i % len(visible)) for i in range(n * per))}")
-        chosen = [",".join(visible[k * per:(k + 1) * per]) for k in range(n)]
-    check_storage(cfg, n)
-    threads = max(1, cores // n)
-    return [Slot(index=i, gpu=g, threads=threads) for i, g in enumerate(chosen)]
+        return [None] * n
+    n = n_workers or max(1, len(visible) // per)
+    if per == 1 and n > len(visible):
+        raise ConfigError(file, "--workers", f"{n} workers but {len(visible)} GPU(s) visible, and two workers "
+                                             f"never share a GPU unless asked: give --gpus, e.g. "
+                                             f"{','.join(str(i % len(visible)) for i in range(n))}")
+    if n * per > len(visible):
+        raise ConfigError(file, "--workers", f"{n} workers x devices {per} need {n * per} GPUs but "
+                                             f"{len(visible)} visible, and two trials never share a GPU unless "
+                                             f"asked: give --gpus, e.g. "
+                                             f"{','.join(str(i % len(visible)) for i in range(n * per))}")
+    return [",".join(visible[k * per:(k + 1) * per]) for k in range(n)]
+
+
+def _place_listed(file: str, device: str, pinned: int | None, n_workers: int | None, gpus: list[str], per: int,
+                  visible: list[str]) -> list[str | None]:
+    """--gpus: worker k takes the k-th group of `per` indices into the visible GPUs."""
+    if device in ("cpu", "mps"):
+        raise ConfigError(file, "--gpus", f"train.device is {device}: GPUs would sit idle; drop --gpus or use "
+                                          "device auto or cuda")
+    if pinned is not None:
+        raise ConfigError(file, "--gpus", f"train.device {device} already picks the GPU; drop --gpus, or use "
+                                          "device cuda and pick GPUs with --gpus")
+    bad = [g for g in gpus if not g.strip().isdigit()]
+    if bad or not gpus:
+        raise ConfigError(file, "--gpus", f"must be GPU indices like 0,1,2; got {','.join(gpus)!r}")
+    n = n_workers or max(1, len(gpus) // per)
+    if per == 1 and len(gpus) < n:
+        raise ConfigError(file, "--gpus", f"{n} workers need {n} GPU indices, got {len(gpus)}: repeat an index "
+                                          f"to put two workers on one GPU, e.g. 0,0,1,1")
+    if len(gpus) < n * per:
+        raise ConfigError(file, "--gpus", f"{n} workers x devices {per} need {n * per} GPU indices, got "
+                                          f"{len(gpus)} (worker k takes the k-th group of {per}; repeat a group "
+                                          "to put two workers' trials on the same GPUs)")
+    missing = [g for g in gpus[:n * per] if int(g) >= len(visible)]
+    if missing:
+        raise ConfigError(file, "--gpus", f"GPU {missing[0]} is not visible; {len(visible)} visible"
+                                          + (f" ({', '.join(map(str, range(len(visible))))})" if visible else ""))
+    groups = [[g.strip() for g in gpus[k * per:(k + 1) * per]] for k in range(n)]
+    for k, group in enumerate(groups):
+        twice = next((g for g in group if group.count(g) > 1), None)
+        if twice is not None:  # NCCL refuses two ranks of one group on one GPU
+            raise ConfigError(file, "--gpus", f"worker {k}'s trials would put two ranks on GPU {twice}: the "
+                                              f"devices {per} of a trial are distinct GPUs")
+    return [",".join(visible[int(g)] for g in group) for group in groups]
+
+
+def _place_pinned(file: str, device: str, pinned: int, n_workers: int | None, per: int,
+                  visible: list[str]) -> list[str | None]:
+    """`device: cuda:N`: one worker, on the N-th visible GPU."""
+    if per > 1:
+        raise ConfigError(file, "train.device", f"{device} picks one GPU; with devices {per} use device cuda or "
+                                                "auto")
+    if (n_workers or 1) > 1:
+        raise ConfigError(file, "train.device", f"{device} puts every worker on one GPU; use device cuda or auto "
+                                                "and pick GPUs with --gpus")
+    if pinned >= len(visible):
+        raise ConfigError(file, "train.device", f"{device} is not visible; {len(visible)} CUDA GPU(s) visible")
+    return [visible[pinned]]
 
 
 def _cuda_index(device: str) -> int | None:
@@ -192,92 +181,7 @@ def _visible_gpus() -> list[str]:
     return [str(i) for i in range(count)]
 
 
-# ---------------------------------------------------------------- the budget
-
-
-@dataclass(frozen=True)
-class Counts:
-    finished: int
-    running: int
-    waiting: int
-    failed: int
-
-
-def counts(trials: list[FrozenTrial]) -> Counts:
-    by = {s: 0 for s in TrialState}
-    for t in trials:
-        by[t.state] += 1
-    return Counts(finished=by[TrialState.COMPLETE] + by[TrialState.PRUNED], running=by[TrialState.RUNNING],
-                  waiting=by[TrialState.WAITING], failed=by[TrialState.FAIL])
-
-
-def claim(study: optuna.Study, number: int, n_trials: int) -> bool:
-    """May trial `number` run? Only if fewer than n_trials trials numbered below it are alive.
-
-    Every alive trial was created before it (numbers follow creation), so of any n_trials + 1 trials
-    that finish, the highest-numbered one saw the others alive when it checked: it cannot have run.
-    """
-    ahead = sum(1 for t in study.get_trials(deepcopy=False, states=ALIVE) if t.number < number)
-    return ahead < n_trials
-
-
-class SurplusTrial(AutotuneError):
-    """A trial that lost the race for the last slots: it fails at once, before sampling anything."""
-
-
-class _SurplusLogFilter(logging.Filter):
-    """Optuna logs every failed trial with a traceback; a surplus trial is bookkeeping, not an error."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.numbers: set[int] = set()
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        msg = record.getMessage()
-        return not any(msg.startswith(f"Trial {n} failed") for n in self.numbers)
-
-
-class ClaimedObjective:
-    """The objective every worker runs: claim a budget slot, then train (the storage stamped the trial's owner)."""
-
-    def __init__(self, inner: Callable[[optuna.Trial], Any], n_trials: int | None) -> None:
-        self.inner = inner
-        self.n_trials = n_trials
-        self.surplus = 0
-        self._filter = _SurplusLogFilter()
-        logging.getLogger("optuna.study._optimize").addFilter(self._filter)
-
-    def __call__(self, trial: optuna.Trial) -> Any:
-        if self.n_trials is not None and not claim(trial.study, trial.number, self.n_trials):
-            self.surplus += 1
-            self._filter.numbers.add(trial.number)
-            trial.set_user_attr("surplus", True)
-            raise SurplusTrial(f"trial {trial.number}: the study's {self.n_trials} trials were already claimed")
-        return self.inner(trial)
-
-
 # ---------------------------------------------------------------- one worker
-
-
-def next_step(study: optuna.Study, n_trials: int | None) -> str:
-    """'run', 'wait' (the budget is in flight in workers that may still die) or 'done'."""
-    orphans.reap(study)
-    if n_trials is None:
-        return "run"
-    trials = study.get_trials(deepcopy=False)
-    c = counts(trials)
-    if c.finished >= n_trials:
-        return "done"
-    if c.waiting or c.finished + c.running < n_trials:
-        return "run"
-    if orphans.heartbeats(study):
-        return "wait"
-    # No heartbeats: only trials of live processes on this host can still be seen dying.
-    mine = [t for t in trials if t.state == TrialState.RUNNING and (o := orphans.owner_of(t)) is not None and o.here()]
-    return "wait" if mine else "done"
-
-
-TrialCallback = Callable[[optuna.Study, FrozenTrial], None]
 
 
 @dataclass
@@ -314,11 +218,11 @@ def run_worker(cfg: RunConfig, sampler_seed_offset: int | None = 0, callbacks: l
     claimed = ClaimedObjective(objective or Objective(cfg), n)
     tracker = tracking.open_tracker(cfg, study) if track else None
     # Callbacks see the trials this worker ran, not the ones that lost the race for a slot.
-    cbs = [_unless_surplus(cb) for cb in [*(callbacks or []), *([tracker] if tracker else [])]]
+    cbs = [unless_surplus(cb) for cb in [*(callbacks or []), *([tracker] if tracker else [])]]
     deadline = None if cfg.study.timeout is None else time.monotonic() + cfg.study.timeout
     ran = 0
     step = "run"
-    with _StaleWatcher(study, cfg):
+    with StaleWatcher(study, cfg):
         while deadline is None or time.monotonic() < deadline:
             step = next_step(study, n)
             if step == "done":
@@ -335,53 +239,16 @@ def run_worker(cfg: RunConfig, sampler_seed_offset: int | None = 0, callbacks: l
     return WorkerResult(ran=ran, surplus=claimed.surplus, study=study)
 
 
-class _StaleWatcher:
-    """Look for dead workers' trials while this one trains, not only between trials (Optuna's habit):
-    a stale trial is failed and retried within grace_period + grace_period / 2, however long trials are."""
-
-    def __init__(self, study: optuna.Study, cfg: RunConfig) -> None:
-        import threading
-
-        self.study = study
-        grace = cfg.study.grace_period or 2 * (cfg.study.heartbeat_interval or 1)
-        self.every = max(0.5, grace / 2) if orphans.heartbeats(study) else 2.0
-        self.stop = threading.Event()
-        self.thread = threading.Thread(target=self._loop, name="autotune-stale-watcher", daemon=True)
-
-    def _loop(self) -> None:
-        while not self.stop.wait(self.every):
-            try:
-                orphans.reap(self.study)
-            except Exception:  # a storage hiccup here must not kill the worker; the main loop checks too
-                pass
-
-    def __enter__(self) -> _StaleWatcher:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop.set()
-        self.thread.join(timeout=10)
-
-
-def _unless_surplus(cb: TrialCallback) -> TrialCallback:
-    def call(study: optuna.Study, t: FrozenTrial) -> None:
-        if not t.user_attrs.get("surplus"):
-            cb(study, t)
-
-    return call
-
-
 # ---------------------------------------------------------------- worker processes on this machine
 
 
 def _child(cfg_dict: dict[str, Any], source: str, slot: Slot) -> None:
     """Entry point of a spawned worker (its environment was set by the parent before the spawn)."""
     parent = os.getppid()
-    _die_with_parent()
+    lifetime.die_with_parent()
     # A terminated worker fails its trial through Optuna (KeyboardInterrupt) instead of leaving it RUNNING.
-    signal.signal(signal.SIGTERM, _interrupt)
-    _watch_parent(parent)
+    signal.signal(signal.SIGTERM, lifetime.interrupt)
+    lifetime.watch_parent(parent)
     import torch
 
     torch.set_num_threads(slot.threads)
@@ -405,7 +272,7 @@ def checked_in_child(cfg_dict: dict[str, Any], source: str, slot: Slot) -> str:
 
     ctx = mp.get_context("spawn")
     recv, send = ctx.Pipe(duplex=False)
-    with _env(slot.env()):
+    with environ.setenv(slot.env()):
         p = ctx.Process(target=_preflight_child, args=(cfg_dict, source, send), name="autotune-preflight")
         p.start()
     send.close()
@@ -417,7 +284,8 @@ def checked_in_child(cfg_dict: dict[str, Any], source: str, slot: Slot) -> str:
         recv.close()
         p.join()
     if answer is None:
-        raise AutotuneError(f"the device check process (GPU {slot.gpu}) {_exit_text(p.exitcode)} before it answered")
+        raise AutotuneError(f"the device check process (GPU {slot.gpu}) {lifetime.exit_text(p.exitcode)} before it "
+                            "answered")
     kind, *rest = answer
     if kind == "config":
         raise ConfigError(*rest)
@@ -429,7 +297,7 @@ def checked_in_child(cfg_dict: dict[str, Any], source: str, slot: Slot) -> str:
 def _preflight_child(cfg_dict: dict[str, Any], source: str, conn: Any) -> None:
     """Entry point of the spawned device check: ("ok", device name), ("config", file, key, message) or
     ("error", one line)."""
-    _die_with_parent()
+    lifetime.die_with_parent()
     from . import accel
 
     try:
@@ -447,77 +315,83 @@ def _preflight_child(cfg_dict: dict[str, Any], source: str, conn: Any) -> None:
         conn.close()
 
 
-EXIT_GRACE_S = 20.0  # a terminated worker still alive after this long is ended (see _exit_after)
+class _Pool:
+    """The spawned worker processes of one run, and the exits already told."""
+
+    def __init__(self, cfg: RunConfig, slots: list[Slot]) -> None:
+        import multiprocessing as mp
+
+        ctx = mp.get_context("spawn")
+        cfg_dict = cfg.to_dict()
+        self.procs: list[tuple[Slot, Any]] = []
+        for slot in slots:
+            with environ.setenv(slot.env()):
+                p = ctx.Process(target=_child, args=(worker_config(cfg_dict, slot), cfg.source, slot),
+                                name=f"autotune-worker-{slot.index}")
+                p.start()
+            self.procs.append((slot, p))
+        self.reported: set[int] = set()
+
+    def alive(self) -> bool:
+        return any(p.is_alive() for _, p in self.procs)
+
+    def tell_exits(self, note: Callable[[str], None], then: str = "") -> None:
+        """A line for each worker that ended with an error since the last call."""
+        for slot, p in self.procs:
+            if not p.is_alive() and p.pid not in self.reported and p.exitcode not in (0, None):
+                self.reported.add(p.pid)
+                note(f"worker {slot.index} (pid {p.pid}) {lifetime.exit_text(p.exitcode)}{then}")
+
+    def join(self) -> None:
+        for _, p in self.procs:
+            p.join()
+
+    def terminate(self) -> None:
+        for _, p in self.procs:  # Ctrl-C reached them too; a SIGTERM fails their trials through Optuna
+            if p.is_alive():
+                p.terminate()
+        for _, p in self.procs:
+            p.join(timeout=30)
 
 
-def _interrupt(signum: int, frame: Any) -> None:
-    _exit_after(EXIT_GRACE_S)
-    raise KeyboardInterrupt
+class _Feed:
+    """Hands each trial the workers finish, once, to the view and the tracker (never a surplus trial)."""
+
+    def __init__(self, study: optuna.Study, on_trial: TrialCallback | None, tracker: Any) -> None:
+        self.study = study
+        self.on_trial = on_trial
+        self.tracker = tracker
+        self.shown = {t.number for t in study.get_trials(deepcopy=False) if t.state.is_finished()}
+
+    def __call__(self) -> None:
+        for t in sorted(self.study.get_trials(deepcopy=False), key=lambda t: t.number):
+            if t.state.is_finished() and t.number not in self.shown:
+                self.shown.add(t.number)
+                if t.user_attrs.get("surplus"):
+                    continue  # a lost race, not a trial anyone ran
+                if self.on_trial is not None:
+                    self.on_trial(self.study, t)
+                if self.tracker is not None:
+                    self.tracker(self.study, t)
 
 
-def _exit_after(seconds: float) -> None:
-    """End this process in `seconds` if it has not exited by then. A KeyboardInterrupt raised at an unlucky
-    instant (between a storage or logging lock's acquire and its release) can leave the worker waiting on
-    that lock forever, with the driver gone: an immortal worker holding its trial RUNNING. Ended instead, its
-    trial is an orphan of a dead process, which the next run fails and retries."""
-    import threading
-
-    timer = threading.Timer(seconds, os._exit, args=(128 + signal.SIGTERM,))
-    timer.daemon = True
-    timer.start()
-
-
-def _watch_parent(parent: int) -> None:
-    """Terminate this worker, as the parent-death signal would, once its driver is gone: seen every second,
-    in case that signal was lost (or came before the handler was in place)."""
-    import threading
-
-    def watch() -> None:
-        while os.getppid() == parent:
-            time.sleep(1.0)
-        _exit_after(EXIT_GRACE_S)  # even if the handler below never gets to run
-        os.kill(os.getpid(), signal.SIGTERM)
-
-    threading.Thread(target=watch, name="autotune-parent-watch", daemon=True).start()
-
-
-def _die_with_parent() -> None:
-    """Linux: SIGTERM this worker when the driver dies, even by SIGKILL (no orphans training on)."""
-    if not sys.platform.startswith("linux"):
-        return
-    try:
-        import ctypes
-
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
-    if os.getppid() == 1:  # the parent died before prctl took effect
-        os.kill(os.getpid(), signal.SIGTERM)
-
-
-@contextlib.contextmanager
-def _env(extra: dict[str, str]) -> Iterator[None]:
-    """A spawned child inherits os.environ at start: set the slot's variables just for that moment."""
-    old = {k: os.environ.get(k) for k in extra}
-    os.environ.update(extra)
-    try:
-        yield
-    finally:
-        for k, v in old.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-
-
-def _exit_text(code: int | None) -> str:
-    if code is not None and code < 0:
-        try:
-            return f"killed by {signal.Signals(-code).name}"
-        except ValueError:
-            return f"killed by signal {-code}"
-    return f"exited with code {code}"
+def _open_for_workers(cfg: RunConfig, slots: list[Slot], fresh: bool,
+                      note: Callable[[str], None]) -> tuple[optuna.Study, Any]:
+    """Checks, then the study (created or resumed) and the driver's tracker."""
+    storage.check_shared(cfg, len(slots))
+    device = None
+    if any(slot.gpu is not None for slot in slots):
+        # The driver only watches: a CUDA context of its own would hold GPU memory all study long.
+        device = checked_in_child(worker_config(cfg.to_dict(), slots[0]), cfg.source, slots[0])
+    else:
+        study_mod.preflight(cfg)
+        study_mod.resolve_teacher(cfg)  # the teacher file exists before any worker needs it
+    tracking.check(cfg)
+    study = study_mod.open_study(cfg, fresh=fresh, device_name=device)
+    study_mod.note_orphans(orphans.reap(study), note)  # what a killed earlier run left RUNNING
+    # The driver logs to MLflow, not the workers: it sees every trial finish (_Feed), so each is logged
+    # exactly once, over one client, with one warning if the server fails; workers never import MLflow.
+    return study, tracking.open_tracker(cfg, study)
 
 
 def run_parallel(cfg: RunConfig, slots: list[Slot], fresh: bool = False,
@@ -525,26 +399,10 @@ def run_parallel(cfg: RunConfig, slots: list[Slot], fresh: bool = False,
                  on_trial: TrialCallback | None = None, on_note: Callable[[str], None] | None = None,
                  poll_s: float = POLL_S) -> study_mod.TuneResult:
     """Create or resume the study, run one spawned worker per slot, show finished trials as they land."""
-    import multiprocessing as mp
-
     note = on_note or (lambda s: print(s, file=sys.stderr))
-    check_storage(cfg, len(slots))
-    cfg_dict = cfg.to_dict()
-    device = None
-    if any(slot.gpu is not None for slot in slots):
-        # The driver only watches: a CUDA context of its own would hold GPU memory all study long.
-        device = checked_in_child(worker_config(cfg_dict, slots[0]), cfg.source, slots[0])
-    else:
-        study_mod.preflight(cfg)
-        study_mod.resolve_teacher(cfg)  # the teacher file exists before any worker needs it
-    tracking.check(cfg)
-    study = study_mod.open_study(cfg, fresh=fresh, device_name=device)
-    study_mod.note_orphans(orphans.reap(study), note)  # what a killed earlier run left RUNNING
-    # The driver logs to MLflow, not the workers: it sees every trial finish (below), so each is logged
-    # exactly once, over one client, with one warning if the server fails; workers never import MLflow.
-    tracker = tracking.open_tracker(cfg, study)
+    study, tracker = _open_for_workers(cfg, slots, fresh, note)
     n = cfg.study.n_trials
-    shown = {t.number for t in study.get_trials(deepcopy=False) if t.state.is_finished()}
+    feed = _Feed(study, on_trial, tracker)
     todo = -1 if n is None else max(0, n - counts(study.get_trials(deepcopy=False)).finished)
     if on_start is not None:
         on_start(study, todo)
@@ -552,61 +410,38 @@ def run_parallel(cfg: RunConfig, slots: list[Slot], fresh: bool = False,
         if tracker is not None:
             tracker.finish(study)
         return study_mod.TuneResult(study=study, config=cfg)
-    ctx = mp.get_context("spawn")
-    procs: list[tuple[Slot, Any]] = []
-    for slot in slots:
-        with _env(slot.env()):
-            p = ctx.Process(target=_child, args=(worker_config(cfg_dict, slot), cfg.source, slot),
-                            name=f"autotune-worker-{slot.index}")
-            p.start()
-        procs.append((slot, p))
-    reported: set[int] = set()
-
-    def show_new() -> None:
-        for t in sorted(study.get_trials(deepcopy=False), key=lambda t: t.number):
-            if t.state.is_finished() and t.number not in shown:
-                shown.add(t.number)
-                if t.user_attrs.get("surplus"):
-                    continue  # a lost race, not a trial anyone ran
-                if on_trial is not None:
-                    on_trial(study, t)
-                if tracker is not None:
-                    tracker(study, t)
-
+    pool = _Pool(cfg, slots)
     try:
-        while any(p.is_alive() for _, p in procs):
-            show_new()
-            for slot, p in procs:
-                if not p.is_alive() and p.pid not in reported and p.exitcode not in (0, None):
-                    reported.add(p.pid)
-                    note(f"worker {slot.index} (pid {p.pid}) {_exit_text(p.exitcode)}; the others carry on")
+        while pool.alive():
+            feed()
+            pool.tell_exits(note, "; the others carry on")
             time.sleep(poll_s)
     except KeyboardInterrupt:
-        for _, p in procs:  # Ctrl-C reached them too; a SIGTERM fails their trials through Optuna
-            if p.is_alive():
-                p.terminate()
-        for _, p in procs:
-            p.join(timeout=30)
+        pool.terminate()
         if tracker is not None:
-            show_new()  # the trials the workers failed on their way out
+            feed()  # the trials the workers failed on their way out
             tracker.finish(study, "KILLED")
         raise
-    for _, p in procs:
-        p.join()
-    show_new()
-    for slot, p in procs:
-        if p.exitcode not in (0, None) and p.pid not in reported:
-            note(f"worker {slot.index} (pid {p.pid}) {_exit_text(p.exitcode)}")
+    pool.join()
+    feed()
+    pool.tell_exits(note)
+    _wrap_up(cfg, study, tracker, note)
+    return study_mod.TuneResult(study=study, config=cfg)
+
+
+def _wrap_up(cfg: RunConfig, study: optuna.Study, tracker: Any, note: Callable[[str], None]) -> None:
+    """Every worker has exited: say what raced, end the tracker's run, and fail a study left short."""
     surplus = sum(1 for t in study.get_trials(deepcopy=False) if t.user_attrs.get("surplus"))
     if surplus:
         note(f"{surplus} FAIL trial(s) marked surplus: workers raced for the last slots and these never ran")
-    left = None if n is None else n - counts(study.get_trials(deepcopy=False)).finished
+    n = cfg.study.n_trials
+    finished = counts(study.get_trials(deepcopy=False)).finished
+    short = n is not None and n != finished and cfg.study.timeout is None
     if tracker is not None:
-        tracker.finish(study, "FAILED" if left and cfg.study.timeout is None else "FINISHED")
-    if left and cfg.study.timeout is None:
-        raise AutotuneError(f"every worker stopped and the study holds {n - left} of its {n} finished trials: see the "
+        tracker.finish(study, "FAILED" if short else "FINISHED")
+    if short:
+        raise AutotuneError(f"every worker stopped and the study holds {finished} of its {n} finished trials: see the "
                             f"workers' errors above; run again to resume")
-    return study_mod.TuneResult(study=study, config=cfg)
 
 
 # ---------------------------------------------------------------- joining from anywhere
@@ -614,22 +449,27 @@ def run_parallel(cfg: RunConfig, slots: list[Slot], fresh: bool = False,
 
 def join_config(storage_url: str, study_name: str) -> RunConfig:
     """The RunConfig a study was started with (its `config` user attr), pointed at `storage_url`."""
-    file = "--storage"
-    if storage_url.startswith("sqlite"):
-        raise ConfigError(file, "--storage", f"SQLite cannot be shared by workers ({storage_url}); use "
-                                             "journal:///path on one machine or postgresql://USER:PASSWORD@HOST/DB "
-                                             "(or mysql://...) across machines")
-    probe = from_dict({"study": {"storage": storage_url, "name": study_name}}, source=file)
-    storage = study_mod.make_storage(probe)
-    names = sorted(s.study_name for s in optuna.get_all_study_summaries(storage, include_best_trial=False))
-    if study_name not in names:
-        raise ConfigError(file, "--study", f"no study {study_name!r} in {redact(storage_url)}; known: "
-                                           f"{', '.join(names) or 'none'}")
-    attrs = optuna.load_study(study_name=study_name, storage=storage).user_attrs
-    if "config" not in attrs:
-        raise ConfigError(file, "--study", f"study {study_name!r} was not created by autotune (no config attr)")
-    return from_dict(attrs["config"], overrides={"study.storage": storage_url, "study.name": study_name},
-                     source=attrs.get("source", "<config>"))
+    storage.check_joinable(storage_url)
+    return storage.load_stored(storage_url, study_name)[1]
+
+
+def join(storage_url: str, study_name: str, n_trials: int | None = None,
+         timeout: float | None = None) -> tuple[RunConfig, optuna.Study]:
+    """`autotune worker`: the study's config (with this worker's budget and timeout), checked on this machine
+    (its data, factories and device: one line now, not a failure in every trial), and the study."""
+    cfg = join_config(storage_url, study_name)
+    if n_trials is not None or timeout is not None:
+        over = {k: v for k, v in (("study.n_trials", n_trials), ("study.timeout", timeout)) if v is not None}
+        cfg = from_dict(cfg.to_dict(), overrides=over, source=cfg.source)
+    storage.check_shared(cfg, 2, key="--storage")  # a joining worker is never alone
+    study_mod.preflight(cfg)
+    return cfg, study_mod.open_study(cfg, create=False)
+
+
+def fail_stale(cfg: RunConfig) -> list[int]:
+    """`--fail-stale`: fail (and queue one retry of) every RUNNING trial, wherever its owner ran: for a journal
+    study whose workers were all killed, where no heartbeat tells."""
+    return orphans.reap(study_mod.open_study(cfg, create=False), everywhere=True)
 
 
 def version_notes(study: optuna.Study) -> list[str]:
@@ -640,6 +480,5 @@ def version_notes(study: optuna.Study) -> list[str]:
             if k in stored and stored[k] != here.get(k)]
 
 
-__all__ = ["ALIVE", "ClaimedObjective", "Counts", "Slot", "SurplusTrial", "WorkerResult", "check_storage",
-           "checked_in_child", "claim", "counts", "join_config", "next_step", "plan", "run_parallel",
-           "run_worker", "worker_config", "worker_id"]
+__all__ = ["Slot", "WorkerResult", "checked_in_child", "fail_stale", "join", "join_config", "place", "plan",
+           "run_parallel", "run_worker", "version_notes", "worker_config", "worker_id"]

@@ -40,6 +40,7 @@ import yaml  # noqa: E402
 from optuna.trial import TrialState  # noqa: E402
 
 from autotune import config, orphans  # noqa: E402
+from autotune import storage as storage_mod  # noqa: E402
 from autotune import study as study_mod  # noqa: E402
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -141,7 +142,7 @@ def run(url: str, folder: Path, n_workers: int, n_trials: int, kill_every: float
         timed_out = bool(pool.alive())
         pool.stop()
     wall = time.monotonic() - t0
-    return check(optuna.load_study(study_name="faults", storage=study_mod.make_storage(cfg)), n_trials, kills,
+    return check(optuna.load_study(study_name="faults", storage=storage_mod.make_storage(cfg)), n_trials, kills,
                  snapshots, pool, wall, timed_out, folder)
 
 

@@ -33,7 +33,8 @@ sys.path.insert(0, str(ROOT))
 
 import optuna  # noqa: E402
 
-from autotune import config, space, workers  # noqa: E402
+from autotune import budget, config, space, workers  # noqa: E402
+from autotune import storage as storage_mod  # noqa: E402
 from autotune import study as study_mod  # noqa: E402
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -82,7 +83,7 @@ def throughput(n_trials: int, tmp: Path) -> None:
         wall = time.perf_counter() - t0
         done = [t for t in res.study.get_trials() if t.state.is_finished() and not t.user_attrs.get("surplus")]
         span = (max(t.datetime_complete for t in done) - min(t.datetime_start for t in done)).total_seconds()
-        fin = workers.counts(res.study.get_trials()).finished
+        fin = budget.counts(res.study.get_trials()).finished
         train = statistics.mean(t.user_attrs.get("train_time_s", 0.0) for t in done)
         rows.append((n, slots[0].threads, fin, wall, 60 * fin / wall, 60 * fin / span, train))
     base_wall, base_steady = rows[0][4], rows[0][5]
@@ -167,7 +168,7 @@ def _overhead_pair(label: str, url: str, n_trials: int, sampler: str, chunk: int
     process, Optuna's optimize); "worker" is what `--workers` and `autotune worker` run (budget check, claim)."""
     cfg = make_cfg(url or "journal:///unused", f"oh-{label}-{loop}", n_trials, sampler, epochs=5)
     if url:
-        plain_storage: Any = study_mod.make_storage(cfg)  # the storage as autotune opens it: same engine, same pragmas
+        plain_storage: Any = storage_mod.make_storage(cfg)  # as autotune opens it: same engine, same pragmas
     else:
         plain_storage = optuna.storages.InMemoryStorage()
     plain = optuna.create_study(study_name=f"plain-{label}-{loop}", storage=plain_storage, directions=cfg.directions,

@@ -18,7 +18,8 @@ import pytest
 import requests
 
 import autotune
-from autotune import cli, study
+from autotune import cli
+from autotune import storage as storage_mod
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ROOT / "tests" / "studies" / "tiny_study.yaml"
@@ -84,7 +85,7 @@ def test_dashboard_serves_a_study_while_it_runs(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'live.db'}"
     n_trials = 8
     # The schema exists before either process starts, as after any earlier `autotune run`.
-    study.make_storage(autotune.load_config(str(TINY), {"study.storage": url}))
+    storage_mod.make_storage(autotune.load_config(str(TINY), {"study.storage": url}))
     dash, base = _start_dashboard(url)  # listening before the run starts: it must see the study grow
     run = Proc("run", str(TINY), "--storage", url, "--n-trials", str(n_trials), "--plain")
     try:

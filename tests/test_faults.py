@@ -17,7 +17,7 @@ import pytest
 from optuna.trial import TrialState
 
 from autotune import config
-from autotune import study as study_mod
+from autotune import storage as storage_mod
 from tests.test_workers import FINISHED, pg_url  # noqa: F401  (the fixture)
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -59,7 +59,7 @@ def test_journal_workers_killed_at_random_finish_exactly(tmp_path: Path) -> None
     r = run_bench(tmp_path, "--storage", "journal")["journal"]
     assert_report(r)
     cfg = config.load(tmp_path / "journal" / "faults.yaml")
-    check_storage(optuna.load_study(study_name="faults", storage=study_mod.make_storage(cfg)))
+    check_storage(optuna.load_study(study_name="faults", storage=storage_mod.make_storage(cfg)))
 
 
 @pytest.mark.slow
@@ -68,4 +68,4 @@ def test_postgres_workers_killed_at_random_finish_exactly(tmp_path: Path, pg_url
     r = run_bench(tmp_path, "--storage", "postgres", "--postgres", pg_url, "--keep")["postgres"]
     assert_report(r)
     cfg = config.load(tmp_path / "postgres" / "faults.yaml")
-    check_storage(optuna.load_study(study_name="faults", storage=study_mod.make_storage(cfg)))
+    check_storage(optuna.load_study(study_name="faults", storage=storage_mod.make_storage(cfg)))

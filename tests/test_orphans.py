@@ -19,6 +19,7 @@ import pytest
 from optuna.trial import TrialState
 
 from autotune import config, orphans
+from autotune import storage as storage_mod
 from autotune import study as study_mod
 from tests.test_workers import FINISHED, autotune, finish, load, wait_mid_trial, write_cfg
 
@@ -64,7 +65,7 @@ def test_the_storage_stamps_a_trial_in_the_write_that_creates_or_takes_it(storag
     url = f"sqlite:///{tmp_path}/s.db" if storage == "sqlite" else f"journal:///{tmp_path}/s.log"
     cfg = config.load(write_cfg(tmp_path, url, 3, name="s", single=True))
     study = study_mod.open_study(cfg)
-    other = optuna.load_study(study_name="s", storage=study_mod.make_storage(cfg))  # another reader
+    other = optuna.load_study(study_name="s", storage=storage_mod.make_storage(cfg))  # another reader
     fresh = study.ask()
     assert orphans.owner_of(other.get_trials()[fresh.number]) == orphans.Owner.parse(orphans.owner_id())
     study.enqueue_trial({"lr": 0.01})
@@ -202,7 +203,7 @@ def test_sigkilled_run_leaves_no_zombie_after_resume(storage: str, tmp_path: Pat
 
 def _wait_study(path: Path, timeout: float = 120) -> optuna.Study:
     cfg = config.load(path)
-    storage = study_mod.make_storage(cfg)
+    storage = storage_mod.make_storage(cfg)
     t0 = time.monotonic()
     while time.monotonic() - t0 < timeout:
         try:

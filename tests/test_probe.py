@@ -17,6 +17,7 @@ from optuna.trial import TrialState
 from torch import nn
 
 from autotune import config, context, probe
+from autotune import storage as storage_mod
 from autotune import study as study_mod
 from autotune.settings import DEFAULTS
 from autotune.throughput import ProbeDone, ProbeWindow
@@ -186,5 +187,5 @@ def test_cache_shared_by_two_workers_and_a_resumed_run(tmp_path: Path) -> None:
     source = next(iter(records.values()))["source"]
     assert source in ("trial 0", "trial 1")
     assert all(t.user_attrs["probe"]["source"] == source for t in trials[2:])
-    assert optuna.load_study(study_name="p", storage=study_mod.make_storage(cfg)).user_attrs[
+    assert optuna.load_study(study_name="p", storage=storage_mod.make_storage(cfg)).user_attrs[
         next(iter(records))]["samples_per_s"] > 0

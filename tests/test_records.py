@@ -14,6 +14,7 @@ from optuna.trial import TrialState
 from sqlalchemy import event
 
 from autotune import config, records, space, workers
+from autotune import storage as storage_mod
 from autotune import study as study_mod
 from autotune.objective import Objective
 
@@ -71,7 +72,7 @@ def test_attrs_arrive_with_the_final_state_on_sqlite(tmp_path: Path) -> None:
     before = study._storage.get_trial(trial._trial_id).user_attrs  # (the storage stamped the trial's owner)
     assert "history" not in before and "stop_reason" not in before  # staged, not written yet
     study.tell(trial, state=TrialState.PRUNED)
-    stored = optuna.load_study(study_name=cfg.study.name, storage=study_mod.make_storage(cfg)).trials[0]
+    stored = optuna.load_study(study_name=cfg.study.name, storage=storage_mod.make_storage(cfg)).trials[0]
     assert stored.state == TrialState.PRUNED
     assert stored.user_attrs == {**before, "history": [{"epoch": 1, "val_accuracy": 0.5}], "stop_reason": "slow"}
 
@@ -80,7 +81,7 @@ def test_attrs_arrive_with_the_final_state_on_sqlite(tmp_path: Path) -> None:
 def test_attrs_written_at_flush_elsewhere(tmp_path: Path, kind: str) -> None:
     """Journal: one appended batch; in-memory: the public API. Both before the trial ends."""
     storage: Any = optuna.storages.InMemoryStorage() if kind == "in-memory" else \
-        study_mod.make_storage(cfg_for(tmp_path, f"journal:///{tmp_path}/r.log"))
+        storage_mod.make_storage(cfg_for(tmp_path, f"journal:///{tmp_path}/r.log"))
     study = optuna.create_study(storage=storage, directions=["maximize"])
     trial = study.ask()
     buffered = records.BufferedTrial(trial)
@@ -98,7 +99,7 @@ def test_a_trial_costs_no_write_transaction_more_than_plain_ask_tell(tmp_path: P
     the transaction that ends the trial (one more statement there)."""
     n = 6
     cfg = cfg_for(tmp_path, f"sqlite:///{tmp_path}/r.db", n_trials=n)
-    plain_storage = study_mod.make_storage(cfg)
+    plain_storage = storage_mod.make_storage(cfg)
     counted = WriteCounter(plain_storage.engine)
     plain = optuna.create_study(storage=plain_storage, sampler=study_mod.make_sampler(cfg), directions=cfg.directions)
     created, created_statements = counted.commits, collections.Counter(counted.statements)
@@ -110,7 +111,7 @@ def test_a_trial_costs_no_write_transaction_more_than_plain_ask_tell(tmp_path: P
     plain_statements = counted.statements - created_statements
 
     opened: list[WriteCounter] = []
-    make = study_mod.make_storage
+    make = storage_mod.make_storage
 
     def counting(c: config.RunConfig) -> Any:
         s = make(c)
@@ -122,11 +123,11 @@ def test_a_trial_costs_no_write_transaction_more_than_plain_ask_tell(tmp_path: P
     def on_start(study: optuna.Study, todo: int) -> None:  # the study exists and holds its own attrs: trials next
         before.update(commits=opened[-1].commits, statements=collections.Counter(opened[-1].statements))
 
-    study_mod.make_storage = counting  # type: ignore[assignment]
+    storage_mod.make_storage = counting  # type: ignore[assignment]
     try:
         res = study_mod.run(cfg, fit=no_training, on_start=on_start)
     finally:
-        study_mod.make_storage = make  # type: ignore[assignment]
+        storage_mod.make_storage = make  # type: ignore[assignment]
     trials = res.study.trials
     assert len(trials) == n and all(t.state == TrialState.COMPLETE for t in trials)
     assert {"settings", "seed", "history", "epoch_values", "val_accuracy", "epochs_run"} <= set(trials[-1].user_attrs)

@@ -17,6 +17,7 @@ import pytest
 import yaml
 
 from autotune import cli, config
+from autotune import storage as storage_mod
 from autotune import study as study_mod
 from autotune.errors import ConfigError, redact
 
@@ -39,7 +40,7 @@ def test_redact_hides_the_password_and_keeps_the_rest(url: str, shown: str) -> N
 def test_errors_never_show_a_password(tmp_path: Path, capsys: Any) -> None:
     url = "postgresql://u:hunter2@127.0.0.1:1/db"  # nothing listens on port 1
     with pytest.raises(ConfigError) as info:
-        study_mod.make_storage(config.from_dict({"study": {"storage": url}}))
+        storage_mod.make_storage(config.from_dict({"study": {"storage": url}}))
     assert "hunter2" not in str(info.value) and "u:***@127.0.0.1:1/db" in str(info.value)
     # Any ConfigError, whoever builds it; and the CLI for every AutotuneError.
     assert "hunter2" not in str(ConfigError("f.yaml", "study.storage", f"bad {url}"))
@@ -99,7 +100,7 @@ def test_no_surface_shows_the_password(secret_url: tuple[str, str], tmp_path: Pa
     ok(["report", "s.yaml", "-o", "r.html"])
     # A worker gets the real URL from --storage; the study's stored copy is redacted, and joining still works.
     ok(["worker", "--storage", url, "--study", "s", "--n-trials", "2"])
-    study = optuna.load_study(study_name="s", storage=study_mod.make_storage(config.load(run_file)))
+    study = optuna.load_study(study_name="s", storage=storage_mod.make_storage(config.load(run_file)))
     assert len(study.get_trials(states=study_mod.FINISHED)) == 2
     assert any(":***@" in s for s in seen)  # the terminal names the storage, masked
     stored = json.dumps(study.user_attrs)

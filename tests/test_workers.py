@@ -7,6 +7,7 @@ Real processes and real training (tiny MLPs on digits). The PostgreSQL tests nee
 from __future__ import annotations
 
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -23,7 +24,8 @@ import pytest
 import yaml
 from optuna.trial import TrialState
 
-from autotune import cli, config, orphans, workers
+from autotune import budget, cli, config, orphans, workers
+from autotune import storage as storage_mod
 from autotune import study as study_mod
 from autotune.errors import ConfigError
 
@@ -72,7 +74,7 @@ def finish(p: subprocess.Popen[str], timeout: float = 480) -> tuple[int, str, st
 
 def load(cfg_path: Path) -> optuna.Study:
     cfg = config.load(cfg_path)
-    return optuna.load_study(study_name=cfg.study.name, storage=study_mod.make_storage(cfg))
+    return optuna.load_study(study_name=cfg.study.name, storage=storage_mod.make_storage(cfg))
 
 
 def wait_mid_trial(study: optuna.Study, epochs: int, timeout: float = 90) -> optuna.trial.FrozenTrial:
@@ -158,6 +160,70 @@ def test_plan_cpu_shares_cores_and_rejects_bad_requests(tmp_path: Path) -> None:
     if not workers._visible_gpus():
         with pytest.raises(ConfigError, match=r"--gpus: GPU 0 is not visible; 0 visible"):
             workers.plan(gpu_cfg, 1, ["0"])
+
+
+def _check_placement(groups: list[str | None], n_workers: int | None, per: int, visible: list[str]) -> None:
+    """What `place` promises without --gpus: each worker a group of `per` distinct visible GPUs, no GPU in two
+    groups, so workers x devices never exceeds the GPUs visible."""
+    used = [g for group in groups for g in str(group).split(",")]
+    assert all(group is not None and len(group.split(",")) == per for group in groups)
+    assert len(used) == len(set(used)) == len(groups) * per <= len(visible)
+    assert set(used) <= set(visible)
+    assert len(groups) == (n_workers or max(1, len(visible) // per))
+
+
+@pytest.mark.parametrize("visible", [["0"], ["3", "5"], ["2", "4", "6", "7", "9"], [str(i) for i in range(8)]])
+def test_gpu_placement_never_oversubscribes(visible: list[str]) -> None:
+    """The pure planner, given what a machine shows: every request it accepts keeps one trial's devices on
+    distinct GPUs and two workers off one GPU; every request it cannot meet is a one-line ConfigError."""
+    for per in (1, 2, 3):
+        for n_workers in (None, 1, 2, 3, 5, 8, 9):
+            try:
+                groups = workers.place("w.yaml", "cuda", n_workers, None, per, visible, cores=16)
+            except ConfigError as e:
+                assert (n_workers or 1) * per > len(visible)  # refused only when it does not fit
+                assert e.key_path == "--workers" and "\n" not in str(e)
+                assert re.search(rf"but {len(visible)} (GPU\(s\) )?visible", e.message) and "give --gpus" in e.message
+                continue
+            _check_placement(groups, n_workers, per, visible)
+    assert workers.place("w.yaml", "auto", None, None, 1, visible, cores=16) == visible  # one worker per GPU
+
+
+def test_gpu_placement_shares_a_gpu_only_when_asked() -> None:
+    visible = ["3", "5", "6", "7"]
+    # --gpus indexes into the visible GPUs; a repeated index is the only way two workers share one
+    assert workers.place("w.yaml", "cuda", None, ["0", "0", "1", "1"], 1, visible, cores=16) == ["3", "3", "5", "5"]
+    assert workers.place("w.yaml", "cuda", None, ["1", "2", "1", "2"], 2, visible, cores=16) == ["5,6", "5,6"]
+    assert workers.place("w.yaml", "cuda", 2, ["3", "0", "1", "2"], 2, visible, cores=16) == ["7,3", "5,6"]
+    with pytest.raises(ConfigError, match=r"--gpus: worker 1's trials would put two ranks on GPU 2"):
+        workers.place("w.yaml", "cuda", 2, ["0", "1", "2", "2"], 2, visible, cores=16)
+    with pytest.raises(ConfigError, match=r"--gpus: GPU 4 is not visible; 4 visible \(0, 1, 2, 3\)"):
+        workers.place("w.yaml", "cuda", 1, ["4"], 1, visible, cores=16)
+    with pytest.raises(ConfigError, match=r"--gpus: must be GPU indices like 0,1,2; got '0,x'"):
+        workers.place("w.yaml", "cuda", None, ["0", "x"], 1, visible, cores=16)
+    # device cuda:N: one worker, alone on the N-th visible GPU
+    assert workers.place("w.yaml", "cuda:2", None, None, 1, visible, cores=16) == ["6"]
+    with pytest.raises(ConfigError, match=r"train\.device: cuda:1 picks one GPU; with devices 2"):
+        workers.place("w.yaml", "cuda:1", None, None, 2, visible, cores=16)
+    # no GPU visible (or the CPU asked for): workers x devices processes within the cores
+    assert workers.place("w.yaml", "auto", 3, None, 1, [], cores=2) == [None, None, None]
+    assert workers.place("w.yaml", "cpu", 2, None, 2, visible, cores=4) == [None, None]
+    with pytest.raises(ConfigError, match=r"--workers: 3 workers x devices 2 = 6 processes but 4 CPU core\(s\)"):
+        workers.place("w.yaml", "cpu", 3, None, 2, [], cores=4)
+
+
+def test_plan_splits_the_cores_over_gpu_workers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """plan() on a faked machine (6 GPUs as CUDA_VISIBLE_DEVICES=1,2,3,4,5,6 sets them, 12 cores): what place()
+    decides, threads shared out, CUDA never touched."""
+    calls = _fake_gpus(monkeypatch, "1,2,3,4,5,6")
+    monkeypatch.setattr(workers, "cpu_cores", lambda: 12)
+    cfg = config.load(write_cfg(tmp_path, f"journal:///{tmp_path}/j.log", 4, device="cuda", devices=2))
+    slots = workers.plan(cfg, None, None)
+    assert [(s.gpu, s.threads) for s in slots] == [("1,2", 4), ("3,4", 4), ("5,6", 4)]
+    assert [s.env()["CUDA_VISIBLE_DEVICES"] for s in slots] == ["1,2", "3,4", "5,6"]
+    with pytest.raises(ConfigError, match=r"--workers: 4 workers x devices 2 need 8 GPUs but 6 visible"):
+        workers.plan(cfg, 4, None)
+    assert calls == []
 
 
 def _fake_gpus(monkeypatch: pytest.MonkeyPatch, visible: str) -> list[str]:
@@ -247,28 +313,10 @@ def test_stored_config_rebuilds_the_run_config(tmp_path: Path) -> None:
 def test_heartbeats_on_a_journal_are_refused(tmp_path: Path) -> None:
     cfg = config.load(write_cfg(tmp_path, f"journal:///{tmp_path}/h.log", 2, study_extra={"heartbeat_interval": 5}))
     with pytest.raises(ConfigError, match=r"study\.heartbeat_interval: the journal backend has no heartbeats"):
-        study_mod.make_storage(cfg)
+        storage_mod.make_storage(cfg)
 
 
 # ---------------------------------------------------------------- the budget is exact
-
-
-def test_claim_lets_exactly_n_trials_run_when_workers_race(tmp_path: Path) -> None:
-    """Five workers passed the 'room left?' check at once for a 3-trial budget: three may run."""
-    storage = optuna.storages.JournalStorage(optuna.storages.journal.JournalFileBackend(str(tmp_path / "r.log")))
-    study = optuna.create_study(storage=storage, study_name="r")
-    asked = [study.ask() for _ in range(5)]
-    assert [workers.claim(study, t.number, 3) for t in asked] == [True, True, True, False, False]
-    for t in asked[3:]:
-        study.tell(t, state=TrialState.FAIL)  # the surplus trials fail at once
-    study.tell(asked[1], state=TrialState.FAIL)  # a claimed trial dies ...
-    study.enqueue_trial({})  # ... and its retry is queued (number 5)
-    late = study.ask()  # a worker that asked before the retry was popped would get a new trial,
-    assert late.number == 5  # but ask() pops the WAITING retry first
-    extra = optuna.Trial(study, study._storage.create_new_trial(study._study_id))  # number 6
-    assert extra.number == 6
-    assert workers.claim(study, late.number, 3)  # 0 and 2 ahead of it
-    assert not workers.claim(study, extra.number, 3)  # 0, 2 and the retry 5 ahead of it
 
 
 def test_one_worker_with_a_fixed_seed_proposes_the_same_settings(tmp_path: Path) -> None:
@@ -302,7 +350,7 @@ def test_four_workers_on_postgres_finish_exactly_forty_trials(tmp_path: Path, pg
     owners = {t.user_attrs[workers.WORKER_ATTR] for t in done}
     assert len(owners) >= 2, owners  # the trials were shared out (four on an idle machine)
     assert "4 worker(s)" in out and "Pareto front" in out
-    c = workers.counts(study.get_trials())
+    c = budget.counts(study.get_trials())
     assert f"({c.finished - len(study.get_trials(states=(TrialState.PRUNED,)))} complete" in out
     print(f"4 workers x 40 trials on PostgreSQL: {time.perf_counter() - t0:.1f}s, {len(owners)} workers ran trials")
 
@@ -373,7 +421,7 @@ def test_resume_after_the_driver_is_killed(tmp_path: Path, pg_url: str) -> None:
 def _wait_storage(path: Path, timeout: float = 90) -> optuna.storages.BaseStorage:
     """The study's storage once the driver has created the study."""
     cfg = config.load(path)
-    storage = study_mod.make_storage(cfg)
+    storage = storage_mod.make_storage(cfg)
     t0 = time.monotonic()
     while time.monotonic() - t0 < timeout:
         if cfg.study.name in {s.study_name for s in optuna.get_all_study_summaries(storage)}:
@@ -461,9 +509,9 @@ def test_a_worker_stops_after_repeated_identical_failures(tmp_path: Path) -> Non
 
 STUCK = """
 import os, signal, sys, threading, time
-from autotune import workers
-workers.EXIT_GRACE_S = 1.0
-signal.signal(signal.SIGTERM, workers._interrupt)
+from autotune import lifetime
+lifetime.EXIT_GRACE_S = 1.0
+signal.signal(signal.SIGTERM, lifetime.interrupt)
 lock = threading.Lock()
 try:
     print("ready", flush=True)
@@ -475,12 +523,12 @@ except KeyboardInterrupt:  # what code interrupted inside a lock's critical sect
 
 ORPHANED = """
 import multiprocessing as mp, os, signal, sys, time
-from autotune import workers
+from autotune import lifetime
 
 def child(parent):
-    workers.EXIT_GRACE_S = 1.0
-    signal.signal(signal.SIGTERM, workers._interrupt)  # no parent-death signal: as if it were lost
-    workers._watch_parent(parent)
+    lifetime.EXIT_GRACE_S = 1.0
+    signal.signal(signal.SIGTERM, lifetime.interrupt)  # no parent-death signal: as if it were lost
+    lifetime.watch_parent(parent)
     time.sleep(120)
 
 if __name__ == "__main__":
