@@ -5,6 +5,7 @@ whether it is known after every epoch or only once training is over, and who pro
 - `reported`: what a training function passes to `ctx.report` (the built-in one: `tasks.evaluate`);
 - `clock`: measured by the trial context; a training function never reports these;
 - `inference`: measured on the built-in trainer's model after `fit` (size, latency, non-zero weights);
+- `compression`: what compressing that model cost and changed (compress.py);
 - `model`: read from the trained model (its parameter count).
 Config (allowed objectives and their directions), objective (what drives per-epoch pruning), results,
 progress and report read this table; no other module keeps a list of metric names.
@@ -20,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 Direction = Literal["maximize", "minimize"]
-Source = Literal["reported", "clock", "inference", "model"]
+Source = Literal["reported", "clock", "inference", "compression", "model"]
 
 
 def _seconds(v: float) -> str:
@@ -76,7 +77,11 @@ CATALOGUE: dict[str, Metric] = {m.name: m for m in (
     _m("compile_time_s", "minimize", "compile time (s)", "compile", _seconds, False, "clock", objective=False),
     _m("lr", None, "learning rate", "lr", _plain, True, "clock", objective=False),
     _m("val_accuracy_before_compress", "maximize", "validation accuracy before compression", "acc before",
-       lambda v: f"{v:.4f}", False, "inference", objective=False, task="classification", fraction=True),
+       lambda v: f"{v:.4f}", False, "compression", objective=False, task="classification", fraction=True),
+    _m("compress_time_s", "minimize", "compression time (s)", "compress", _seconds, False, "compression",
+       objective=False),
+    _m("finetune_time_s", "minimize", "fine-tuning time after pruning (s)", "finetune", _seconds, False,
+       "compression", objective=False),
 )}
 
 # metric -> natural direction, for every metric that may be an objective
