@@ -16,6 +16,7 @@ are shown by name with a generic format.
 from __future__ import annotations
 
 import math
+import numbers
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -128,7 +129,7 @@ def short(metric: str) -> str:
 
 def fmt(metric: str, value: Any) -> str:
     """One value with its unit; '-' for a missing or non-finite one."""
-    if value is None or isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
         return "-"
     m = CATALOGUE.get(metric)
     if m is None:  # a user's metric: seconds when its name says so
