@@ -21,6 +21,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from .errors import ConfigError, describe_exception, one_of, suggest
+from .metrics import CLOCKS, DIRECTIONS, INFERENCE, REPORTED, task_metrics
 from .settings import SETTINGS
 
 SAMPLERS = ("tpe", "random", "gp", "cmaes", "nsga2", "qmc", "grid")
@@ -28,30 +29,12 @@ STRATEGIES = ("joint", "probe_then_tune")  # study.strategy (strategy.py)
 SINGLE_PRUNERS = ("none", "median", "percentile", "successive_halving", "hyperband", "threshold", "wilcoxon")
 MULTI_PRUNERS = ("pareto", "pareto_asha")
 PRUNERS = ("auto", *SINGLE_PRUNERS, *MULTI_PRUNERS)
-# metric -> natural direction
-METRICS: dict[str, str] = {
-    "val_accuracy": "maximize",
-    "val_loss": "minimize",
-    "train_time_s": "minimize",
-    "samples_per_s": "maximize",
-    "model_size_bytes": "minimize",
-    "inference_latency_ms": "minimize",
-    "params_nonzero": "minimize",
-    "model_params": "minimize",  # parameters of the trained model: the architecture's size
-    # task: regression (original units of the targets; val_r2 has none)
-    "val_mse": "minimize",
-    "val_mae": "minimize",
-    "val_r2": "maximize",
-}
-# metrics a training function reports with ctx.report (the clocks are the context's own)
-REPORTED_METRICS = ("val_accuracy", "val_loss", "val_mse", "val_mae", "val_r2")
+METRICS = DIRECTIONS  # metric -> natural direction, for every built-in objective (metrics.py)
+REPORTED_METRICS = REPORTED  # what a training function reports with ctx.report (the clocks are the context's)
 USER_PREFIX = "user."  # `user.NAME` in train/space: a parameter of the user's training function (ctx.params[NAME])
 TASKS = ("classification", "regression")
 # metrics that only one task has; every other metric is measured for both
-TASK_METRICS: dict[str, tuple[str, ...]] = {
-    "classification": ("val_accuracy",),
-    "regression": ("val_mse", "val_mae", "val_r2"),
-}
+TASK_METRICS: dict[str, tuple[str, ...]] = {t: task_metrics(t) for t in TASKS}
 # built-in dataset -> the task its labels are for (None: either, the file or factory decides)
 DATASETS: dict[str, str | None] = {
     "digits": "classification", "synthetic": "classification", "npz": None, "image_folder": "classification",
@@ -584,12 +567,10 @@ def _check_user_training(cfg: RunConfig, file: str) -> None:
             raise ConfigError(file, f"objectives.{i}.direction", f"{o.metric} is not a built-in metric "
                                                                  f"({', '.join(METRICS)}): give its direction, "
                                                                  "maximize or minimize")
-    from .context import CLOCK_METRICS
-
     for i, m in enumerate(cfg.metrics):
-        if m in CLOCK_METRICS or not m.isidentifier():
+        if m in CLOCKS or not m.isidentifier():
             raise ConfigError(file, f"metrics.{i}", f"{m!r}: a metric name is a Python identifier and not one of "
-                                                    f"the clocks autotune measures ({', '.join(CLOCK_METRICS)})")
+                                                    f"the clocks autotune measures ({', '.join(CLOCKS)})")
     user = [f"train.{k}" for k in cfg.train if k.startswith(USER_PREFIX)] + \
         [f"space.{k}" for k in cfg.space if k.startswith(USER_PREFIX)]
     if user and cfg.trainer is None:
@@ -609,7 +590,7 @@ def _check_user_training(cfg: RunConfig, file: str) -> None:
 # Steps on the built-in trainer's model and data that a user's training function does not expose.
 BUILTIN_ONLY = {"prune_method": "none", "prune_amount": 0.0, "finetune_epochs": 0, "quantize": "none", "qat": False,
                 "freeze": "none"}
-BUILTIN_ONLY_METRICS = ("model_size_bytes", "inference_latency_ms", "params_nonzero")
+BUILTIN_ONLY_METRICS = INFERENCE
 
 
 def _check_builtin_only(cfg: RunConfig, file: str) -> None:

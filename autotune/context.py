@@ -36,13 +36,14 @@ from torch.utils.data import DataLoader, Dataset, IterableDataset, Subset, Tenso
 from . import accel
 from .distributed import Group, ShardedBatches
 from .errors import STOP_REASONS, AutotuneError, TrialStopped
+from .metrics import CLOCKS
 from .stops import Limits, check_divergence, check_slow
 from .throughput import ProbeWindow
 
 FINITE_CHECK_EVERY = 64  # steps between the only in-epoch host syncs: a non-finite loss stops the trial early
 CUDA_GRAPH_MODES = ("reduce-overhead", "max-autotune")
 # Measured by the context: a training function reports what it evaluates, never these.
-CLOCK_METRICS = ("epoch_time_s", "train_time_s", "samples_per_s", "data_wait_fraction", "compile_time_s", "lr")
+CLOCK_METRICS = CLOCKS
 
 
 class ContextMisuse(AutotuneError):

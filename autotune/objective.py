@@ -15,14 +15,12 @@ import optuna
 from optuna.trial import TrialState
 
 from . import accel, probe, pruners, records, space, strategy, trainer
-from .config import REPORTED_METRICS, RunConfig, load_factory
-from .context import CLOCK_METRICS, ContextMisuse, EpochRecord, TrainResult
+from .config import RunConfig, load_factory
+from .context import ContextMisuse, EpochRecord, TrainResult
 from .errors import AutotuneError, ConfigError, TrialStopped, describe_exception, user_where
+from .metrics import INFERENCE, REPORTED, is_quality, per_epoch
 from .pruners import EPOCH_VALUES
 from .stops import Limits
-
-INFERENCE_METRICS = ("model_size_bytes", "inference_latency_ms", "params_nonzero")
-FINAL_ONLY = (*INFERENCE_METRICS, "compile_time_s", "model_params")  # known only once training is over
 
 
 class TrialFailed(Exception):
@@ -78,7 +76,7 @@ def job_for(cfg: RunConfig, values: dict[str, Any], seed: int, measure_inference
     few timed forward passes per trial, so a study measures them only when an objective or constraint uses
     them. `study_rules`: the `pruning:` limits (divergence, slow, hang) apply, as they do in a study."""
     if measure_inference is None:
-        measure_inference = any(o.metric in INFERENCE_METRICS for o in cfg.objectives) or \
+        measure_inference = any(o.metric in INFERENCE for o in cfg.objectives) or \
             cfg.constraints.max_accuracy_drop is not None
     settings, user = space.split(values)
     p = cfg.pruning
@@ -86,11 +84,11 @@ def job_for(cfg: RunConfig, values: dict[str, Any], seed: int, measure_inference
                     max_trial_seconds=p.slow.max_trial_seconds, hang_seconds=p.slow.hang_seconds) \
         if study_rules else Limits()
     watched = (("val_loss", "minimize"),) + tuple((o.metric, str(o.direction)) for o in cfg.objectives
-                                                  if o.metric not in CLOCK_METRICS and o.metric not in FINAL_ONLY)
+                                                  if is_quality(o.metric))
     return trainer.TrainJob(
         settings=settings, data=cfg.data, model=cfg.model, task=cfg.task, seed=seed, source=cfg.source, limits=limits,
         distill=cfg.distill, measure_inference=measure_inference, fit=fit, user_params=user,
-        metrics=frozenset({*REPORTED_METRICS, *(o.metric for o in cfg.objectives), *cfg.metrics}),
+        metrics=frozenset({*REPORTED, *(o.metric for o in cfg.objectives), *cfg.metrics}),
         early_stopping_on=watched, config=cfg, probe=probe)
 
 
@@ -126,13 +124,10 @@ class Objective:
         self.name = fit_name(cfg, self.fit)
         self.metrics = [o.metric for o in cfg.objectives]
         # Objectives known after every epoch drive per-epoch pruning; final-only ones (size, latency) cannot.
-        self.epoch_metrics = [m for m in self.metrics if m not in FINAL_ONLY]
-        epoch_dirs = [str(o.direction) for o in cfg.objectives if o.metric not in FINAL_ONLY]
-        self.pareto = pruners.pareto_pruner(cfg) if len(epoch_dirs) >= 2 else None
-        if self.pareto is not None:
-            self.pareto.directions = epoch_dirs
-        # vs_front compares the quality objective (accuracy, or the first one that is not a clock)
-        quality = [o for o in cfg.objectives if o.metric not in CLOCK_METRICS and o.metric not in FINAL_ONLY]
+        self.epoch_metrics = [m for m in self.metrics if per_epoch(m)]
+        self.pareto = pruners.pareto_pruner(cfg)  # over those same per-epoch objectives
+        # vs_front compares the quality objective (accuracy, or the first one that is not a clock or a size)
+        quality = [o for o in cfg.objectives if is_quality(o.metric)]
         self.quality = (quality[0].metric, str(quality[0].direction)) if quality else ("val_accuracy", "maximize")
         self.streak = FailureStreak(cfg.study.max_repeated_errors)
         self.gate = probe.Gate(cfg)  # the speed probe: what the study knows of each throughput combination
@@ -287,21 +282,11 @@ class Objective:
                 if trial.should_prune():
                     raise TrialStopped("pruned", rec.epoch, "Optuna pruner")
         elif self.pareto is not None and all(math.isfinite(v) for v in epoch_values[-1]):
-            self._pareto_check(trial, epoch_values, epochs)
-
-    def _pareto_check(self, trial: optuna.Trial, epoch_values: list[list[float]], epochs: int) -> None:
-        study = trial.study
-        step = len(epoch_values)
-        cur = epoch_values[-1]
-        if isinstance(self.pareto, pruners.ParetoASHAPruner):
-            others = [t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED))]
-            if self.pareto.cut(cur, step, others, epochs):
-                raise TrialStopped("dominated", step, "outside the non-dominated top 1/eta at this rung")
-        elif isinstance(self.pareto, pruners.ParetoPruner):
-            done = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-            by = self.pareto.dominated_by(cur, step, done)
-            if by is not None:
-                raise TrialStopped("dominated", step, f"dominated at epoch {step} by trial {by.number}")
+            step = len(epoch_values)
+            finished = trial.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED))
+            why = self.pareto.stop(epoch_values[-1], step, finished, epochs)
+            if why is not None:
+                raise TrialStopped("dominated", step, why)
 
     @staticmethod
     def _record_failure_text(trial: optuna.Trial, text: str, epoch: int) -> str:

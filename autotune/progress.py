@@ -5,7 +5,6 @@ On a terminal this uses rich; when stdout is not a terminal (CI logs, pipes) it 
 
 from __future__ import annotations
 
-import math
 import sys
 from typing import Any
 
@@ -17,25 +16,9 @@ from rich.table import Table
 
 from .config import RunConfig
 from .errors import redact
-
-SHORT = {"val_accuracy": "acc", "val_loss": "loss", "train_time_s": "time", "samples_per_s": "samples/s",
-         "model_size_bytes": "size", "inference_latency_ms": "latency", "params_nonzero": "nonzero"}
-
-
-def fmt_metric(metric: str, value: Any) -> str:
-    if value is None or (isinstance(value, float) and not math.isfinite(value)):
-        return "-"
-    if metric == "val_accuracy":
-        return f"{value:.4f}"
-    if metric.endswith("_s") and metric != "samples_per_s":
-        return f"{value:.2f}s"
-    if metric == "samples_per_s":
-        return f"{value:,.0f}"
-    if metric == "model_size_bytes":
-        return f"{value / 1024:.1f}KiB"
-    if metric == "inference_latency_ms":
-        return f"{value:.3f}ms"
-    return f"{value:.4g}"
+from .metrics import fmt as fmt_metric
+from .metrics import short, shown_with
+from .results import feasible
 
 
 def fmt_value(v: Any) -> str:
@@ -82,10 +65,9 @@ class RunView:
             state = f"{state} ({ua.get('stop_reason', 'pruned')} @ epoch {ua.get('stop_epoch', '?')})"
         elif state == "FAIL":
             state = f"FAIL ({ua.get('stop_reason', 'error')}: {ua.get('error', '')[:80]})"
-        elif state == "COMPLETE" and any(v > 0 for v in t.constraints.values()):
+        elif state == "COMPLETE" and not feasible(t):
             state = "COMPLETE (infeasible)"  # violates a constraint: kept, never recommended
-        measured = "  ".join(f"{SHORT.get(m, m)} {fmt_metric(m, ua.get(m))}" for m in
-                             dict.fromkeys([*self.metrics, "val_accuracy", "train_time_s"])
+        measured = "  ".join(f"{short(m)} {fmt_metric(m, ua.get(m))}" for m in shown_with(self.metrics)
                              if m in self.metrics or m in ua)
         line = f"trial {t.number:>3}  {state:<34} {measured}  | {fmt_params(t.params)}"
         if self.progress is not None:
@@ -122,12 +104,12 @@ def print_pareto(result: Any, console: Console | None = None, plain: bool = True
     front = result.pareto
     best = result.best
     title = "Pareto front" if result.config.multi_objective else "Best trial"
-    cols = [c for c in dict.fromkeys([*result.metrics, "val_accuracy", "train_time_s", "samples_per_s"])
-            if c in result.metrics or any(c in s.metrics for s in front)]  # no empty column (a user's metrics)
+    # no empty column (a user's metrics)
+    cols = [c for c in shown_with(result.metrics) if c in result.metrics or any(c in s.metrics for s in front)]
     front = sorted(front, key=lambda s: s.metrics.get("train_time_s", 0.0))
     if plain or not sys.stdout.isatty():
         print(f"\n{title} ({len(front)} trial(s); * = recommended):")
-        header = ["trial", *[SHORT.get(c, c) for c in cols], "settings"]
+        header = ["trial", *[short(c) for c in cols], "settings"]
         print("  ".join(f"{h:>10}" if i < len(header) - 1 else h for i, h in enumerate(header)))
         for s in front:
             mark = "*" if best is not None and s.number == best.number else " "
@@ -137,7 +119,7 @@ def print_pareto(result: Any, console: Console | None = None, plain: bool = True
     table = Table(title=f"{title} (* = recommended)")
     table.add_column("trial", justify="right")
     for c in cols:
-        table.add_column(SHORT.get(c, c), justify="right")
+        table.add_column(short(c), justify="right")
     table.add_column("settings")
     for s in front:
         mark = "*" if best is not None and s.number == best.number else ""
@@ -152,8 +134,7 @@ def print_best(result: Any, console: Console | None = None) -> None:
         return
     rule = result.config.select
     rule_s = rule if isinstance(rule, str) else ", ".join(f"{k}={v}" for k, v in rule.model_dump().items())
-    measured = ", ".join(f"{m} {fmt_metric(m, best.metrics.get(m))}" for m in
-                         dict.fromkeys([*result.metrics, "val_accuracy", "train_time_s", "samples_per_s"])
+    measured = ", ".join(f"{m} {fmt_metric(m, best.metrics.get(m))}" for m in shown_with(result.metrics)
                          if m in result.metrics or m in best.metrics)
     print(f"\nRecommended configuration (trial {best.number}, select: {rule_s}): {measured}")
     for k, v in best.params.items():

@@ -1,23 +1,25 @@
-"""Stop rules: divergence, slow trials, and Pareto-aware pruning for multi-objective studies.
+"""Stop rules that need the study: slow against the Pareto front, Optuna's pruners (one objective), and
+Pareto-aware pruning for multi-objective studies.
 
 Optuna refuses `trial.report` / `should_prune` when a study has several directions, so
 each trial records its own per-epoch objective values in the user attr `epoch_values`
-(a list, one entry per epoch). `ParetoPruner` and `ParetoASHAPruner` read those
-records: they are real `optuna.pruners.BasePruner`s (Optuna can call `prune`), and
-the objective also calls them directly each epoch in multi-objective studies.
+(a list, one entry per epoch, objectives known after every epoch only). `ParetoPruner` and
+`ParetoASHAPruner` read those records; the objective calls their one method, `stop`, after
+every epoch and stops the trial with the reason it returns.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Protocol
 
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from .config import SINGLE_PRUNERS, PruningConfig, RunConfig
 from .errors import ConfigError, TrialStopped
+from .metrics import per_epoch
 from .results import dominates, pareto_front
 from .stops import projected_time_s
 
@@ -49,8 +51,17 @@ def _values_at(t: FrozenTrial, step: int) -> list[float] | None:
     return list(rec[step - 1]) if len(rec) >= step else None
 
 
-class ParetoPruner(optuna.pruners.BasePruner):
-    """Prune a trial whose objective values at epoch k are dominated, by a margin, by a completed
+class ParetoStop(Protocol):
+    """A multi-objective stop rule: why a trial with `current` objective values after epoch `step` (of `epochs`)
+    should stop, given the study's finished trials (COMPLETE and PRUNED); None to go on."""
+
+    directions: list[str]
+
+    def stop(self, current: list[float], step: int, trials: list[FrozenTrial], epochs: int) -> str | None: ...
+
+
+class ParetoPruner:
+    """Stop a trial whose objective values at epoch k are dominated, by a margin, by a completed
     trial's values at epoch k. The margin is a share of each objective's spread among those trials."""
 
     def __init__(self, directions: Sequence[str], n_startup_trials: int = 4, n_warmup_steps: int = 2,
@@ -60,12 +71,9 @@ class ParetoPruner(optuna.pruners.BasePruner):
         self.n_warmup_steps = n_warmup_steps
         self.margin = margin
 
-    def prune(self, study: optuna.Study, trial: FrozenTrial) -> bool:
-        rec = trial.user_attrs.get(EPOCH_VALUES) or []
-        if not rec:
-            return False
-        done = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-        return self.dominated_by(list(rec[-1]), len(rec), done) is not None
+    def stop(self, current: list[float], step: int, trials: list[FrozenTrial], epochs: int) -> str | None:
+        by = self.dominated_by(current, step, [t for t in trials if t.state == TrialState.COMPLETE])
+        return None if by is None else f"dominated at epoch {step} by trial {by.number}"
 
     def dominated_by(self, current: list[float], step: int, completed: list[FrozenTrial]) -> FrozenTrial | None:
         """The completed trial that dominates `current` at `step` by the margin, if any."""
@@ -108,7 +116,7 @@ def nondominated_ranks(points: list[list[float]], directions: list[str]) -> list
     return ranks
 
 
-class ParetoASHAPruner(optuna.pruners.BasePruner):
+class ParetoASHAPruner:
     """Successive halving on Pareto ranks: at rung epochs min_epochs x eta^k, a trial survives only
     if it sits in the non-dominated top 1/eta of all trials that reached that rung."""
 
@@ -126,10 +134,9 @@ class ParetoASHAPruner(optuna.pruners.BasePruner):
             r *= self.eta
         return out
 
-    def prune(self, study: optuna.Study, trial: FrozenTrial) -> bool:
-        rec = trial.user_attrs.get(EPOCH_VALUES) or []
-        others = [t for t in study.get_trials(deepcopy=False) if t.number != trial.number]
-        return self.cut(list(rec[-1]), len(rec), others, 10**9) if rec else False
+    def stop(self, current: list[float], step: int, trials: list[FrozenTrial], epochs: int) -> str | None:
+        peers = [t for t in trials if t.state in (TrialState.COMPLETE, TrialState.PRUNED)]
+        return "outside the non-dominated top 1/eta at this rung" if self.cut(current, step, peers, epochs) else None
 
     def cut(self, current: list[float], step: int, others: list[FrozenTrial], max_epochs: int) -> bool:
         if step not in self.rungs(max_epochs) and not (step == self.min_epochs):
@@ -180,17 +187,18 @@ def optuna_pruner(cfg: RunConfig) -> optuna.pruners.BasePruner:
         raise ConfigError(cfg.source.rsplit("/", 1)[-1], "pruning.pruner_args", f"{name}: {e}") from None
 
 
-def pareto_pruner(cfg: RunConfig) -> ParetoPruner | ParetoASHAPruner | None:
-    """autotune's own pruner for a multi-objective study (auto = pareto)."""
+def pareto_pruner(cfg: RunConfig) -> ParetoStop | None:
+    """autotune's own pruner for a multi-objective study (auto = pareto), over the objectives known after every
+    epoch (size and latency are known only at the end): None when fewer than two are, or the pruner is none."""
     if not cfg.multi_objective or cfg.pruning.pruner == "none":
         return None
-    args = dict(cfg.pruning.pruner_args)
+    directions = [str(o.direction) for o in cfg.objectives if per_epoch(o.metric)]
+    kind = ParetoASHAPruner if cfg.pruning.pruner == "pareto_asha" else ParetoPruner
     try:
-        if cfg.pruning.pruner == "pareto_asha":
-            return ParetoASHAPruner(cfg.directions, **args)
-        return ParetoPruner(cfg.directions, **args)
+        pruner = kind(directions, **dict(cfg.pruning.pruner_args))  # built either way: its arguments are checked
     except TypeError as e:
         raise ConfigError(cfg.source.rsplit("/", 1)[-1], "pruning.pruner_args", f"{cfg.pruning.pruner}: {e}") from None
+    return pruner if len(directions) >= 2 else None
 
 
 def front_of(study: optuna.Study, cfg: RunConfig) -> list[FrozenTrial]:

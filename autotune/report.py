@@ -20,7 +20,9 @@ from optuna.trial import FrozenTrial, TrialState
 from . import results
 from .config import RunConfig
 from .errors import redact
-from .progress import fmt_metric
+from .metrics import PER_EPOCH, label, shown_with
+from .metrics import fmt as fmt_metric
+from .results import feasible
 
 # Colour per point category / learning-curve group; stop reasons share the pruned hue family.
 COLORS = {
@@ -29,15 +31,6 @@ COLORS = {
     "dominated": "#ff7f0e", "diverged": "#8c564b", "slow": "#e377c2", "oom": "#bcbd22", "unsupported": "#17becf",
     "error": "#7f7f7f",
 }
-LABELS = {"val_accuracy": "validation accuracy", "train_time_s": "training time (s)", "val_loss": "validation loss",
-          "samples_per_s": "throughput (samples/s)", "model_size_bytes": "model size (bytes)",
-          "inference_latency_ms": "inference latency (ms)", "params_nonzero": "non-zero parameters"}
-
-
-def _label(metric: str) -> str:
-    return LABELS.get(metric, metric)
-
-
 def _finite(x: Any) -> bool:
     return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
 
@@ -65,10 +58,6 @@ def measured(t: FrozenTrial, metric: str, metrics: list[str]) -> float | None:
     if hist and _finite(hist[-1].get(metric)):
         return float(hist[-1][metric])
     return None
-
-
-def _feasible(t: FrozenTrial) -> bool:
-    return all(c <= 0 for c in t.system_attrs.get("constraints", []) or [])
 
 
 def axes(cfg: RunConfig) -> tuple[str, str]:
@@ -115,7 +104,7 @@ def pareto_data(study: optuna.Study, cfg: RunConfig) -> dict[str, Any]:
         if xv is None or yv is None:
             continue
         if t.state == TrialState.COMPLETE:
-            category = "infeasible" if not _feasible(t) else "pareto" if t.number in front else "complete"
+            category = "infeasible" if not feasible(t) else "pareto" if t.number in front else "complete"
         elif t.state == TrialState.PRUNED:
             category = "pruned"
         else:
@@ -159,8 +148,7 @@ def learning_curves(study: optuna.Study, cfg: RunConfig) -> dict[str, Any]:
             "number": t.number, "state": t.state.name, "group": stop_group(t),
             "stop_reason": t.user_attrs.get("stop_reason"), "stop_epoch": t.user_attrs.get("stop_epoch"),
             "epoch": [h["epoch"] for h in hist],
-            **{k: [h.get(k) for h in hist] for k in ("val_accuracy", "val_loss", "train_loss", "train_time_s",
-                                                        "samples_per_s")},
+            **{k: [h.get(k) for h in hist] for k in ("train_loss", *PER_EPOCH)},
         })
     groups = sorted({c["group"] for c in curves})
     return {"curves": curves, "groups": groups}
@@ -213,7 +201,7 @@ def parallel_data(study: optuna.Study, cfg: RunConfig) -> dict[str, Any]:
         else:
             dims.append({"label": name, "values": [float(v) for v in vals]})
     for i, m in enumerate(metrics):
-        dims.append({"label": _label(m), "values": [float(t.values[i]) for t in complete]})
+        dims.append({"label": label(m), "values": [float(t.values[i]) for t in complete]})
     return {"dimensions": dims, "numbers": [t.number for t in complete], "color_metric": metrics[0],
             "color": [float(t.values[0]) for t in complete]}
 
@@ -341,8 +329,8 @@ def pareto_figure_from(d: dict[str, Any]) -> Any:
                                  mode="markers", marker={"color": COLORS["recommended"], "size": 18, "symbol": "star",
                                                          "line": {"width": 1, "color": "black"}},
                                  text=[_hover(rec[0])], hoverinfo="text+x+y"))
-    fig.update_layout(title="Trade-off: " + _label(d["y_metric"]) + " vs " + _label(d["x_metric"]),
-                      xaxis_title=_label(d["x_metric"]), yaxis_title=_label(d["y_metric"]), height=520,
+    fig.update_layout(title="Trade-off: " + label(d["y_metric"]) + " vs " + label(d["x_metric"]),
+                      xaxis_title=label(d["x_metric"]), yaxis_title=label(d["y_metric"]), height=520,
                       template="plotly_white", legend={"orientation": "h", "y": -0.18})
     return fig
 
@@ -357,7 +345,7 @@ def history_figure(d: dict[str, Any]) -> Any:
     from plotly.subplots import make_subplots
 
     objs = d["objectives"]
-    fig = make_subplots(rows=1, cols=len(objs), subplot_titles=[f"{_label(o['metric'])} ({o['direction']})"
+    fig = make_subplots(rows=1, cols=len(objs), subplot_titles=[f"{label(o['metric'])} ({o['direction']})"
                                                                 for o in objs])
     for i, o in enumerate(objs, start=1):
         fig.add_trace(go.Scatter(x=o["numbers"], y=o["values"], mode="markers", name=f"{o['metric']}",
@@ -404,7 +392,7 @@ def importances_figure(d: dict[str, Any]) -> Any | None:
                     key=lambda p: sum(o["importances"].get(p, 0.0) for o in objs))
     for o in objs:
         fig.add_trace(go.Bar(y=params, x=[o["importances"].get(p, 0.0) for p in params], orientation="h",
-                             name=_label(o["metric"])))
+                             name=label(o["metric"])))
     fig.update_layout(title="Parameter importances per objective (fANOVA)", barmode="group",
                       height=max(320, 28 * len(params) * len(objs) + 120), template="plotly_white",
                       xaxis_title="importance (sums to 1 per objective)")
@@ -465,7 +453,7 @@ tr.rec { background: #fde8e8; } .note { color: #8a6d3b; background: #fcf8e3; pad
 
 
 def _table(top: list[dict[str, Any]], metrics: list[str]) -> str:
-    cols = list(dict.fromkeys([*metrics, "val_accuracy", "train_time_s", "samples_per_s"]))
+    cols = shown_with(metrics)
     head = "".join(f"<th>{html.escape(c)}</th>" for c in ["trial", "", *cols, "precision", "settings"])
     rows = []
     for r in top:
@@ -503,8 +491,8 @@ def render(data: dict[str, Any]) -> str:
     rec = s["recommended"]
     if rec is not None:
         rec_html = (f"<p><b>Recommended: trial {rec['number']}</b> (select: {esc(s['select'])}): "
-                    + esc(", ".join(f"{k} {fmt_metric(k, v)}" for k, v in rec["metrics"].items() if k in
-                                    ("val_accuracy", "train_time_s", "samples_per_s", *metrics)))
+                    + esc(", ".join(f"{k} {fmt_metric(k, v)}" for k, v in rec["metrics"].items()
+                                    if k in shown_with(metrics)))
                     + "<br><code>" + esc(" ".join(f"{k}={_fmt(v)}" for k, v in rec["params"].items()))
                     + "</code></p>")
     else:

@@ -13,10 +13,7 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from .config import FastestWithin, MostAccurateUnder, RunConfig
-
-METRIC_KEYS = ("val_accuracy", "val_loss", "train_time_s", "samples_per_s", "compile_time_s", "data_wait_fraction",
-               "model_params", "val_mse", "val_mae", "val_r2",
-               "model_size_bytes", "inference_latency_ms", "params_nonzero", "val_accuracy_before_compress")
+from .metrics import CATALOGUE, is_fraction
 
 
 @dataclass
@@ -44,27 +41,23 @@ class TrialSummary:
 def summarize(t: FrozenTrial, metrics: list[str]) -> TrialSummary:
     ua = t.user_attrs
     values = dict(zip(metrics, t.values)) if t.values is not None else {}
-    keys = dict.fromkeys([*metrics, *METRIC_KEYS])  # the objectives first: user metrics (val_mae...) too
+    keys = dict.fromkeys([*metrics, *CATALOGUE])  # the objectives first: user metrics (val_f1...) too
     measured = {k: float(ua[k]) for k in keys if isinstance(ua.get(k), (int, float)) and not isinstance(ua[k], bool)}
-    constraints = constraint_values(t)
     return TrialSummary(
         number=t.number, state=t.state.name, params=dict(t.params), values=values, metrics=measured,
         history=list(ua.get("history", [])), stop_reason=ua.get("stop_reason"), stop_epoch=ua.get("stop_epoch"),
         settings=dict(ua.get("settings", {})),
-        feasible=all(c <= 0 for c in constraints),
+        feasible=feasible(t),
     )
 
 
-def constraint_values(t: FrozenTrial) -> list[float]:
-    """The trial's constraint values (feasible when all <= 0).
+def feasible(t: FrozenTrial) -> bool:
+    """The trial satisfies every constraint (each value <= 0); a trial without constraints is feasible.
 
-    Optuna 5 stores `trial.set_constraint(key, v)` as a `constraints:KEY` system attr, which
-    `FrozenTrial.constraints` gathers (old studies: a `constraints` list, which it reads too).
-    """
-    cons = getattr(t, "constraints", None)
-    if isinstance(cons, dict):
-        return [float(v) for v in cons.values()]
-    return [float(v) for v in t.system_attrs.get("constraints") or []]
+    Optuna 5 stores `trial.set_constraint(key, v)` (objective.py: `accuracy_drop`) as a `constraints:KEY`
+    system attr and a sampler's `constraints_func` as a `constraints` list; `FrozenTrial.constraints`
+    gathers both."""
+    return all(float(v) <= 0 for v in t.constraints.values())
 
 
 def dominates(a: list[float], b: list[float], directions: list[str]) -> bool:
@@ -82,8 +75,7 @@ def pareto_front(trials: list[FrozenTrial], directions: list[str]) -> list[Froze
     """Non-dominated COMPLETE (and feasible, when constrained) trials, in trial order."""
     done = [t for t in trials if t.state == TrialState.COMPLETE and t.values is not None
             and all(math.isfinite(v) for v in t.values)]
-    feasible = [t for t in done if all(c <= 0 for c in constraint_values(t))]
-    pool = feasible or done
+    pool = [t for t in done if feasible(t)] or done
     return [t for t in pool if not any(dominates(list(o.values), list(t.values), directions) for o in pool
                                        if o is not t)]
 
@@ -131,7 +123,7 @@ def knee(front: list[FrozenTrial], directions: list[str], metrics: list[str] | N
     columns = []
     for i, (d, m) in enumerate(zip(directions, metrics)):
         col = [v[i] for v in vals]
-        if d == "maximize" and all(0 <= x <= 1 for x in col) and m in ("val_accuracy", ""):
+        if d == "maximize" and all(0 <= x <= 1 for x in col) and (m == "" or is_fraction(m)):
             col, d = [max(1 - x, 1e-4) for x in col], "minimize"  # accuracy -> error rate
         if all(x > 0 for x in col):
             best = min(col) if d == "minimize" else max(col)

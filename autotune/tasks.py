@@ -19,8 +19,6 @@ from torch import nn
 from . import accel
 from .data import Dataset
 
-METRICS = {"classification": ("val_loss", "val_accuracy"), "regression": ("val_loss", "val_mse", "val_mae", "val_r2")}
-
 
 def loss_fn(ds: Dataset, label_smoothing: float = 0.0) -> nn.Module:
     """The training loss for the dataset's task (`label_smoothing` is for classification only)."""

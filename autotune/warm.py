@@ -21,7 +21,7 @@ from optuna.trial import FrozenTrial, TrialState
 from . import space
 from .config import ParamSpec, RunConfig
 from .errors import ConfigError
-from .results import constraint_values
+from .results import feasible
 from .storage import find_study, make_storage
 
 ATTR = "warm_start"  # trial user attr on an enqueued trial: "STUDY#NUMBER" it came from
@@ -57,7 +57,7 @@ def best(study: optuna.Study, k: int) -> list[FrozenTrial]:
         return []
     ranks = nondominated_ranks([list(t.values) for t in done], dirs)
     sign = -1.0 if dirs[0] == "maximize" else 1.0
-    order = sorted(range(len(done)), key=lambda i: (any(c > 0 for c in constraint_values(done[i])), ranks[i],
+    order = sorted(range(len(done)), key=lambda i: (not feasible(done[i]), ranks[i],
                                                     sign * done[i].values[0], done[i].number))
     return [done[i] for i in order[:k]]
 

@@ -158,6 +158,64 @@ def test_grad_clip_bounds_the_update() -> None:
     assert 0 < float(step.norm()) <= 0.01 + 1e-6
 
 
+@pytest.mark.parametrize("name", ["sgd", "adamw"])
+def test_weight_decay_shrinks_weights_with_zero_gradient(name: str) -> None:
+    """One step on a zero gradient: with weight decay w the weights are multiplied by 1 - lr * w (SGD's L2 and
+    AdamW's decoupled decay alike; Adam's update of a zero gradient is zero); without it they stay put."""
+    for wd in (0.5, 0.0):
+        ctx = ctx_for(optimizer=name, momentum=0.0, lr=0.1, weight_decay=wd, epochs=1)
+        model, _ = ctx.prepare(torch.nn.Linear(8, 3))
+        before = [p.detach().clone() for p in model.parameters()]
+        for _ in ctx.epochs():
+            x, _y = next(iter(ctx.loader(user_fits.blobs(64))))
+            ctx.backward((model(x) * 0.0).sum())  # a zero gradient: only the decay moves the weights
+            ctx.report()
+        for p, b in zip(model.parameters(), before):
+            torch.testing.assert_close(p.detach(), b * (1 - 0.1 * wd))
+
+
+@pytest.mark.parametrize("mode", ["default", "reduce-overhead", "max-autotune"])
+def test_compile_mode_reaches_torch_compile(mode: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[dict[str, Any]] = []
+    monkeypatch.setattr(torch, "compile", lambda model, **kw: calls.append(kw) or model)
+    ctx_for(compile=True, compile_mode=mode).prepare(torch.nn.Linear(4, 2))
+    assert calls == [{"mode": None if mode == "default" else mode}]
+    ctx_for(compile=False, compile_mode=mode).prepare(torch.nn.Linear(4, 2))
+    assert len(calls) == 1  # no compile, no mode
+
+
+class _CompilesOnFirstCall(torch.nn.Module):
+    """A stand-in for a compiled module whose compile costs a known 1.5 s on its first call. A real compile's cost
+    is not repeatable in one process: inductor's caches brought a second compile of the same model from 4 s to
+    milliseconds here, and time_excludes_compile is about the clocks' accounting, not about inductor."""
+
+    def __init__(self, inner: torch.nn.Module) -> None:
+        super().__init__()
+        self.inner = inner
+        self.compiled = False
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not self.compiled:
+            __import__("time").sleep(1.5)
+            self.compiled = True
+        return self.inner(x)
+
+
+def test_time_excludes_compile_leaves_compile_out_of_train_time(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(accel, "compile_model", lambda model, mode: _CompilesOnFirstCall(model))
+    monkeypatch.setattr(accel, "reset_compiler", lambda: None)
+    runs = {ex: autotune.train(user(tmp_path, "fit_probe", train={"epochs": 2, "compile": True,
+                                                                  "time_excludes_compile": ex}))
+            for ex in (False, True)}
+    for r in runs.values():
+        assert r.compile_time_s >= 1.4  # the first step's extra time, measured
+        assert r.train_time_s == pytest.approx(sum(h.epoch_time_s for h in r.history))
+    assert runs[False].history[0].epoch_time_s >= 1.5  # the first epoch holds the compile
+    assert runs[True].history[0].epoch_time_s < runs[False].history[0].epoch_time_s - 1.3  # ... or leaves it out
+    assert runs[True].train_time_s < runs[False].train_time_s - 1.3
+
+
 def test_lr_schedule_follows_the_steps() -> None:
     ctx = ctx_for(optimizer="sgd", lr=0.1, lr_schedule="cosine", epochs=2, batch_size=100)
     model, opt = ctx.prepare(torch.nn.Linear(8, 3))

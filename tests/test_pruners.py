@@ -1,4 +1,4 @@
-"""Stop rules with real training: dominated, slow, vs_front, and Pareto rungs in multi-objective studies."""
+"""Stop rules: dominated, slow, vs_front, Pareto rungs in multi-objective studies, and Optuna's own pruners."""
 
 from __future__ import annotations
 
@@ -7,10 +7,11 @@ from typing import Any
 
 import optuna
 import pytest
-from optuna.trial import create_trial
+from optuna.trial import TrialState, create_trial
 
 import autotune
 from autotune import config, pruners
+from autotune.config import SINGLE_PRUNERS
 from autotune.errors import TrialStopped
 from autotune.pruners import EPOCH_VALUES
 from autotune.study import open_study
@@ -114,6 +115,94 @@ def test_pareto_pruner_margin_and_guards() -> None:
     assert p.dominated_by([0.55, 2.5], 2, done[:1]) is None  # too few completed trials
     assert p.dominated_by([0.55, 5.0], 2, done) is done[0]
     assert p.dominated_by([0.94, 2.1], 2, done) is None  # dominated, but within the margin
+
+
+def test_pareto_pruner_stop_gives_the_reason_and_reads_completed_trials_only() -> None:
+    p = pruners.ParetoPruner(["maximize", "minimize"], n_startup_trials=1, n_warmup_steps=1, margin=0.1)
+    done = _done([[0.9, 1.0]], [0.9, 1.0])
+    done.number = 7
+    assert p.stop([0.5, 3.0], 1, [done], 5) == "dominated at epoch 1 by trial 7"
+    assert p.stop([0.95, 3.0], 1, [done], 5) is None
+    pruned = create_trial(state=TrialState.PRUNED, user_attrs={EPOCH_VALUES: [[0.9, 1.0]]})
+    assert p.stop([0.5, 3.0], 1, [pruned], 5) is None  # a pruned trial is no reference
+
+
+def test_pareto_asha_stop_counts_pruned_peers_at_the_rung() -> None:
+    p = pruners.ParetoASHAPruner(["maximize", "minimize"], min_epochs=1, reduction_factor=3, n_startup_trials=2)
+    peers = [create_trial(state=TrialState.PRUNED, user_attrs={EPOCH_VALUES: [[0.9, 1.0]]}),
+             _done([[0.8, 0.5]], [0.8, 0.5]), _done([[0.95, 0.4]], [0.95, 0.4])]
+    assert p.stop([0.5, 2.0], 1, peers, 10) == "outside the non-dominated top 1/eta at this rung"
+    assert p.stop([0.5, 2.0], 1, peers[1:2], 10) is None  # fewer peers than n_startup_trials
+    assert p.stop([0.99, 0.3], 1, peers, 10) is None
+
+
+def test_pareto_pruner_directions_are_the_per_epoch_objectives(tmp_path: Path) -> None:
+    three = tiny(tmp_path, objectives=["val_accuracy", "inference_latency_ms", "train_time_s"])
+    p = pruners.pareto_pruner(three)
+    assert isinstance(p, pruners.ParetoPruner) and p.directions == ["maximize", "minimize"]  # latency: at the end
+    asha = tiny(tmp_path, objectives=[{"metric": "val_loss"}, {"metric": "samples_per_s"}],
+                pruning={"pruner": "pareto_asha"})
+    assert pruners.pareto_pruner(asha).directions == ["minimize", "maximize"]
+    assert pruners.pareto_pruner(tiny(tmp_path, objectives=["val_accuracy", "inference_latency_ms"])) is None
+    assert pruners.pareto_pruner(tiny(tmp_path, objectives=["val_accuracy"])) is None
+    with pytest.raises(config.ConfigError, match=r"pruning\.pruner_args: pareto: .*eta"):
+        pruners.pareto_pruner(tiny(tmp_path, objectives=["val_accuracy", "inference_latency_ms"],
+                                   pruning={"pruner": "pareto", "pruner_args": {"eta": 2}}))
+
+
+@pytest.mark.parametrize("name", [p for p in SINGLE_PRUNERS if p != "none"])
+def test_every_optuna_pruner_prunes_the_bad_trials(name: str, tmp_path: Path) -> None:
+    """The pruner `optuna_pruner` builds for each name, in the loop the objective runs (report, should_prune each
+    epoch but the last): every third trial learns nothing and is pruned once past the pruner's startup trials;
+    the learning ones complete. A NopPruner (`none`) would leave every trial complete."""
+    args = {"pruner_args": {"lower": 0.3}} if name == "threshold" else {}
+    cfg = tiny(tmp_path, objectives=["val_accuracy"], pruning={"pruner": name, **args}, train={"epochs": 9})
+    pruner = pruners.optuna_pruner(cfg)
+    assert not isinstance(pruner, optuna.pruners.NopPruner)
+    # hyperband puts a trial in a bracket by a hash of the study name: a fixed name, the same brackets every run
+    study = optuna.create_study(study_name="contract", direction="maximize", pruner=pruner)
+
+    def objective(trial: optuna.Trial) -> float:
+        bad = trial.number % 3 == 2
+        for epoch in range(1, 10):
+            acc = 0.1 + 0.001 * epoch if bad else 0.5 + 0.05 * epoch + 0.001 * trial.number
+            if epoch < 9:
+                trial.report(acc, epoch)
+                if trial.should_prune():
+                    raise optuna.TrialPruned()
+        return acc
+
+    study.optimize(objective, n_trials=12)
+    states = {t.number: t.state for t in study.trials}
+    assert all(s == TrialState.COMPLETE for n, s in states.items() if n % 3 != 2), states
+    assert all(states[n] == TrialState.PRUNED for n in (5, 8, 11)), states
+    none = tiny(tmp_path, objectives=["val_accuracy"], pruning={"pruner": "none"})
+    assert isinstance(pruners.optuna_pruner(none), optuna.pruners.NopPruner)
+
+
+def test_vs_front_stops_a_much_slower_trial_end_to_end(tmp_path: Path) -> None:
+    """Two fast learning trials make the front; a third, 50 ms a step (a floor no load lowers) and barely learning,
+    projects far beyond 2 x the slowest front trial and is stopped `slow` by its first timed steps (the speed probe
+    applies vs_front too) or at the end of its first epoch."""
+    space = {"user.sleep_ms": {"type": "categorical", "choices": [0, 50]},
+             "user.lr_scale": {"type": "categorical", "choices": [1.0, 1e-4]}}
+    cfg = sleepy_study(tmp_path, study={"name": "v", "storage": f"sqlite:///{tmp_path}/s.db", "n_trials": 3},
+                       train={"epochs": 4, "batch_size": 64}, space=space,
+                       pruning={"pruner": "none", "slow": {"vs_front": 2.0}})
+    study = open_study(cfg)
+    for params in ({"user.sleep_ms": 0, "user.lr_scale": 1.0}, {"user.sleep_ms": 0, "user.lr_scale": 1.0},
+                   {"user.sleep_ms": 50, "user.lr_scale": 1e-4}):
+        study.enqueue_trial(params)
+    trials = autotune.run(cfg).study.trials
+    assert [t.state.name for t in trials[:2]] == ["COMPLETE", "COMPLETE"]
+    slow = trials[2]
+    assert slow.state.name == "PRUNED" and slow.user_attrs["stop_reason"] == "slow", slow.user_attrs
+    assert slow.user_attrs["stop_epoch"] <= 1 and "slowest Pareto trial" in slow.user_attrs["stop_detail"]
+    # without the rule the same trial runs to the end
+    off = sleepy_study(tmp_path, study={"name": "w", "storage": f"sqlite:///{tmp_path}/s.db", "n_trials": 1},
+                       train={"epochs": 2, "batch_size": 64, "user.sleep_ms": 50, "user.lr_scale": 1e-4},
+                       pruning={"pruner": "none"})
+    assert autotune.run(off).study.trials[0].state.name == "COMPLETE"
 
 
 def test_asha_rungs_and_cut() -> None:

@@ -11,7 +11,8 @@ from optuna.distributions import CategoricalDistribution
 from optuna.trial import TrialState, create_trial
 
 import autotune
-from autotune import cli, report, results
+from autotune import cli, progress, report, results
+from tests.conftest import tiny
 
 TINY = Path(__file__).parent / "studies" / "tiny_study.yaml"
 
@@ -25,7 +26,8 @@ def tuned(tmp_path_factory: pytest.TempPathFactory) -> autotune.TuneResult:
 
 @pytest.fixture(scope="module")
 def mixed(tuned: autotune.TuneResult) -> optuna.Study:
-    """The real trials plus a pruned trial (a real trial's first epoch) and a constraint-violating one."""
+    """The real trials plus a pruned trial (a real trial's first epoch) and a constraint-violating one (stored the
+    way `trial.set_constraint` stores it: test_infeasible_trial_of_a_real_constrained_study runs the real thing)."""
     study = optuna.create_study(directions=tuned.config.directions)
     real = tuned.study.get_trials(states=(TrialState.COMPLETE,))
     study.add_trials(real)
@@ -36,7 +38,7 @@ def mixed(tuned: autotune.TuneResult) -> optuna.Study:
                     "stop_epoch": 1, "val_accuracy": None, "train_time_s": None, "samples_per_s": None}))
     study.add_trial(create_trial(
         state=TrialState.COMPLETE, values=[1.0, 1e-3], params=src.params, distributions=src.distributions,
-        user_attrs=src.user_attrs, system_attrs={"constraints": [0.5]}))
+        user_attrs=src.user_attrs, constraints={"accuracy_drop": 0.5}))
     return study
 
 
@@ -71,6 +73,33 @@ def test_pareto_data_shows_pruned_where_it_stopped_and_infeasible_apart(mixed: o
     first = pruned.user_attrs["history"][0]
     assert (p["x"], p["y"]) == (pytest.approx(first["train_time_s"]), pytest.approx(first["val_accuracy"]))
     assert p["stop_reason"] == "dominated" and p["stop_epoch"] == 1
+
+
+def test_infeasible_trial_of_a_real_constrained_study(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """constraints.max_accuracy_drop with compression: the objective calls trial.set_constraint; a trial whose
+    pruning (90% of the weights, no fine-tuning) costs more accuracy than allowed is drawn and listed infeasible."""
+    cfg = tiny(tmp_path, study={"n_trials": 2, "sampler": "grid"}, constraints={"max_accuracy_drop": 0.05},
+               train={"epochs": 1, "prune_amount": 0.9, "finetune_epochs": 0, "infer_batch_size": 64},
+               space={"prune_method": {"type": "categorical", "choices": ["none", "l1_unstructured"]}})
+    res = autotune.run(cfg)
+    by = {t.params["prune_method"]: t for t in res.study.trials}
+    pruned, plain = by["l1_unstructured"], by["none"]
+    assert pruned.state == plain.state == TrialState.COMPLETE
+    drop = pruned.user_attrs["val_accuracy_before_compress"] - pruned.user_attrs["val_accuracy"]
+    assert drop > 0.05 and pruned.constraints == {"accuracy_drop": pytest.approx(drop - 0.05)}
+    assert plain.constraints == {"accuracy_drop": pytest.approx(-0.05)}  # nothing compressed: no drop
+    points = {p["number"]: p["category"] for p in report.pareto_data(res.study, cfg)["points"]}
+    assert points[pruned.number] == "infeasible" and points[plain.number] == "pareto"
+    rows = {r["number"]: r for r in report.top_trials(res.study, cfg)}
+    assert rows[pruned.number]["feasible"] is False and rows[plain.number]["feasible"] is True
+    assert res.best.number == plain.number and [s.number for s in res.pareto] == [plain.number]
+    html = report.render(report.build(res.study, cfg))
+    assert html.count(" infeasible</td>") == 1
+    view = progress.RunView(cfg, plain=True)
+    view.on_trial(res.study, pruned)
+    view.on_trial(res.study, plain)
+    lines = capsys.readouterr().out.splitlines()
+    assert "COMPLETE (infeasible)" in lines[-2] and "infeasible" not in lines[-1]
 
 
 def test_history_best_so_far_is_running_best(tuned: autotune.TuneResult) -> None:

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import math
+from typing import Any
+
 import pytest
 import torch
 
-from autotune import config, trainer
+from autotune import config, context, data, trainer
 from autotune.errors import TrialStopped
 from autotune.settings import INITS, OPTIMIZERS, PRECISIONS
 from tests import factories
@@ -28,9 +31,34 @@ def test_learns_digits() -> None:
     assert r.history[-1].train_loss < r.history[0].train_loss
 
 
+def train_seeing_the_optimizer(monkeypatch: pytest.MonkeyPatch, j: trainer.TrainJob
+                               ) -> tuple[trainer.TrainResult, torch.optim.Optimizer]:
+    """The built-in trainer's run, and the optimizer its trial context built (the first prepare: the training)."""
+    seen: list[torch.optim.Optimizer] = []
+    real = context.TrialContext.prepare
+
+    def prepare(self: context.TrialContext, *args: Any, **kwargs: Any) -> Any:
+        model, opt = real(self, *args, **kwargs)
+        seen.append(opt)
+        return model, opt
+
+    monkeypatch.setattr(context.TrialContext, "prepare", prepare)
+    return trainer.train(j), seen[0]
+
+
 @pytest.mark.parametrize("optimizer", OPTIMIZERS)
-def test_every_optimizer_trains(optimizer: str) -> None:
-    r = trainer.train(job(optimizer=optimizer, lr=0.01 if optimizer.startswith("sgd") else 2e-3, epochs=3))
+def test_every_optimizer_trains(optimizer: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    lr = 0.01 if optimizer.startswith("sgd") else 2e-3
+    r, opt = train_seeing_the_optimizer(monkeypatch, job(optimizer=optimizer, lr=lr, epochs=3, momentum=0.8,
+                                                         weight_decay=1e-4))
+    want = {"sgd": torch.optim.SGD, "sgd_nesterov": torch.optim.SGD, "adam": torch.optim.Adam,
+            "adamw": torch.optim.AdamW, "rmsprop": torch.optim.RMSprop}[optimizer]
+    assert type(opt) is want
+    group = opt.param_groups[0]
+    assert group["weight_decay"] == 1e-4 and group["lr"] == pytest.approx(lr)  # constant schedule: lr unchanged
+    assert group.get("momentum", 0.8) == 0.8 and group.get("nesterov", False) == (optimizer == "sgd_nesterov")
+    trained = {id(p) for g in opt.param_groups for p in g["params"]}
+    assert trained == {id(p) for p in r.model.parameters()}  # every weight of the trained model, once
     assert r.val_accuracy > 0.5, optimizer
 
 
@@ -85,10 +113,28 @@ def test_backend_flags_restored() -> None:
     assert (torch.backends.cudnn.benchmark, torch.get_float32_matmul_precision(), torch.get_num_threads()) == before
 
 
-def test_grad_accum_and_schedules() -> None:
-    for sched in ("cosine", "onecycle"):
-        r = trainer.train(job(lr_schedule=sched, grad_accum_steps=2, epochs=2, lr=3e-3))
-        assert r.history[-1].lr < 3e-3 and r.val_accuracy > 0.3
+def test_grad_accum_and_schedules(monkeypatch: pytest.MonkeyPatch) -> None:
+    n_train = len(data.load(config.DataConfig()).y_train)
+    batches = math.ceil(n_train / 128)  # per epoch; the last one short
+    for sched, k in (("cosine", 2), ("onecycle", 3), ("constant", 1)):
+        r, opt = train_seeing_the_optimizer(monkeypatch, job(optimizer="adam", lr_schedule=sched, grad_accum_steps=k,
+                                                             epochs=2, lr=3e-3))
+        # one optimizer step every k micro-batches, and one for an epoch's trailing partial accumulation
+        assert {int(st["step"]) for st in opt.state.values()} == {2 * math.ceil(batches / k)}, sched
+        assert (r.history[-1].lr < 3e-3) == (sched != "constant") and r.val_accuracy > 0.3
+
+
+def test_label_smoothing_puts_a_floor_under_the_training_loss() -> None:
+    """Cross-entropy against smoothed targets q is at least their entropy H(q): with smoothing 0.5 over 10 classes
+    the training loss never drops below 1.68, where the unsmoothed one falls well under it."""
+    eps, k = 0.5, 10
+    q = [1 - eps + eps / k] + [eps / k] * (k - 1)
+    floor = -sum(p * math.log(p) for p in q)
+    smooth = trainer.train(job(label_smoothing=eps, epochs=3, lr=3e-3))
+    plain = trainer.train(job(epochs=3, lr=3e-3))
+    assert min(h.train_loss for h in smooth.history) >= floor - 1e-4
+    assert plain.history[-1].train_loss < floor - 0.3
+    assert smooth.val_accuracy > 0.8  # the evaluation's accuracy and loss are the plain ones
 
 
 def test_data_fraction_trains_on_fewer_samples() -> None:

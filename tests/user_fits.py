@@ -72,6 +72,19 @@ def fit_sleepy(ctx: autotune.TrialContext) -> None:
         ctx.report(val_accuracy=acc, val_loss=val_loss)
 
 
+def fit_nan_last_epoch(ctx: autotune.TrialContext) -> None:
+    """The README fit whose last epoch's accuracy comes out NaN (say, an empty validation shard): no loss is
+    non-finite, so only the objective's own check can catch it."""
+    model, _ = ctx.prepare(MLP())
+    train = ctx.loader((X, Y))
+    for epoch in ctx.epochs():
+        model.train()
+        for x, y in train:
+            ctx.backward(nn.functional.cross_entropy(model(x), y))
+        acc, val_loss = accuracy(ctx.model, ctx)
+        ctx.report(val_accuracy=float("nan") if epoch == ctx.settings["epochs"] else acc, val_loss=val_loss)
+
+
 def fit_mae(ctx: autotune.TrialContext) -> dict[str, float]:
     """Regression with a user metric (val_mae) reported each epoch and a final one returned."""
     rng = np.random.default_rng(0)
