@@ -501,6 +501,32 @@ def convert_qat(model: nn.Module) -> nn.Module:
 # ---------------------------------------------------------------- measuring
 
 
+Quantizer = Callable[[nn.Module, Callable[[], Iterable[torch.Tensor]], torch.device], nn.Module]
+
+
+def _keep(model: nn.Module, calibration: Callable[[], Iterable[torch.Tensor]], dev: torch.device) -> nn.Module:
+    return model
+
+
+def _dynamic_int8(model: nn.Module, calibration: Callable[[], Iterable[torch.Tensor]], dev: torch.device) -> nn.Module:
+    return quantize_dynamic(model)
+
+
+def _static_int8(model: nn.Module, calibration: Callable[[], Iterable[torch.Tensor]], dev: torch.device) -> nn.Module:
+    return quantize_static(model, calibration())
+
+
+def _cast(mode: str) -> Quantizer:
+    return lambda model, calibration, dev: model.to(dev, CAST_DTYPES[mode])
+
+
+# The quantize registry: `quantize` mode -> (trained model, calibration batches, inference device) -> model.
+QUANTIZERS: dict[str, Quantizer] = {
+    "none": _keep, "dynamic_int8": _dynamic_int8, "static_int8": _static_int8, "bf16": _cast("bf16"),
+    "fp16": _cast("fp16"),
+}
+
+
 def model_size_bytes(model: nn.Module) -> int:
     """Bytes of `torch.save(model.state_dict())`: what a deployed checkpoint weighs."""
     buf = io.BytesIO()
@@ -611,14 +637,7 @@ def compress_and_measure(model: nn.Module, settings: dict[str, Any], train_dev: 
         m = prepare_qat(m)
         finetune_time_s += finetune(m, max(1, s["finetune_epochs"]), True)
     try:
-        if s["qat"]:
-            m = convert_qat(m)
-        elif q == "dynamic_int8":
-            m = quantize_dynamic(m)
-        elif q == "static_int8":
-            m = quantize_static(m, calibration())
-        elif q in CAST_DTYPES:
-            m = m.to(dev, CAST_DTYPES[q])
+        m = convert_qat(m) if s["qat"] else QUANTIZERS[q](m, calibration, dev)
         m = m.to(dev) if q not in INT8_MODES and not s["qat"] else m
         changed = bool(pruned) or q != "none" or s["qat"]
         if changed:

@@ -6,21 +6,45 @@ agree on names, types, defaults and allowed values.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from .errors import ConfigError, one_of, suggest
 
-OPTIMIZERS = ("sgd", "sgd_nesterov", "adam", "adamw", "rmsprop")
-LR_SCHEDULES = ("constant", "cosine", "onecycle")
 PRECISIONS = ("fp32", "fp16", "bf16")
-INITS = ("default", "xavier_uniform", "xavier_normal", "kaiming_uniform", "kaiming_normal", "orthogonal")
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune")
 MATMUL_PRECISIONS = ("highest", "high", "medium")
 PRUNE_METHODS = ("none", "l1_unstructured", "ln_structured")
-QUANTIZE_MODES = ("none", "dynamic_int8", "static_int8", "bf16", "fp16")
 FREEZE_MODES = ("none", "features", "all_but_head")
+
+
+# Settings whose names are a registry's keys, read from the module that holds the builders. Imported when first
+# asked for: those modules import torch, and models.py imports config.py, which imports this module.
+
+
+def _optimizers() -> Iterable[str]:
+    from .optimizers import OPTIMIZERS
+
+    return OPTIMIZERS
+
+
+def _schedules() -> Iterable[str]:
+    from .optimizers import SCHEDULES
+
+    return SCHEDULES
+
+
+def _inits() -> Iterable[str]:
+    from .models import INITS
+
+    return INITS
+
+
+def _quantizers() -> Iterable[str]:
+    from .compress import QUANTIZERS
+
+    return QUANTIZERS
 
 
 @dataclass(frozen=True)
@@ -29,12 +53,17 @@ class Setting:
     kind: str  # "float" | "int" | "bool" | "choice" | "str"
     default: Any
     doc: str
-    choices: tuple[str, ...] = ()
+    names: tuple[str, ...] | Callable[[], Iterable[str]] = ()  # a choice's names, or the registry that has them
     low: float | None = None  # inclusive bound
     high: float | None = None  # inclusive bound
     low_open: bool = False  # True: value must be > low
     high_open: bool = False  # True: value must be < high
     searchable: bool = True
+
+    @property
+    def choices(self) -> tuple[str, ...]:
+        """The allowed names of a choice setting (a registry's keys, in its order)."""
+        return tuple(self.names()) if callable(self.names) else self.names
 
     def check(self, value: Any) -> Any:
         """Return the value coerced to this setting's type, or raise ValueError with the rule."""
@@ -83,13 +112,13 @@ SETTINGS: dict[str, Setting] = {
     for s in [
         # Hyper-parameters
         _s("lr", "float", 1e-3, "peak learning rate", low=0, low_open=True),
-        _s("optimizer", "choice", "adam", "optimizer", choices=OPTIMIZERS),
+        _s("optimizer", "choice", "adam", "optimizer", names=_optimizers),
         _s("momentum", "float", 0.9, "momentum (sgd, sgd_nesterov, rmsprop)", low=0, high=1, high_open=True),
         _s("weight_decay", "float", 0.0, "L2 / decoupled weight decay", low=0),
         _s("batch_size", "int", 64, "training batch size", low=1),
         _s("epochs", "int", 10, "training epochs", low=1),
         _s("dropout", "float", 0.0, "dropout before the classifier head", low=0, high=1, high_open=True),
-        _s("lr_schedule", "choice", "constant", "learning-rate schedule over the run", choices=LR_SCHEDULES),
+        _s("lr_schedule", "choice", "constant", "learning-rate schedule over the run", names=_schedules),
         _s("label_smoothing", "float", 0.0, "cross-entropy label smoothing", low=0, high=1, high_open=True),
         _s("data_fraction", "float", 1.0, "stratified share of the training split used (low-fidelity trials)",
            low=0, low_open=True, high=1),
@@ -103,15 +132,15 @@ SETTINGS: dict[str, Setting] = {
         _s("aug_cutout", "int", 0, "cutout: zero a square of this side (pixels) at a random place per sample; "
            "0 = off", low=0),
         # Weight initialization
-        _s("init", "choice", "default", "weight initialization (biases zeroed unless default)", choices=INITS),
+        _s("init", "choice", "default", "weight initialization (biases zeroed unless default)", names=_inits),
         # Acceleration
         _s("device", "str", "auto", "auto (cuda, then mps, then cpu), cpu, cuda, cuda:N or mps", searchable=False),
         _s("devices", "int", 1, "processes one trial trains on with DistributedDataParallel (a GPU each, NCCL; or "
            "CPU processes, gloo); batch_size stays the global batch", low=1),
-        _s("precision", "choice", "fp32", "autocast precision; fp16 adds a GradScaler", choices=PRECISIONS),
+        _s("precision", "choice", "fp32", "autocast precision; fp16 adds a GradScaler", names=PRECISIONS),
         _s("channels_last", "bool", False, "channels_last memory format for conv nets"),
         _s("compile", "bool", False, "torch.compile the model"),
-        _s("compile_mode", "choice", "default", "torch.compile mode", choices=COMPILE_MODES),
+        _s("compile_mode", "choice", "default", "torch.compile mode", names=COMPILE_MODES),
         _s("time_excludes_compile", "bool", False, "leave compile time out of train_time_s", searchable=False),
         _s("data_on_device", "bool", True, "keep the dataset on the device and batch by index (no DataLoader)"),
         _s("num_workers", "int", 0, "DataLoader worker processes (data_on_device: false)", low=0),
@@ -120,7 +149,7 @@ SETTINGS: dict[str, Setting] = {
         _s("persistent_workers", "bool", False, "keep DataLoader workers alive between epochs"),
         _s("cudnn_benchmark", "bool", False, "torch.backends.cudnn.benchmark during the trial"),
         _s("matmul_precision", "choice", "highest", "torch.set_float32_matmul_precision (high/medium: TF32)",
-           choices=MATMUL_PRECISIONS),
+           names=MATMUL_PRECISIONS),
         _s("cpu_threads", "int", 0, "torch CPU threads; 0 keeps torch's default", low=0),
         _s("eval_batch_size", "int", 1024, "batch size for validation passes", low=1),
         # Early stopping inside a trial (0 turns it off)
@@ -130,15 +159,15 @@ SETTINGS: dict[str, Setting] = {
            searchable=False),
         # Compression after training, and transfer learning (autotune/compress.py)
         _s("prune_method", "choice", "none", "weight pruning after training: global L1 magnitude, or whole "
-           "conv channels / linear rows (cut out of the layers)", choices=PRUNE_METHODS),
+           "conv channels / linear rows (cut out of the layers)", names=PRUNE_METHODS),
         _s("prune_amount", "float", 0.0, "share of weights (l1_unstructured) or channels per layer "
            "(ln_structured) pruned", low=0, high=0.95),
         _s("finetune_epochs", "int", 0, "epochs of training after pruning, masks held, at 0.1 x lr", low=0),
         _s("quantize", "choice", "none", "post-training quantization (int8 on CPU) or an inference dtype cast",
-           choices=QUANTIZE_MODES),
+           names=_quantizers),
         _s("qat", "bool", False, "quantization-aware fine-tuning: max(1, finetune_epochs) epochs with fake int8, "
            "then int8 (needs quantize static_int8)"),
-        _s("freeze", "choice", "none", "layers kept fixed after loading model.checkpoint", choices=FREEZE_MODES),
+        _s("freeze", "choice", "none", "layers kept fixed after loading model.checkpoint", names=FREEZE_MODES),
         _s("infer_batch_size", "int", 256, "batch size of the inference-latency measurement", low=1),
         _s("infer_device", "str", "auto", "device for inference metrics: auto (training device; cpu for int8), "
            "cpu, cuda, cuda:N or mps", searchable=False),

@@ -33,7 +33,7 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from . import orphans, tracking
+from . import orphans, samplers, tracking
 from . import study as study_mod
 from .config import RunConfig, from_dict
 from .distributed import cpu_cores, devices_wanted
@@ -308,7 +308,7 @@ def run_worker(cfg: RunConfig, sampler_seed_offset: int | None = 0, callbacks: l
         study.sampler.reseed_rng()
     elif sampler_seed_offset and cfg.study.seed is not None:
         seed = cfg.study.seed + 1_000_003 * sampler_seed_offset
-        study.sampler = study_mod.SAMPLERS[cfg.study.sampler](cfg, seed, dict(cfg.study.sampler_args))
+        study.sampler = samplers.make_sampler(cfg, seed)
     cfg = study_mod.resolve_teacher(cfg, study._storage)
     n = cfg.study.n_trials
     claimed = ClaimedObjective(objective or Objective(cfg), n)
