@@ -21,7 +21,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from .errors import ConfigError, describe_exception, one_of, suggest, unknown
-from .settings import SETTINGS
+from .settings import SETTINGS, merge
 
 STRATEGIES = ("joint", "probe_then_tune")  # study.strategy (strategy.py)
 # metric -> natural direction
@@ -350,9 +350,7 @@ class RunConfig(_Model):
 
     def fixed(self) -> dict[str, Any]:
         """Every trainer setting that is not searched: defaults overlaid with `train:` (user parameters too)."""
-        out = {name: s.default for name, s in SETTINGS.items() if name not in self.space}
-        out.update(self.train)
-        return out
+        return {k: v for k, v in merge(self.train).items() if k not in self.space}
 
     def to_dict(self) -> dict[str, Any]:
         return self.model_dump(mode="json")

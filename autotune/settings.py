@@ -174,8 +174,15 @@ SETTINGS: dict[str, Setting] = {
     ]
 }
 
-# Settings that only make sense with others; used to warn, never to fail.
 DEFAULTS: dict[str, Any] = {name: s.default for name, s in SETTINGS.items()}
+
+
+def merge(train: Mapping[str, Any], sampled: Mapping[str, Any] | None = None,
+          overrides: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """A run's settings, put together one way everywhere (a trial, `autotune.train`, `profile`, `best --export`):
+    the catalogue's defaults, then the config's fixed `train:`, then the values a trial sampled, then explicit
+    overrides (`params`); a later layer wins."""
+    return {**DEFAULTS, **train, **(sampled or {}), **(overrides or {})}
 
 
 def check_params(params: Mapping[str, Any], file: str, prefix: str = "") -> dict[str, Any]:

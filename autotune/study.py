@@ -306,7 +306,7 @@ def retrain_best(cfg: RunConfig, study: optuna.Study, best: results.TrialSummary
 
     from . import train
 
-    settings = dict(best.settings) or space.fixed_point(cfg, best.params)
+    settings = space.of_trial(cfg, best.settings, best.params)
     settings.update(prune_method="none", prune_amount=0.0, finetune_epochs=0, quantize="none", qat=False)
     seed = study.trials[best.number].user_attrs.get("seed")
     result = train(cfg.model_copy(update={"distill": None}), params=settings, seed=seed)
