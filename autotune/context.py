@@ -37,6 +37,7 @@ from . import accel
 from .distributed import Group, ShardedBatches
 from .errors import STOP_REASONS, AutotuneError, TrialStopped
 from .optimizers import SCHEDULES, make_optimizer
+from .settings import Settings
 from .stops import Limits, check_divergence, check_slow
 from .throughput import ProbeWindow
 
@@ -267,7 +268,7 @@ class TrialContext:
                  early_stopping_on: Sequence[tuple[str, str]] = (("val_loss", "minimize"),),
                  chance_loss: float = math.inf, config: Any = None, group: Group | None = None,
                  probe: ProbeWindow | None = None) -> None:
-        self.settings: Mapping[str, Any] = MappingProxyType(dict(settings))
+        self.settings = Settings(settings)  # typed and frozen: ctx.settings["lr"] or ctx.settings.lr
         self.group = group
         self.rank = group.rank if group is not None else 0
         self.world_size = group.world if group is not None else 1

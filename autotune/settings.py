@@ -6,8 +6,9 @@ agree on names, types, defaults and allowed values.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any
 
 from .errors import ConfigError, one_of, suggest
@@ -204,3 +205,65 @@ def check_params(params: Mapping[str, Any], file: str, prefix: str = "") -> dict
         except ValueError as e:
             raise ConfigError(file, prefix + key, str(e)) from None
     return out
+
+
+MODEL_KEY_PREFIX = "model."  # a searched architecture key rides along with the trainer settings (config.MODEL_PREFIX)
+
+
+class Settings(Mapping[str, Any]):
+    """One run's trainer settings, typed and frozen: every setting of the catalogue (a missing one takes its
+    default; each value checked and coerced to its setting's type) and the `model.KEY` values of a searched
+    architecture. Read as a mapping (`s["lr"]`, `**s`) or by name (`s.lr`); nothing can change it
+    (`s.replace(lr=0.1)` is a new one). What the trainer and a user's `ctx.settings` get."""
+
+    __slots__ = ("_values",)
+    _values: Mapping[str, Any]
+
+    def __new__(cls, values: Mapping[str, Any] = MappingProxyType({})) -> Settings:
+        if isinstance(values, Settings):
+            return values
+        checked = dict(DEFAULTS)
+        for key, value in values.items():
+            if key.startswith(MODEL_KEY_PREFIX):
+                checked[key] = value
+                continue
+            if key not in SETTINGS:
+                raise ConfigError(None, key, f"unknown setting{suggest(key, SETTINGS)}; {one_of(SETTINGS)}")
+            try:
+                checked[key] = SETTINGS[key].check(value)
+            except ValueError as e:
+                raise ConfigError(None, key, str(e)) from None
+        self = super().__new__(cls)
+        super(Mapping, self).__setattr__("_values", MappingProxyType(checked))  # the one write, at birth
+        return self
+
+    def __getitem__(self, key: str) -> Any:
+        return self._values[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._values)
+
+    def __len__(self) -> int:
+        return len(self._values)
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return self._values[name]
+        except KeyError:
+            raise AttributeError(f"no setting {name!r}{suggest(name, SETTINGS)}") from None
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError(f"settings are frozen: use .replace({name}=...) for a changed copy")
+
+    def __delattr__(self, name: str) -> None:
+        raise AttributeError("settings are frozen")
+
+    def __reduce__(self) -> tuple[Any, ...]:  # pickled to the processes of a several-device trial
+        return (Settings, (dict(self._values),))
+
+    def __repr__(self) -> str:
+        return f"Settings({dict(self._values)!r})"
+
+    def replace(self, **changes: Any) -> Settings:
+        """A copy with some settings changed (checked like the rest)."""
+        return Settings({**self._values, **changes})
