@@ -735,7 +735,7 @@ def _check_spec(key: str, spec: ParamSpec, cfg: RunConfig, file: str) -> None:
                 setting.check(c)
             except ValueError as e:
                 if setting.kind == "choice":
-                    msg = f"unknown {key} {c!r}{suggest(str(c), setting.choices)}; {one_of(setting.choices)}"
+                    msg = unknown(key, c, setting.choices)
                 else:
                     msg = f"{key} {e}"
                 raise ConfigError(file, f"{where}.choices", msg) from None
