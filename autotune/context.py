@@ -638,6 +638,22 @@ class TrialContext:
         if self._reported:
             raise ContextMisuse(f"ctx.report called twice in epoch {self.epoch}: report every metric in one call")
         values = self._check_metrics(metrics)
+        epoch_time_s = self._epoch_time_s()
+        self._train_time_s += epoch_time_s
+        rec = self._record(values, epoch_time_s)
+        self.history.append(rec)
+        self._reported = True
+        self._epoch_open = False
+        # rank 0 alone records and decides (the only process, without several devices)
+        stop = self._decide(rec, values) if self.rank == 0 else None
+        if self.group is not None:
+            stop = self._share_decision(stop)
+        if stop is not None:
+            raise self._stopped(stop) from None
+
+    def _epoch_time_s(self) -> float:
+        """This epoch's training seconds: up to its last step's end (or now), less the first step's compile when
+        `time_excludes_compile`. The speed probe sees the epoch end here (and may stop the trial)."""
         end = self._train_end if self._train_end is not None else self._clock_all()
         if self._probe is not None:
             try:
@@ -651,7 +667,11 @@ class TrialContext:
             self.compile_time_s = max(0.0, first - typical)
             if self.settings["time_excludes_compile"]:
                 epoch_time_s = max(0.0, epoch_time_s - self.compile_time_s)
-        self._train_time_s += epoch_time_s
+        return epoch_time_s
+
+    def _record(self, values: dict[str, float], epoch_time_s: float) -> EpochRecord:
+        """The epoch's record; `train_loss` is the reported one (taken out of `values`) or the mean over the
+        steps' losses."""
         samples, loss_n = float(self._samples), float(self._loss_n)
         loss_total = float(self._loss_sum) if self._loss_sum is not None else 0.0
         if self.group is not None:  # every rank's samples and training loss (the clocks are rank 0's)
@@ -662,31 +682,26 @@ class TrialContext:
             train_loss = loss_total / loss_n
         else:
             train_loss = math.nan
-        rec = EpochRecord(
+        return EpochRecord(
             epoch=self.epoch, train_loss=train_loss, epoch_time_s=epoch_time_s, train_time_s=self._train_time_s,
             samples_per_s=samples / epoch_time_s if epoch_time_s > 0 else 0.0,
             data_wait_fraction=min(1.0, self._wait_s / epoch_time_s) if epoch_time_s > 0 else 0.0,
             lr=float(self.opt.param_groups[0]["lr"]) if self.opt is not None else math.nan, metrics=values,
         )
-        self.history.append(rec)
-        self._reported = True
-        self._epoch_open = False
-        stop: TrialStopped | None = None
-        if self.rank == 0:  # rank 0 alone records and decides (the only process, without several devices)
-            if self._on_record is not None:
-                self._on_record(rec)
-            try:
-                self._check_rules(rec)
-                if self._on_epoch is not None:
-                    self._on_epoch(rec)
-            except TrialStopped as e:
-                stop = e
-            else:
-                self._early_stopping(values)
-        if self.group is not None:
-            stop = self._share_decision(stop)
-        if stop is not None:
-            raise self._stopped(stop) from None
+
+    def _decide(self, rec: EpochRecord, values: dict[str, float]) -> TrialStopped | None:
+        """Rank 0's verdict on the epoch: the record goes out, then the stop rules and the caller's callback;
+        without a stop, early stopping is checked."""
+        if self._on_record is not None:
+            self._on_record(rec)
+        try:
+            self._check_rules(rec)
+            if self._on_epoch is not None:
+                self._on_epoch(rec)
+        except TrialStopped as e:
+            return e
+        self._early_stopping(values)
+        return None
 
     def _share_decision(self, stop: TrialStopped | None) -> TrialStopped | None:
         """Rank 0's verdict on every rank: go on, stop early (the trial completes), or stop with rank 0's reason."""

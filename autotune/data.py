@@ -417,60 +417,75 @@ def check_arrays(x: np.ndarray, y: np.ndarray, task: str, val_fraction: float, f
     """Data the trainer cannot use honestly is one ConfigError naming `what` (the file) and the problem:
     not numbers, mismatched lengths or shapes, non-finite values, labels that are not class indices,
     fewer than two classes, a class or a split too small, constant regression targets."""
+    check_task = _regression_problem if task == "regression" else _label_problem
+    problem = _shape_problem(x, y, task) or _non_finite(x, "x") or _non_finite(y, "y") or check_task(y, val_fraction)
+    if problem is not None:
+        raise ConfigError(file, key, f"{what}: {problem}")
 
-    def fail(msg: str) -> None:
-        raise ConfigError(file, key, f"{what}: {msg}")
 
+def _shape_problem(x: np.ndarray, y: np.ndarray, task: str) -> str | None:
+    """Numbers, of the shapes the models take, as many labels as samples."""
     if x.dtype.kind not in "biuf":
-        fail(f"x must hold numbers; got dtype {x.dtype}")
+        return f"x must hold numbers; got dtype {x.dtype}"
     if y.dtype.kind not in "biuf":
         sample = y.flat[0].item() if y.size else None
         rule = "labels y must be class indices (integers >= 0)" if task == "classification" else \
             "targets y must be numbers"
-        fail(f"{rule}; got dtype {y.dtype} (e.g. {sample!r})")
+        return f"{rule}; got dtype {y.dtype} (e.g. {sample!r})"
     if x.ndim not in (2, 3, 4) or (y.ndim != 1 if task == "classification" else y.ndim not in (1, 2)):
         want = "y of shape (N,)" if task == "classification" else "y of shape (N,) or (N, T)"
-        fail(f"need x of shape (N, F), (N, H, W) or (N, C, H, W) and {want}; got x {x.shape}, y {y.shape}")
+        return f"need x of shape (N, F), (N, H, W) or (N, C, H, W) and {want}; got x {x.shape}, y {y.shape}"
     if len(x) != len(y):
-        fail(f"x has {len(x)} samples but y has {len(y)}")
-    if x.dtype.kind == "f":
-        bad = ~np.isfinite(x.reshape(len(x), -1)).all(axis=1)
-        if bad.any():
-            fail(f"x has non-finite values (NaN or inf) in {int(bad.sum())} samples, the first is sample "
-                 f"{int(np.argmax(bad))}")
-    if y.dtype.kind == "f":
-        bad = ~np.isfinite(y.reshape(len(y), -1)).all(axis=1)
-        if bad.any():
-            fail(f"y has non-finite values (NaN or inf) in {int(bad.sum())} samples, the first is sample "
-                 f"{int(np.argmax(bad))}")
+        return f"x has {len(x)} samples but y has {len(y)}"
+    return None
+
+
+def _non_finite(a: np.ndarray, name: str) -> str | None:
+    """NaN or inf in a float array: how many samples, and the first."""
+    if a.dtype.kind != "f":
+        return None
+    bad = ~np.isfinite(a.reshape(len(a), -1)).all(axis=1)
+    if not bad.any():
+        return None
+    return f"{name} has non-finite values (NaN or inf) in {int(bad.sum())} samples, the first is sample " \
+           f"{int(np.argmax(bad))}"
+
+
+def _regression_problem(y: np.ndarray, val_fraction: float) -> str | None:
+    """Both splits big enough for a mean and a spread; no constant target."""
     n_val = int(np.ceil(val_fraction * len(y)))
-    if task == "regression":
-        if min(n_val, len(y) - n_val) < 2:
-            fail(f"{len(y)} samples leave fewer than 2 for training or validation at val_fraction {val_fraction:g}")
-        flat = y.reshape(len(y), -1)
-        const = np.flatnonzero(flat.std(axis=0) == 0)
-        if len(const):
-            fail(f"target {int(const[0])} is constant ({flat[0, const[0]].item()!r}): nothing to learn")
-        return
+    if min(n_val, len(y) - n_val) < 2:
+        return f"{len(y)} samples leave fewer than 2 for training or validation at val_fraction {val_fraction:g}"
+    flat = y.reshape(len(y), -1)
+    const = np.flatnonzero(flat.std(axis=0) == 0)
+    if len(const):
+        return f"target {int(const[0])} is constant ({flat[0, const[0]].item()!r}): nothing to learn"
+    return None
+
+
+def _label_problem(y: np.ndarray, val_fraction: float) -> str | None:
+    """Class indices, at least two classes, each in both splits of the stratified split."""
+    n_val = int(np.ceil(val_fraction * len(y)))
     if y.dtype.kind == "f":
         frac = np.flatnonzero(y != np.round(y))
         if len(frac):
-            fail(f"labels y must be class indices (integers >= 0); sample {int(frac[0])} is {y[frac[0]].item()!r} "
-                 "(real-valued targets: set task: regression)")
+            return f"labels y must be class indices (integers >= 0); sample {int(frac[0])} is " \
+                   f"{y[frac[0]].item()!r} (real-valued targets: set task: regression)"
     neg = np.flatnonzero(y < 0)
     if len(neg):
-        fail(f"labels y must be class indices (integers >= 0); sample {int(neg[0])} is {y[neg[0]].item()!r}")
+        return f"labels y must be class indices (integers >= 0); sample {int(neg[0])} is {y[neg[0]].item()!r}"
     classes, counts = np.unique(y, return_counts=True)
     if len(classes) < 2:
-        fail(f"labels y hold {'no class' if not len(classes) else f'one class ({classes[0].item()!r})'}; "
-             "need at least two")
+        return f"labels y hold {'no class' if not len(classes) else f'one class ({classes[0].item()!r})'}; " \
+               "need at least two"
     small = int(np.argmin(counts))
     if counts[small] < 2:
-        fail(f"class {classes[small].item()!r} has {counts[small]} sample; the stratified split needs at least 2 "
-             "per class (one for training, one for validation)")
+        return f"class {classes[small].item()!r} has {counts[small]} sample; the stratified split needs at least " \
+               "2 per class (one for training, one for validation)"
     if n_val < len(classes) or len(y) - n_val < len(classes):
-        fail(f"{len(y)} samples at val_fraction {val_fraction:g} leave {n_val} for validation and "
-             f"{len(y) - n_val} for training: each split needs one sample of each of the {len(classes)} classes")
+        return f"{len(y)} samples at val_fraction {val_fraction:g} leave {n_val} for validation and " \
+               f"{len(y) - n_val} for training: each split needs one sample of each of the {len(classes)} classes"
+    return None
 
 
 def _split_targets(y: np.ndarray, task: str) -> tuple[np.ndarray, int, np.ndarray | None]:

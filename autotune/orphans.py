@@ -17,20 +17,17 @@ and is left RUNNING; `--fail-stale` (`reap(everywhere=True)`) clears those by ha
 
 from __future__ import annotations
 
-import contextlib
 import copy
-import hashlib
 import os
 import socket
-import tempfile
-from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import optuna
 from optuna.storages._heartbeat import is_heartbeat_enabled  # what Study.optimize itself checks
 from optuna.trial import FrozenTrial, TrialState
+
+from .locks import host_lock
 
 OWNER_ATTR = "worker"  # trial user attr: "host:pid:start" of the process that runs it
 REASON = "orphaned"
@@ -199,7 +196,8 @@ def reap(study: optuna.Study, everywhere: bool = False) -> list[int]:
     if not beats and not any(orphan(t) for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))):
         return []  # the common case, without taking the lock
     done: list[int] = []
-    with _reap_lock(study):  # (no warnings.catch_warnings here: workers call this from a thread too)
+    # processes on one host fail a dead trial once, not once each (and so retry it once)
+    with host_lock(study, "stale"):  # (no warnings.catch_warnings here: workers call this from a thread too)
         why: dict[int, str] = {}
         if beats:  # HeartbeatStorage marks these itself
             why.update(dict.fromkeys(storage._get_stale_trial_ids(study._study_id), ""))  # type: ignore[attr-defined]
@@ -220,27 +218,6 @@ def reap(study: optuna.Study, everywhere: bool = False) -> list[int]:
     return sorted(done)
 
 
-@contextlib.contextmanager
-def _reap_lock(study: optuna.Study) -> Iterator[None]:
-    """Processes on one host fail a dead trial once, not once each (and so retry it once)."""
-    import fcntl
-
-    key = hashlib.sha1(f"{study.study_name}\0{_storage_key(study)}".encode()).hexdigest()
-    path = Path(tempfile.gettempdir()) / f"autotune-stale-{key[:16]}.lock"
-    with open(path, "a") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
-
-
-def _storage_key(study: optuna.Study) -> str:
-    inner = getattr(study._storage, "_backend", None)  # RDBStorage sits in a _CachedStorage; journal: its backend
-    for attr in ("url", "_file_path"):
-        if hasattr(inner, attr):
-            return str(getattr(inner, attr))
-    return repr(study._storage)
 
 
 __all__ = ["OWNER_ATTR", "REASON", "JournalStorage", "Owner", "RDBStorage", "dead_here", "heartbeats", "owner_id",

@@ -158,7 +158,7 @@ SETTINGS: dict[str, Setting] = {
            low=0, searchable=False),
         _s("early_stopping_min_delta", "float", 0.0, "improvement smaller than this does not count", low=0,
            searchable=False),
-        # Compression after training, and transfer learning (autotune/compress.py)
+        # Compression after training, and transfer learning (autotune/compress/)
         _s("prune_method", "choice", "none", "weight pruning after training: global L1 magnitude, or whole "
            "conv channels / linear rows (cut out of the layers)", names=PRUNE_METHODS),
         _s("prune_amount", "float", 0.0, "share of weights (l1_unstructured) or channels per layer "

@@ -19,12 +19,7 @@ one host take turns through a lock file), so every worker and a resumed run sear
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
-import hashlib
-import tempfile
-from collections.abc import Iterator, Mapping
-from pathlib import Path
+from collections.abc import Mapping
 from typing import Any
 
 import optuna
@@ -32,6 +27,7 @@ import optuna
 from . import probe, space, speed, trainer
 from .config import STRATEGIES, RunConfig, from_dict
 from .errors import TrialStopped
+from .locks import host_lock
 
 NEUTRAL = ("channels_last", "compile", "compile_mode", "data_on_device", "num_workers", "pin_memory",
            "prefetch_factor", "persistent_workers", "cudnn_benchmark", "cpu_threads")
@@ -155,7 +151,7 @@ def plan_for(study: optuna.Study, cfg: RunConfig, fit: trainer.Fit | None) -> di
     stored = study.user_attrs.get(PLAN_ATTR)
     if stored is not None:
         return stored
-    with _host_lock(study):
+    with host_lock(study, "plan"):  # one host plans a study once: the first probes and stores, the others read
         stored = study.user_attrs.get(PLAN_ATTR)  # (read from the storage again: another process may have planned)
         if stored is not None:
             return stored
@@ -188,25 +184,6 @@ def probe_all(study: optuna.Study | None, cfg: RunConfig, fit: trainer.Fit | Non
     return rows
 
 
-def _storage_key(study: optuna.Study) -> str:
-    inner = getattr(study._storage, "_backend", None)  # RDBStorage sits in a _CachedStorage; journal: its backend
-    for attr in ("url", "_file_path"):
-        if hasattr(inner, attr):
-            return str(getattr(inner, attr))
-    return repr(study._storage)
-
-
-@contextlib.contextmanager
-def _host_lock(study: optuna.Study) -> Iterator[None]:
-    """Processes of one host plan one study in turn (the first probes and stores, the others read)."""
-    key = hashlib.sha1(f"{study.study_name}\0{_storage_key(study)}".encode()).hexdigest()
-    path = Path(tempfile.gettempdir()) / f"autotune-plan-{key[:16]}.lock"
-    with open(path, "a") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
 
 
 __all__ = ["NEUTRAL", "PLAN_ATTR", "STRATEGIES", "Search", "make_plan", "narrowed", "pins", "plan_for", "probe_all"]

@@ -201,7 +201,7 @@ class BuiltinFit:
         calibration = ((ds.normalize(xb), yb) for xb, yb in batches.untimed())
         x_val, y_val = ds.normalize(self.val[0]), self.val[1]
         packed = compress.compress_and_measure(
-            result.model, dict(s), ctx.device, compress.calibration_batches(calibration), x_val, y_val,
+            result.model, dict(s), ctx.device, compress.calibration_batches(calibration), ds, x_val, y_val,
             result.val_accuracy, result.val_loss, lambda m, n, qat=False: self.finetune(ctx, m, n, qat),
             result.epochs_run)
         result.final.update(val_accuracy=packed.val_accuracy, val_loss=packed.val_loss)

@@ -27,6 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import autotune  # noqa: E402
 from autotune import compress, config, data  # noqa: E402
+from autotune.compress import measure, prune, quantize, support  # noqa: E402
 from autotune.context import TrialContext  # noqa: E402
 from autotune.settings import DEFAULTS  # noqa: E402
 from autotune.trainer import train_epoch  # noqa: E402
@@ -66,7 +67,7 @@ def main() -> None:
     assert base.model is not None
     fp32 = base.model.eval()
     print(f"trained fp32 digits CNN [32, 64] / 128 in {time.perf_counter() - t0:.1f}s; torch {torch.__version__}, "
-          f"{torch.get_num_threads()} threads, engine {compress.quantized_engine()}, cpu {cpu_flags()}")
+          f"{torch.get_num_threads()} threads, engine {quantize.quantized_engine()}, cpu {cpu_flags()}")
     ds = data.load(cfg.data)
     s = {**DEFAULTS, **cfg.fixed()}
     loss_fn = nn.CrossEntropyLoss()
@@ -82,44 +83,44 @@ def main() -> None:
 
     def pruned(method: str, amount: float) -> nn.Module:
         m = copy.deepcopy(fp32)
-        layers = compress.prune_model(m, method, amount)
+        layers = prune.prune_model(m, method, amount)
         finetune(m, args.finetune_epochs)
-        compress.make_permanent(layers)
+        prune.make_permanent(layers)
         if method == "ln_structured":
-            small = compress.shrink(m, ds.x_val[:64])
+            small = prune.shrink(m, ds.x_val[:64])
             assert small is not None, "structured pruning did not shrink the CNN"
             m = small
         return m.eval()
 
     def calib() -> list[torch.Tensor]:
-        return [ds.x_train[i: i + 64] for i in range(0, 64 * compress.CALIBRATION_BATCHES, 64)]
+        return [ds.x_train[i: i + 64] for i in range(0, 64 * compress.pipeline.CALIBRATION_BATCHES, 64)]
 
     models: dict[str, nn.Module] = {"fp32": fp32}
     for a in args.amounts:
         models[f"l1_unstructured {a:g}"] = pruned("l1_unstructured", a)
     for a in args.amounts:
         models[f"ln_structured {a:g}"] = pruned("ln_structured", a)
-    models["dynamic_int8"] = compress.quantize_dynamic(copy.deepcopy(fp32))
-    models["static_int8"] = compress.quantize_static(copy.deepcopy(fp32), calib())
+    models["dynamic_int8"] = quantize.quantize_dynamic(copy.deepcopy(fp32))
+    models["static_int8"] = quantize.quantize_static(copy.deepcopy(fp32), calib())
     for mode in ("bf16", "fp16"):
-        if compress._cast_error("cpu", mode) is None:
-            models[mode] = copy.deepcopy(fp32).to(compress.CAST_DTYPES[mode]).eval()
-    models["ln_structured 0.5 + static_int8"] = compress.quantize_static(pruned("ln_structured", 0.5), calib())
-    qat = compress.prepare_qat(copy.deepcopy(fp32))
+        if support.cast_error("cpu", mode) is None:
+            models[mode] = copy.deepcopy(fp32).to(quantize.CAST_DTYPES[mode]).eval()
+    models["ln_structured 0.5 + static_int8"] = quantize.quantize_static(pruned("ln_structured", 0.5), calib())
+    qat = quantize.prepare_qat(copy.deepcopy(fp32))
     finetune(qat, max(1, args.finetune_epochs))
-    models["static_int8 (qat fine-tune)"] = compress.convert_qat(qat)
+    models["static_int8 (qat fine-tune)"] = quantize.convert_qat(qat)
 
-    acc = {k: compress.evaluate(m, ds.x_val, ds.y_val, 512, cpu)[1] for k, m in models.items()}
-    size = {k: compress.model_size_bytes(m) for k, m in models.items()}
-    nz = {k: compress.params_nonzero(m) for k, m in models.items()}
+    acc = {k: measure.val_metrics(m, ds, ds.x_val, ds.y_val, 512, cpu)["val_accuracy"] for k, m in models.items()}
+    size = {k: measure.model_size_bytes(m) for k, m in models.items()}
+    nz = {k: measure.params_nonzero(m) for k, m in models.items()}
     times: dict[tuple[str, int], list[float]] = {(k, b): [] for k in models for b in args.batches}
     for m in models.values():  # warm-up every model at every batch size
         for b in args.batches:
-            compress.latency_ms(m, ds.x_val, b, cpu, warmup=3, repeats=1)
+            measure.latency_ms(m, ds.x_val, b, cpu, warmup=3, repeats=1)
     for _ in range(args.rounds):
         for b in args.batches:
             for k, m in models.items():
-                times[(k, b)].append(compress.latency_ms(m, ds.x_val, b, cpu, warmup=0, repeats=3))
+                times[(k, b)].append(measure.latency_ms(m, ds.x_val, b, cpu, warmup=0, repeats=3))
     lat = {key: statistics.median(v) for key, v in times.items()}
 
     head = f"{'method':<32} {'val_acc':>8} {'d_acc':>7} {'size':>9} {'x fp32':>7} {'nonzero':>8}"

@@ -47,10 +47,10 @@ def test_resnet_quantizes_to_int8() -> None:
     torch.manual_seed(0)
     m = models.resnet((3, 16, 16), 10, depth=8, width=8).eval()
     x = torch.randn(64, 3, 16, 16)
-    q = compress.quantize_static(m, [x[:32], x[32:]])
+    q = compress.quantize.quantize_static(m, [x[:32], x[32:]])
     with torch.no_grad():
         agree = (m(x).argmax(1) == q(x).argmax(1)).float().mean()
-    assert agree > 0.8 and compress.model_size_bytes(q) < 0.6 * compress.model_size_bytes(m)
+    assert agree > 0.8 and compress.measure.model_size_bytes(q) < 0.6 * compress.measure.model_size_bytes(m)
 
 
 def test_config_names_and_keys_come_from_the_registry() -> None:

@@ -1,0 +1,28 @@
+"""Compression of a trained model and what it costs, and transfer learning; runs after `fit`.
+
+| module | job |
+|---|---|
+| `support` | what can run where: the inference device, `unsupported` combinations, `preflight` |
+| `transfer` | checkpoints (`model.checkpoint`), `freeze`, the distillation teacher and its loss |
+| `prune` | pruning masks, making them permanent, `shrink` (cutting zeroed channels out) |
+| `quantize` | int8 (dynamic, static, QAT) and bf16/fp16 casts; the `QUANTIZERS` registry |
+| `measure` | size, non-zero parameters, validation metrics on the inference device, latency |
+| `pipeline` | the trainer's entry point: `compress_and_measure` runs the steps above on a copy |
+
+The names below are what the trainer, the study and the settings catalogue (QUANTIZERS) use; benches and
+tests reach the rest through the submodules.
+"""
+
+from __future__ import annotations
+
+from . import measure, pipeline, prune, quantize, support, transfer
+from .pipeline import FINETUNE_LR_FACTOR, Compressed, calibration_batches, compress_and_measure
+from .quantize import QUANTIZERS
+from .support import preflight, unsupported
+from .transfer import distill_loss, load_checkpoint, load_teacher
+
+__all__ = [
+    "FINETUNE_LR_FACTOR", "QUANTIZERS", "Compressed", "calibration_batches", "compress_and_measure", "distill_loss",
+    "load_checkpoint", "load_teacher", "measure", "pipeline", "preflight", "prune", "quantize", "support",
+    "transfer", "unsupported",
+]

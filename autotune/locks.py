@@ -1,0 +1,42 @@
+"""Per-host file locks on a study: processes of one machine that share a study take turns at a job on it.
+
+The lock file lives in the system's temporary folder, keyed by the study's name and storage, so two studies
+(or one study in two storages) never wait on each other. It serialises processes of one host only; across
+machines the storage's own transactions decide.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import optuna
+
+
+def storage_key(study: optuna.Study) -> str:
+    """The storage's URL or file (what makes two handles the same study), or its repr."""
+    inner = getattr(study._storage, "_backend", None)  # RDBStorage sits in a _CachedStorage; journal: its backend
+    for attr in ("url", "_file_path"):
+        if hasattr(inner, attr):
+            return str(getattr(inner, attr))
+    return repr(study._storage)
+
+
+@contextlib.contextmanager
+def host_lock(study: optuna.Study, job: str) -> Iterator[None]:
+    """Hold this host's lock for `job` (a short word: "stale", "plan") on this study."""
+    key = hashlib.sha1(f"{study.study_name}\0{storage_key(study)}".encode()).hexdigest()
+    path = Path(tempfile.gettempdir()) / f"autotune-{job}-{key[:16]}.lock"
+    with open(path, "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+__all__ = ["host_lock", "storage_key"]
