@@ -16,8 +16,6 @@ from .errors import ConfigError, one_of, suggest
 PRECISIONS = ("fp32", "fp16", "bf16")
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune")
 MATMUL_PRECISIONS = ("highest", "high", "medium")
-PRUNE_METHODS = ("none", "l1_unstructured", "ln_structured")
-FREEZE_MODES = ("none", "features", "all_but_head")
 
 
 # Settings whose names are a registry's keys, read from the module that holds the builders. Imported when first
@@ -46,6 +44,18 @@ def _quantizers() -> Iterable[str]:
     from .compress import QUANTIZERS
 
     return QUANTIZERS
+
+
+def _prune_methods() -> Iterable[str]:
+    from .compress.prune import PRUNE_METHODS
+
+    return PRUNE_METHODS
+
+
+def _freeze_modes() -> Iterable[str]:
+    from .compress.transfer import FREEZERS
+
+    return FREEZERS
 
 
 @dataclass(frozen=True)
@@ -160,7 +170,7 @@ SETTINGS: dict[str, Setting] = {
            searchable=False),
         # Compression after training, and transfer learning (autotune/compress/)
         _s("prune_method", "choice", "none", "weight pruning after training: global L1 magnitude, or whole "
-           "conv channels / linear rows (cut out of the layers)", names=PRUNE_METHODS),
+           "conv channels / linear rows (cut out of the layers)", names=_prune_methods),
         _s("prune_amount", "float", 0.0, "share of weights (l1_unstructured) or channels per layer "
            "(ln_structured) pruned", low=0, high=0.95),
         _s("finetune_epochs", "int", 0, "epochs of training after pruning, masks held, at 0.1 x lr", low=0),
@@ -168,7 +178,7 @@ SETTINGS: dict[str, Setting] = {
            names=_quantizers),
         _s("qat", "bool", False, "quantization-aware fine-tuning: max(1, finetune_epochs) epochs with fake int8, "
            "then int8 (needs quantize static_int8)"),
-        _s("freeze", "choice", "none", "layers kept fixed after loading model.checkpoint", names=FREEZE_MODES),
+        _s("freeze", "choice", "none", "layers kept fixed after loading model.checkpoint", names=_freeze_modes),
         _s("infer_batch_size", "int", 256, "batch size of the inference-latency measurement", low=1),
         _s("infer_device", "str", "auto", "device for inference metrics: auto (training device; cpu for int8), "
            "cpu, cuda, cuda:N or mps", searchable=False),

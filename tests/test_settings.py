@@ -17,6 +17,8 @@ def test_registry_backed_choices_are_the_registries_keys() -> None:
     assert SETTINGS["lr_schedule"].choices == tuple(optimizers.SCHEDULES)
     assert SETTINGS["init"].choices == tuple(models.INITS)
     assert SETTINGS["quantize"].choices == tuple(compress.QUANTIZERS)
+    assert SETTINGS["prune_method"].choices == tuple(compress.prune.PRUNE_METHODS)
+    assert SETTINGS["freeze"].choices == tuple(compress.transfer.FREEZERS)
 
 
 def test_merge_layers_in_order() -> None:
