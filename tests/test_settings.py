@@ -74,3 +74,13 @@ def test_settings_survive_pickle_and_copy() -> None:
     s = Settings({"lr": 0.1, "model.channels": [8, 16]})
     for t in (pickle.loads(pickle.dumps(s)), copy.deepcopy(s), copy.copy(s)):
         assert type(t) is Settings and t == s
+
+
+def test_a_trial_context_hands_out_frozen_typed_settings() -> None:
+    from autotune.context import TrialContext
+
+    ctx = TrialContext({"device": "cpu", "lr": 1, "epochs": 2})
+    assert isinstance(ctx.settings, Settings) and ctx.settings.lr == ctx.settings["lr"] == 1.0
+    assert ctx.settings.batch_size == DEFAULTS["batch_size"]  # a missing setting is its default
+    with pytest.raises(TypeError):
+        ctx.settings["lr"] = 2.0  # type: ignore[index]
