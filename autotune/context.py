@@ -272,15 +272,15 @@ class TrialContext:
         self.group = group
         self.rank = group.rank if group is not None else 0
         self.world_size = group.world if group is not None else 1
-        self.params: Mapping[str, Any] = MappingProxyType({**settings, **(user_params or {})})
+        self.params: Mapping[str, Any] = MappingProxyType({**self.settings, **(user_params or {})})
         self.seed = seed
         self.config = config  # the RunConfig of the study, when there is one
-        self.device = accel.resolve_device(str(settings["device"]))
-        self.precision: str = settings["precision"]
-        self.epochs_total: int = int(settings["epochs"])
-        self.batch_size: int = int(settings["batch_size"])
+        self.device = accel.resolve_device(str(self.settings["device"]))
+        self.precision: str = self.settings["precision"]
+        self.epochs_total: int = int(self.settings["epochs"])
+        self.batch_size: int = int(self.settings["batch_size"])
         self.chance_loss = chance_loss  # divergence: a loss above loss_factor x this is never "learning"
-        self._accum = int(settings["grad_accum_steps"])
+        self._accum = int(self.settings["grad_accum_steps"])
         self.limits = limits = limits or Limits()
         self._on_record = on_record  # sees every epoch's record first (the objective stores it)
         self._on_epoch = on_epoch  # the study's own stop rules (pruners, vs_front); may raise TrialStopped
