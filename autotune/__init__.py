@@ -40,13 +40,13 @@ def train(cfg: RunConfig | str, params: dict[str, Any] | None = None, seed: int 
     """Train one configuration outside any study: fixed settings plus `params` (user parameters as
     `user.NAME`), the same training function, settings and clocks as a trial."""
     from .objective import job_for, load_fit
-    from .settings import DEFAULTS, check_params
+    from .settings import check_params, merge
     from .study import preflight
     from .trainer import train as _train
 
     if isinstance(cfg, str):
         cfg = load_config(cfg)
-    values = {**DEFAULTS, **cfg.fixed(), **check_params(params or {}, "params")}  # searched: defaults unless given
+    values = merge(cfg.train, overrides=check_params(params or {}, "params"))  # searched: defaults unless given
     preflight(cfg)
     seed = cfg.study.seed or 0 if seed is None else seed
     return _train(job_for(cfg, values, seed, measure_inference=True, fit=fit or load_fit(cfg), study_rules=False))

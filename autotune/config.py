@@ -20,28 +20,58 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from .errors import ConfigError, describe_exception, one_of, suggest
+from .errors import ConfigError, describe_exception, one_of, suggest, unknown
 from .metrics import CLOCKS, DIRECTIONS, INFERENCE, REPORTED, task_metrics
-from .settings import SETTINGS
+from .settings import SETTINGS, merge
 
-SAMPLERS = ("tpe", "random", "gp", "cmaes", "nsga2", "qmc", "grid")
 STRATEGIES = ("joint", "probe_then_tune")  # study.strategy (strategy.py)
-SINGLE_PRUNERS = ("none", "median", "percentile", "successive_halving", "hyperband", "threshold", "wilcoxon")
-MULTI_PRUNERS = ("pareto", "pareto_asha")
-PRUNERS = ("auto", *SINGLE_PRUNERS, *MULTI_PRUNERS)
 METRICS = DIRECTIONS  # metric -> natural direction, for every built-in objective (metrics.py)
 REPORTED_METRICS = REPORTED  # what a training function reports with ctx.report (the clocks are the context's)
 USER_PREFIX = "user."  # `user.NAME` in train/space: a parameter of the user's training function (ctx.params[NAME])
 TASKS = ("classification", "regression")
 # metrics that only one task has; every other metric is measured for both
 TASK_METRICS: dict[str, tuple[str, ...]] = {t: task_metrics(t) for t in TASKS}
-# built-in dataset -> the task its labels are for (None: either, the file or factory decides)
-DATASETS: dict[str, str | None] = {
-    "digits": "classification", "synthetic": "classification", "npz": None, "image_folder": "classification",
-    "cifar10": "classification", "cifar100": "classification", "diabetes": "regression",
-}
 # `model.KEY` in `space:` searches a key of the model section (the architecture)
 MODEL_PREFIX = "model."
+
+
+# ---------------------------------------------------------------- names from the registries
+# Each registry is a mapping next to its builders (samplers.py, pruners.py, data.py, models.py). Those modules
+# import this one, so their names are read when a config is validated, never copied here.
+
+
+def sampler_names() -> list[str]:
+    from .samplers import SAMPLERS
+
+    return list(SAMPLERS)
+
+
+def pruner_names(objectives: str | None = None) -> list[str]:
+    """Registered pruners (`auto` first); `objectives` one or several: those a study with that many can use."""
+    from .pruners import PRUNERS
+
+    if objectives is None:
+        return ["auto", *PRUNERS]
+    return [n for n, kind in PRUNERS.items() if kind.objectives in (objectives, "any")]
+
+
+def dataset_names() -> list[str]:
+    from .data import DATASETS
+
+    return list(DATASETS)
+
+
+def dataset_task(name: str) -> str | None:
+    """The task a built-in dataset's labels are for (None: either, the file decides)."""
+    from .data import DATASETS
+
+    return DATASETS[name].task
+
+
+def model_names() -> list[str]:
+    from .models import MODELS
+
+    return list(MODELS)
 
 
 class _Model(BaseModel):
@@ -74,14 +104,14 @@ class StudyConfig(_Model):
     @classmethod
     def _strategy(cls, v: str) -> str:
         if v not in STRATEGIES:
-            raise ValueError(f"unknown strategy {v!r}{suggest(v, STRATEGIES)}; {one_of(STRATEGIES)}")
+            raise ValueError(unknown("strategy", v, STRATEGIES))
         return v
 
     @field_validator("sampler")
     @classmethod
     def _sampler(cls, v: str) -> str:
-        if v not in SAMPLERS:
-            raise ValueError(f"unknown sampler {v!r}{suggest(v, SAMPLERS)}; {one_of(SAMPLERS)}")
+        if v not in sampler_names():
+            raise ValueError(unknown("sampler", v, sampler_names()))
         return v
 
 
@@ -91,11 +121,13 @@ class Objective(_Model):
     metric: str
     direction: Literal["maximize", "minimize"] | None = None
 
-    @model_validator(mode="after")
-    def _direction(self) -> Objective:
-        if self.direction is None and self.metric in METRICS:
-            object.__setattr__(self, "direction", METRICS[self.metric])
-        return self
+    @model_validator(mode="before")
+    @classmethod
+    def _direction(cls, data: Any) -> Any:
+        """A built-in metric's natural direction when none is given."""
+        if isinstance(data, dict) and data.get("direction") is None and data.get("metric") in METRICS:
+            return {**data, "direction": METRICS[data["metric"]]}
+        return data
 
 
 class DataConfig(_Model):
@@ -115,16 +147,9 @@ class DataConfig(_Model):
     @field_validator("name")
     @classmethod
     def _name(cls, v: str | None) -> str | None:
-        if v is not None and v not in DATASETS:
-            raise ValueError(f"unknown dataset {v!r}{suggest(v, DATASETS)}; {one_of(DATASETS)} (or data.factory)")
+        if v is not None and v not in dataset_names():
+            raise ValueError(unknown("dataset", v, dataset_names(), " (or data.factory)"))
         return v
-
-
-def _model_names() -> list[str]:
-    """The model registry's names (models.MODELS). Imported here, at validation time: models imports config."""
-    from .models import MODELS
-
-    return list(MODELS)
 
 
 class ModelConfig(_Model):
@@ -144,9 +169,8 @@ class ModelConfig(_Model):
     @field_validator("name")
     @classmethod
     def _name(cls, v: str | None) -> str | None:
-        names = _model_names()
-        if v is not None and v not in names:
-            raise ValueError(f"unknown model {v!r}{suggest(v, names)}; {one_of(names)} (or model.factory)")
+        if v is not None and v not in model_names():
+            raise ValueError(unknown("model", v, model_names(), " (or model.factory)"))
         return v
 
     @field_validator("channels")
@@ -167,6 +191,15 @@ class ParamSpec(_Model):
     step: float | None = None
     choices: tuple[Any, ...] | None = None
     when: dict[str, Any] | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _bool_choices(cls, data: Any) -> Any:
+        """A bool parameter's choices are its two values."""
+        if isinstance(data, dict) and data.get("type") == "bool" and (data.get("choices") is None or
+                                                                     list(data["choices"]) == [False, True]):
+            return {**data, "choices": (False, True)}
+        return data
 
     @model_validator(mode="after")
     def _shape(self) -> ParamSpec:
@@ -192,12 +225,10 @@ class ParamSpec(_Model):
                 raise ValueError(f"choices: must be distinct; got {list(self.choices)}")
             if any(k is not None for k in (self.low, self.high, self.step)) or self.log:
                 raise ValueError("type: low/high/step/log are for float and int, not categorical")
-        else:  # bool: the two values
-            # choices [false, true] is what to_dict() writes back: accept it so a stored config round-trips.
-            if any(k is not None for k in (self.low, self.high, self.step)) or \
-                    self.choices not in (None, (False, True)):
+        else:  # bool: the two values (_bool_choices); [false, true] is what to_dict() writes back: a stored
+            # config round-trips
+            if any(k is not None for k in (self.low, self.high, self.step)) or self.choices != (False, True):
                 raise ValueError("type: bool takes no low/high/step/choices")
-            object.__setattr__(self, "choices", (False, True))
         return self
 
 
@@ -221,8 +252,8 @@ class PruningConfig(_Model):
     @field_validator("pruner")
     @classmethod
     def _pruner(cls, v: str) -> str:
-        if v not in PRUNERS:
-            raise ValueError(f"unknown pruner {v!r}{suggest(v, PRUNERS)}; {one_of(PRUNERS)}")
+        if v not in pruner_names():
+            raise ValueError(unknown("pruner", v, pruner_names()))
         return v
 
 
@@ -302,9 +333,7 @@ class RunConfig(_Model):
 
     def fixed(self) -> dict[str, Any]:
         """Every trainer setting that is not searched: defaults overlaid with `train:` (user parameters too)."""
-        out = {name: s.default for name, s in SETTINGS.items() if name not in self.space}
-        out.update(self.train)
-        return out
+        return {k: v for k, v in merge(self.train).items() if k not in self.space}
 
     def to_dict(self) -> dict[str, Any]:
         return self.model_dump(mode="json")
@@ -484,7 +513,25 @@ def _first_error(e: ValidationError, file: str) -> ConfigError:
 
 
 def _check_semantics(cfg: RunConfig, file: str, source: str) -> RunConfig:
-    """Rules that span fields: settings values, fixed-vs-searched, `when`, sampler fit, data files."""
+    """Rules that span fields, in this order (the first broken one is the message): settings values,
+    fixed-vs-searched, `when`, task, objectives, user training, sampler and pruner fit, data, model. Then
+    the defaults that depend on other fields (study name, storage, MLflow)."""
+    _check_train_values(cfg, file)
+    _check_space(cfg, file)
+    _check_when_order(cfg, file)
+    _check_task(cfg, file)
+    metrics = [o.metric for o in cfg.objectives]
+    if len(set(metrics)) != len(metrics):
+        raise ConfigError(file, "objectives", f"each metric may appear once; got {metrics}")
+    _check_user_training(cfg, file)
+    _check_sampler(cfg, file)
+    _check_pruner(cfg, file)
+    _check_data(cfg, file, source)
+    _check_model(cfg, file, source)
+    return _with_defaults(cfg, source)
+
+
+def _check_train_values(cfg: RunConfig, file: str) -> None:
     for key, value in cfg.train.items():
         if key.startswith(USER_PREFIX):
             continue
@@ -492,6 +539,9 @@ def _check_semantics(cfg: RunConfig, file: str, source: str) -> RunConfig:
             SETTINGS[key].check(value)
         except ValueError as e:
             raise ConfigError(file, f"train.{key}", str(e)) from None
+
+
+def _check_space(cfg: RunConfig, file: str) -> None:
     for key in cfg.space:
         if key in cfg.train:
             raise ConfigError(file, f"space.{key}", "is both fixed in train and searched in space; keep one")
@@ -500,12 +550,9 @@ def _check_semantics(cfg: RunConfig, file: str, source: str) -> RunConfig:
             _check_prefixed_spec(key, spec, cfg, file)
         else:
             _check_spec(key, spec, cfg, file)
-    _check_when_order(cfg, file)
-    _check_task(cfg, file)
-    metrics = [o.metric for o in cfg.objectives]
-    if len(set(metrics)) != len(metrics):
-        raise ConfigError(file, "objectives", f"each metric may appear once; got {metrics}")
-    _check_user_training(cfg, file)
+
+
+def _check_sampler(cfg: RunConfig, file: str) -> None:
     if cfg.study.sampler == "cmaes" and cfg.multi_objective:
         raise ConfigError(file, "study.sampler", "cmaes handles one objective only; for several use tpe, nsga2, "
                                                  "random, gp or qmc")
@@ -514,15 +561,26 @@ def _check_semantics(cfg: RunConfig, file: str, source: str) -> RunConfig:
             if spec.type in ("float", "int") and spec.step is None:
                 raise ConfigError(file, f"space.{key}", "the grid sampler needs categorical, bool or stepped "
                                                         "(step: ...) parameters; add a step or pick another sampler")
-    if cfg.pruning.pruner in MULTI_PRUNERS and not cfg.multi_objective:
-        raise ConfigError(file, "pruning.pruner", f"{cfg.pruning.pruner} is for studies with two or more objectives; "
-                                                  f"for one use {', '.join(SINGLE_PRUNERS)}")
-    if cfg.pruning.pruner in SINGLE_PRUNERS[1:] and cfg.multi_objective:
-        raise ConfigError(file, "pruning.pruner", f"Optuna's {cfg.pruning.pruner} pruner cannot prune a study with "
-                                                  f"several objectives; use pareto, pareto_asha or none")
+
+
+def _check_pruner(cfg: RunConfig, file: str) -> None:
+    """A pruner for one objective (Optuna's) in a study with several, or the other way round."""
+    name = cfg.pruning.pruner
+    if name == "auto" or name in pruner_names("one") and name in pruner_names("several"):
+        return
+    if name not in pruner_names("one") and not cfg.multi_objective:
+        raise ConfigError(file, "pruning.pruner", f"{name} is for studies with two or more objectives; "
+                                                  f"for one use {', '.join(pruner_names('one'))}")
+    if name not in pruner_names("several") and cfg.multi_objective:
+        several = [n for n in pruner_names("several") if n != "none"]
+        raise ConfigError(file, "pruning.pruner", f"Optuna's {name} pruner cannot prune a study with "
+                                                  f"several objectives; use {', '.join(several)} or none")
+
+
+def _check_data(cfg: RunConfig, file: str, source: str) -> None:
     d = cfg.data
     if d.factory is None and d.name is None:
-        raise ConfigError(file, "data.name", f"give a dataset name ({', '.join(DATASETS)}) or data.factory")
+        raise ConfigError(file, "data.name", f"give a dataset name ({', '.join(dataset_names())}) or data.factory")
     if d.factory is None and d.name == "npz":
         if not d.path:
             raise ConfigError(file, "data.path", "the npz dataset needs a path to a .npz file with arrays x and y")
@@ -530,9 +588,12 @@ def _check_semantics(cfg: RunConfig, file: str, source: str) -> RunConfig:
             raise ConfigError(file, "data.path", f"no such file: {d.path}")
     if d.factory is not None:
         load_factory(d.factory, file, "data.factory")
+
+
+def _check_model(cfg: RunConfig, file: str, source: str) -> None:
     m = cfg.model
     if m.factory is None and m.name is None:
-        raise ConfigError(file, "model.name", f"give a model name ({', '.join(_model_names())}) or model.factory")
+        raise ConfigError(file, "model.name", f"give a model name ({', '.join(model_names())}) or model.factory")
     if m.factory is not None:
         load_factory(m.factory, file, "model.factory")
     _check_model_keys(m, file, "model")
@@ -540,18 +601,22 @@ def _check_semantics(cfg: RunConfig, file: str, source: str) -> RunConfig:
         _check_model_keys(cfg.distill.teacher_model, file, "distill.teacher_model")
     if m.checkpoint is not None and not resolve_path(m.checkpoint, source).is_file():
         raise ConfigError(file, "model.checkpoint", f"no such file: {m.checkpoint}")
-    if not cfg.study.name:
-        object.__setattr__(cfg.study, "name", Path(source).stem if source != "<config>" else "autotune")
-    if not cfg.study.storage:
-        object.__setattr__(cfg.study, "storage", f"sqlite:///studies/{cfg.study.name}.db")
+
+
+def _with_defaults(cfg: RunConfig, source: str) -> RunConfig:
+    """The config with the defaults that depend on other fields filled in: the study's name (the file's stem),
+    its storage (a SQLite file of that name), MLflow's URI and experiment (resolved once here, so the study
+    stores where it was tracked). A new frozen object: nothing is mutated."""
+    name = cfg.study.name or (Path(source).stem if source != "<config>" else "autotune")
+    study = cfg.study.model_copy(update={"name": name, "storage": cfg.study.storage or f"sqlite:///studies/{name}.db"})
+    update: dict[str, Any] = {"study": study}
     ml = cfg.tracking.mlflow
-    if ml is not None:  # resolved once here, so the study stores where it was tracked
-        if not ml.tracking_uri:
-            object.__setattr__(ml, "tracking_uri", os.environ.get("MLFLOW_TRACKING_URI") or
-                               "sqlite:///studies/mlflow.db")
-        if not ml.experiment:
-            object.__setattr__(ml, "experiment", cfg.study.name)
-    return cfg
+    if ml is not None:
+        ml = ml.model_copy(update={
+            "tracking_uri": ml.tracking_uri or os.environ.get("MLFLOW_TRACKING_URI") or "sqlite:///studies/mlflow.db",
+            "experiment": ml.experiment or name})
+        update["tracking"] = cfg.tracking.model_copy(update={"mlflow": ml})
+    return cfg.model_copy(update=update)
 
 
 def _check_user_training(cfg: RunConfig, file: str) -> None:
@@ -651,7 +716,7 @@ def _check_spec(key: str, spec: ParamSpec, cfg: RunConfig, file: str) -> None:
                 setting.check(c)
             except ValueError as e:
                 if setting.kind == "choice":
-                    msg = f"unknown {key} {c!r}{suggest(str(c), setting.choices)}; {one_of(setting.choices)}"
+                    msg = unknown(key, c, setting.choices)
                 else:
                     msg = f"{key} {e}"
                 raise ConfigError(file, f"{where}.choices", msg) from None
@@ -791,12 +856,12 @@ def _check_task(cfg: RunConfig, file: str) -> None:
             raise ConfigError(file, "objectives", f"{o.metric} is a {other} metric; with task {cfg.task} use "
                                                   f"{', '.join(TASK_METRICS[cfg.task])} or another metric")
     d = cfg.data
-    if d.factory is None and d.name is not None and DATASETS[d.name] not in (None, cfg.task):
+    if d.factory is None and d.name is not None and dataset_task(d.name) not in (None, cfg.task):
         if cfg.task == "classification":
             raise ConfigError(file, "task", f"{d.name} is a regression dataset: set task: regression")
+        fit = [k for k in dataset_names() if dataset_task(k) != "classification"]
         raise ConfigError(file, "data.name", f"{d.name} is a classification dataset; task regression needs "
-                                             f"{', '.join(k for k, t in DATASETS.items() if t != 'classification')} "
-                                             "or data.factory")
+                                             f"{', '.join(fit)} or data.factory")
     if cfg.task == "regression":
         if cfg.distill is not None:
             raise ConfigError(file, "distill", "distillation matches a teacher's class probabilities: it is for "

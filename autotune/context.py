@@ -37,6 +37,8 @@ from . import accel
 from .distributed import Group, ShardedBatches
 from .errors import STOP_REASONS, AutotuneError, TrialStopped
 from .metrics import CLOCKS
+from .optimizers import SCHEDULES, make_optimizer
+from .settings import Settings
 from .stops import Limits, check_divergence, check_slow
 from .throughput import ProbeWindow
 
@@ -115,62 +117,6 @@ class TrainResult:
             out["model_params"] = float(self.model_params)
         out.update(self.extra)
         return out
-
-
-# ---------------------------------------------------------------- optimizers and schedules
-
-
-def _sgd(params: Any, s: Mapping[str, Any], fast: dict[str, Any]) -> torch.optim.Optimizer:
-    return torch.optim.SGD(params, lr=s["lr"], momentum=s["momentum"], weight_decay=s["weight_decay"], **fast)
-
-
-def _sgd_nesterov(params: Any, s: Mapping[str, Any], fast: dict[str, Any]) -> torch.optim.Optimizer:
-    mom = s["momentum"]  # Nesterov needs momentum > 0: with 0 it is plain SGD
-    return torch.optim.SGD(params, lr=s["lr"], momentum=mom, nesterov=mom > 0, weight_decay=s["weight_decay"], **fast)
-
-
-def _adam(params: Any, s: Mapping[str, Any], fast: dict[str, Any]) -> torch.optim.Optimizer:
-    return torch.optim.Adam(params, lr=s["lr"], weight_decay=s["weight_decay"], **fast)
-
-
-def _adamw(params: Any, s: Mapping[str, Any], fast: dict[str, Any]) -> torch.optim.Optimizer:
-    return torch.optim.AdamW(params, lr=s["lr"], weight_decay=s["weight_decay"], **fast)
-
-
-def _rmsprop(params: Any, s: Mapping[str, Any], fast: dict[str, Any]) -> torch.optim.Optimizer:
-    return torch.optim.RMSprop(params, lr=s["lr"], momentum=s["momentum"], weight_decay=s["weight_decay"],
-                               foreach=fast.get("foreach"))
-
-
-OPTIMIZERS: dict[str, Callable[[Any, Mapping[str, Any], dict[str, Any]], torch.optim.Optimizer]] = {
-    "sgd": _sgd, "sgd_nesterov": _sgd_nesterov, "adam": _adam, "adamw": _adamw, "rmsprop": _rmsprop,
-}
-FUSED = ("sgd", "sgd_nesterov", "adam", "adamw")  # torch has fused kernels for these (CUDA; also CPU since 2.4)
-
-
-def fast_kwargs(name: str, dev: torch.device) -> dict[str, Any]:
-    """Fused kernels (one launch for the whole update) where torch has them for this optimizer and device,
-    else foreach (one launch per parameter group) off the CPU; the CPU foreach path is slower than a loop."""
-    if name in FUSED and dev.type in ("cuda", "cpu"):
-        return {"fused": True}
-    return {"foreach": True} if dev.type != "cpu" else {}
-
-
-def make_optimizer(name: str, params: Any, settings: Mapping[str, Any], dev: torch.device) -> torch.optim.Optimizer:
-    return OPTIMIZERS[name](params, settings, fast_kwargs(name, dev))
-
-
-def _cosine(opt: torch.optim.Optimizer, lr: float, total: int) -> torch.optim.lr_scheduler.LRScheduler:
-    return torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=max(1, total))
-
-
-def _onecycle(opt: torch.optim.Optimizer, lr: float, total: int) -> torch.optim.lr_scheduler.LRScheduler:
-    return torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=lr, total_steps=max(2, total))
-
-
-SCHEDULES: dict[str, Callable[[torch.optim.Optimizer, float, int], torch.optim.lr_scheduler.LRScheduler] | None] = {
-    "constant": None, "cosine": _cosine, "onecycle": _onecycle,
-}
 
 
 # ---------------------------------------------------------------- batches
@@ -323,19 +269,19 @@ class TrialContext:
                  early_stopping_on: Sequence[tuple[str, str]] = (("val_loss", "minimize"),),
                  chance_loss: float = math.inf, config: Any = None, group: Group | None = None,
                  probe: ProbeWindow | None = None) -> None:
-        self.settings: Mapping[str, Any] = MappingProxyType(dict(settings))
+        self.settings = Settings(settings)  # typed and frozen: ctx.settings["lr"] or ctx.settings.lr
         self.group = group
         self.rank = group.rank if group is not None else 0
         self.world_size = group.world if group is not None else 1
-        self.params: Mapping[str, Any] = MappingProxyType({**settings, **(user_params or {})})
+        self.params: Mapping[str, Any] = MappingProxyType({**self.settings, **(user_params or {})})
         self.seed = seed
         self.config = config  # the RunConfig of the study, when there is one
-        self.device = accel.resolve_device(str(settings["device"]))
-        self.precision: str = settings["precision"]
-        self.epochs_total: int = int(settings["epochs"])
-        self.batch_size: int = int(settings["batch_size"])
+        self.device = accel.resolve_device(str(self.settings["device"]))
+        self.precision: str = self.settings["precision"]
+        self.epochs_total: int = int(self.settings["epochs"])
+        self.batch_size: int = int(self.settings["batch_size"])
         self.chance_loss = chance_loss  # divergence: a loss above loss_factor x this is never "learning"
-        self._accum = int(settings["grad_accum_steps"])
+        self._accum = int(self.settings["grad_accum_steps"])
         self.limits = limits = limits or Limits()
         self._on_record = on_record  # sees every epoch's record first (the objective stores it)
         self._on_epoch = on_epoch  # the study's own stop rules (pruners, vs_front); may raise TrialStopped

@@ -36,7 +36,7 @@ import numpy as np
 import torch
 
 from .config import DataConfig, load_factory, resolve_path
-from .errors import ConfigError, describe_exception
+from .errors import ConfigError, describe_exception, lookup
 
 DEFAULT_CACHE_DIR = "studies/.cache"  # next to the default study storage (sqlite:///studies/NAME.db)
 IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp", ".tif", ".tiff")
@@ -150,7 +150,7 @@ def _arrays(cfg: DataConfig, source: str, file: str) -> _Raw:
             raise ConfigError(file, "data.factory", "must return (x, y) arrays or a dict with keys x and y")
         x, y = (_as_array(a, file, "data.factory", f"{cfg.factory}: {n}") for a, n in zip(out, "xy"))
         return _Raw(x, y, "data.factory", str(cfg.factory))
-    return _BUILTIN[str(cfg.name)](cfg, source, file)
+    return lookup(DATASETS, str(cfg.name), file, "data.name", "dataset", " (or data.factory)").load(cfg, source, file)
 
 
 def _as_array(a: Any, file: str, key: str, what: str) -> np.ndarray:
@@ -392,9 +392,20 @@ def _unpickle(path: Path, file: str, what: str) -> dict[bytes, Any]:
     return out
 
 
-_BUILTIN: dict[str, Callable[[DataConfig, str, str], _Raw]] = {
-    "digits": _digits, "synthetic": _synthetic, "npz": _npz, "image_folder": _image_folder,
-    "cifar10": _cifar, "cifar100": _cifar, "diabetes": _diabetes,
+@dataclass(frozen=True)
+class Builtin:
+    """A built-in dataset: its loader `(cfg, source, file) -> arrays` and the task its labels are for."""
+
+    load: Callable[[DataConfig, str, str], _Raw]
+    task: str | None  # None: either task (the file's own labels decide)
+
+
+# The dataset registry: `data.name` -> loader; the config's allowed names and each one's task come from here.
+DATASETS: dict[str, Builtin] = {
+    "digits": Builtin(_digits, "classification"), "synthetic": Builtin(_synthetic, "classification"),
+    "npz": Builtin(_npz, None), "image_folder": Builtin(_image_folder, "classification"),
+    "cifar10": Builtin(_cifar, "classification"), "cifar100": Builtin(_cifar, "classification"),
+    "diabetes": Builtin(_diabetes, "regression"),
 }
 
 

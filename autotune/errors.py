@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import difflib
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from typing import TypeVar
+
+T = TypeVar("T")
 
 # Why a trial stopped before its last epoch (stored as the trial's `stop_reason`).
 STOP_REASONS = ("diverged", "slow", "oom", "dominated", "early_stopped", "pruned", "unsupported", "error",
@@ -52,6 +55,21 @@ def suggest(name: str, known: Iterable[str]) -> str:
 def one_of(known: Iterable[str]) -> str:
     """The sorted list of allowed names, for error messages."""
     return "allowed: " + ", ".join(sorted(str(k) for k in known))
+
+
+def unknown(kind: str, name: object, known: Iterable[str], hint: str = "") -> str:
+    """`unknown KIND 'name' (did you mean 'x'?); allowed: a, b, c` (+ hint): the one message for a name no
+    registry holds."""
+    names = list(known)
+    return f"unknown {kind} {name!r}{suggest(str(name), names)}; {one_of(names)}{hint}"
+
+
+def lookup(registry: Mapping[str, T], name: str, file: str | None, key_path: str, kind: str, hint: str = "") -> T:
+    """`registry[name]`, or the ConfigError naming the key path, the close match and the allowed names."""
+    try:
+        return registry[name]
+    except (KeyError, TypeError):  # TypeError: an unhashable value (a list given for a name)
+        raise ConfigError(file, key_path, unknown(kind, name, registry, hint)) from None
 
 
 def _library_file(filename: str) -> bool:

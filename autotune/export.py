@@ -17,7 +17,7 @@ from .settings import SETTINGS
 def best_yaml(cfg: RunConfig, best: TrialSummary) -> dict[str, Any]:
     """The config with the trial's settings fixed in `train:` and its searched model keys (`model.KEY`)
     fixed in `model:`; `space:` empty."""
-    settings = dict(best.settings) or space.fixed_point(cfg, best.params)
+    settings = space.of_trial(cfg, best.settings, best.params)
     train = {k: v for k, v in settings.items()
              if k in SETTINGS and v != SETTINGS[k].default or k in cfg.train or k.startswith(USER_PREFIX)}
     doc = cfg.to_dict()

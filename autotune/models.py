@@ -18,7 +18,7 @@ from torch import nn
 
 from .config import MODEL_PREFIX, ModelConfig, load_factory
 from .data import factory_kwargs
-from .errors import ConfigError, suggest
+from .errors import ConfigError, lookup, suggest
 
 # Keys of the model section that describe the architecture (fixed in `model:` or searched as `model.KEY`).
 MODEL_KEYS = ("channels", "hidden", "depth", "width", "arch")
@@ -224,9 +224,7 @@ INITS: dict[str, Callable[[torch.Tensor], None] | None] = {
 
 def init_weights(model: nn.Module, scheme: str) -> None:
     """Re-initialize every conv and linear weight with `scheme`; biases to zero."""
-    if scheme not in INITS:
-        raise ConfigError(None, "init", f"unknown init {scheme!r}; allowed: {', '.join(sorted(INITS))}")
-    fn = INITS[scheme]
+    fn = lookup(INITS, scheme, None, "init", "init")
     if fn is None:
         return
     with torch.no_grad():
@@ -255,9 +253,9 @@ def build(cfg: ModelConfig, input_shape: tuple[int, ...], n_classes: int, dropou
         if not isinstance(model, nn.Module):
             raise ConfigError(file, "model.factory", f"must return a torch.nn.Module; got {type(model).__name__}")
     else:
-        name = str(cfg.name)
+        builder = lookup(MODELS, str(cfg.name), file, "model.name", "model", " (or model.factory)")
         try:
-            model = MODELS[name](input_shape, n_classes, dropout=dropout, **{**cfg.kwargs, **arch})
+            model = builder(input_shape, n_classes, dropout=dropout, **{**cfg.kwargs, **arch})
         except ConfigError as e:
             raise ConfigError(file, e.key_path, e.message) from None
     init_weights(model, init)

@@ -16,7 +16,7 @@ from .config import RunConfig, read_yaml
 from .context import TrainResult
 from .errors import ConfigError
 from .objective import job_for, load_fit
-from .settings import DEFAULTS, check_params
+from .settings import check_params, merge
 from .trainer import train
 
 
@@ -36,7 +36,7 @@ def profile(cfg: RunConfig, params: dict[str, Any], epochs: int, out_dir: Path,
     from .study import preflight
 
     preflight(cfg)  # a user's factory or data file that fails is one line here too, not a traceback
-    settings = {**DEFAULTS, **cfg.train, **params, "epochs": epochs}
+    settings = merge(cfg.train, overrides={**params, "epochs": epochs})
     dev = accel.resolve_device(settings["device"])
     activities = [torch.profiler.ProfilerActivity.CPU]
     if dev.type == "cuda":

@@ -11,14 +11,15 @@ every epoch and stops the trial with the reason it returns.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
-from typing import Any, Protocol
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
 
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from .config import SINGLE_PRUNERS, PruningConfig, RunConfig
-from .errors import ConfigError, TrialStopped
+from .config import RunConfig
+from .errors import ConfigError, TrialStopped, lookup
 from .metrics import per_epoch
 from .results import dominates, pareto_front
 from .stops import projected_time_s
@@ -150,55 +151,102 @@ class ParetoASHAPruner:
         return ahead >= n_keep
 
 
+# ---------------------------------------------------------------- the registry
+
+
+def _file(cfg: RunConfig) -> str:
+    return cfg.source.rsplit("/", 1)[-1]
+
+
+def _nop(cfg: RunConfig, args: dict[str, Any]) -> optuna.pruners.BasePruner:
+    return optuna.pruners.NopPruner()
+
+
+def _threshold(cfg: RunConfig, args: dict[str, Any]) -> optuna.pruners.BasePruner:
+    if not ({"lower", "upper"} & set(args)):
+        # threshold on the objective itself: a maximized accuracy below `lower` is hopeless
+        raise ConfigError(_file(cfg), "pruning.pruner_args", "threshold needs lower or upper (e.g. {lower: 0.5})")
+    return optuna.pruners.ThresholdPruner(**args)
+
+
+def _hyperband(cfg: RunConfig, args: dict[str, Any]) -> optuna.pruners.BasePruner:
+    args.setdefault("max_resource", int(cfg.fixed().get("epochs", 10)) if "epochs" not in cfg.space
+                    else int(cfg.space["epochs"].high or 10))
+    return optuna.pruners.HyperbandPruner(**args)
+
+
+def _epoch_directions(cfg: RunConfig) -> list[str]:
+    """The directions of the objectives known after every epoch: what the Pareto pruners compare."""
+    return [str(o.direction) for o in cfg.objectives if per_epoch(o.metric)]
+
+
+def _pareto(cfg: RunConfig, args: dict[str, Any]) -> ParetoStop:
+    return ParetoPruner(_epoch_directions(cfg), **args)
+
+
+def _pareto_asha(cfg: RunConfig, args: dict[str, Any]) -> ParetoStop:
+    return ParetoASHAPruner(_epoch_directions(cfg), **args)
+
+
+@dataclass(frozen=True)
+class PrunerKind:
+    """A registered pruner: its builder `(cfg, args)`, the studies it is for, autotune's defaults for its args."""
+
+    build: Callable[[RunConfig, dict[str, Any]], Any]  # an Optuna BasePruner, or a ParetoStop (several)
+    objectives: Literal["one", "several", "any"]  # one: Optuna's (trial.should_prune); several: autotune's Pareto
+    defaults: Mapping[str, Any] = field(default_factory=dict)
+
+
+def _optuna(cls: Callable[..., optuna.pruners.BasePruner]) -> Callable[[RunConfig, dict[str, Any]],
+                                                                      optuna.pruners.BasePruner]:
+    return lambda cfg, args: cls(**args)
+
+
+PRUNERS: dict[str, PrunerKind] = {
+    "none": PrunerKind(_nop, "any"),
+    "median": PrunerKind(_optuna(optuna.pruners.MedianPruner), "one", {"n_startup_trials": 4, "n_warmup_steps": 2}),
+    "percentile": PrunerKind(_optuna(optuna.pruners.PercentilePruner), "one", {"percentile": 25.0}),
+    "successive_halving": PrunerKind(_optuna(optuna.pruners.SuccessiveHalvingPruner), "one"),
+    "hyperband": PrunerKind(_hyperband, "one", {"min_resource": 1}),
+    "threshold": PrunerKind(_threshold, "one"),
+    "wilcoxon": PrunerKind(_optuna(optuna.pruners.WilcoxonPruner), "one"),
+    "pareto": PrunerKind(_pareto, "several"),
+    "pareto_asha": PrunerKind(_pareto_asha, "several"),
+}
+AUTO = {"one": "median", "several": "pareto"}  # `pruner: auto` by the study's number of objectives
+
+
+def resolved_name(cfg: RunConfig) -> str:
+    """The registered pruner a config's `pruning.pruner` means (auto by its number of objectives)."""
+    name = cfg.pruning.pruner
+    return AUTO["several" if cfg.multi_objective else "one"] if name == "auto" else name
+
+
+def build(cfg: RunConfig, name: str) -> Any:
+    """Registered pruner `name` with autotune's defaults under `pruning.pruner_args`; bad args are a ConfigError."""
+    kind = lookup(PRUNERS, name, _file(cfg), "pruning.pruner", "pruner")
+    try:
+        return kind.build(cfg, {**kind.defaults, **cfg.pruning.pruner_args})
+    except (TypeError, ValueError) as e:
+        raise ConfigError(_file(cfg), "pruning.pruner_args", f"{name}: {e}") from None
+
+
 def optuna_pruner(cfg: RunConfig) -> optuna.pruners.BasePruner:
     """Optuna's own pruner for a single-objective study (multi-objective: Optuna gets NopPruner)."""
-    p: PruningConfig = cfg.pruning
-    name = p.pruner
-    if cfg.multi_objective or name in ("none", "pareto", "pareto_asha"):
+    name = resolved_name(cfg)
+    if cfg.multi_objective or PRUNERS[name].objectives != "one":
         return optuna.pruners.NopPruner()
-    if name == "auto":
-        name = "median"
-    args = dict(p.pruner_args)
-    if name == "median":
-        args.setdefault("n_startup_trials", 4)
-        args.setdefault("n_warmup_steps", 2)
-    if name == "threshold" and not ({"lower", "upper"} & set(args)):
-        # threshold on the objective itself: a maximized accuracy below `lower` is hopeless
-        raise ConfigError(cfg.source.rsplit("/", 1)[-1], "pruning.pruner_args",
-                          "threshold needs lower or upper (e.g. {lower: 0.5})")
-    builders: dict[str, Any] = {
-        "median": optuna.pruners.MedianPruner,
-        "percentile": optuna.pruners.PercentilePruner,
-        "successive_halving": optuna.pruners.SuccessiveHalvingPruner,
-        "hyperband": optuna.pruners.HyperbandPruner,
-        "threshold": optuna.pruners.ThresholdPruner,
-        "wilcoxon": optuna.pruners.WilcoxonPruner,
-    }
-    assert set(builders) == set(SINGLE_PRUNERS) - {"none"}
-    if name == "percentile":
-        args.setdefault("percentile", 25.0)
-    if name == "hyperband":
-        args.setdefault("min_resource", 1)
-        args.setdefault("max_resource", int(cfg.fixed().get("epochs", 10)) if "epochs" not in cfg.space
-                        else int(cfg.space["epochs"].high or 10))
-    try:
-        return builders[name](**args)
-    except (TypeError, ValueError) as e:
-        raise ConfigError(cfg.source.rsplit("/", 1)[-1], "pruning.pruner_args", f"{name}: {e}") from None
+    return build(cfg, name)
 
 
 def pareto_pruner(cfg: RunConfig) -> ParetoStop | None:
     """autotune's own pruner for a multi-objective study (auto = pareto), over the objectives known after every
     epoch (size and latency are known only at the end): None when fewer than two are, or the pruner is none."""
-    if not cfg.multi_objective or cfg.pruning.pruner == "none":
+    name = resolved_name(cfg)
+    if not cfg.multi_objective or PRUNERS[name].objectives != "several":
         return None
-    directions = [str(o.direction) for o in cfg.objectives if per_epoch(o.metric)]
-    kind = ParetoASHAPruner if cfg.pruning.pruner == "pareto_asha" else ParetoPruner
-    try:
-        pruner = kind(directions, **dict(cfg.pruning.pruner_args))  # built either way: its arguments are checked
-    except TypeError as e:
-        raise ConfigError(cfg.source.rsplit("/", 1)[-1], "pruning.pruner_args", f"{cfg.pruning.pruner}: {e}") from None
-    return pruner if len(directions) >= 2 else None
+    pruner = build(cfg, name)  # built either way: its arguments are checked
+    return pruner if len(_epoch_directions(cfg)) >= 2 else None
 
 
 def front_of(study: optuna.Study, cfg: RunConfig) -> list[FrozenTrial]:

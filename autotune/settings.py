@@ -6,21 +6,56 @@ agree on names, types, defaults and allowed values.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any
 
 from .errors import ConfigError, one_of, suggest
 
-OPTIMIZERS = ("sgd", "sgd_nesterov", "adam", "adamw", "rmsprop")
-LR_SCHEDULES = ("constant", "cosine", "onecycle")
 PRECISIONS = ("fp32", "fp16", "bf16")
-INITS = ("default", "xavier_uniform", "xavier_normal", "kaiming_uniform", "kaiming_normal", "orthogonal")
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune")
 MATMUL_PRECISIONS = ("highest", "high", "medium")
-PRUNE_METHODS = ("none", "l1_unstructured", "ln_structured")
-QUANTIZE_MODES = ("none", "dynamic_int8", "static_int8", "bf16", "fp16")
-FREEZE_MODES = ("none", "features", "all_but_head")
+
+
+# Settings whose names are a registry's keys, read from the module that holds the builders. Imported when first
+# asked for: those modules import torch, and models.py imports config.py, which imports this module.
+
+
+def _optimizers() -> Iterable[str]:
+    from .optimizers import OPTIMIZERS
+
+    return OPTIMIZERS
+
+
+def _schedules() -> Iterable[str]:
+    from .optimizers import SCHEDULES
+
+    return SCHEDULES
+
+
+def _inits() -> Iterable[str]:
+    from .models import INITS
+
+    return INITS
+
+
+def _quantizers() -> Iterable[str]:
+    from .compress import QUANTIZERS
+
+    return QUANTIZERS
+
+
+def _prune_methods() -> Iterable[str]:
+    from .compress.prune import PRUNE_METHODS
+
+    return PRUNE_METHODS
+
+
+def _freeze_modes() -> Iterable[str]:
+    from .compress.transfer import FREEZERS
+
+    return FREEZERS
 
 
 @dataclass(frozen=True)
@@ -29,12 +64,17 @@ class Setting:
     kind: str  # "float" | "int" | "bool" | "choice" | "str"
     default: Any
     doc: str
-    choices: tuple[str, ...] = ()
+    names: tuple[str, ...] | Callable[[], Iterable[str]] = ()  # a choice's names, or the registry that has them
     low: float | None = None  # inclusive bound
     high: float | None = None  # inclusive bound
     low_open: bool = False  # True: value must be > low
     high_open: bool = False  # True: value must be < high
     searchable: bool = True
+
+    @property
+    def choices(self) -> tuple[str, ...]:
+        """The allowed names of a choice setting (a registry's keys, in its order)."""
+        return tuple(self.names()) if callable(self.names) else self.names
 
     def check(self, value: Any) -> Any:
         """Return the value coerced to this setting's type, or raise ValueError with the rule."""
@@ -83,13 +123,13 @@ SETTINGS: dict[str, Setting] = {
     for s in [
         # Hyper-parameters
         _s("lr", "float", 1e-3, "peak learning rate", low=0, low_open=True),
-        _s("optimizer", "choice", "adam", "optimizer", choices=OPTIMIZERS),
+        _s("optimizer", "choice", "adam", "optimizer", names=_optimizers),
         _s("momentum", "float", 0.9, "momentum (sgd, sgd_nesterov, rmsprop)", low=0, high=1, high_open=True),
         _s("weight_decay", "float", 0.0, "L2 / decoupled weight decay", low=0),
         _s("batch_size", "int", 64, "training batch size", low=1),
         _s("epochs", "int", 10, "training epochs", low=1),
         _s("dropout", "float", 0.0, "dropout before the classifier head", low=0, high=1, high_open=True),
-        _s("lr_schedule", "choice", "constant", "learning-rate schedule over the run", choices=LR_SCHEDULES),
+        _s("lr_schedule", "choice", "constant", "learning-rate schedule over the run", names=_schedules),
         _s("label_smoothing", "float", 0.0, "cross-entropy label smoothing", low=0, high=1, high_open=True),
         _s("data_fraction", "float", 1.0, "stratified share of the training split used (low-fidelity trials)",
            low=0, low_open=True, high=1),
@@ -103,15 +143,15 @@ SETTINGS: dict[str, Setting] = {
         _s("aug_cutout", "int", 0, "cutout: zero a square of this side (pixels) at a random place per sample; "
            "0 = off", low=0),
         # Weight initialization
-        _s("init", "choice", "default", "weight initialization (biases zeroed unless default)", choices=INITS),
+        _s("init", "choice", "default", "weight initialization (biases zeroed unless default)", names=_inits),
         # Acceleration
         _s("device", "str", "auto", "auto (cuda, then mps, then cpu), cpu, cuda, cuda:N or mps", searchable=False),
         _s("devices", "int", 1, "processes one trial trains on with DistributedDataParallel (a GPU each, NCCL; or "
            "CPU processes, gloo); batch_size stays the global batch", low=1),
-        _s("precision", "choice", "fp32", "autocast precision; fp16 adds a GradScaler", choices=PRECISIONS),
+        _s("precision", "choice", "fp32", "autocast precision; fp16 adds a GradScaler", names=PRECISIONS),
         _s("channels_last", "bool", False, "channels_last memory format for conv nets"),
         _s("compile", "bool", False, "torch.compile the model"),
-        _s("compile_mode", "choice", "default", "torch.compile mode", choices=COMPILE_MODES),
+        _s("compile_mode", "choice", "default", "torch.compile mode", names=COMPILE_MODES),
         _s("time_excludes_compile", "bool", False, "leave compile time out of train_time_s", searchable=False),
         _s("data_on_device", "bool", True, "keep the dataset on the device and batch by index (no DataLoader)"),
         _s("num_workers", "int", 0, "DataLoader worker processes (data_on_device: false)", low=0),
@@ -120,7 +160,7 @@ SETTINGS: dict[str, Setting] = {
         _s("persistent_workers", "bool", False, "keep DataLoader workers alive between epochs"),
         _s("cudnn_benchmark", "bool", False, "torch.backends.cudnn.benchmark during the trial"),
         _s("matmul_precision", "choice", "highest", "torch.set_float32_matmul_precision (high/medium: TF32)",
-           choices=MATMUL_PRECISIONS),
+           names=MATMUL_PRECISIONS),
         _s("cpu_threads", "int", 0, "torch CPU threads; 0 keeps torch's default", low=0),
         _s("eval_batch_size", "int", 1024, "batch size for validation passes", low=1),
         # Early stopping inside a trial (0 turns it off)
@@ -130,23 +170,30 @@ SETTINGS: dict[str, Setting] = {
            searchable=False),
         # Compression after training, and transfer learning (autotune/compress/)
         _s("prune_method", "choice", "none", "weight pruning after training: global L1 magnitude, or whole "
-           "conv channels / linear rows (cut out of the layers)", choices=PRUNE_METHODS),
+           "conv channels / linear rows (cut out of the layers)", names=_prune_methods),
         _s("prune_amount", "float", 0.0, "share of weights (l1_unstructured) or channels per layer "
            "(ln_structured) pruned", low=0, high=0.95),
         _s("finetune_epochs", "int", 0, "epochs of training after pruning, masks held, at 0.1 x lr", low=0),
         _s("quantize", "choice", "none", "post-training quantization (int8 on CPU) or an inference dtype cast",
-           choices=QUANTIZE_MODES),
+           names=_quantizers),
         _s("qat", "bool", False, "quantization-aware fine-tuning: max(1, finetune_epochs) epochs with fake int8, "
            "then int8 (needs quantize static_int8)"),
-        _s("freeze", "choice", "none", "layers kept fixed after loading model.checkpoint", choices=FREEZE_MODES),
+        _s("freeze", "choice", "none", "layers kept fixed after loading model.checkpoint", names=_freeze_modes),
         _s("infer_batch_size", "int", 256, "batch size of the inference-latency measurement", low=1),
         _s("infer_device", "str", "auto", "device for inference metrics: auto (training device; cpu for int8), "
            "cpu, cuda, cuda:N or mps", searchable=False),
     ]
 }
 
-# Settings that only make sense with others; used to warn, never to fail.
 DEFAULTS: dict[str, Any] = {name: s.default for name, s in SETTINGS.items()}
+
+
+def merge(train: Mapping[str, Any], sampled: Mapping[str, Any] | None = None,
+          overrides: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """A run's settings, put together one way everywhere (a trial, `autotune.train`, `profile`, `best --export`):
+    the catalogue's defaults, then the config's fixed `train:`, then the values a trial sampled, then explicit
+    overrides (`params`); a later layer wins."""
+    return {**DEFAULTS, **train, **(sampled or {}), **(overrides or {})}
 
 
 def check_params(params: Mapping[str, Any], file: str, prefix: str = "") -> dict[str, Any]:
@@ -168,3 +215,65 @@ def check_params(params: Mapping[str, Any], file: str, prefix: str = "") -> dict
         except ValueError as e:
             raise ConfigError(file, prefix + key, str(e)) from None
     return out
+
+
+MODEL_KEY_PREFIX = "model."  # a searched architecture key rides along with the trainer settings (config.MODEL_PREFIX)
+
+
+class Settings(Mapping[str, Any]):
+    """One run's trainer settings, typed and frozen: every setting of the catalogue (a missing one takes its
+    default; each value checked and coerced to its setting's type) and the `model.KEY` values of a searched
+    architecture. Read as a mapping (`s["lr"]`, `**s`) or by name (`s.lr`); nothing can change it
+    (`s.replace(lr=0.1)` is a new one). What the trainer and a user's `ctx.settings` get."""
+
+    __slots__ = ("_values",)
+    _values: Mapping[str, Any]
+
+    def __new__(cls, values: Mapping[str, Any] = MappingProxyType({})) -> Settings:
+        if isinstance(values, Settings):
+            return values
+        checked = dict(DEFAULTS)
+        for key, value in values.items():
+            if key.startswith(MODEL_KEY_PREFIX):
+                checked[key] = value
+                continue
+            if key not in SETTINGS:
+                raise ConfigError(None, key, f"unknown setting{suggest(key, SETTINGS)}; {one_of(SETTINGS)}")
+            try:
+                checked[key] = SETTINGS[key].check(value)
+            except ValueError as e:
+                raise ConfigError(None, key, str(e)) from None
+        self = super().__new__(cls)
+        super(Mapping, self).__setattr__("_values", MappingProxyType(checked))  # the one write, at birth
+        return self
+
+    def __getitem__(self, key: str) -> Any:
+        return self._values[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._values)
+
+    def __len__(self) -> int:
+        return len(self._values)
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return self._values[name]
+        except KeyError:
+            raise AttributeError(f"no setting {name!r}{suggest(name, SETTINGS)}") from None
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError(f"settings are frozen: use .replace({name}=...) for a changed copy")
+
+    def __delattr__(self, name: str) -> None:
+        raise AttributeError("settings are frozen")
+
+    def __reduce__(self) -> tuple[Any, ...]:  # pickled to the processes of a several-device trial
+        return (Settings, (dict(self._values),))
+
+    def __repr__(self) -> str:
+        return f"Settings({dict(self._values)!r})"
+
+    def replace(self, **changes: Any) -> Settings:
+        """A copy with some settings changed (checked like the rest)."""
+        return Settings({**self._values, **changes})

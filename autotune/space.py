@@ -19,7 +19,7 @@ import numpy as np
 import optuna
 
 from .config import MODEL_PREFIX, USER_PREFIX, ParamSpec, RunConfig
-from .settings import SETTINGS
+from .settings import SETTINGS, merge
 
 
 def order(space: dict[str, ParamSpec]) -> list[str]:
@@ -91,16 +91,17 @@ def sample(trial: optuna.Trial, cfg: RunConfig) -> dict[str, Any]:
     """All trainer settings for this trial: the fixed ones plus one value per active parameter
     (searched model keys under their `model.` names, user parameters under `user.`). An inactive
     parameter keeps its fixed value (`inactive_value`)."""
-    values = cfg.fixed()
+    base = merge(cfg.train)
+    chosen: dict[str, Any] = {}
     for name in order(cfg.space):
         spec = cfg.space[name]
-        if active(spec, values):
-            values[name] = suggest(trial, name, spec)
+        if active(spec, {**base, **chosen}):
+            chosen[name] = suggest(trial, name, spec)
         else:
             keep, value = inactive_value(name, cfg)
             if keep:
-                values[name] = value
-    return values
+                chosen[name] = value
+    return merge(cfg.train, chosen)
 
 
 def split(values: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -128,21 +129,31 @@ def fixed_point(cfg: RunConfig, params: dict[str, Any]) -> dict[str, Any]:
     """Settings for given parameter values (used by `autotune.train` and `best --export`); `params`
     as a trial stores them (list choices as JSON text) or as the settings take them."""
     params = {k: decode(cfg.space[k], v) if k in cfg.space else v for k, v in params.items()}
-    values = cfg.fixed()
+    base = merge(cfg.train)
+    chosen: dict[str, Any] = {}
     for name in order(cfg.space):
         spec = cfg.space[name]
         if name in params:
-            values[name] = params[name]
-        elif active(spec, values):
-            if spec.choices is not None:
-                values[name] = decode(spec, choices(spec)[0])
-            else:
-                assert spec.low is not None and spec.high is not None
-                mid = float(np.sqrt(spec.low * spec.high)) if spec.log else (spec.low + spec.high) / 2
-                values[name] = int(round(mid)) if spec.type == "int" else mid
+            chosen[name] = params[name]
+        elif active(spec, {**base, **chosen}):
+            chosen[name] = _middle(spec)
         else:
             keep, value = inactive_value(name, cfg)
             if keep:
-                values[name] = value
-    values.update(params)
-    return values
+                chosen[name] = value
+    return merge(cfg.train, chosen, params)
+
+
+def _middle(spec: ParamSpec) -> Any:
+    """A parameter's value where none is given: its first choice, or the middle of its range (log: geometric)."""
+    if spec.choices is not None:
+        return decode(spec, choices(spec)[0])
+    assert spec.low is not None and spec.high is not None
+    mid = float(np.sqrt(spec.low * spec.high)) if spec.log else (spec.low + spec.high) / 2
+    return int(round(mid)) if spec.type == "int" else mid
+
+
+def of_trial(cfg: RunConfig, stored: dict[str, Any], params: dict[str, Any]) -> dict[str, Any]:
+    """A finished trial's settings: as it stored them (over today's defaults: a key added since keeps its default),
+    else rebuilt from its parameters."""
+    return merge(cfg.train, stored) if stored else fixed_point(cfg, params)

@@ -1,5 +1,5 @@
-"""Sampler and pruner from registries; checks before a study exists; create or resume the study; run it;
-`TuneResult`. The storage itself is storage.py's."""
+"""Sampler and pruner (from samplers.py, pruners.py); checks before a study exists; create or resume the study;
+run it; `TuneResult`. The storage itself is storage.py's."""
 
 from __future__ import annotations
 
@@ -25,6 +25,7 @@ from . import (
     orphans,
     pruners,
     results,
+    samplers,
     space,
     tracking,
     warm,
@@ -42,51 +43,6 @@ def _file(cfg: RunConfig) -> str:
     return Path(cfg.source).name
 
 
-# ---------------------------------------------------------------- registries
-
-
-def _tpe(cfg: RunConfig, seed: int | None, args: dict[str, Any]) -> optuna.samplers.BaseSampler:
-    args.setdefault("n_startup_trials", 8)
-    return optuna.samplers.TPESampler(seed=seed, **args)
-
-
-def _random(cfg: RunConfig, seed: int | None, args: dict[str, Any]) -> optuna.samplers.BaseSampler:
-    return optuna.samplers.RandomSampler(seed=seed, **args)
-
-
-def _gp(cfg: RunConfig, seed: int | None, args: dict[str, Any]) -> optuna.samplers.BaseSampler:
-    return optuna.samplers.GPSampler(seed=seed, **args)
-
-
-def _cmaes(cfg: RunConfig, seed: int | None, args: dict[str, Any]) -> optuna.samplers.BaseSampler:
-    # Categorical parameters fall back to random sampling inside CMA-ES: say nothing, it is documented.
-    args.setdefault("warn_independent_sampling", False)
-    return optuna.samplers.CmaEsSampler(seed=seed, **args)
-
-
-def _nsga2(cfg: RunConfig, seed: int | None, args: dict[str, Any]) -> optuna.samplers.BaseSampler:
-    return optuna.samplers.NSGAIISampler(seed=seed, **args)
-
-
-def _qmc(cfg: RunConfig, seed: int | None, args: dict[str, Any]) -> optuna.samplers.BaseSampler:
-    args.setdefault("warn_independent_sampling", False)
-    return optuna.samplers.QMCSampler(seed=seed, **args)
-
-
-def _grid(cfg: RunConfig, seed: int | None, args: dict[str, Any]) -> optuna.samplers.BaseSampler:
-    return optuna.samplers.GridSampler(space.grid(cfg), seed=seed, **args)
-
-
-SAMPLERS: dict[str, Callable[[RunConfig, int | None, dict[str, Any]], optuna.samplers.BaseSampler]] = {
-    "tpe": _tpe, "random": _random, "gp": _gp, "cmaes": _cmaes, "nsga2": _nsga2, "qmc": _qmc, "grid": _grid,
-}
-
-
-def make_sampler(cfg: RunConfig) -> optuna.samplers.BaseSampler:
-    try:
-        return SAMPLERS[cfg.study.sampler](cfg, cfg.study.seed, dict(cfg.study.sampler_args))
-    except (TypeError, ValueError, ImportError) as e:
-        raise ConfigError(_file(cfg), "study.sampler_args", f"{cfg.study.sampler}: {e}") from None
 
 
 # ---------------------------------------------------------------- checks before a study exists
@@ -106,7 +62,7 @@ def preflight(cfg: RunConfig) -> None:
             raise ConfigError(file, "train.precision", f"{fixed['precision']} cannot run on {dev}: {why}; "
                                                        f"use fp32 or search precision")
     distributed.check(cfg)
-    make_sampler(cfg)
+    samplers.make_sampler(cfg)
     pruners.optuna_pruner(cfg)
     pruners.pareto_pruner(cfg)
     if cfg.trainer is not None:
@@ -224,7 +180,7 @@ def open_study(cfg: RunConfig, fresh: bool = False, create: bool = True,
                                                     f"{', '.join(sorted(existing)) or 'none'}")
     earlier = warm.source(cfg) if name not in existing else None  # checked before anything is written
     study = optuna.create_study(
-        study_name=name, storage=storage, sampler=make_sampler(cfg), pruner=pruners.optuna_pruner(cfg),
+        study_name=name, storage=storage, sampler=samplers.make_sampler(cfg), pruner=pruners.optuna_pruner(cfg),
         directions=cfg.directions, load_if_exists=True,
     )
     if name not in existing:
@@ -255,7 +211,7 @@ def retrain_best(cfg: RunConfig, study: optuna.Study, best: results.TrialSummary
 
     from . import train
 
-    settings = dict(best.settings) or space.fixed_point(cfg, best.params)
+    settings = space.of_trial(cfg, best.settings, best.params)
     settings.update(prune_method="none", prune_amount=0.0, finetune_epochs=0, quantize="none", qat=False)
     seed = study.trials[best.number].user_attrs.get("seed")
     result = train(cfg.model_copy(update={"distill": None}), params=settings, seed=seed)

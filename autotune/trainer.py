@@ -25,6 +25,7 @@ from . import accel, augment, compress, context, data, distributed, models, task
 from .config import DataConfig, DistillConfig, ModelConfig
 from .context import EpochRecord, OnEpoch, TrainResult, TrialContext
 from .errors import TrialStopped
+from .settings import Settings
 from .stops import Limits
 
 Fit = Callable[[TrialContext], Any]
@@ -34,7 +35,7 @@ Fit = Callable[[TrialContext], Any]
 class TrainJob:
     """Everything one training run needs: resolved settings, the training function (None: built-in), a seed."""
 
-    settings: dict[str, Any]
+    settings: Mapping[str, Any]  # a Settings once train() has it (a plain mapping is checked into one there)
     data: DataConfig = field(default_factory=DataConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
     task: str = "classification"
@@ -58,6 +59,7 @@ def train(job: TrainJob, on_epoch: OnEpoch | None = None, on_record: OnEpoch | N
     `devices` > 1 trains on that many ranks (`launch` None); `launch=True` goes through the launcher even for one
     device (a bench measures DDP's own cost with it). `keep_model=False`: a study needs the metrics, not the
     trained model, which several devices would otherwise send back from rank 0."""
+    job = dataclasses.replace(job, settings=Settings(job.settings))  # typed, frozen, every setting present
     s = job.settings
     why = context.unsupported(s)
     if why is not None:
@@ -102,7 +104,7 @@ def _rank(payload: tuple[TrainJob, bool], group: distributed.Group, on_epoch: On
     """One rank of a several-device trial (run by distributed.launch): its own device, then rank 0's result with
     the trained models as torch.save bytes (tensors by value: this process ends next)."""
     job, keep_model = payload
-    job = dataclasses.replace(job, settings={**job.settings, "device": str(group.device)})
+    job = dataclasses.replace(job, settings=Settings(job.settings).replace(device=str(group.device)))
     result = train_here(job, group, on_epoch, on_record)
     if group.rank != 0:
         return None

@@ -18,7 +18,7 @@ from typing import Any
 
 import optuna
 
-from . import environ, lifetime, orphans, storage, tracking
+from . import environ, lifetime, orphans, samplers, storage, tracking
 from . import study as study_mod
 from .budget import ClaimedObjective, StaleWatcher, SurplusTrial, TrialCallback, counts, next_step, unless_surplus
 from .config import RunConfig, from_dict
@@ -212,7 +212,7 @@ def run_worker(cfg: RunConfig, sampler_seed_offset: int | None = 0, callbacks: l
         study.sampler.reseed_rng()
     elif sampler_seed_offset and cfg.study.seed is not None:
         seed = cfg.study.seed + 1_000_003 * sampler_seed_offset
-        study.sampler = study_mod.SAMPLERS[cfg.study.sampler](cfg, seed, dict(cfg.study.sampler_args))
+        study.sampler = samplers.make_sampler(cfg, seed)
     cfg = study_mod.resolve_teacher(cfg, study._storage)
     n = cfg.study.n_trials
     claimed = ClaimedObjective(objective or Objective(cfg), n)

@@ -25,7 +25,8 @@ from torch import nn
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from autotune import accel, config, data, models  # noqa: E402
-from autotune.context import TrialContext, fast_kwargs  # noqa: E402
+from autotune.context import TrialContext  # noqa: E402
+from autotune.optimizers import fast_kwargs  # noqa: E402
 from autotune.settings import DEFAULTS  # noqa: E402
 
 BATCH, LR = 64, 1e-3

@@ -33,7 +33,7 @@ sys.path.insert(0, str(ROOT))
 
 import optuna  # noqa: E402
 
-from autotune import budget, config, space, workers  # noqa: E402
+from autotune import budget, config, samplers, space, workers  # noqa: E402
 from autotune import storage as storage_mod  # noqa: E402
 from autotune import study as study_mod  # noqa: E402
 
@@ -172,14 +172,14 @@ def _overhead_pair(label: str, url: str, n_trials: int, sampler: str, chunk: int
     else:
         plain_storage = optuna.storages.InMemoryStorage()
     plain = optuna.create_study(study_name=f"plain-{label}-{loop}", storage=plain_storage, directions=cfg.directions,
-                                sampler=study_mod.make_sampler(cfg))
+                                sampler=samplers.make_sampler(cfg))
     out: dict[str, list[float]] = {"autotune": [], "plain": []}
     stamps: list[float] = []
     mark = [lambda s, t: stamps.append(time.perf_counter())]
     study = None
     if not url or loop == "worker":
         study = study_mod.open_study(cfg, fresh=True) if url else optuna.create_study(
-            study_name=cfg.study.name, storage=optuna.storages.InMemoryStorage(), sampler=study_mod.make_sampler(cfg),
+            study_name=cfg.study.name, storage=optuna.storages.InMemoryStorage(), sampler=samplers.make_sampler(cfg),
             directions=cfg.directions)
     from autotune.objective import Objective
 

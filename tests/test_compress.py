@@ -467,3 +467,38 @@ def test_user_model_keeps_masked_zeros_and_unconvertible_int8_is_a_pruned_trial(
     (t,) = autotune.run(cfg).study.trials
     assert t.state == optuna.trial.TrialState.PRUNED and t.user_attrs["stop_reason"] == "unsupported"
     assert t.user_attrs["stop_detail"].startswith("quantize static_int8: ")
+
+
+# ---------------------------------------------------------------- the registries: every prune method and freeze mode
+
+
+def _small_cnn() -> nn.Module:
+    torch.manual_seed(0)
+    return models.build(config.ModelConfig(name="cnn", channels=(8, 16), hidden=16), (1, 8, 8), 3, 0.0, "default")
+
+
+@pytest.mark.parametrize("method", prune.PRUNE_METHODS)
+def test_every_prune_method_zeroes_weights(method: str) -> None:
+    model = _small_cnn()
+    layers = prune.prune_model(model, method, 0.5)
+    prune.make_permanent(layers)
+    zero = sum(int((m.weight == 0).sum()) for m in model.modules() if isinstance(m, (nn.Conv2d, nn.Linear)))
+    assert (zero > 0) == (method != "none") and (layers == []) == (method == "none")
+
+
+@pytest.mark.parametrize("freeze", transfer.FREEZERS)
+def test_every_freeze_mode_fixes_layers(freeze: str) -> None:
+    model = _small_cnn()
+    transfer.apply_freeze(model, freeze)
+    fixed = [p for p in model.parameters() if not p.requires_grad]
+    assert (len(fixed) > 0) == (freeze != "none")
+    assert model[-1].weight.requires_grad  # the head always trains
+
+
+def test_unknown_prune_method_and_freeze_are_one_line() -> None:
+    with pytest.raises(ConfigError, match=r"^<config>: prune_method: unknown prune_method 'l1'; allowed: "
+                                          r"l1_unstructured, ln_structured, none$"):
+        prune.prune_model(_small_cnn(), "l1", 0.5)
+    with pytest.raises(ConfigError, match=r"^<config>: freeze: unknown freeze 'head'; allowed: all_but_head, "
+                                          r"features, none$"):
+        transfer.apply_freeze(_small_cnn(), "head")

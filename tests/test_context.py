@@ -15,7 +15,7 @@ import autotune
 from autotune import accel, config, context
 from autotune.context import ContextMisuse, TrialContext
 from autotune.errors import ConfigError, TrialStopped
-from autotune.settings import DEFAULTS, OPTIMIZERS
+from autotune.settings import DEFAULTS
 from autotune.study import open_study
 from tests import user_fits
 from tests.conftest import ROOT
@@ -118,21 +118,6 @@ def test_backend_flags_set_during_the_trial_and_restored(tmp_path: Path) -> None
     assert user_fits.SEEN["conv_tf32"] is False  # "fp32" means fp32 convolutions too, not TF32
     assert (torch.backends.cudnn.benchmark, torch.get_float32_matmul_precision(), torch.backends.cudnn.allow_tf32,
             torch.get_num_threads()) == before
-
-
-@pytest.mark.parametrize("name", OPTIMIZERS)
-def test_every_optimizer_class_and_fast_kernels(name: str) -> None:
-    ctx = ctx_for(optimizer=name, lr=0.05, momentum=0.5, weight_decay=1e-4)
-    _, opt = ctx.prepare(torch.nn.Linear(4, 2))
-    want = {"sgd": torch.optim.SGD, "sgd_nesterov": torch.optim.SGD, "adam": torch.optim.Adam,
-            "adamw": torch.optim.AdamW, "rmsprop": torch.optim.RMSprop}[name]
-    assert type(opt) is want
-    group = opt.param_groups[0]
-    assert group["lr"] == 0.05 and group["weight_decay"] == 1e-4
-    assert group.get("fused") is (True if name != "rmsprop" else None)  # fused where torch has it on this device
-    if name in ("sgd", "sgd_nesterov", "rmsprop"):
-        assert group["momentum"] == 0.5
-    assert group.get("nesterov", False) == (name == "sgd_nesterov")
 
 
 def test_grad_accumulation_steps_the_optimizer_every_k_micro_batches(tmp_path: Path) -> None:

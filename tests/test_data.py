@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import pickle
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -248,7 +249,7 @@ def test_check_arrays_shapes_and_types(x: np.ndarray, y: np.ndarray, match: str)
 
 
 def test_config_dataset_names_are_the_loaders() -> None:
-    assert set(config.DATASETS) == set(data._BUILTIN)
+    assert config.dataset_names() == list(data.DATASETS)
 
 
 def test_uint8_npz_stays_float_standardized(tmp_path: Path) -> None:
@@ -294,3 +295,55 @@ def test_a_user_data_factory_loads_with_its_kwargs_and_trains() -> None:
     assert sorted(torch.cat([ds.y_train, ds.y_val]).tolist()) == sorted(y.tolist())  # the factory's own labels
     assert abs(float(ds.x_train.mean())) < 0.1  # standardized on the training split, as every float dataset
     assert autotune.train(cfg).val_accuracy > 0.9  # the blobs are 2 standard deviations apart: learnable
+
+
+# ---------------------------------------------------------------- the registry: every dataset loads
+
+
+def _write_npz(root: Path) -> dict[str, object]:
+    rng = np.random.default_rng(3)
+    np.savez(root / "d.npz", x=rng.normal(size=(60, 5)).astype(np.float32), y=np.arange(60) % 3)
+    return {"path": str(root / "d.npz")}
+
+
+def _write_cifar100(root: Path) -> dict[str, object]:
+    folder = root / "cifar-100-python"
+    folder.mkdir()
+    with open(folder / "train", "wb") as f:
+        pickle.dump({b"fine_labels": [i % 4 for i in range(40)], b"coarse_labels": [0] * 40,
+                     b"data": np.random.default_rng(2).integers(0, 256, (40, 3072), dtype=np.uint8)}, f)
+    return {"path": str(root)}
+
+
+# name -> what its files (if any) are, written under tmp_path; the data section's keys. A dataset added to the
+# registry without a row here fails the contract test (KeyError).
+DATASET_FILES: dict[str, Callable[[Path], dict[str, object]]] = {
+    "digits": lambda root: {},
+    "synthetic": lambda root: {"n_samples": 60, "shape": [1, 4, 4], "n_classes": 3},
+    "npz": _write_npz,
+    "image_folder": lambda root: {"path": str(write_folder(root / "imgs", n=6)), "cache_dir": str(root / "c")},
+    "cifar10": lambda root: {"path": str(write_cifar10(root))},
+    "cifar100": _write_cifar100,
+    "diabetes": lambda root: {},
+}
+
+
+@pytest.mark.parametrize("name", data.DATASETS)
+def test_every_dataset_loads(name: str, tmp_path: Path) -> None:
+    section = DATASET_FILES[name](tmp_path)
+    task = data.DATASETS[name].task or "classification"
+    cfg = config.from_dict({"task": task, "data": {"name": name, **section}})
+    ds = load(cfg.data, task)
+    assert len(ds.x_train) > 0 and len(ds.x_val) > 0 and len(ds.x_train) == len(ds.y_train)
+    assert tuple(ds.x_train.shape[1:]) == ds.input_shape
+    if task == "classification":
+        assert ds.n_classes >= 2 and int(ds.y_train.max()) < ds.n_classes
+    else:
+        assert ds.y_train.is_floating_point() and ds.n_outputs >= 1
+
+
+def test_unknown_dataset_is_one_line_with_close_match() -> None:
+    with pytest.raises(ConfigError) as info:
+        config.from_dict({"data": {"name": "digit"}})
+    assert str(info.value) == "<config>: data.name: unknown dataset 'digit' (did you mean 'digits'?); allowed: " + \
+        ", ".join(sorted(data.DATASETS)) + " (or data.factory)"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -62,10 +63,55 @@ def test_config_names_and_keys_come_from_the_registry() -> None:
     assert models.model_keys("torchvision") == ("arch",)
 
 
-@pytest.mark.parametrize("name", ["cnn", "mlp", "resnet"])
-def test_every_builtin_model_builds_from_config(name: str) -> None:
-    m = models.build(config.ModelConfig(name=name), (3, 16, 16), 5, 0.1, "kaiming_normal")
-    assert m(torch.randn(2, 3, 16, 16)).shape == (2, 5)
+@pytest.fixture
+def fake_torchvision(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """A stand-in torchvision package with the two functions autotune uses (list_models, get_model); the real
+    one is an optional extra, not installed here (the GPU check runs it). Gone again after the test."""
+    pkg = tmp_path / "torchvision"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "models.py").write_text(
+        "import torch\nCALLS = []\n"
+        "def list_models(module=None):\n    return ['resnet18', 'resnet34']\n"
+        "def get_model(name, **kw):\n    CALLS.append((name, kw))\n"
+        "    return torch.nn.Sequential(torch.nn.Flatten(), torch.nn.LazyLinear(kw['num_classes']))\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    for mod in [m for m in sys.modules if m == "torchvision" or m.startswith("torchvision.")]:
+        monkeypatch.delitem(sys.modules, mod)
+    yield
+    for mod in [m for m in sys.modules if m == "torchvision" or m.startswith("torchvision.")]:
+        del sys.modules[mod]  # the stand-in; monkeypatch then puts back a real one, if there was one
+
+
+# name -> the model section to build it from (its architecture keys at small values). A model added to the
+# registry without a row here fails the contract test (KeyError).
+MODEL_SECTIONS: dict[str, dict[str, object]] = {
+    "cnn": {"channels": [4, 8], "hidden": 16}, "mlp": {"hidden": 16, "depth": 2}, "resnet": {"depth": 8, "width": 4},
+    "torchvision": {"arch": "resnet18"},
+}
+
+
+@pytest.mark.parametrize("name", models.MODELS)
+def test_every_model_builds_from_config_and_trains_a_step(name: str, request: pytest.FixtureRequest) -> None:
+    if name == "torchvision" and not _torchvision_works():
+        request.getfixturevalue("fake_torchvision")
+    cfg = config.from_dict({"model": {"name": name, **MODEL_SECTIONS[name]}})
+    assert set(MODEL_SECTIONS[name]) == set(models.model_keys(name))  # every key it takes is exercised
+    init = "default" if name == "torchvision" else "kaiming_normal"  # the stand-in's lazy layer has no shape yet
+    m = models.build(cfg.model, (3, 16, 16), 5, 0.1, init)
+    out = m(torch.randn(2, 3, 16, 16))
+    assert out.shape == (2, 5)
+    out.square().mean().backward()
+    assert any(p.grad is not None and bool(p.grad.abs().sum() > 0) for p in m.parameters())
+
+
+def test_unknown_model_is_one_line_with_close_match() -> None:
+    with pytest.raises(ConfigError) as info:
+        config.from_dict({"model": {"name": "resnet19"}})
+    assert str(info.value) == "<config>: model.name: unknown model 'resnet19' (did you mean 'resnet'?); allowed: " + \
+        ", ".join(sorted(models.MODELS)) + " (or model.factory)"
+    with pytest.raises(ConfigError, match=r"^<config>: init: unknown init 'he'; allowed: default, kaiming_normal, "):
+        models.init_weights(torch.nn.Linear(2, 2), "he")
 
 
 def test_build_for_applies_model_keys() -> None:
@@ -132,21 +178,10 @@ def test_torchvision_that_cannot_import(tmp_path: Path, monkeypatch: pytest.Monk
         models.torchvision((3, 32, 32), 10, "resnet18")
 
 
-def test_torchvision_builds_by_name_without_weights(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_torchvision_builds_by_name_without_weights(fake_torchvision: None) -> None:
     """The glue to torchvision's registry: list_models for the names, get_model(weights=None) to build.
     (The real torchvision runs in the GPU check where it is installed; here a stand-in package with
     the same two functions.)"""
-    pkg = tmp_path / "torchvision"
-    pkg.mkdir()
-    (pkg / "__init__.py").write_text("")
-    (pkg / "models.py").write_text(
-        "import torch\nCALLS = []\n"
-        "def list_models(module=None):\n    return ['resnet18', 'resnet34']\n"
-        "def get_model(name, **kw):\n    CALLS.append((name, kw))\n"
-        "    return torch.nn.Sequential(torch.nn.Flatten(), torch.nn.LazyLinear(kw['num_classes']))\n")
-    monkeypatch.syspath_prepend(str(tmp_path))
-    for mod in [m for m in sys.modules if m == "torchvision" or m.startswith("torchvision.")]:
-        monkeypatch.delitem(sys.modules, mod)
     cfg = config.from_dict({"data": {"name": "synthetic", "shape": [3, 8, 8]},
                             "model": {"name": "torchvision", "arch": "resnet18"}})
     m = models.build(cfg.model, (3, 8, 8), 7, 0.0, "default")

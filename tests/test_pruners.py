@@ -11,8 +11,7 @@ from optuna.trial import TrialState, create_trial
 
 import autotune
 from autotune import config, pruners
-from autotune.config import SINGLE_PRUNERS
-from autotune.errors import TrialStopped
+from autotune.errors import ConfigError, TrialStopped
 from autotune.pruners import EPOCH_VALUES
 from autotune.study import open_study
 from tests.conftest import tiny
@@ -150,36 +149,6 @@ def test_pareto_pruner_directions_are_the_per_epoch_objectives(tmp_path: Path) -
                                    pruning={"pruner": "pareto", "pruner_args": {"eta": 2}}))
 
 
-@pytest.mark.parametrize("name", [p for p in SINGLE_PRUNERS if p != "none"])
-def test_every_optuna_pruner_prunes_the_bad_trials(name: str, tmp_path: Path) -> None:
-    """The pruner `optuna_pruner` builds for each name, in the loop the objective runs (report, should_prune each
-    epoch but the last): every third trial learns nothing and is pruned once past the pruner's startup trials;
-    the learning ones complete. A NopPruner (`none`) would leave every trial complete."""
-    args = {"pruner_args": {"lower": 0.3}} if name == "threshold" else {}
-    cfg = tiny(tmp_path, objectives=["val_accuracy"], pruning={"pruner": name, **args}, train={"epochs": 9})
-    pruner = pruners.optuna_pruner(cfg)
-    assert not isinstance(pruner, optuna.pruners.NopPruner)
-    # hyperband puts a trial in a bracket by a hash of the study name: a fixed name, the same brackets every run
-    study = optuna.create_study(study_name="contract", direction="maximize", pruner=pruner)
-
-    def objective(trial: optuna.Trial) -> float:
-        bad = trial.number % 3 == 2
-        for epoch in range(1, 10):
-            acc = 0.1 + 0.001 * epoch if bad else 0.5 + 0.05 * epoch + 0.001 * trial.number
-            if epoch < 9:
-                trial.report(acc, epoch)
-                if trial.should_prune():
-                    raise optuna.TrialPruned()
-        return acc
-
-    study.optimize(objective, n_trials=12)
-    states = {t.number: t.state for t in study.trials}
-    assert all(s == TrialState.COMPLETE for n, s in states.items() if n % 3 != 2), states
-    assert all(states[n] == TrialState.PRUNED for n in (5, 8, 11)), states
-    none = tiny(tmp_path, objectives=["val_accuracy"], pruning={"pruner": "none"})
-    assert isinstance(pruners.optuna_pruner(none), optuna.pruners.NopPruner)
-
-
 def test_vs_front_stops_a_much_slower_trial_end_to_end(tmp_path: Path) -> None:
     """Two fast learning trials make the front; a third, 50 ms a step (a floor no load lowers) and barely learning,
     projects far beyond 2 x the slowest front trial and is stopped `slow` by its first timed steps (the speed probe
@@ -239,3 +208,76 @@ def test_hung_trial_stopped_mid_epoch(tmp_path: Path) -> None:
     for t in res.study.trials:
         assert t.state.name == "PRUNED" and t.user_attrs["stop_reason"] == "slow"
         assert t.user_attrs["stop_epoch"] == 0 and "hung" in t.user_attrs["stop_detail"]
+
+
+# ---------------------------------------------------------------- the registry: every pruner prunes something
+# A name whose builder made a NopPruner (or a pruner that never acts) fails here: each registered pruner, built as
+# a study builds it, must stop a clearly worse trial; `none` must stop nothing.
+
+PRUNER_ARGS = {"threshold": {"lower": 0.3}}  # pruners that act only on a bound the user gives
+
+
+def _curve(quality: float, step: int) -> float:
+    """A learning curve rising to `quality`."""
+    return quality * (1 - 0.5 ** step)
+
+
+@pytest.mark.parametrize("name", [n for n, k in pruners.PRUNERS.items() if k.objectives != "several"])
+def test_every_single_objective_pruner_prunes_a_worse_trial(name: str) -> None:
+    cfg = config.from_dict({"objectives": ["val_accuracy"], "train": {"epochs": 10},
+                            "pruning": {"pruner": name, "pruner_args": PRUNER_ARGS.get(name, {})}})
+    pruner = pruners.optuna_pruner(cfg)
+
+    def objective(trial: optuna.Trial) -> float:
+        quality = (0.9 if trial.number % 2 == 0 else 0.2) + 0.001 * trial.number  # good, bad, good, ...
+        for step in range(1, 11):
+            trial.report(_curve(quality, step), step)
+            if trial.should_prune():
+                raise optuna.TrialPruned()
+        return _curve(quality, 10)
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    study = optuna.create_study(direction="maximize", pruner=pruner, sampler=optuna.samplers.RandomSampler(seed=0))
+    study.optimize(objective, n_trials=16)
+    pruned = [t.number for t in study.trials if t.state.name == "PRUNED"]
+    if name == "none":
+        assert isinstance(pruner, optuna.pruners.NopPruner) and pruned == []
+        return
+    assert not isinstance(pruner, optuna.pruners.NopPruner)
+    assert any(n % 2 == 1 for n in pruned), f"{name} ({type(pruner).__name__}) pruned no bad trial"
+    assert study.best_trial.number % 2 == 0 and study.best_trial.state.name == "COMPLETE"
+
+
+@pytest.mark.parametrize("name", [n for n, k in pruners.PRUNERS.items() if k.objectives == "several"])
+def test_every_pareto_pruner_prunes_a_dominated_trial(name: str) -> None:
+    cfg = config.from_dict({"pruning": {"pruner": name}})  # val_accuracy (max), train_time_s (min)
+    pruner = pruners.pareto_pruner(cfg)
+    assert pruner is not None and not isinstance(pruner, optuna.pruners.NopPruner)
+    assert pruners.optuna_pruner(cfg).__class__ is optuna.pruners.NopPruner  # Optuna's should_prune cannot here
+    study = optuna.create_study(directions=cfg.directions)
+    for i in range(6):  # completed trials: accurate and fast after each of three epochs
+        per_epoch = [[0.85 + 0.01 * i + 0.03 * e, 1.0 + e] for e in range(3)]
+        study.add_trial(_done(per_epoch, per_epoch[-1]))
+
+    done = study.get_trials(deepcopy=False)
+    worse = [[0.3, 5.0], [0.35, 10.0], [0.4, 15.0]]  # less accurate and slower at every epoch
+    better = [[0.95, 0.5], [0.97, 1.0], [0.99, 1.5]]
+    assert any(pruner.stop(worse[e - 1], e, done, 3) for e in (1, 2, 3)), name
+    assert not any(pruner.stop(better[e - 1], e, done, 3) for e in (1, 2, 3)), name
+
+
+def test_unknown_pruner_is_one_line_with_close_match() -> None:
+    with pytest.raises(ConfigError) as info:
+        config.from_dict({"pruning": {"pruner": "medain"}})
+    assert str(info.value) == "<config>: pruning.pruner: unknown pruner 'medain' (did you mean 'median'?); " \
+        "allowed: " + ", ".join(sorted(["auto", *pruners.PRUNERS]))
+
+
+def test_pruner_for_the_other_number_of_objectives() -> None:
+    with pytest.raises(ConfigError, match=r"pruning\.pruner: pareto is for studies with two or more objectives; "
+                                          r"for one use none, median, percentile, successive_halving, hyperband, "
+                                          r"threshold, wilcoxon$"):
+        config.from_dict({"objectives": ["val_accuracy"], "pruning": {"pruner": "pareto"}})
+    with pytest.raises(ConfigError, match=r"pruning\.pruner: Optuna's median pruner cannot prune a study with "
+                                          r"several objectives; use pareto, pareto_asha or none$"):
+        config.from_dict({"pruning": {"pruner": "median"}})

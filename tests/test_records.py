@@ -13,7 +13,7 @@ import torch
 from optuna.trial import TrialState
 from sqlalchemy import event
 
-from autotune import config, records, space, workers
+from autotune import config, records, samplers, space, workers
 from autotune import storage as storage_mod
 from autotune import study as study_mod
 from autotune.objective import Objective
@@ -101,7 +101,7 @@ def test_a_trial_costs_no_write_transaction_more_than_plain_ask_tell(tmp_path: P
     cfg = cfg_for(tmp_path, f"sqlite:///{tmp_path}/r.db", n_trials=n)
     plain_storage = storage_mod.make_storage(cfg)
     counted = WriteCounter(plain_storage.engine)
-    plain = optuna.create_study(storage=plain_storage, sampler=study_mod.make_sampler(cfg), directions=cfg.directions)
+    plain = optuna.create_study(storage=plain_storage, sampler=samplers.make_sampler(cfg), directions=cfg.directions)
     created, created_statements = counted.commits, collections.Counter(counted.statements)
     for _ in range(n):
         t = plain.ask()

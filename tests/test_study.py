@@ -7,8 +7,9 @@ from pathlib import Path
 import pytest
 
 import autotune
-from autotune.config import SAMPLERS, SINGLE_PRUNERS
 from autotune.errors import ConfigError
+from autotune.pruners import PRUNERS
+from autotune.samplers import SAMPLERS
 from tests.conftest import tiny
 
 SMALL_SPACE = {
@@ -38,7 +39,7 @@ def test_seeded_sampler_repeats(tmp_path: Path) -> None:
     assert params[0] == params[1]
 
 
-@pytest.mark.parametrize("pruner", [p for p in SINGLE_PRUNERS if p != "threshold"])
+@pytest.mark.parametrize("pruner", [p for p, k in PRUNERS.items() if k.objectives != "several" and p != "threshold"])
 def test_every_single_objective_pruner(pruner: str, tmp_path: Path) -> None:
     cfg = tiny(tmp_path, objectives=["val_accuracy"], pruning={"pruner": pruner}, space=SMALL_SPACE,
                study={"n_trials": 2}, train={"epochs": 2})

@@ -10,7 +10,9 @@ import torch
 
 from autotune import config, context, data, trainer
 from autotune.errors import TrialStopped
-from autotune.settings import INITS, OPTIMIZERS, PRECISIONS
+from autotune.models import INITS
+from autotune.optimizers import OPTIMIZERS
+from autotune.settings import PRECISIONS
 from tests import factories
 
 

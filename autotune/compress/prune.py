@@ -8,11 +8,13 @@ out of an `nn.Sequential` net (the built-in cnn and mlp), so the model really is
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 import torch
 from torch import nn
 from torch.nn.utils import prune as torch_prune
+
+from ..errors import lookup
 
 WEIGHTED = (nn.modules.conv._ConvNd, nn.Linear)
 # layers `shrink` can follow: every activation here maps 0 to 0, pooling, dropout and flatten keep a zero a zero
@@ -25,32 +27,47 @@ def _prunable(model: nn.Module) -> list[nn.Module]:
     return [m for m in model.modules() if isinstance(m, WEIGHTED)]
 
 
+def _no_pruning(model: nn.Module, amount: float) -> list[nn.Module]:
+    return []
+
+
+def _l1_unstructured(model: nn.Module, amount: float) -> list[nn.Module]:
+    layers = _prunable(model)
+    torch_prune.global_unstructured([(m, "weight") for m in layers], pruning_method=torch_prune.L1Unstructured,
+                                    amount=amount)
+    return layers
+
+
+def _ln_structured(model: nn.Module, amount: float) -> list[nn.Module]:
+    layers = _prunable(model)
+    pruned: list[nn.Module] = []
+    head = layers[-1] if layers and isinstance(layers[-1], nn.Linear) else None
+    for m in layers:
+        if m is head:  # its rows are the classes
+            continue
+        n_out = m.weight.shape[0]
+        k = min(int(round(amount * n_out)), n_out - 1)  # keep at least one channel
+        if k < 1:
+            continue
+        torch_prune.ln_structured(m, "weight", amount=k, n=2, dim=0)
+        if m.bias is not None:  # a zero channel must output exactly zero, so it can be cut out
+            torch_prune.custom_from_mask(m, "bias", m.weight_mask.flatten(1)[:, 0])
+        pruned.append(m)
+    _mask_following_norms(model, pruned)
+    return pruned
+
+
+# The prune_method registry: name -> (model, amount) -> the modules it attached masks to; the settings
+# catalogue's allowed prune_method names are its keys.
+PRUNE_METHODS: dict[str, Callable[[nn.Module, float], list[nn.Module]]] = {
+    "none": _no_pruning, "l1_unstructured": _l1_unstructured, "ln_structured": _ln_structured,
+}
+
+
 def prune_model(model: nn.Module, method: str, amount: float) -> list[nn.Module]:
     """Attach pruning masks (not yet permanent); returns the pruned modules (for `make_permanent`)."""
-    if method == "none" or amount <= 0:
-        return []
-    layers = _prunable(model)
-    if method == "l1_unstructured":
-        torch_prune.global_unstructured([(m, "weight") for m in layers], pruning_method=torch_prune.L1Unstructured,
-                                        amount=amount)
-        return layers
-    if method == "ln_structured":
-        pruned: list[nn.Module] = []
-        head = layers[-1] if layers and isinstance(layers[-1], nn.Linear) else None
-        for m in layers:
-            if m is head:  # its rows are the classes
-                continue
-            n_out = m.weight.shape[0]
-            k = min(int(round(amount * n_out)), n_out - 1)  # keep at least one channel
-            if k < 1:
-                continue
-            torch_prune.ln_structured(m, "weight", amount=k, n=2, dim=0)
-            if m.bias is not None:  # a zero channel must output exactly zero, so it can be cut out
-                torch_prune.custom_from_mask(m, "bias", m.weight_mask.flatten(1)[:, 0])
-            pruned.append(m)
-        _mask_following_norms(model, pruned)
-        return pruned
-    raise ValueError(f"unknown prune_method {method!r}")
+    prune = lookup(PRUNE_METHODS, method, None, "prune_method", "prune_method")
+    return prune(model, amount) if amount > 0 else []
 
 
 def _mask_following_norms(model: nn.Module, pruned: list[nn.Module]) -> None:

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -10,7 +11,7 @@ from torch import nn
 
 from .. import models
 from ..config import DistillConfig, ModelConfig, resolve_path
-from ..errors import ConfigError
+from ..errors import ConfigError, lookup
 
 
 def load_checkpoint(model: nn.Module, path: str, source: str = "<config>", freeze: str = "none",
@@ -46,24 +47,35 @@ def load_checkpoint(model: nn.Module, path: str, source: str = "<config>", freez
     apply_freeze(model, freeze, file)
 
 
+def _freeze_nothing(model: nn.Module, file: str) -> list[nn.Module]:
+    return []
+
+
+def _features(model: nn.Module, file: str) -> list[nn.Module]:
+    kinds = (nn.modules.conv._ConvNd, nn.modules.batchnorm._BatchNorm)
+    frozen = [m for m in model.modules() if isinstance(m, kinds)]
+    if not frozen:
+        raise ConfigError(file, "freeze", "features: the model has no conv or batch-norm layers; use all_but_head")
+    return frozen
+
+
+def _all_but_head(model: nn.Module, file: str) -> list[nn.Module]:
+    linears = [m for m in model.modules() if isinstance(m, nn.Linear)]
+    if not linears:
+        raise ConfigError(file, "freeze", "all_but_head: the model has no Linear head")
+    head = linears[-1]
+    return [m for m in model.modules() if m is not head and not list(m.children())]
+
+
+# The freeze registry: name -> (model, file) -> the layers kept fixed; the catalogue's freeze names are its keys.
+FREEZERS: dict[str, Callable[[nn.Module, str], list[nn.Module]]] = {
+    "none": _freeze_nothing, "features": _features, "all_but_head": _all_but_head,
+}
+
+
 def apply_freeze(model: nn.Module, freeze: str, file: str = "<config>") -> None:
     """`features`: conv and batch-norm layers; `all_but_head`: everything but the last Linear."""
-    if freeze == "none":
-        return
-    if freeze == "features":
-        kinds = (nn.modules.conv._ConvNd, nn.modules.batchnorm._BatchNorm)
-        frozen = [m for m in model.modules() if isinstance(m, kinds)]
-        if not frozen:
-            raise ConfigError(file, "freeze", "features: the model has no conv or batch-norm layers; "
-                                              "use all_but_head")
-    elif freeze == "all_but_head":
-        linears = [m for m in model.modules() if isinstance(m, nn.Linear)]
-        if not linears:
-            raise ConfigError(file, "freeze", "all_but_head: the model has no Linear head")
-        head = linears[-1]
-        frozen = [m for m in model.modules() if m is not head and not list(m.children())]
-    else:
-        raise ConfigError(file, "freeze", f"unknown freeze {freeze!r}; allowed: all_but_head, features, none")
+    frozen = lookup(FREEZERS, freeze, file, "freeze", "freeze")(model, file)
     for m in frozen:
         for p in m.parameters(recurse=False):
             p.requires_grad_(False)
