@@ -259,8 +259,9 @@ def test_compiled_user_trials_each_compile_and_report_it(tmp_path: Path) -> None
         assert any(p["compiling"] for p in user_fits.PROBE)  # the model really ran compiled, in this trial
         assert user_fits.SEEN["model"]._orig_mod is not None
         times.append(r.compile_time_s)
-    # the second trial's compile is its own (measured, not zero), cheaper only by inductor's kernel cache on disk
-    assert times[0] > 0.5 and times[1] > 0, times
+    # each trial's compile is its own (measured, not zero); how long depends on inductor's kernel cache on disk,
+    # which outlives a test run (a first compile here may already be cached)
+    assert all(t > 0 for t in times), times
 
 
 def test_cuda_graph_modes_with_accumulation_are_unsupported(tmp_path: Path) -> None:
