@@ -112,7 +112,8 @@ def compile_model(model: nn.Module, mode: str) -> nn.Module:
 
 def reset_compiler() -> None:
     """Forget every compiled graph: a new trial's model is traced afresh (its own compile time, no recompile
-    limit reached after 8 trials; inductor's kernel cache is kept: a structure seen before compiles faster) and graphs / CUDA-graph pools of a finished trial are freed."""
+    limit reached after 8 trials; inductor's kernel cache is kept: a structure seen before compiles faster), and
+    graphs / CUDA-graph pools of a finished trial are freed."""
     torch.compiler.reset()
 
 
