@@ -19,7 +19,6 @@ import math
 import multiprocessing as mp
 import os
 import pickle
-import signal
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -32,6 +31,7 @@ import torch
 from torch import nn
 
 from .errors import AutotuneError, ConfigError, TrialStopped, user_where
+from .lifetime import exit_text
 
 if TYPE_CHECKING:
     from .config import RunConfig
@@ -419,12 +419,8 @@ def _raise(rk: _Rank, world: int) -> None:
 
 
 def _exit_text(code: int | None) -> str:
-    if code is not None and code < 0:
-        try:
-            return f"was killed by {signal.Signals(-code).name}"
-        except ValueError:
-            return f"was killed by signal {-code}"
-    return f"exited with code {code} before it finished"
+    text = exit_text(code)
+    return f"was {text}" if code is not None and code < 0 else f"{text} before it finished"
 
 
 # ---------------------------------------------------------------- a rank's process
