@@ -6,7 +6,6 @@ a real PostgreSQL server and a user whose password is unique, so any leak is fou
 from __future__ import annotations
 
 import json
-import os
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -53,13 +52,9 @@ def test_errors_never_show_a_password(tmp_path: Path, capsys: Any) -> None:
 
 
 @pytest.fixture
-def secret_url() -> Iterator[tuple[str, str]]:
+def secret_url(postgres_url: str) -> Iterator[tuple[str, str]]:
     """(URL, password) of a fresh database owned by a fresh user with a password found nowhere else."""
-    base = os.environ.get("AUTOTUNE_TEST_POSTGRES")
-    if not base:
-        if os.environ.get("AUTOTUNE_REQUIRE_POSTGRES"):
-            pytest.fail("AUTOTUNE_TEST_POSTGRES is not set but AUTOTUNE_REQUIRE_POSTGRES is")
-        pytest.skip("no PostgreSQL server: run `bash .ci/start_postgres.sh` and export AUTOTUNE_TEST_POSTGRES")
+    base = postgres_url  # the test server (conftest: skipped, or failed under AUTOTUNE_REQUIRE_POSTGRES)
     import psycopg
 
     plain = base.replace("postgresql+psycopg://", "postgresql://")

@@ -107,13 +107,9 @@ def assert_exact(study: optuna.Study, n: int) -> list[optuna.trial.FrozenTrial]:
 
 
 @pytest.fixture
-def pg_url() -> Iterator[str]:
+def pg_url(postgres_url: str) -> Iterator[str]:
     """A fresh database on the test server, dropped afterwards."""
-    base = os.environ.get("AUTOTUNE_TEST_POSTGRES")
-    if not base:
-        if os.environ.get("AUTOTUNE_REQUIRE_POSTGRES"):
-            pytest.fail("AUTOTUNE_TEST_POSTGRES is not set but AUTOTUNE_REQUIRE_POSTGRES is")
-        pytest.skip("no PostgreSQL server: run `bash .ci/start_postgres.sh` and export AUTOTUNE_TEST_POSTGRES")
+    base = postgres_url  # the test server (conftest: skipped, or failed under AUTOTUNE_REQUIRE_POSTGRES)
     import psycopg
 
     plain = base.replace("postgresql+psycopg://", "postgresql://")
