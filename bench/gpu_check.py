@@ -126,6 +126,13 @@ class Check:
         return torch.cuda.memory_allocated(self.dev) / 2**20 if self.cuda else float("nan")
 
 
+
+def _failed(chk: Check, row: dict[str, Any], e: Exception) -> None:
+    """One failing row must not end an unattended check: its error in one line; a broken CUDA context ends it."""
+    row["error"] = f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"[:300]
+    if accel.is_fatal_device_error(e):
+        chk.fatal = row["error"]
+
 def environment(dev: torch.device) -> dict[str, str]:
     env = {"device": accel.device_name(dev), "torch": torch.__version__, "python": platform.python_version(),
            "autotune": autotune.__version__, "cuda": str(torch.version.cuda),
@@ -216,9 +223,7 @@ def one_row(chk: Check, kind: str, cfg: config.RunConfig, name: str, params: dic
                    epochs=r.epochs_run, tflops=float(f"{r.samples_per_s * flops / 1e12:.4g}"))
         del r  # the result holds the trained model (on the GPU): drop it before reading what is left
     except Exception as e:  # one failing row must not end an unattended check
-        row["error"] = f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"[:300]
-        if accel.is_fatal_device_error(e):
-            chk.fatal = row["error"]
+        _failed(chk, row, e)
     finally:
         accel.release_memory()
     row["wall_s"] = round(time.perf_counter() - t0, 1)
@@ -292,9 +297,7 @@ def ddp(chk: Check, device: str, sizes: Sizes) -> None:
             row.update(samples_per_s=round(r.samples_per_s, 1), train_time_s=round(r.train_time_s, 3),
                        val_accuracy=round(r.val_accuracy, 4), device=r.device)
         except Exception as e:  # one failing row must not end an unattended check
-            row["error"] = f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"[:300]
-            if accel.is_fatal_device_error(e):
-                chk.fatal = row["error"]
+            _failed(chk, row, e)
         finally:
             accel.release_memory()
         row["wall_s"] = round(time.perf_counter() - t0, 1)
