@@ -21,32 +21,9 @@ TPE_STARTUP_TRIALS = 8  # random trials before TPE's model: a study here is tens
 SamplerBuilder = Callable[[RunConfig, "int | None", dict[str, Any]], optuna.samplers.BaseSampler]
 
 
-def _tpe(cfg: RunConfig, seed: int | None, args: dict[str, Any]) -> optuna.samplers.BaseSampler:
-    args.setdefault("n_startup_trials", TPE_STARTUP_TRIALS)
-    return optuna.samplers.TPESampler(seed=seed, **args)
-
-
-def _random(cfg: RunConfig, seed: int | None, args: dict[str, Any]) -> optuna.samplers.BaseSampler:
-    return optuna.samplers.RandomSampler(seed=seed, **args)
-
-
-def _gp(cfg: RunConfig, seed: int | None, args: dict[str, Any]) -> optuna.samplers.BaseSampler:
-    return optuna.samplers.GPSampler(seed=seed, **args)
-
-
-def _cmaes(cfg: RunConfig, seed: int | None, args: dict[str, Any]) -> optuna.samplers.BaseSampler:
-    # Categorical parameters fall back to random sampling inside CMA-ES: say nothing, it is documented.
-    args.setdefault("warn_independent_sampling", False)
-    return optuna.samplers.CmaEsSampler(seed=seed, **args)
-
-
-def _nsga2(cfg: RunConfig, seed: int | None, args: dict[str, Any]) -> optuna.samplers.BaseSampler:
-    return optuna.samplers.NSGAIISampler(seed=seed, **args)
-
-
-def _qmc(cfg: RunConfig, seed: int | None, args: dict[str, Any]) -> optuna.samplers.BaseSampler:
-    args.setdefault("warn_independent_sampling", False)
-    return optuna.samplers.QMCSampler(seed=seed, **args)
+def _optuna(cls: Callable[..., optuna.samplers.BaseSampler], **defaults: Any) -> SamplerBuilder:
+    """A builder of Optuna's sampler `cls`: autotune's `defaults` under the config's `sampler_args`."""
+    return lambda cfg, seed, args: cls(seed=seed, **{**defaults, **args})
 
 
 def _grid(cfg: RunConfig, seed: int | None, args: dict[str, Any]) -> optuna.samplers.BaseSampler:
@@ -54,7 +31,14 @@ def _grid(cfg: RunConfig, seed: int | None, args: dict[str, Any]) -> optuna.samp
 
 
 SAMPLERS: dict[str, SamplerBuilder] = {
-    "tpe": _tpe, "random": _random, "gp": _gp, "cmaes": _cmaes, "nsga2": _nsga2, "qmc": _qmc, "grid": _grid,
+    "tpe": _optuna(optuna.samplers.TPESampler, n_startup_trials=TPE_STARTUP_TRIALS),
+    "random": _optuna(optuna.samplers.RandomSampler),
+    "gp": _optuna(optuna.samplers.GPSampler),
+    # categorical parameters fall back to random sampling inside CMA-ES and QMC: say nothing, it is documented
+    "cmaes": _optuna(optuna.samplers.CmaEsSampler, warn_independent_sampling=False),
+    "nsga2": _optuna(optuna.samplers.NSGAIISampler),
+    "qmc": _optuna(optuna.samplers.QMCSampler, warn_independent_sampling=False),
+    "grid": _grid,
 }
 
 
