@@ -60,6 +60,10 @@ torch.__version__, '| optuna', optuna.__version__, '| pydantic', pydantic.__vers
   python3 bench/augment.py --device "$DEVICE" --repeats 30
   echo "== memory over a study: CUDA allocated bytes back to trial 1's after every trial, host RSS growth"
   python3 bench/memory.py --device "$DEVICE" --trials 60 || echo "== memory check FAILED (a leak)"
+  if [ "$DEVICE" != cpu ]; then  # gpu_check.yaml trains on cuda: its probe table is the GPU's own
+    echo "== autotune speed bench/gpu_check.yaml: samples/s of each precision x channels_last x compile combination"
+    python3 -m autotune speed bench/gpu_check.yaml --budget 180 || echo "== autotune speed FAILED"
+  fi
   if [ "$DEVICE" != cpu ] && python3 -c "import pytest" 2>/dev/null; then
     python3 -m pytest -q -p no:cacheprovider -m gpu tests/test_augment.py || echo "== augmentation GPU test FAILED"
   fi
