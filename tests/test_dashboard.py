@@ -83,7 +83,7 @@ def _start_dashboard(url: str) -> tuple[Proc, str]:
 
 def test_dashboard_serves_a_study_while_it_runs(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'live.db'}"
-    n_trials = 8
+    n_trials = 40  # long enough that the dashboard sees it running: a tiny trial takes a fraction of a second
     # The schema exists before either process starts, as after any earlier `autotune run`.
     storage_mod.make_storage(autotune.load_config(str(TINY), {"study.storage": url}))
     dash, base = _start_dashboard(url)  # listening before the run starts: it must see the study grow
