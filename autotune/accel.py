@@ -130,6 +130,52 @@ def clock(dev: torch.device) -> float:
     return time.perf_counter()
 
 
+_EVENTS: dict[str, Any] = {"cuda": torch.cuda.Event, "mps": torch.mps.Event}
+
+
+class StepClock:
+    """When an epoch's last training step ended, on `clock`'s time, with no host-device sync per step.
+
+    CPU work is synchronous: a perf_counter after each step is exact. On a GPU each step records an event and
+    the last one is timed against an event recorded when the epoch started (after a synchronize), read once at the
+    epoch's end: evaluation or anything else queued after the last step is not in it."""
+
+    def __init__(self, dev: torch.device) -> None:
+        self.dev = dev
+        self._event = _EVENTS.get(dev.type)
+        self._t0 = 0.0
+        self._start: Any = None
+        self._end: Any = None
+        self._last: float | None = None
+
+    def start(self, t0: float) -> None:
+        """The epoch's clock started at `t0`, read after a synchronize (the device is idle: an event now is t0)."""
+        self._t0, self._last, self._end = t0, None, None
+        if self._event is not None:
+            self._start = self._record(self._event(enable_timing=True))
+
+    def mark(self) -> None:
+        """A training step was queued: the epoch's training ends when it does."""
+        if self._event is None:
+            self._last = time.perf_counter()
+        else:
+            self._end = self._record(self._end or self._event(enable_timing=True))
+
+    def last(self) -> float | None:
+        """When the last marked step ended (waits for that step only); None: no step since `start`."""
+        if self._end is None:
+            return self._last
+        self._end.synchronize()
+        return self._t0 + self._start.elapsed_time(self._end) / 1e3
+
+    def _record(self, event: Any) -> Any:
+        if self.dev.type == "cuda":
+            event.record(torch.cuda.current_stream(self.dev))
+        else:
+            event.record()
+        return event
+
+
 def seed_all(seed: int) -> None:
     """torch.manual_seed, without its cost on a machine with no GPU: there torch queues a lazy CUDA (and XPU,
     MTIA) seeding call carrying a formatted stack trace on every call (about 1 ms, and kept in a list that

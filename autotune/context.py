@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import numbers
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -40,7 +41,7 @@ from .metrics import CLOCKS
 from .optimizers import SCHEDULES, make_optimizer
 from .settings import Settings
 from .stops import Limits, check_divergence, check_slow
-from .throughput import ProbeWindow
+from .throughput import ProbeDone, ProbeWindow
 
 FINITE_CHECK_EVERY = 64  # steps between the only in-epoch host syncs: a non-finite loss stops the trial early
 CUDA_GRAPH_MODES = ("reduce-overhead", "max-autotune")
@@ -300,7 +301,7 @@ class TrialContext:
         self.stopped_early_at: int | None = None
         self.stop: TrialStopped | None = None
         self._compiled = False
-        self._steps_per_epoch: int | None = None
+        self._steps_per_epoch: int | None = None  # given to ctx.epochs (training without ctx.loader)
         self._train_loader_len: int | None = None
         # per-epoch state
         self.epoch = 0
@@ -308,10 +309,13 @@ class TrialContext:
         self._epoch_open = False  # ... and its training clock still runs (no report yet)
         self._reported = False
         self._t0 = 0.0
-        self._train_end: float | None = None
+        self._train_end: float | None = None  # the training data ran out (a loop with no ctx.backward)
+        self._step_clock = accel.StepClock(self.device)  # when the epoch's last training step ended
         self._wait_s = 0.0
         self._samples = 0
         self._batch_n = 1
+        self._fed = False  # a ctx.loader training batch was taken this epoch (else ctx.backward counts samples)
+        self._unstepped = 0  # samples of the ctx.loader batch taken last, until a ctx.backward trains on it
         self._last_batch = False
         self._micro = 0  # micro-batches since the last optimizer step
         self._steps = 0  # micro-batches this epoch
@@ -440,7 +444,7 @@ class TrialContext:
             dataset = TensorDataset(*tensors) if tensors is not None else data
             inner = LoaderBatches(self._dataloader(dataset, bs, shuffle, drop_last, dataloader_kwargs, shard),
                                   self.device, channels_last)
-        if train:
+        if train and self._steps_per_epoch is None:
             self._train_loader_len = len(inner)
         return Batches(self, inner, train)
 
@@ -472,8 +476,10 @@ class TrialContext:
         return DataLoader(dataset, **kwargs)
 
     def _timed(self, inner: Iterable[Any]) -> Iterator[Any]:
-        """A training loader's batches: input wait and samples counted, the hang limit checked, the
-        epoch's training clock stopped when the data runs out (evaluation that follows is not training)."""
+        """A training loader's batches: input wait and samples counted, the hang limit checked (here for a loop
+        that steps without ctx.backward; ctx.backward checks it before each step, so a batch taken and never
+        trained on, as a loop that breaks does, stops nothing), the trailing accumulation stepped when the data
+        runs out."""
         it = iter(inner)
         n_left = len(inner) if hasattr(inner, "__len__") else -1  # type: ignore[arg-type]
         while True:
@@ -484,11 +490,12 @@ class TrialContext:
                 break
             now = time.perf_counter()
             self._wait_s += now - tw
-            if now > self._deadline and self.group is None:  # (several devices: checked together, in backward)
+            if now > self._deadline and self.group is None and not self._steps:  # (several devices: in backward)
                 raise self._stopped(self._hung())
             x = _first_tensor(batch)
             self._batch_n = len(x) if x is not None and x.ndim > 0 else 1
-            self._samples += self._batch_n
+            self._unstepped = self._batch_n  # counted by the ctx.backward that trains on it
+            self._fed = True
             n_left -= 1
             self._last_batch = n_left == 0
             if self._ddp is not None and self._accum > 1:  # all-reduce only where the accumulation ends (no_sync)
@@ -501,19 +508,30 @@ class TrialContext:
 
     # ------------------------------------------------------------ epochs
 
-    def epochs(self) -> Iterator[int]:
-        """1 .. epochs, each with its own training clock; stops early when early stopping says so."""
+    def epochs(self, steps_per_epoch: int | None = None) -> Iterator[int]:
+        """1 .. epochs, each with its own training clock; stops early when early stopping says so.
+
+        `steps_per_epoch`: the ctx.backward calls of one epoch, for a loop that does not iterate a training
+        ctx.loader (its length says it otherwise): `lr_schedule` and the speed probe's projection need it.
+        An epoch whose body did not call ctx.report is recorded with its clocks only."""
         self._check_live("ctx.epochs")
         if self.epoch:
             raise ContextMisuse("ctx.epochs() was already iterated in this trial: iterate it once")
+        if steps_per_epoch is not None:
+            if isinstance(steps_per_epoch, bool) or not isinstance(steps_per_epoch, int) or steps_per_epoch < 1:
+                raise ContextMisuse(f"ctx.epochs(steps_per_epoch=...): the ctx.backward calls of one epoch, an int "
+                                    f">= 1; got {steps_per_epoch!r}")
+            self._steps_per_epoch = self._train_loader_len = steps_per_epoch
         for epoch in range(1, self.epochs_total + 1):
             self._open_epoch(epoch)
             yield epoch
-            self._in_epoch = False
-            if self.stop is not None:
-                raise self.stop
-            if not self._reported:
-                self.report()
+            try:
+                if self.stop is not None:
+                    raise self.stop
+                if not self._reported:  # the body reported nothing: the epoch's clocks are its record
+                    self.report()
+            finally:
+                self._in_epoch = False
             if self.stopped_early_at is not None:
                 return
 
@@ -531,18 +549,25 @@ class TrialContext:
         self._train_end = None
         self._wait_s = 0.0
         self._samples = 0
+        self._fed = False
         self._steps = 0
         self._loss_sum = None
         self._loss_n = 0
         self._t0 = self._clock_all()
+        self._step_clock.start(self._t0)
         if self._probe is not None:
             self._probe.epoch_start(self.device, self._t0)
 
     # ------------------------------------------------------------ a step
 
-    def backward(self, loss: torch.Tensor) -> None:
+    def backward(self, loss: torch.Tensor, n_samples: int | None = None) -> None:
         """Backward for one micro-batch: loss scaling (fp16), then every `grad_accum_steps` micro-batches (and
-        at the end of the training data) gradient clipping, the optimizer step and the schedule step."""
+        at the end of the training data) gradient clipping, the optimizer step and the schedule step.
+
+        The loss is divided by `grad_accum_steps` before its backward (the accumulated gradient is the mean over
+        the micro-batches): pass the micro-batch's own mean loss. An unreduced loss (one value per sample) is
+        averaged here. `n_samples`: the samples in this micro-batch, for a loop that does not take its batches
+        from a training ctx.loader (which counts them); an unreduced loss gives them by its first dimension."""
         self._check_live("ctx.backward")
         if not self._in_epoch:
             raise ContextMisuse("ctx.backward outside `for epoch in ctx.epochs()`: the clocks and stop rules "
@@ -554,28 +579,57 @@ class TrialContext:
             raise ContextMisuse("ctx.backward before ctx.prepare(model): the context steps the optimizer it made")
         if self._deadline != math.inf and time.perf_counter() > self._deadline and self.group is None:
             raise self._stopped(self._hung())
+        n = self._step_samples(loss, n_samples)
+        if loss.ndim:
+            loss = loss.mean()
+        if self._fed:  # a ctx.loader batch: counted once (by its first micro-step; a batch taken and not trained on
+            self._samples += self._unstepped  # is not counted)
+            self._unstepped = 0
+        else:  # no ctx.loader batch: this step's samples
+            self._samples += n
+            if self._compiled and self._first_step is None and self.epoch == 1:
+                self._first_step = (self._t0, math.nan)  # the first step started with the epoch
         accum = self._accum
         if self._loss_sum is None:  # summed on the device: no host sync per step
-            self._loss_sum = loss.detach().float() * self._batch_n
+            self._loss_sum = loss.detach().float() * n
         else:
-            self._loss_sum.add_(loss.detach(), alpha=self._batch_n)
-        self._loss_n += self._batch_n
+            self._loss_sum.add_(loss.detach(), alpha=n)
+        self._loss_n += n
         scaled = loss / accum if accum > 1 else loss
         (self.scaler.scale(scaled) if self.scaler is not None else scaled).backward()
         self._micro += 1
         self._steps += 1
         if self._micro >= accum or self._last_batch:
             self._optimizer_step()
+        self._step_clock.mark()  # the epoch's training ends with its last step (no sync here)
         if self._first_step is not None and math.isnan(self._first_step[1]):
             self._first_step = (self._first_step[0], accel.clock(self.device))  # compile happened in this step
         if self._steps % FINITE_CHECK_EVERY == 0:
             self._check_steps()
         if self._probe is not None and not self._probe.done:
             try:
-                self._probe.after_step(self.device, self._batch_n, self._train_loader_len,
+                self._probe.after_step(self.device, n, self._train_loader_len,
                                        float(self.settings["data_fraction"]))
             except TrialStopped as e:
                 raise self._stopped(e) from None
+
+    def _step_samples(self, loss: Any, n_samples: Any) -> int:
+        """The samples of one ctx.backward: given, the first dimension of an unreduced loss, or the ctx.loader
+        batch's; a loop of its own that gives none of these is refused (its samples/s would be steps/s)."""
+        if not isinstance(loss, torch.Tensor):
+            raise ContextMisuse(f"ctx.backward takes the loss tensor; got {type(loss).__name__}")
+        if n_samples is not None:
+            if isinstance(n_samples, bool) or not isinstance(n_samples, numbers.Integral) or n_samples < 1:
+                raise ContextMisuse(f"ctx.backward(loss, n_samples=...): the samples in this micro-batch, an int "
+                                    f">= 1; got {n_samples!r}")
+            return int(n_samples)
+        if loss.ndim:
+            return int(loss.shape[0])
+        if self._fed:
+            return self._batch_n
+        raise ContextMisuse("ctx.backward(loss): this step's batch did not come from a training ctx.loader, so its "
+                            "samples are unknown: pass ctx.backward(loss, n_samples=len(x)) (or an unreduced loss, "
+                            "one value per sample)")
 
     def _check_steps(self) -> None:
         """Every FINITE_CHECK_EVERY steps: a non-finite loss (and, on several devices, the hang limit: every
@@ -618,12 +672,13 @@ class TrialContext:
         """Gradients of a trailing partial accumulation are stepped at the end of the epoch's data."""
         if self._micro and self.opt is not None:
             self._optimizer_step()
+            self._step_clock.mark()
 
     def _make_schedule(self) -> torch.optim.lr_scheduler.LRScheduler:
         s = self.settings
         if self._train_loader_len is None:
             raise ContextMisuse(f"lr_schedule {s['lr_schedule']} needs the steps per epoch: iterate a "
-                                "ctx.loader(...) for the training data")
+                                "ctx.loader(...) for the training data, or give ctx.epochs(steps_per_epoch=...)")
         per_epoch = math.ceil(self._train_loader_len / int(s["grad_accum_steps"]))
         builder = SCHEDULES[s["lr_schedule"]]
         assert builder is not None and self.opt is not None
@@ -635,7 +690,8 @@ class TrialContext:
         """This epoch's metrics (floats or 0-d tensors): the stop rules decide here whether the trial goes on."""
         self._check_live("ctx.report")
         if not self._in_epoch:
-            raise ContextMisuse("ctx.report outside `for epoch in ctx.epochs()`")
+            raise ContextMisuse("ctx.report outside `for epoch in ctx.epochs()`: report each epoch's metrics inside "
+                                "the loop, once (final metrics after the loop: return them from fit as a dict)")
         if self._reported:
             raise ContextMisuse(f"ctx.report called twice in epoch {self.epoch}: report every metric in one call")
         values = self._check_metrics(metrics)
@@ -653,14 +709,22 @@ class TrialContext:
             raise self._stopped(stop) from None
 
     def _epoch_time_s(self) -> float:
-        """This epoch's training seconds: up to its last step's end (or now), less the first step's compile when
-        `time_excludes_compile`. The speed probe sees the epoch end here (and may stop the trial)."""
-        end = self._train_end if self._train_end is not None else self._clock_all()
+        """This epoch's training seconds: up to the end of its last ctx.backward step, however the loop ended
+        (its data ran out, it broke off, it had its own batches), so evaluation after it is not training; without
+        a step, up to the end of the training data, else now. Less the first step's compile when
+        `time_excludes_compile`. The speed probe sees the epoch end here (and may stop the trial, but not one
+        whose training is complete: the last epoch's report)."""
+        end = self._step_clock.last()
+        if end is None:
+            end = self._train_end if self._train_end is not None else self._clock_all()
         if self._probe is not None:
             try:
                 self._probe.epoch_end(end)
-            except TrialStopped as e:
+            except ProbeDone as e:  # a probe of its own has its measurement: the run ends here
                 raise self._stopped(e) from None
+            except TrialStopped as e:
+                if self.epoch < self.epochs_total:
+                    raise self._stopped(e) from None
         epoch_time_s = max(0.0, end - self._t0)
         if self.epoch == 1 and self._first_step is not None and not math.isnan(self._first_step[1]):
             first = self._first_step[1] - self._first_step[0]

@@ -43,7 +43,9 @@ def projected_time_s(elapsed_s: float, epoch: int, epochs: int) -> float:
 
 
 def check_slow(elapsed_s: float, epoch: int, epochs: int, max_trial_seconds: float | None) -> None:
-    if max_trial_seconds is None:
+    """Projected training time over `max_trial_seconds`; never at the last epoch: the training it would save is
+    done, and a finished trial is kept (it was worth its time)."""
+    if max_trial_seconds is None or epoch >= epochs:
         return
     proj = projected_time_s(elapsed_s, epoch, epochs)
     if proj > max_trial_seconds:

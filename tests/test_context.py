@@ -12,11 +12,12 @@ import pytest
 import torch
 
 import autotune
-from autotune import accel, config, context
+from autotune import accel, config, context, stops
 from autotune.context import ContextMisuse, TrialContext
 from autotune.errors import ConfigError, TrialStopped
 from autotune.settings import DEFAULTS
 from autotune.study import open_study
+from autotune.throughput import ProbeWindow
 from tests import user_fits
 from tests.conftest import ROOT
 
@@ -270,6 +271,69 @@ def test_cuda_graph_modes_with_accumulation_are_unsupported(tmp_path: Path) -> N
     t = autotune.run(cfg).study.trials[0]
     assert t.state.name == "PRUNED" and t.user_attrs["stop_reason"] == "unsupported"
     assert "CUDA graphs" in t.user_attrs["stop_detail"]
+
+
+def _loop_ending(ctx: TrialContext, model: torch.nn.Module, how: str, steps: int = 3) -> None:
+    """`steps` training steps of an epoch, the loop ending `how`: it breaks out of ctx.loader (airbench), takes
+    batches of its own (nanoGPT's get_batch), or runs the loader out."""
+    x, y = user_fits.X, user_fits.Y
+    if how == "own":
+        for i in range(steps):
+            xb, yb = x[i * 50:(i + 1) * 50], y[i * 50:(i + 1) * 50]
+            ctx.backward(torch.nn.functional.cross_entropy(model(xb), yb), n_samples=len(xb))
+        return
+    for i, (xb, yb) in enumerate(ctx.loader((x[:50 * steps], y[:50 * steps]) if how == "exhausted" else (x, y))):
+        if how == "break_before" and i == steps:  # the batch taken last is not trained on
+            break
+        ctx.backward(torch.nn.functional.cross_entropy(model(xb), yb))
+        if how == "break" and i + 1 == steps:
+            break
+
+
+@pytest.mark.parametrize("how", ["break", "break_before", "own", "exhausted"])
+def test_training_clock_stops_at_the_last_step_however_the_loop_ends(how: str) -> None:
+    ctx = ctx_for(epochs=2, batch_size=50, lr=1e-2)
+    model, _ = ctx.prepare(user_fits.MLP())
+    for _ in ctx.epochs():
+        _loop_ending(ctx, model, how)
+        __import__("time").sleep(0.3)  # evaluation: not training
+        ctx.report(val_loss=1.0)
+    for h in ctx.history:
+        assert h.epoch_time_s < 0.15, (how, h.epoch_time_s)  # three tiny steps, not the 0.3 s after them
+        assert h.samples_per_s * h.epoch_time_s == pytest.approx(150, rel=1e-6)  # the samples trained on
+    assert ctx.result().train_time_s == pytest.approx(sum(h.epoch_time_s for h in ctx.history))
+
+
+def test_a_trial_over_max_trial_seconds_only_in_its_last_epoch_completes(tmp_path: Path) -> None:
+    cfg = user(tmp_path, "fit_slow_last_epoch", train={"epochs": 3, "user.last_sleep_s": 1.2}, study={"n_trials": 1},
+               pruning={"slow": {"max_trial_seconds": 1.0, "vs_front": 1.5}})
+    t = autotune.run(cfg).study.trials[0]
+    assert t.state.name == "COMPLETE", t.user_attrs  # its training was done: no rule throws it away
+    assert t.user_attrs["train_time_s"] > 1.0 and len(t.user_attrs["history"]) == 3
+    with pytest.raises(TrialStopped, match="max_trial_seconds"):  # the rule still acts before the last epoch
+        stops.check_slow(2.1, 2, 3, 3.0)
+    stops.check_slow(9.0, 3, 3, 3.0)
+
+
+def test_finished_training_is_not_stopped_by_the_hang_limit_or_the_probe() -> None:
+    """The last epoch's training done, neither a batch taken and not trained on past hang_seconds nor the speed
+    probe's verdict at the epoch's end throws it away."""
+    def too_slow(m: Any) -> None:
+        raise TrialStopped("slow", 0, "projected too slow (speed probe)")
+
+    window = ProbeWindow(on_measured=too_slow, min_seconds=60.0)  # measured at the epoch's end
+    ctx = TrialContext({**DEFAULTS, "device": "cpu", "epochs": 1, "batch_size": 50},
+                       limits=context.Limits(hang_seconds=1.0), probe=window)
+    model, _ = ctx.prepare(user_fits.MLP())
+    for _ in ctx.epochs():
+        for i, (x, y) in enumerate(ctx.loader((user_fits.X, user_fits.Y))):
+            if i == 9:  # its step count reached: the batch just taken is not trained on
+                break
+            ctx.backward(torch.nn.functional.cross_entropy(model(x), y))
+            if i == 8:
+                __import__("time").sleep(1.1)  # the hang limit passes during the last step
+        ctx.report(val_loss=1.0)
+    assert window.done and ctx.stop is None and len(ctx.history) == 1
 
 
 # ---------------------------------------------------------------- the stop rules, for user trials

@@ -314,3 +314,18 @@ def fit_picky(ctx: autotune.TrialContext) -> None:
     if ctx.params["channels_last"]:
         raise RuntimeError("no channels_last kernel for this operator")
     fit_sleepy(ctx)
+
+
+def fit_slow_last_epoch(ctx: autotune.TrialContext) -> None:
+    """The README fit whose last epoch's training takes `user.last_sleep_s` longer (one slow step): only its finished
+    training is over a time limit."""
+    model, _ = ctx.prepare(MLP())
+    train = ctx.loader((X, Y))
+    for epoch in ctx.epochs():
+        model.train()
+        for i, (x, y) in enumerate(train):
+            if epoch == ctx.epochs_total and i == 0:
+                time.sleep(ctx.params.get("last_sleep_s", 0.0))
+            ctx.backward(nn.functional.cross_entropy(model(x), y))
+        acc, val_loss = accuracy(ctx.model, ctx)
+        ctx.report(val_accuracy=acc, val_loss=val_loss)
