@@ -336,6 +336,57 @@ def test_finished_training_is_not_stopped_by_the_hang_limit_or_the_probe() -> No
     assert window.done and ctx.stop is None and len(ctx.history) == 1
 
 
+def _own_batches(ctx: TrialContext, model: torch.nn.Module, steps: int, per_sample: bool = False) -> None:
+    """nanoGPT's shape: batches from a get_batch of its own, not from ctx.loader."""
+    for i in range(steps):
+        xb, yb = user_fits.X[i * 40:(i + 1) * 40], user_fits.Y[i * 40:(i + 1) * 40]
+        if per_sample:  # an unreduced loss: its first dimension is the batch
+            ctx.backward(torch.nn.functional.cross_entropy(model(xb), yb, reduction="none"))
+        else:
+            ctx.backward(torch.nn.functional.cross_entropy(model(xb), yb), n_samples=len(xb))
+
+
+@pytest.mark.parametrize("per_sample", [False, True])
+def test_own_batches_count_their_samples_for_the_epoch_and_the_probe(per_sample: bool) -> None:
+    window = ProbeWindow(warmup=2, steps=4, min_seconds=0.0)
+    ctx = TrialContext({**DEFAULTS, "device": "cpu", "epochs": 2, "lr_schedule": "cosine", "optimizer": "sgd",
+                        "lr": 0.1}, probe=window)
+    model, opt = ctx.prepare(user_fits.MLP())
+    for _ in ctx.epochs(steps_per_epoch=10):  # the schedule's length: no ctx.loader says it here
+        _own_batches(ctx, model, 10, per_sample)
+        ctx.report(val_loss=1.0)
+    for h in ctx.history:
+        assert h.samples_per_s * h.epoch_time_s == pytest.approx(400, rel=1e-6)  # 10 steps of 40 samples
+        assert h.train_loss > 0
+    m = window.measurement
+    assert m is not None and m.samples_per_s == pytest.approx(40 * m.steps_per_s)  # samples/s, not steps/s
+    assert m.epoch_samples == pytest.approx(400)
+    assert opt.param_groups[0]["lr"] == pytest.approx(0.0, abs=1e-9)  # cosine over 2 x 10 steps ends at zero
+
+
+def test_own_batches_without_a_sample_count_are_refused_clearly() -> None:
+    ctx = ctx_for(epochs=1)
+    model, _ = ctx.prepare(user_fits.MLP())
+    with pytest.raises(ContextMisuse, match=r"ctx\.backward\(loss\): this step's batch did not come from a "
+                                            r"training ctx\.loader.*pass ctx\.backward\(loss, n_samples=len\(x\)\)"):
+        for _ in ctx.epochs():
+            ctx.backward(torch.nn.functional.cross_entropy(model(user_fits.X[:8]), user_fits.Y[:8]))
+    with pytest.raises(ContextMisuse, match=r"n_samples=\.\.\.\): the samples in this micro-batch, an int >= 1; "
+                                            r"got 0"):
+        ctx2 = ctx_for(epochs=1)
+        model2, _ = ctx2.prepare(user_fits.MLP())
+        for _ in ctx2.epochs():
+            ctx2.backward(model2(user_fits.X[:8]).sum(), n_samples=0)
+    ctx3 = ctx_for(epochs=1, lr_schedule="cosine")
+    model3, _ = ctx3.prepare(user_fits.MLP())
+    with pytest.raises(ContextMisuse, match=r"lr_schedule cosine needs the steps per epoch: .*"
+                                            r"ctx\.epochs\(steps_per_epoch=\.\.\.\)"):
+        for _ in ctx3.epochs():
+            _own_batches(ctx3, model3, 1)
+    with pytest.raises(ContextMisuse, match=r"steps_per_epoch=\.\.\.\): the ctx\.backward calls of one epoch"):
+        next(iter(ctx_for().epochs(steps_per_epoch=0)))
+
+
 # ---------------------------------------------------------------- the stop rules, for user trials
 
 
