@@ -221,7 +221,8 @@ class LoaderBatches:
 
 class Batches:
     """What `ctx.loader` returns: iterate it for batches on the device. A training loader's iteration is
-    timed (input wait, samples) and ends the epoch's training clock."""
+    timed (input wait, samples). `len()` is its batches per epoch, `.batch_size` and `.dataset` (the data after
+    `data_fraction`) read as a DataLoader's do."""
 
     def __init__(self, ctx: TrialContext, inner: DeviceBatches | LoaderBatches, train: bool) -> None:
         self._ctx = ctx
@@ -237,6 +238,15 @@ class Batches:
         if isinstance(inner, DeviceBatches):
             return inner.batch_size
         return int(inner.loader.batch_size or getattr(inner.loader.batch_sampler, "batch_size", 1))
+
+    @property
+    def dataset(self) -> Dataset:
+        """The data batched, after `data_fraction` (as a DataLoader's `.dataset`: `len(train.dataset)` samples):
+        the Dataset given (a Subset of it), or a TensorDataset of the tensors (on the device with data_on_device)."""
+        inner = self._inner
+        if isinstance(inner, DeviceBatches):
+            return TensorDataset(*inner.tensors)
+        return inner.loader.dataset
 
     def __iter__(self) -> Iterator[Any]:
         return self._ctx._timed(self._inner) if self.train else iter(self._inner)

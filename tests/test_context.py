@@ -233,6 +233,18 @@ def test_data_fraction_is_stratified_for_tensors() -> None:
     assert set(kept.tolist()) == set(y.tolist())
 
 
+@pytest.mark.parametrize("on_device", [True, False])
+def test_batches_have_the_dataset_they_batch(on_device: bool) -> None:
+    ctx = ctx_for(data_fraction=0.5, batch_size=64, data_on_device=on_device)
+    train = ctx.loader((user_fits.X, user_fits.Y))
+    assert len(train.dataset) == sum(len(b[0]) for b in train.untimed()) == pytest.approx(300, abs=3)
+    x0, y0 = train.dataset[0]
+    assert x0.shape == user_fits.X[0].shape and y0.ndim == 0
+    ds = ctx.loader(user_fits.PairDataset(), train=False)  # a Dataset: itself (evaluation: all of it)
+    assert isinstance(ds.dataset, user_fits.PairDataset) and len(ds.dataset) == len(user_fits.Y)
+    assert len(ctx.loader(user_fits.PairDataset()).dataset) == 300  # training: data_fraction of it, a Subset
+
+
 def test_compiled_training_loader_drops_the_short_last_batch() -> None:
     plain = ctx_for(batch_size=48).loader((user_fits.IMAGES, user_fits.LABELS))
     compiled = ctx_for(batch_size=48, compile=True).loader((user_fits.IMAGES, user_fits.LABELS))
