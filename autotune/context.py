@@ -37,7 +37,7 @@ from torch.utils.data import DataLoader, Dataset, IterableDataset, Subset, Tenso
 from . import accel
 from .distributed import Group, ShardedBatches
 from .errors import STOP_REASONS, AutotuneError, TrialStopped
-from .metrics import CLOCKS
+from .metrics import CATALOGUE, CLOCKS
 from .optimizers import SCHEDULES, make_optimizer
 from .settings import Settings
 from .stops import Limits, check_divergence, check_slow
@@ -814,7 +814,7 @@ class TrialContext:
                 from .errors import one_of
 
                 raise ContextMisuse(f"ctx.report({key}=...): {key!r} is not an objective or a declared metric; "
-                                    f"{one_of(self._known)} (declare more under `metrics:` in the YAML)")
+                                    f"{one_of(self._reportable())} (declare more under `metrics:` in the YAML)")
             if isinstance(value, torch.Tensor):
                 if value.numel() != 1:
                     raise ContextMisuse(f"ctx.report({key}=...): a metric is one number; got a tensor of shape "
@@ -826,6 +826,19 @@ class TrialContext:
                 raise ContextMisuse(f"ctx.report({key}=...): a metric is a number; got {type(value).__name__}") \
                     from None
         return out
+
+    def _reportable(self) -> set[str]:
+        """What a training function is offered to report: the study's objectives that it evaluates (not clocks, not
+        what autotune measures on a model), its declared `metrics:`, train_loss and val_loss (early stopping's
+        default); without a study, every name accepted but the clocks."""
+        cfg = self.config
+        if cfg is None or not hasattr(cfg, "objectives"):
+            names = set(self._known or ())
+        else:
+            names = {o.metric for o in cfg.objectives} | set(cfg.metrics)
+        # a user's own metric, or one of ours that a training function reports (not a clock, not measured on a model)
+        evaluated = {n for n in names if (m := CATALOGUE.get(n)) is None or m.source == "reported"}
+        return evaluated | {"train_loss", "val_loss"}
 
     def _early_stopping(self, values: Mapping[str, float]) -> None:
         """`early_stopping_patience` epochs without an improvement of the watched metric (val_loss by default)."""

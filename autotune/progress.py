@@ -5,6 +5,7 @@ On a terminal this uses rich; when stdout is not a terminal (CI logs, pipes) it 
 
 from __future__ import annotations
 
+import re
 import sys
 from typing import Any
 
@@ -29,6 +30,23 @@ def fmt_value(v: Any) -> str:
 
 def fmt_params(params: dict[str, Any]) -> str:
     return " ".join(f"{k}={fmt_value(v)}" for k, v in params.items())
+
+
+ERROR_WIDTH = 120  # characters of a failed trial's error on its line (the whole text is in its `error` attr)
+_PLACE = re.compile(r" \(at [^()]*\)$")  # describe_exception's "(at file.py:12 in fit)"
+
+
+def clip(text: str, width: int = ERROR_WIDTH) -> str:
+    """`text` in at most `width` characters: cut at a word boundary with an ellipsis (...), the error's place in
+    the user's code ("(at file:line in fn)") kept whole."""
+    if len(text) <= width:
+        return text
+    m = _PLACE.search(text)
+    place = m.group(0) if m is not None and len(m.group(0)) < width // 2 else ""
+    head = text[: len(text) - len(place)]
+    room = width - len(place) - 3
+    cut = head[:room + 1].rsplit(" ", 1)[0] if " " in head[room // 2:room + 1] else head[:room]
+    return cut.rstrip(" ,;:") + "..." + place
 
 
 class RunView:
@@ -64,7 +82,7 @@ class RunView:
         if state == "PRUNED" or ua.get("stop_reason") == "early_stopped":
             state = f"{state} ({ua.get('stop_reason', 'pruned')} @ epoch {ua.get('stop_epoch', '?')})"
         elif state == "FAIL":
-            state = f"FAIL ({ua.get('stop_reason', 'error')}: {ua.get('error', '')[:80]})"
+            state = f"FAIL ({ua.get('stop_reason', 'error')}: {clip(str(ua.get('error', '')))})"
         elif state == "COMPLETE" and not feasible(t):
             state = "COMPLETE (infeasible)"  # violates a constraint: kept, never recommended
         measured = "  ".join(f"{short(m)} {fmt_metric(m, ua.get(m))}" for m in shown_with(self.metrics)

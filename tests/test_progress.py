@@ -48,6 +48,20 @@ def test_one_line_per_trial_says_how_it_ended(capsys: pytest.CaptureFixture[str]
     assert "COMPLETE (infeasible)" in infeasible  # violates its constraint: kept, never recommended
 
 
+def test_a_long_error_is_cut_at_a_word_with_its_place_kept(capsys: pytest.CaptureFixture[str]) -> None:
+    words = "ContextMisuse: ctx.report(val_f2=...): 'val_f2' is not an objective or a declared metric; allowed: " \
+            "train_loss, val_accuracy, val_loss (declare more under `metrics:` in the YAML)"
+    failed = create_trial(state=TrialState.FAIL, params={"lr": 0.02}, distributions=LR,
+                          user_attrs={"stop_reason": "error", "error": f"{words} (at fit.py:7 in fit)"})
+    (line,) = lines(capsys, study_of(failed))
+    shown = re.search(r"FAIL \(error: (.*)\) +acc", line).group(1)  # type: ignore[union-attr]
+    assert len(shown) <= progress.ERROR_WIDTH and shown.endswith("... (at fit.py:7 in fit)")
+    head = shown.removesuffix("... (at fit.py:7 in fit)")
+    assert words.startswith(head) and words[len(head)] in " ;,:", head  # whole words only
+    assert progress.clip("x" * 300).endswith("...") and len(progress.clip("x" * 300)) == progress.ERROR_WIDTH
+    assert progress.clip("short error") == "short error"
+
+
 def test_pareto_table_and_recommendation(capsys: pytest.CaptureFixture[str]) -> None:
     study = study_of(done(0.99, 3.0, 0.001), done(0.97, 1.0, 0.002), done(0.90, 2.0, 0.003),
                      done(0.999, 0.5, 0.004, constraints={"accuracy_drop": 0.1}))

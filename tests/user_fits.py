@@ -329,3 +329,13 @@ def fit_slow_last_epoch(ctx: autotune.TrialContext) -> None:
             ctx.backward(nn.functional.cross_entropy(model(x), y))
         acc, val_loss = accuracy(ctx.model, ctx)
         ctx.report(val_accuracy=acc, val_loss=val_loss)
+
+
+def fit_never_reports(ctx: autotune.TrialContext) -> None:
+    """Trains and evaluates, but forgets ctx.report."""
+    model, _ = ctx.prepare(MLP())
+    train = ctx.loader((X, Y))
+    for _ in ctx.epochs():
+        for x, y in train:
+            ctx.backward(nn.functional.cross_entropy(model(x), y))
+        accuracy(ctx.model, ctx)
