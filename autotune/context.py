@@ -13,9 +13,15 @@ applies the stop rules. It is the only place that applies an acceleration settin
                     loss = my_loss(model(x), y)
                 ctx.backward(loss)                                   # GradScaler, accumulation, clip, step
             ctx.report(val_f1=evaluate(ctx.model))                   # the stop rules act here
+        return {"val_f1": evaluate(ctx.model, full=True)}            # optional: final metrics (a dict)
+
+`ctx.backward` divides the loss by `grad_accum_steps` (the accumulated gradient is the mean over the
+micro-batches): give it each micro-batch's mean loss, not one already divided. What `fit` returns, None
+or a dict of final metrics, is added to (and overrides) the last epoch's reported metrics.
 
 No Optuna here: the stop rules reach the context as one callback (`on_epoch`), which may raise
-`TrialStopped`. Clocks are read after a device synchronize; the host never waits on the device
+`TrialStopped`. An epoch's training clock runs from its start (after a device synchronize) to the end of
+its last ctx.backward step, timed by a CUDA event per step on a GPU; the host never waits on the device
 inside an epoch except once every `FINITE_CHECK_EVERY` steps (a blow-up is stopped early).
 """
 
@@ -266,7 +272,8 @@ class TrialContext:
     `device`, `seed`, `epochs_total`, `batch_size` (the global batch), `precision`, `model` (the prepared,
     uncompiled model), `optimizer` (the searched optimizer, as a factory of parameters -> torch.optim.Optimizer),
     `rank` and `world_size` (0 and 1 unless the trial trains on several devices).
-    Call: `prepare`, `loader`, `epochs`, `autocast`, `backward`, `report`.
+    Call: `prepare`, `loader`, `epochs`, `autocast`, `backward`, `report`; a training function may return a dict
+    of final metrics (`result`).
 
     With `group` (several devices, distributed.py) the context is one rank's: `prepare` wraps the model in
     DistributedDataParallel, a training `loader` yields this rank's share of each global batch, samples and the

@@ -35,6 +35,9 @@ class FatalDeviceError(AutotuneError):
     """An error after which the process's CUDA context is unusable (illegal address, device-side assert)."""
 
 
+log = logging.getLogger(__name__)
+PRUNING_OFF = "pruning_off"  # user attr: why the study's per-epoch pruner could not act on this trial
+
 # Caught by study.optimize (the trial is FAIL, the study goes on); anything else stops the run.
 CATCH = (TrialFailed, RuntimeError, ValueError, TypeError, ArithmeticError, MemoryError)
 
@@ -132,6 +135,7 @@ class Objective:
         self.streak = FailureStreak(cfg.study.max_repeated_errors)
         self.gate = probe.Gate(cfg)  # the speed probe: what the study knows of each throughput combination
         self.search = strategy.Search(cfg, self.fit)  # study.strategy: the space joint, or narrowed by probes
+        self._said: set[str] = set()  # warnings logged in this run (once each)
 
     def __call__(self, trial: optuna.Trial) -> float | list[float]:
         # The trial's user attrs are written once, when it ends, whichever way it ends (records.py).
@@ -286,12 +290,30 @@ class Objective:
                 trial.report(float(d[self.metrics[0]]), rec.epoch)
                 if trial.should_prune():
                     raise TrialStopped("pruned", rec.epoch, "Optuna pruner")
+            elif per_epoch(self.metrics[0]) and pruners.resolved_name(self.cfg) != "none":
+                self._pruning_off(trial, "pruning", [self.metrics[0]])
+        elif self.pareto is not None and (unreported := [m for m in self.epoch_metrics if m not in d]):
+            # dominance on the other objectives alone would throw away a trial better on the one not known yet
+            self._pruning_off(trial, "Pareto pruning", unreported)
         elif self.pareto is not None and all(math.isfinite(v) for v in epoch_values[-1]):
             step = len(epoch_values)
             finished = trial.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED))
             why = self.pareto.stop(epoch_values[-1], step, finished, epochs)
             if why is not None:
                 raise TrialStopped("dominated", step, why)
+
+    def _pruning_off(self, trial: optuna.Trial, what: str, unreported: list[str]) -> None:
+        """Said once, at the trial's first epoch without them (user attr `pruning_off`), and logged once per run:
+        the study's per-epoch pruner cannot judge a trial on objectives it does not see each epoch."""
+        if PRUNING_OFF in trial.user_attrs:
+            return
+        names = ", ".join(unreported)
+        text = (f"{what} is off for this trial: {names} {'is' if len(unreported) == 1 else 'are'} not reported "
+                f"every epoch (ctx.report({unreported[0]}=...) in each epoch turns it on)")
+        trial.set_user_attr(PRUNING_OFF, text)
+        if text not in self._said:
+            self._said.add(text)
+            log.warning(f"warning: {self.name}: {text}")
 
     @staticmethod
     def _record_failure_text(trial: optuna.Trial, text: str, epoch: int) -> str:

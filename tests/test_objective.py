@@ -39,6 +39,26 @@ def test_finite_objectives_complete_with_every_metric_recorded(tmp_path: Path) -
     assert {"samples_per_s", "val_loss", "epochs_run", "seed", "settings"} <= set(t.user_attrs)
 
 
+@pytest.mark.parametrize("objectives,what", [
+    ([{"metric": "val_bpb", "direction": "minimize"}, "train_time_s"], "Pareto pruning"),
+    ([{"metric": "val_bpb", "direction": "minimize"}], "pruning"),
+])
+def test_an_objective_reported_only_at_the_end_says_pruning_is_off(tmp_path: Path, objectives: list[Any], what: str,
+                                                                    caplog: pytest.LogCaptureFixture) -> None:
+    cfg = user_study(tmp_path, "fit_reports_at_the_end", objectives=objectives, train={"epochs": 3, "batch_size": 64},
+                     study={"name": "o", "storage": f"sqlite:///{tmp_path}/o.db", "n_trials": 2})
+    with caplog.at_level("WARNING", logger="autotune.objective"):
+        trials = autotune.run(cfg).study.trials
+    text = f"{what} is off for this trial: val_bpb is not reported every epoch (ctx.report(val_bpb=...) in each epoch"
+    for t in trials:
+        assert t.state.name == "COMPLETE" and t.user_attrs["pruning_off"].startswith(text), t.user_attrs
+    said = [r.getMessage() for r in caplog.records if "is off for this trial" in r.getMessage()]
+    assert len(said) == 1 and "tests.user_fits:fit_reports_at_the_end" in said[0]  # once per run, not per trial
+    every = user_study(tmp_path, "fit", objectives=["val_accuracy", "train_time_s"],
+                       study={"name": "every", "storage": f"sqlite:///{tmp_path}/o.db", "n_trials": 1})
+    assert "pruning_off" not in autotune.run(every).study.trials[0].user_attrs  # reported each epoch: on
+
+
 def test_job_measures_inference_only_when_an_objective_or_constraint_needs_it() -> None:
     plain = config.from_dict({})
     assert not objective.job_for(plain, plain.fixed(), 0).measure_inference
