@@ -7,6 +7,8 @@ writes "Triton Error [CUDA]: "; the driver API check writes "CUDA driver error: 
 
 from __future__ import annotations
 
+import time
+
 import pytest
 import torch
 
@@ -81,3 +83,36 @@ def test_an_error_code_alone_marks_a_fatal_error() -> None:
     assert accel.is_fatal_device_error(exc)
     exc.error_code = 2  # type: ignore[attr-defined]  # cudaErrorMemoryAllocation: recoverable
     assert not accel.is_fatal_device_error(exc)
+
+
+class _FakeEvent:
+    """A device event on the host's clock: recorded when queued (a device that is never behind)."""
+
+    def __init__(self, enable_timing: bool = False) -> None:
+        self.t = float("nan")
+
+    def record(self) -> None:
+        self.t = time.perf_counter()
+
+    def synchronize(self) -> None:
+        pass
+
+    def elapsed_time(self, end: _FakeEvent) -> float:
+        return (end.t - self.t) * 1e3
+
+
+@pytest.mark.parametrize("events", [False, True])
+def test_step_clock_ends_at_the_last_marked_step(events: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    if events:  # the GPU's path: events timed against the epoch's start event, read once
+        monkeypatch.setitem(accel._EVENTS, "cpu", _FakeEvent)
+    clock = accel.StepClock(torch.device("cpu"))
+    t0 = time.perf_counter()
+    clock.start(t0)
+    assert clock.last() is None  # no step yet
+    clock.mark()
+    marked = time.perf_counter()
+    time.sleep(0.05)  # evaluation after the step: not in it
+    end = clock.last()
+    assert end is not None and t0 <= end <= marked
+    clock.start(time.perf_counter())  # a new epoch forgets the last one's steps
+    assert clock.last() is None
