@@ -176,9 +176,9 @@ class Objective:
         missing = [m for m in self.metrics if m not in metrics]
         if missing and not any(r.metrics for r in result.history):
             self._fail(trial, ContextMisuse(
-                f"{self.name} never called ctx.report(...) in its {result.epochs_run} epoch(s) and returned no "
-                f"{', '.join(missing)}: report the objectives ({', '.join(missing)}) once per epoch, inside `for "
-                f"epoch in ctx.epochs()`: ctx.report({missing[0]}=...)"), result.epochs_run)
+                f"{self.name} never called ctx.report(...) with a metric in its {result.epochs_run} epoch(s) and "
+                f"returned no {', '.join(missing)}: report the objectives ({', '.join(missing)}) once per epoch, "
+                f"inside `for epoch in ctx.epochs()`: ctx.report({missing[0]}=...)"), result.epochs_run)
         if missing:
             self._fail(trial, ContextMisuse(f"{self.name} never reported {', '.join(missing)} (an objective): "
                                             f"ctx.report({missing[0]}=...) each epoch, or return {{{missing[0]!r}: "

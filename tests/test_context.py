@@ -515,9 +515,9 @@ def test_a_fit_that_never_reports_is_told_so(tmp_path: Path) -> None:
     t = autotune.run(user(tmp_path, "fit_never_reports", study={"n_trials": 1})).study.trials[0]
     assert t.state.name == "FAIL"
     assert t.user_attrs["error"].startswith(
-        "ContextMisuse: tests.user_fits:fit_never_reports never called ctx.report(...) in its 2 epoch(s) and returned "
-        "no val_accuracy: report the objectives (val_accuracy) once per epoch, inside `for epoch in ctx.epochs()`: "
-        "ctx.report(val_accuracy=...)"), t.user_attrs["error"]
+        "ContextMisuse: tests.user_fits:fit_never_reports never called ctx.report(...) with a metric in its 2 epoch(s) "
+        "and returned no val_accuracy: report the objectives (val_accuracy) once per epoch, inside `for epoch in "
+        "ctx.epochs()`: ctx.report(val_accuracy=...)"), t.user_attrs["error"]
     with pytest.raises(ContextMisuse, match=r"ctx\.report outside `for epoch in ctx\.epochs\(\)`: report each "
                                             r"epoch's metrics inside the loop"):
         ctx_for().report(val_loss=1.0)
