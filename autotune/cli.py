@@ -217,6 +217,38 @@ def _args_launch(p: argparse.ArgumentParser) -> None:
     p.add_argument("--wait", action="store_true", help="wait for every job and say how each ended")
 
 
+# ---------------------------------------------------------------- storage-proxy
+
+
+def _cmd_storage_proxy(args: argparse.Namespace) -> int:
+    from . import proxy
+    from .storage import make_storage
+
+    cfg = _load(args)
+    file = Path(cfg.source).name
+    proxy.check_backend(cfg.study.storage, file)
+    backend = make_storage(cfg)
+    if cfg.study.heartbeat_interval is not None:
+        print("note: heartbeats do not pass through the proxy: a worker that dies on another machine leaves its "
+              "trial RUNNING (one on the proxy's clients' own hosts is still seen)", file=sys.stderr)
+    try:
+        proxy.serve(backend, cfg.study.storage, file, args.host, args.port, on_ready=lambda line: print(
+            f"{line}\nworkers: autotune worker --storage grpc://{args.host}:{args.port} --study {cfg.study.name}"
+            f"   (the study must exist: autotune launch {args.file} --storage grpc://{args.host}:{args.port} ...)",
+            flush=True))
+    except KeyboardInterrupt:
+        return 130
+    return 0
+
+
+def _args_storage_proxy(p: argparse.ArgumentParser) -> None:
+    p.add_argument("file", help="YAML run file whose study.storage (PostgreSQL, MySQL or SQLite) to serve")
+    _add_study_flags(p)
+    p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only; "
+                                                        "0.0.0.0 for every machine: no authentication)")
+    p.add_argument("--port", type=int, default=13000, help="port (default 13000)")
+
+
 # ---------------------------------------------------------------- validate
 
 
@@ -427,6 +459,8 @@ COMMANDS: dict[str, tuple[Command, AddArgs, str]] = {
                "join an existing study from any machine and run its trials until it is done"),
     "launch": (_cmd_launch, _args_launch,
                "create a study, then submit its workers as jobs (Slurm through submitit, or local processes)"),
+    "storage-proxy": (_cmd_storage_proxy, _args_storage_proxy,
+                      "serve a study's storage over gRPC (Optuna's proxy) to many workers: grpc://HOST:PORT"),
     "validate": (_cmd_validate, _args_validate, "check a YAML file without running it"),
     "best": (_cmd_best, _args_best, "print the recommended trial of a study (and --export it as a runnable YAML)"),
     "doctor": (_cmd_doctor, _args_doctor, "show the device, versions, and which precisions and compile work here"),
