@@ -110,7 +110,8 @@ def create(cfg: RunConfig, req: Request, fresh: bool = False) -> RunConfig:
     no GPU); each job checks its own node as `autotune worker` does."""
     cfg = from_dict(cfg.to_dict(), overrides={"study.storage": worker_url(cfg)}, source=cfg.source)
     device = str(cfg.fixed()["device"])
-    label = None if device in ("cpu", "mps") else f"{device}: {gpus(cfg, req)} GPU(s) per {req.executor} job"
+    label = None if device in ("cpu", "mps") else f"{device}: {gpus(cfg, req)} GPU(s) per {req.executor} job" \
+        if EXECUTORS[req.executor] else f"{device}: each worker's own"
     study_mod.open_study(cfg, fresh=fresh, device_name=label)
     return cfg
 
