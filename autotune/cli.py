@@ -182,7 +182,8 @@ def _cmd_launch(args: argparse.Namespace) -> int:
         return 0
     jobs = launch.submit(cfg, req)
     print("\n".join(launch.follow(cfg, req, jobs, args.file)), flush=True)
-    n_jobs, failed = len(jobs), launch.wait(jobs) if args.wait else None
+    wait = args.wait or req.executor == "debug"  # debug jobs run in this process, as they are waited for
+    n_jobs, failed = len(jobs), launch.wait(jobs) if wait else None
     jobs.clear()  # now: a submitit job still referenced at interpreter exit prints a TypeError from its __del__
     if failed is None:
         return 0

@@ -129,3 +129,12 @@ def test_parse_time(text: str, minutes: int) -> None:
 def test_parse_time_refuses_other_forms() -> None:
     with pytest.raises(ConfigError, match=r"--time: must be minutes or \[D-\]H:MM:SS.*got '90m'"):
         launch.parse_time("90m")
+
+
+def test_debug_jobs_run_in_this_process_one_after_the_other(tmp_path: Path, capsys: Any) -> None:
+    path = write_cfg(tmp_path, f"journal:///{tmp_path}/d.log", 3, name="d")
+    assert cli.main(["launch", str(path), "--executor", "debug", "--workers", "2", "--logs",
+                     str(tmp_path / "logs")]) == 0  # no --wait: debug jobs only run when waited for
+    out = capsys.readouterr().out
+    assert_exact(load(path), 3)
+    assert "ran 3 trial(s)" in out and "ran 0 trial(s)" in out and "2 of 2 job(s) ended well" in out
