@@ -159,6 +159,97 @@ def _args_worker(p: argparse.ArgumentParser) -> None:
                                                              "for a journal study whose workers were all killed")
 
 
+# ---------------------------------------------------------------- launch
+
+
+def _cmd_launch(args: argparse.Namespace) -> int:
+    import optuna
+
+    from . import launch
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    cfg = _load(args)
+    req = launch.Request(executor=args.executor, workers=args.workers, partition=args.partition,
+                         time_min=launch.parse_time(args.time), gpus_per_task=args.gpus_per_task,
+                         cpus_per_task=args.cpus_per_task, mem_gb=args.mem_gb, folder=Path(args.logs),
+                         name=args.job_name)
+    for line in launch.check(cfg, req):
+        print(f"note: {line}", file=sys.stderr)
+    cfg = launch.create(cfg, req, fresh=args.fresh)
+    if launch.EXECUTORS[req.executor] is None:
+        print(f"study {cfg.study.name} is ready in {redact(cfg.study.storage)}; start workers anywhere with: "
+              f"autotune worker --storage {launch.quoted(cfg.study.storage)} --study {cfg.study.name}")
+        return 0
+    jobs = launch.submit(cfg, req)
+    print("\n".join(launch.follow(cfg, req, jobs, args.file)), flush=True)
+    wait = args.wait or req.executor == "debug"  # debug jobs run in this process, as they are waited for
+    n_jobs, failed = len(jobs), launch.wait(jobs) if wait else None
+    jobs.clear()  # now: a submitit job still referenced at interpreter exit prints a TypeError from its __del__
+    if failed is None:
+        return 0
+    for line in failed:
+        print(f"error: {line}", file=sys.stderr)
+    from .budget import counts
+    from .study import open_study
+
+    c = counts(open_study(cfg, create=False).get_trials(deepcopy=False))
+    print(f"{n_jobs - len(failed)} of {n_jobs} job(s) ended well; the study holds {c.finished} finished, "
+          f"{c.running} running, {c.failed} failed trial(s)")
+    return 1 if failed else 0
+
+
+def _args_launch(p: argparse.ArgumentParser) -> None:
+    p.add_argument("file", help="YAML run file: the study is created (or resumed) here, then its workers submitted")
+    _add_study_flags(p)
+    p.add_argument("--executor", default="slurm",
+                   help="slurm (sbatch, default), local (processes on this machine), debug (in this process), "
+                        "none (only create the study: start `autotune worker` yourself, e.g. a Kubernetes Job)")
+    p.add_argument("--workers", type=int, default=1, help="jobs in the array, one worker each (default 1)")
+    p.add_argument("--partition", help="Slurm partition")
+    p.add_argument("--time", default="60", help="time limit of each job: minutes or [D-]H:MM:SS (default 60)")
+    p.add_argument("--gpus-per-task", type=int, help="GPUs per job (default: the config's devices; 0 on a CPU "
+                                                      "config)")
+    p.add_argument("--cpus-per-task", type=int, help="CPU cores per job (also its torch threads)")
+    p.add_argument("--mem-gb", type=float, help="memory per job, GB")
+    p.add_argument("--logs", default="studies/launch", help="folder of the jobs' logs and submitit's files "
+                                                            "(default studies/launch; on a shared filesystem)")
+    p.add_argument("--job-name", help="the jobs' name (default autotune-STUDY)")
+    p.add_argument("--fresh", action="store_true", help="delete the stored study of this name and start over")
+    p.add_argument("--wait", action="store_true", help="wait for every job and say how each ended")
+
+
+# ---------------------------------------------------------------- storage-proxy
+
+
+def _cmd_storage_proxy(args: argparse.Namespace) -> int:
+    from . import proxy
+    from .storage import make_storage
+
+    cfg = _load(args)
+    file = Path(cfg.source).name
+    proxy.check_backend(cfg.study.storage, file)
+    backend = make_storage(cfg)
+    if cfg.study.heartbeat_interval is not None:
+        print("note: heartbeats do not pass through the proxy: a worker that dies on another machine leaves its "
+              "trial RUNNING (one on the proxy's clients' own hosts is still seen)", file=sys.stderr)
+    try:
+        proxy.serve(backend, cfg.study.storage, file, args.host, args.port, on_ready=lambda line: print(
+            f"{line}\nworkers: autotune worker --storage grpc://{args.host}:{args.port} --study {cfg.study.name}"
+            f"   (the study must exist: autotune launch {args.file} --storage grpc://{args.host}:{args.port} ...)",
+            flush=True))
+    except KeyboardInterrupt:
+        return 130
+    return 0
+
+
+def _args_storage_proxy(p: argparse.ArgumentParser) -> None:
+    p.add_argument("file", help="YAML run file whose study.storage (PostgreSQL, MySQL or SQLite) to serve")
+    _add_study_flags(p)
+    p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only; "
+                                                        "0.0.0.0 for every machine: no authentication)")
+    p.add_argument("--port", type=int, default=13000, help="port (default 13000)")
+
+
 # ---------------------------------------------------------------- validate
 
 
@@ -367,6 +458,10 @@ COMMANDS: dict[str, tuple[Command, AddArgs, str]] = {
     "run": (_cmd_run, _args_run, "run or resume the study a YAML file describes"),
     "worker": (_cmd_worker, _args_worker,
                "join an existing study from any machine and run its trials until it is done"),
+    "launch": (_cmd_launch, _args_launch,
+               "create a study, then submit its workers as jobs (Slurm through submitit, or local processes)"),
+    "storage-proxy": (_cmd_storage_proxy, _args_storage_proxy,
+                      "serve a study's storage over gRPC (Optuna's proxy) to many workers: grpc://HOST:PORT"),
     "validate": (_cmd_validate, _args_validate, "check a YAML file without running it"),
     "best": (_cmd_best, _args_best, "print the recommended trial of a study (and --export it as a runnable YAML)"),
     "doctor": (_cmd_doctor, _args_doctor, "show the device, versions, and which precisions and compile work here"),

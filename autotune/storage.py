@@ -1,4 +1,4 @@
-"""Storages: a study's URL (sqlite:///, postgresql://, mysql://, journal:///) opened as an Optuna storage,
+"""Storages: a study's URL (sqlite:///, postgresql://, mysql://, journal:///, grpc://) opened as an Optuna storage,
 checked before anything is written, and the config a study keeps read back from it.
 
 Every way in (`autotune run`, `--workers`, `autotune worker`, `report`, `dashboard`, warm starts) opens its
@@ -17,7 +17,7 @@ from typing import Any
 
 import optuna
 
-from . import orphans, records
+from . import orphans, proxy, records
 from .config import RunConfig, from_dict
 from .errors import ConfigError, redact
 
@@ -37,9 +37,11 @@ def make_storage(cfg: RunConfig) -> optuna.storages.BaseStorage:
     file = _file(cfg)
     if url.startswith("journal://"):
         return _journal(cfg, url, file)
+    if url.startswith(proxy.PREFIX):  # Optuna's gRPC storage proxy (`autotune storage-proxy`): no heartbeats
+        return proxy.connect(url, file)
     if "://" not in url:
         raise ConfigError(file, "study.storage", f"must be a URL: sqlite:///path.db, postgresql://..., "
-                                                 f"mysql://... or journal:///path.log; got {url!r}")
+                                                 f"mysql://..., journal:///path.log or grpc://HOST:PORT; got {url!r}")
     kwargs: dict[str, Any] = {}
     engine: dict[str, Any] = {}
     if url.startswith("sqlite:///"):

@@ -84,7 +84,8 @@ def test_journal_refuses_heartbeats(tmp_path: Path) -> None:
 
 def test_a_storage_that_is_not_a_url(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"^s\.yaml: study\.storage: must be a URL: sqlite:///path\.db, "
-                                          r"postgresql://\.\.\., mysql://\.\.\. or journal:///path\.log; "
+                                          r"postgresql://\.\.\., mysql://\.\.\., journal:///path\.log or "
+                                          r"grpc://HOST:PORT; "
                                           r"got 'studies/a\.db'$"):
         storage.make_storage(bare("studies/a.db"))
 
