@@ -130,7 +130,7 @@ class Objective:
         quality = [o for o in cfg.objectives if is_quality(o.metric)]
         self.quality = (quality[0].metric, str(quality[0].direction)) if quality else ("val_accuracy", "maximize")
         self.streak = FailureStreak(cfg.study.max_repeated_errors)
-        self.gate = probe.Gate(cfg)  # the speed probe: what the study knows of each throughput combination
+        self.gate = probe.Gate(cfg, self.fit)  # the speed probe: what the study knows of each throughput combination
         self.search = strategy.Search(cfg, self.fit)  # study.strategy: the space joint, or narrowed by probes
 
     def __call__(self, trial: optuna.Trial) -> float | list[float]:
@@ -248,9 +248,9 @@ class Objective:
             if accel.is_oom(e):
                 oom = f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"
             else:
+                self.gate.failed(trial, values, window, e)  # before the frames go: they say whose failure it is
                 failure = _without_frames(e)
                 fatal = accel.is_fatal_device_error(e)
-                self.gate.failed(trial, values, window, failure)
         if stop is not None:
             accel.release_memory()
             self._stop(trial, stop.reason, stop.epoch, stop.detail)
