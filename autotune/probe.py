@@ -254,7 +254,7 @@ class Gate:
             trial.set_user_attr("probe", _summary(rec))
             self.check_projection(trial, values, rec)
 
-        return ProbeWindow(on_measured=measured)
+        return ProbeWindow(on_measured=measured, compiled=bool(values.get("compile")))
 
     def failed(self, trial: optuna.Trial, values: Mapping[str, Any], window: ProbeWindow | None,
                exc: BaseException) -> str | None:

@@ -20,7 +20,7 @@ from autotune import config, context, probe
 from autotune import storage as storage_mod
 from autotune import study as study_mod
 from autotune.settings import DEFAULTS
-from autotune.throughput import ProbeDone, ProbeWindow
+from autotune.throughput import ProbeDone, ProbeWindow, RepeatedWindow
 from tests import user_fits
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -59,7 +59,7 @@ def ctx_with(window: ProbeWindow, epochs: int = 1) -> context.TrialContext:
 
 
 def test_window_times_steady_steps_after_warmup_and_sees_the_compile() -> None:
-    window = ProbeWindow(steps=5)
+    window = ProbeWindow(steps=5, compiled=True)
     context.run(sleepy_steps(0.02, 0.3), ctx_with(window))
     m = window.measurement
     assert m is not None and m.timed_steps >= 5
@@ -67,6 +67,44 @@ def test_window_times_steady_steps_after_warmup_and_sees_the_compile() -> None:
     assert 100 < m.samples_per_s <= 400
     assert 0.25 < m.compile_time_s < 1.5  # the slow first step, less a steady one
     assert m.epoch_samples == 40 * 8
+
+
+def test_an_uncompiled_trial_has_no_compile_time(tmp_path: Path) -> None:
+    """A slow first step without compile (allocator, caches) is the first step's, not compile's: the study's probe
+    of an uncompiled combination records compile_time_s 0, and its first_step_s keeps the slow step."""
+    cfg = user(tmp_path, "fit")
+    study = study_mod.open_study(cfg)
+    trial = study.ask()
+    values = {**DEFAULTS, "device": "cpu", "epochs": 1, "compile": False}
+    window = probe.Gate(cfg).window(trial, values)
+    assert window is not None
+    context.run(sleepy_steps(0.02, 0.3), context.TrialContext(values, probe=window))
+    m = window.measurement
+    assert m is not None and m.first_step_s > 0.25 and m.compile_time_s == 0.0
+    assert trial.user_attrs["probe"]["compile_time_s"] == 0.0
+
+
+def test_repeated_windows_time_until_the_last_ones_agree() -> None:
+    """Steps 3-6 are slow (a busy neighbour), the rest fast: windows of 2 steps go on past the slow ones until the
+    last 3 agree, and the measurement is their median, not the slow start."""
+
+    def fit(ctx: context.TrialContext) -> None:
+        model, _ = ctx.prepare(nn.Linear(4, 2))
+        train = ctx.loader((torch.randn(80, 4), torch.randint(0, 2, (80,))), batch_size=8)
+        for _ in ctx.epochs():
+            for i, (x, y) in enumerate(train):
+                time.sleep(0.05 if 2 <= i < 6 else 0.005)
+                ctx.backward(nn.functional.cross_entropy(model(x), y))
+            ctx.report(val_loss=1.0)
+
+    window = RepeatedWindow(end_run=True, warmup=2, steps=2, min_seconds=0.0, agree=3, tolerance=0.5,
+                            max_windows=8)
+    with pytest.raises(ProbeDone) as e:
+        context.run(fit, ctx_with(window, epochs=3))
+    slow, fast = window.windows[0], e.value.measurement
+    assert len(window.windows) == 5  # two slow windows, then three fast ones that agree
+    assert fast.samples_per_s > 3 * slow.samples_per_s and window.spread <= 0.5
+    assert fast in window.windows[-3:]
 
 
 def test_a_probe_of_its_own_ends_the_run_after_its_steps() -> None:
