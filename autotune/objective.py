@@ -149,7 +149,7 @@ class Objective:
         trial.set_user_attr("seed", seed)
         trial.set_user_attr("settings", values)
         dev = accel.resolve_device(values["device"])
-        trial.set_user_attr("device", accel.device_name(dev))
+        trial.set_user_attr("device", accel.device_name(dev, values.get("cpu_threads") or None))  # the trial's threads
         trial.set_user_attr("precision", values["precision"])
         why = accel.precision_error(str(dev), values["precision"])
         if why is not None:
