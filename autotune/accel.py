@@ -40,13 +40,16 @@ def resolve_device(name: str) -> torch.device:
     return dev
 
 
-def device_name(dev: torch.device) -> str:
+def device_name(dev: torch.device, threads: int | str | None = None) -> str:
+    """The device's name; a CPU's with the threads its trials use: `threads` (a fixed `cpu_threads`, or
+    'searched'), else this process's torch threads."""
     if dev.type == "cuda":
         return torch.cuda.get_device_name(dev)
     if dev.type == "cpu":
         import platform
 
-        return f"cpu ({platform.processor() or platform.machine()}, {torch.get_num_threads()} threads)"
+        n = threads or torch.get_num_threads()
+        return f"cpu ({platform.processor() or platform.machine()}, {n if isinstance(n, str) else f'{n} threads'})"
     return dev.type
 
 

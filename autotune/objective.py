@@ -133,7 +133,7 @@ class Objective:
         quality = [o for o in cfg.objectives if is_quality(o.metric)]
         self.quality = (quality[0].metric, str(quality[0].direction)) if quality else ("val_accuracy", "maximize")
         self.streak = FailureStreak(cfg.study.max_repeated_errors)
-        self.gate = probe.Gate(cfg)  # the speed probe: what the study knows of each throughput combination
+        self.gate = probe.Gate(cfg, self.fit)  # the speed probe: what the study knows of each throughput combination
         self.search = strategy.Search(cfg, self.fit)  # study.strategy: the space joint, or narrowed by probes
         self._said: set[str] = set()  # warnings logged in this run (once each)
 
@@ -153,7 +153,7 @@ class Objective:
         trial.set_user_attr("seed", seed)
         trial.set_user_attr("settings", values)
         dev = accel.resolve_device(values["device"])
-        trial.set_user_attr("device", accel.device_name(dev))
+        trial.set_user_attr("device", accel.device_name(dev, values.get("cpu_threads") or None))  # the trial's threads
         trial.set_user_attr("precision", values["precision"])
         why = accel.precision_error(str(dev), values["precision"])
         if why is not None:
@@ -257,9 +257,9 @@ class Objective:
             if accel.is_oom(e):
                 oom = f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"
             else:
+                self.gate.failed(trial, values, window, e)  # before the frames go: they say whose failure it is
                 failure = _without_frames(e)
                 fatal = accel.is_fatal_device_error(e)
-                self.gate.failed(trial, values, window, failure)
         if stop is not None:
             accel.release_memory()
             self._stop(trial, stop.reason, stop.epoch, stop.detail)

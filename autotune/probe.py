@@ -9,8 +9,8 @@ study user attr, `probe:<hash of combination, device and torch version>`, so eve
 reuse it, and a study moved to another machine measures afresh.
 
 Before a trial trains (`Gate.check`), what the study knows about its combination decides:
-- it failed before (an exception before its first steps were timed): the trial is stopped at once,
-  `stop_reason: unsupported`, with that error;
+- it failed before because of its settings (see below): the trial is stopped at once, `stop_reason:
+  unsupported`, with that error;
 - its samples/s are known: the projected training time, epochs x samples per epoch / samples/s (+ compile),
   is checked against `max_trial_seconds` and `vs_front` (the slowest Pareto trial x the factor): too slow
   stops it before its first epoch (`stop_reason: slow`, `stop_epoch: 0`).
@@ -18,14 +18,33 @@ Otherwise the trial measures itself (`Gate.window`): its first steps after warm-
 (throughput.ProbeWindow), the measurement is stored, and the same projection may stop it right there
 (still `stop_epoch: 0`). A probe costs two device synchronizations and one study write per combination,
 and a stopped trial saves the rest of its first epoch (and later trials of that combination all of theirs).
+
+Which failures mark a combination unsupported (`blame`): a wrong "unsupported" poisons every later trial
+with that combination, in this run and every resumed one, while a missed one only costs a trial that fails
+again; so the rule is narrow. A failure is the combination's only when all of these hold:
+- it came before the combination was measured (no trial with it got through its timed steps here);
+- the innermost frame of its traceback is not in the user's code (autotune, torch, an installed package);
+- it is attributable to a setting of the combination: raised through torch's compiler (dynamo, inductor,
+  AOT autograd, triton) with `compile` on; a kernel missing for the trial's fp16/bf16 (`... not implemented
+  for 'Half'`); or raised inside autotune's own application of a setting (accel.py: compile, autocast,
+  the grad scaler, backend flags).
+Anything else is the trial's own failure (FAIL, with its text) and the next trial with the same combination
+runs again: the user's code raising (a KeyError, a transient OSError while reading data, a shape bug in
+the loss), whatever the settings. The record also keeps `code`, a fingerprint of the user's training
+function's file: a record written for other code (the user fixed a bug that surfaced through the compiler),
+or by an older autotune that recorded any early failure (no `blame`), is not trusted and the combination
+is measured afresh.
 """
 
 from __future__ import annotations
 
 import hashlib
+import inspect
 import json
 import math
+import os
 import time
+import traceback
 from collections.abc import Mapping
 from typing import Any
 
@@ -35,7 +54,7 @@ import torch
 from . import accel
 from .config import MODEL_PREFIX, USER_PREFIX, RunConfig
 from .context import TrainResult
-from .errors import TrialStopped, describe_exception
+from .errors import TrialStopped, _library_file, describe_exception
 from .throughput import Measurement, ProbeWindow
 
 # Trainer settings that set how fast a step runs (optimizer, accumulation and clipping change a step's cost by
@@ -92,15 +111,60 @@ class Cache:
 
 
 def record(combo: Mapping[str, Any], device: str, measurement: Measurement | None = None, error: str | None = None,
-           source: str = "") -> dict[str, Any]:
-    """A study's probe record: the combination, where it ran, and its measurement or its error."""
+           source: str = "", blame: str | None = None, code: str | None = None) -> dict[str, Any]:
+    """A study's probe record: the combination, where it ran, and its measurement or its error (with the setting
+    it is blamed on and the fingerprint of the code it ran: an error is trusted only with both, see `trusted`)."""
     out: dict[str, Any] = {"combination": dict(combo), "device": device, "torch": torch.__version__, "source": source}
     if measurement is not None:  # unknowns (NaN) are stored as null
         out.update({k: v if not (isinstance(v, float) and not math.isfinite(v)) else None
                     for k, v in measurement.as_dict().items()})
     if error is not None:
         out["error"] = error
+        if blame is not None:
+            out.update(blame=blame, code=code)
     return out
+
+
+# torch's compiler stack: a failure raised through it, with compile on, is compile's
+COMPILER_PATHS = ("/torch/_dynamo/", "/torch/_inductor/", "/torch/_functorch/", "/triton/")
+# a device without a kernel for the trial's reduced precision (torch's words, lower-cased)
+DTYPE_MARKERS = ("not implemented for 'half'", "not implemented for 'bfloat16'", "unsupported scalartype half",
+                 "unsupported scalartype bfloat16")
+_ACCEL_FILE = os.path.join(os.path.dirname(os.path.abspath(accel.__file__)), "accel.py")
+
+
+def blame(exc: BaseException, values: Mapping[str, Any]) -> str | None:
+    """The setting of the trial's combination this failure is attributable to, or None: the trial's own failure
+    (the user's code, data, loss...). Needs the exception's traceback (call it before its frames are dropped).
+    The rule is the module's doc; it errs towards None, which costs at most a trial that fails again."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    if not frames or not _library_file(frames[-1].filename):
+        return None  # raised by the user's own code (or with no place to tell): theirs, whatever the settings
+    files = [os.path.abspath(f.filename).replace(os.sep, "/") for f in frames]
+    if values.get("compile") and any(p in f for f in files for p in COMPILER_PATHS):
+        return "compile"
+    text = str(exc).lower()
+    if values.get("precision", "fp32") != "fp32" and any(m in text for m in DTYPE_MARKERS):
+        return "precision"
+    applied = [f.name for f in frames if os.path.abspath(f.filename) == _ACCEL_FILE]
+    if applied:
+        return f"accel.{applied[-1]}"  # autotune's own application of an acceleration setting
+    return None
+
+
+def code_fingerprint(fit: Any) -> str:
+    """What the trial's code is, for an error record: a hash of the training function's file ('builtin': the
+    built-in trainer, which autotune's version stands for; '' when the file cannot be read)."""
+    if fit is None:
+        from . import __version__
+
+        return f"builtin {__version__}"
+    try:
+        path = inspect.getsourcefile(fit)
+        with open(path or "", "rb") as f:
+            return hashlib.sha1(f.read()).hexdigest()[:12]
+    except (OSError, TypeError):
+        return ""
 
 
 def projected_time_s(rec: Mapping[str, Any], values: Mapping[str, Any]) -> float | None:
@@ -116,8 +180,9 @@ def projected_time_s(rec: Mapping[str, Any], values: Mapping[str, Any]) -> float
 class Gate:
     """What the study's probes say about a trial, before and while it trains (see the module's doc)."""
 
-    def __init__(self, cfg: RunConfig) -> None:
+    def __init__(self, cfg: RunConfig, fit: Any = None) -> None:
         self.cfg = cfg
+        self.code = code_fingerprint(fit)  # an error record is trusted only for the code it was written for
         self.caches: dict[int, Cache] = {}  # per study (one objective serves one study; tests reuse objectives)
 
     def _cache(self, trial: optuna.Trial) -> Cache:
@@ -132,10 +197,17 @@ class Gate:
         combo = combination(values)
         return combo, key(combo, device_name(str(values["device"])))
 
+    def trusted(self, rec: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
+        """The record, unless it is an error this gate does not trust: one not blamed on a setting (an older
+        autotune recorded any early failure) or written for other code."""
+        if rec is not None and rec.get("error") and (not rec.get("blame") or rec.get("code") != self.code):
+            return None
+        return rec
+
     def check(self, trial: optuna.Trial, values: Mapping[str, Any]) -> None:
         """Stop the trial now if the study already knows its combination fails here or is too slow."""
         combo, k = self._where(values)
-        rec = self._cache(trial).get(k)
+        rec = self.trusted(self._cache(trial).get(k))
         if rec is None:
             return
         trial.set_user_attr("probe", _summary(rec))
@@ -146,7 +218,7 @@ class Gate:
 
     def known_error(self, trial: optuna.Trial, values: Mapping[str, Any]) -> str | None:
         """The error this trial's combination raised here before, if it did."""
-        rec = self._cache(trial).get(self._where(values)[1])
+        rec = self.trusted(self._cache(trial).get(self._where(values)[1]))
         return str(rec["error"]) if rec is not None and rec.get("error") else None
 
     def check_projection(self, trial: optuna.Trial, values: Mapping[str, Any], rec: Mapping[str, Any]) -> None:
@@ -172,7 +244,7 @@ class Gate:
         """A window that measures this trial's first steps when the study has no measurement of its combination."""
         combo, k = self._where(values)
         cache = self._cache(trial)
-        if cache.get(k) is not None:
+        if self.trusted(cache.get(k)) is not None:
             return None
 
         def measured(m: Measurement) -> None:
@@ -182,17 +254,23 @@ class Gate:
             trial.set_user_attr("probe", _summary(rec))
             self.check_projection(trial, values, rec)
 
-        return ProbeWindow(on_measured=measured)
+        return ProbeWindow(on_measured=measured, compiled=bool(values.get("compile")))
 
     def failed(self, trial: optuna.Trial, values: Mapping[str, Any], window: ProbeWindow | None,
-               exc: BaseException) -> None:
-        """The trial raised before its first steps were timed: its combination fails here (later trials with it
-        stop as unsupported, with this error)."""
+               exc: BaseException) -> str | None:
+        """The trial raised. Before its combination was measured, and blamed on one of its settings (`blame`,
+        called with the traceback still on `exc`): the combination fails here and later trials with it stop as
+        unsupported, with this error. Returns the setting blamed (None: the trial's own failure, not recorded)."""
         if window is None or window.done:
-            return
+            return None
+        why = blame(exc, values)
+        if why is None:
+            return None
         combo, k = self._where(values)
         self._cache(trial).put(k, record(combo, device_name(str(values["device"])),
-                                         error=describe_exception(exc, limit=300), source=f"trial {trial.number}"))
+                                         error=describe_exception(exc, limit=300), source=f"trial {trial.number}",
+                                         blame=why, code=self.code))
+        return why
 
     def finished(self, trial: optuna.Trial, values: Mapping[str, Any], window: ProbeWindow | None,
                  result: TrainResult) -> None:
@@ -214,4 +292,5 @@ def _summary(rec: Mapping[str, Any]) -> dict[str, Any]:
     out = {k: rec[k] for k in ("samples_per_s", "compile_time_s", "source", "error") if rec.get(k) is not None}
     return {k: (round(v, 4) if isinstance(v, float) else v) for k, v in out.items()}
 
-__all__ = ["ATTR_PREFIX", "THROUGHPUT", "Cache", "Gate", "combination", "key", "projected_time_s", "record"]
+__all__ = ["ATTR_PREFIX", "THROUGHPUT", "Cache", "Gate", "blame", "code_fingerprint", "combination", "key",
+           "projected_time_s", "record"]

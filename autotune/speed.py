@@ -3,9 +3,13 @@
 For the model and data in FILE, every combination of the acceleration settings its space searches
 (precision x channels_last x compile x batch_size x data_on_device..., and `model.*` keys) is probed:
 the same training function a trial runs (built-in or the user's), ended after its warm-up and a few
-timed steps (throughput.ProbeWindow with `end_run`). The table lists samples/s fastest first, with
-compile time and peak memory (where the device reports it), and marks what fails here. Everything else
-(learning rate, optimizer, schedule...) is held at a middle value: it does not change how fast a step runs.
+timed steps. One window of a few steps is one reading of a noisy clock (on a busy machine neighbouring rows
+differed 19x), so each row times windows back to back on its one run (throughput.RepeatedWindow) until the
+last 3 agree within 10% or 5 are timed, and reports their median with its spread (`±%`: half their range
+over the median). The table lists samples/s fastest first, with compile time and peak memory (where the
+device reports it), and marks what fails here. Everything else (learning rate, optimizer, schedule, `user.*`
+parameters, unsearched `model.*` keys) is held at a middle value, named in the header: only the searched
+acceleration settings and `model.*` keys change from row to row.
 
 Compiling costs 15-60 s per combination on a CPU: combinations with `compile: true` are probed last, and
 only while the time budget (`budget_s`) lasts; `include_compile=False` leaves them out.
@@ -24,14 +28,17 @@ from typing import Any
 import torch
 
 from . import accel, objective, probe, space, trainer
-from .config import MODEL_PREFIX, RunConfig
+from .config import MODEL_PREFIX, USER_PREFIX, RunConfig
 from .errors import AutotuneError, TrialStopped, describe_exception
 from .stops import Limits
-from .throughput import Measurement, ProbeDone, ProbeWindow
+from .throughput import Measurement, ProbeDone, RepeatedWindow
 
 # The searched settings a speed table spans: the throughput settings but the device (one per study).
 ACCELERATION = tuple(k for k in probe.THROUGHPUT if k != "device")
-PROBE_WARMUP, PROBE_STEPS = 2, 4  # a probe of its own: shorter than a trial's window (each one costs its steps)
+PROBE_WARMUP, PROBE_STEPS = 2, 2  # a probe of its own: shorter than a trial's window (each one costs its steps)
+PROBE_WINDOW_S = 0.02  # each window at least this long (a trial's one window: 0.05 s; here the median of several)
+# windows per row: until the last PROBE_AGREE agree within PROBE_TOLERANCE of their median, at most PROBE_WINDOWS
+PROBE_AGREE, PROBE_TOLERANCE, PROBE_WINDOWS = 3, 0.1, 5
 PROBE_SECONDS = 120.0  # one probe running longer than this (hung, or far too slow) is reported, not waited for
 # what a probe holds fixed whatever the study says: all the data (more steps per epoch), no early stop, no compression
 PROBE_FIXED = {"data_fraction": 1.0, "epochs": 1_000_000, "early_stopping_patience": 0, "prune_method": "none",
@@ -45,6 +52,9 @@ class Row:
     error: str | None = None
     skipped: str | None = None  # why it was not measured (the time budget, compile left out)
     seconds: float = 0.0  # the probe's own wall time
+    spread: float = math.nan  # (max - min) / median of the windows the measurement is the median of
+    windows: int = 0  # windows timed
+    blame: str | None = None  # the setting a failure is attributable to (probe.blame); None: the code's own
 
     @property
     def samples_per_s(self) -> float:
@@ -92,7 +102,9 @@ def measure(cfg: RunConfig, combo: dict[str, Any], fit: trainer.Fit | None = Non
             seconds: float = PROBE_SECONDS) -> Row:
     """Probe one combination: the study's training function, ended after warm-up and the timed steps."""
     values = {**space.fixed_point(cfg, combo), **PROBE_FIXED}
-    window = ProbeWindow(end_run=True, warmup=PROBE_WARMUP, steps=PROBE_STEPS)
+    window = RepeatedWindow(end_run=True, warmup=PROBE_WARMUP, steps=PROBE_STEPS, min_seconds=PROBE_WINDOW_S,
+                            compiled=bool(values["compile"]), agree=PROBE_AGREE, tolerance=PROBE_TOLERANCE,
+                            max_windows=PROBE_WINDOWS)
     job = objective.job_for(cfg, values, cfg.study.seed or 0, measure_inference=False, fit=fit, study_rules=False,
                             probe=window)
     job = dataclasses.replace(job, limits=Limits(hang_seconds=seconds))
@@ -102,7 +114,7 @@ def measure(cfg: RunConfig, combo: dict[str, Any], fit: trainer.Fit | None = Non
         trainer.train(job)
         row.error = "the run ended before its steps were timed (too little data for the warm-up and timed steps)"
     except ProbeDone as done:
-        row.measurement = done.measurement
+        row.measurement, row.spread = done.measurement, window.spread
     except TrialStopped as e:  # unsupported here, or over its time
         if e.reason == "slow":
             row.skipped = f"not measured: still running after {seconds:.3g} s (the time budget)"
@@ -112,8 +124,10 @@ def measure(cfg: RunConfig, combo: dict[str, Any], fit: trainer.Fit | None = Non
         raise  # the configuration itself is wrong (a ConfigError): no row can run
     except Exception as e:  # what the combination raises here: the row says it
         row.error = ("out of memory: " if accel.is_oom(e) else "") + describe_exception(e, limit=200)
+        row.blame = probe.blame(e, values)
     finally:
         row.seconds = time.perf_counter() - t0
+        row.windows = len(window.windows)
         accel.release_memory()
     return row
 
@@ -151,18 +165,19 @@ def table(rows: list[Row], columns: list[str] | None = None) -> str:
     """The rows as a text table: samples/s and the ratio to the fastest, compile s, peak memory, the settings."""
     cols = columns or list(dict.fromkeys(k for r in rows for k in r.combination))
     best = max((r.samples_per_s for r in rows), default=0.0)
-    head = ["#", "samples/s", "vs best", "compile s", "peak MiB", *cols]
+    head = ["#", "samples/s", "±%", "vs best", "compile s", "peak MiB", *cols]
     body: list[list[str]] = []
     notes: list[str] = []
     for i, r in enumerate(rows, 1):
         m = r.measurement
         if m is not None:
-            cells = [f"{m.samples_per_s:,.0f}", f"{m.samples_per_s / best:.2f}x" if best else "-",
+            cells = [f"{m.samples_per_s:,.0f}", f"{50 * r.spread:.0f}" if math.isfinite(r.spread) else "-",
+                     f"{m.samples_per_s / best:.2f}x" if best else "-",
                      f"{m.compile_time_s:.1f}" if r.combination.get("compile") else "-",
                      f"{m.peak_memory_bytes / 2**20:,.0f}" if m.peak_memory_bytes else "-"]
         else:
             mark = "fails" if r.error else "skipped"
-            cells = [mark, "-", "-", "-"]
+            cells = [mark, "-", "-", "-", "-"]
             notes.append(f"  {i}: {r.error or r.skipped}")
         body.append([str(i), *cells, *(_cell(r.combination.get(c, "")) for c in cols)])
     widths = [max(len(x) for x in col) for col in zip(head, *body)]
@@ -172,12 +187,26 @@ def table(rows: list[Row], columns: list[str] | None = None) -> str:
     return "\n".join(lines)
 
 
+def held_fixed(cfg: RunConfig) -> dict[str, Any]:
+    """The `user.*` and `model.*` values every row runs with (searched ones at their middle value): a user's
+    function may build its model from them, so the table is for these values only."""
+    grid = searched(cfg)
+    values = space.fixed_point(cfg, {})
+    return {k: v for k, v in values.items() if k.startswith((USER_PREFIX, MODEL_PREFIX)) and k not in grid}
+
+
 def header(cfg: RunConfig, n: int) -> str:
     dev = accel.resolve_device(str(cfg.fixed()["device"]))
     what = cfg.trainer or f"model {cfg.model.name or cfg.model.factory}, data {cfg.data.name or cfg.data.factory}"
+    fixed = held_fixed(cfg)
+    held = "; held fixed: " + ", ".join(f"{k} {_fmt(v)}" for k, v in fixed.items()) if fixed else ""
     return (f"{cfg.source.rsplit('/', 1)[-1]}: {what}; {n} combination(s) of "
             f"{', '.join(searched(cfg)) or 'no searched acceleration setting'}; on {accel.device_name(dev)}, "
-            f"torch {torch.__version__}")
+            f"torch {torch.__version__}{held}")
+
+
+def _fmt(v: Any) -> str:
+    return f"{v:.4g}" if isinstance(v, float) else _cell(v)
 
 
 def compile_note(combos: list[dict[str, Any]], include_compile: bool, budget_s: float) -> str | None:
@@ -192,10 +221,11 @@ def compile_note(combos: list[dict[str, Any]], include_compile: bool, budget_s: 
 
 def row_line(row: Row, done: int, total: int) -> str:
     """One probe's progress line: its combination and samples/s, or why it was not measured."""
-    what = f"{row.samples_per_s:,.0f} samples/s" if row.measurement else (row.error or row.skipped or "")
+    what = f"{row.samples_per_s:,.0f} samples/s ±{50 * row.spread:.0f}% ({row.windows} windows)" \
+        if row.measurement else (row.error or row.skipped or "")
     return (f"  [{done}/{total}] {', '.join(f'{k} {v}' for k, v in row.combination.items())}: "
             f"{what[:120]} ({row.seconds:.1f}s)")
 
 
-__all__ = ["ACCELERATION", "Row", "combinations", "compile_note", "header", "measure", "row_line", "run", "searched",
-           "sort", "table"]
+__all__ = ["ACCELERATION", "Row", "combinations", "compile_note", "header", "held_fixed", "measure", "row_line", "run",
+           "searched", "sort", "table"]

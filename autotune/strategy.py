@@ -177,9 +177,10 @@ def probe_all(study: optuna.Study | None, cfg: RunConfig, fit: trainer.Fit | Non
         if rec is not None and rec.get("error"):
             rows.append(speed.Row(combo, error=rec["error"]))
             continue
-        row = speed.measure(cfg, combo, fit)
+        row = speed.measure(cfg, combo, fit)  # (an error not blamed on a setting is recorded, not trusted by trials)
         cache.put(k, probe.record(probe.combination(values), probe.device_name(str(values["device"])),
-                                  row.measurement, row.error, source="probe_then_tune"))
+                                  row.measurement, row.error, source="probe_then_tune", blame=row.blame,
+                                  code=probe.code_fingerprint(fit)))
         rows.append(row)
     return rows
 

@@ -189,7 +189,7 @@ def open_study(cfg: RunConfig, fresh: bool = False, create: bool = True,
         study.set_user_attr("config", storage_mod.stored_config(cfg))
         study.set_user_attr("source", redact(cfg.source))
         study.set_user_attr("versions", versions())
-        study.set_user_attr("device", device_name or accel.device_name(accel.resolve_device(cfg.fixed()["device"])))
+        study.set_user_attr("device", device_name or device_label(cfg))
         study.set_user_attr("metrics", [o.metric for o in cfg.objectives])
         with warnings.catch_warnings():  # experimental in Optuna, and stable enough for a label
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
@@ -199,6 +199,14 @@ def open_study(cfg: RunConfig, fresh: bool = False, create: bool = True,
             for line in warm.enqueue(study, cfg, earlier):
                 print(f"note: {line}", file=sys.stderr, flush=True)
     return study
+
+
+def device_label(cfg: RunConfig) -> str:
+    """The study's device as its trials use it: a CPU with the fixed `cpu_threads` ('threads searched' when the
+    space searches them; this process's threads when 0, torch's default)."""
+    threads: int | str | None = "threads searched" if "cpu_threads" in cfg.space else \
+        int(cfg.fixed().get("cpu_threads") or 0) or None
+    return accel.device_name(accel.resolve_device(cfg.fixed()["device"]), threads)
 
 
 def retrain_best(cfg: RunConfig, study: optuna.Study, best: results.TrialSummary, path: Path) -> Path:

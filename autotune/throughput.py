@@ -6,6 +6,11 @@ compiles, autotunes kernels, fills caches) it times at least `steps` more and at
 over whatever is not training (evaluation between epochs), then hands a `Measurement` to `on_measured`, which
 may stop the trial (`TrialStopped`). With `end_run` the run then ends (`ProbeDone`): a probe of its own, for
 `autotune speed` and the `probe_then_tune` strategy; without it the trial trains on, measured for free.
+`RepeatedWindow` times several such windows back to back on one run (after one warm-up) and keeps the median,
+with their spread: one window is one reading of a noisy clock on a busy machine.
+
+`compile_time_s` is the first step less a steady one only when the trial compiles (`compiled=True`); otherwise
+it is 0, and the slow first step (allocator, caches, lazy initialisation) is only in `first_step_s`.
 
 The same `fit(ctx)` runs either way, built-in or a user's: one place measures throughput for both.
 """
@@ -63,9 +68,10 @@ class ProbeWindow:
 
     def __init__(self, on_measured: Callable[[Measurement], None] | None = None, end_run: bool = False,
                  warmup: int = WARMUP_STEPS, steps: int = TIMED_STEPS, min_seconds: float = MIN_SECONDS,
-                 max_steps: int = MAX_STEPS) -> None:
+                 max_steps: int = MAX_STEPS, compiled: bool = False) -> None:
         self.on_measured = on_measured
         self.end_run = end_run
+        self.compiled = compiled  # the trial compiles its model: its first step's extra time is compile's
         self.warmup, self.steps, self.min_seconds, self.max_steps = warmup, steps, min_seconds, max_steps
         self.measurement: Measurement | None = None
         self._dev: torch.device | None = None
@@ -133,6 +139,16 @@ class ProbeWindow:
         self._measure(timed)
 
     def _measure(self, timed: float) -> None:
+        self._finish(self._measurement(timed))
+
+    def _finish(self, measurement: Measurement) -> None:
+        self.measurement = measurement
+        if self.on_measured is not None:
+            self.on_measured(measurement)
+        if self.end_run:
+            raise ProbeDone(measurement)
+
+    def _measurement(self, timed: float) -> Measurement:
         dev = self._dev
         assert dev is not None
         steady = timed / max(1, self._timed_steps)
@@ -140,15 +156,49 @@ class ProbeWindow:
         full = batches * batch_size / fraction if batches else None
         peak = int(torch.cuda.max_memory_allocated(dev)) if dev.type == "cuda" else None
         first = self._first_step_s if math.isfinite(self._first_step_s) else steady
-        self.measurement = Measurement(
+        return Measurement(
             samples_per_s=self._samples / timed if timed > 0 else 0.0,
             steps_per_s=self._timed_steps / timed if timed > 0 else 0.0, timed_steps=self._timed_steps,
-            timed_s=timed, first_step_s=first, compile_time_s=max(0.0, first - steady), epoch_samples=full,
-            peak_memory_bytes=peak)
-        if self.on_measured is not None:
-            self.on_measured(self.measurement)
-        if self.end_run:
-            raise ProbeDone(self.measurement)
+            timed_s=timed, first_step_s=first, compile_time_s=max(0.0, first - steady) if self.compiled else 0.0,
+            epoch_samples=full, peak_memory_bytes=peak)
 
 
-__all__ = ["MAX_STEPS", "MIN_SECONDS", "Measurement", "ProbeDone", "ProbeWindow", "TIMED_STEPS", "WARMUP_STEPS"]
+class RepeatedWindow(ProbeWindow):
+    """Windows of `steps` timed steps (each at least `min_seconds`) back to back on one run, after one warm-up,
+    until the last `agree` of them lie within `tolerance` of their median (max - min over the median) or
+    `max_windows` are timed. The measurement is the median of those last windows; `spread` is their
+    (max - min) / median, `windows` every window timed."""
+
+    def __init__(self, *args: Any, agree: int = 3, tolerance: float = 0.1, max_windows: int = 8,
+                 **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.agree, self.tolerance, self.max_windows = agree, tolerance, max_windows
+        self.windows: list[Measurement] = []
+        self.spread = math.nan
+        self._restart = False  # a window just closed after a step: the next one starts now
+
+    def _measure(self, timed: float) -> None:
+        self.windows.append(self._measurement(timed))
+        last = sorted(self.windows[-self.agree:], key=lambda m: m.samples_per_s)
+        mid = last[len(last) // 2]
+        rates = [m.samples_per_s for m in last]
+        self.spread = (rates[-1] - rates[0]) / mid.samples_per_s if mid.samples_per_s > 0 else math.inf
+        if len(self.windows) < self.max_windows and (len(last) < self.agree or self.spread > self.tolerance):
+            self._timed_s, self._timed_steps, self._samples, self._restart = 0.0, 0, 0, True
+            return
+        self._finish(mid)
+
+    def after_step(self, dev: torch.device, batch_samples: int, epoch_batches: int | None,
+                   data_fraction: float) -> None:
+        super().after_step(dev, batch_samples, epoch_batches, data_fraction)
+        if self._restart:  # the window closed on this step's synchronize: the next one is timed from here
+            self._restart = False
+            self._start = time.perf_counter()
+
+    def epoch_end(self, t: float) -> None:
+        super().epoch_end(t)
+        self._restart = False  # closed at the epoch's end: the next epoch's start resumes the timing
+
+
+__all__ = ["MAX_STEPS", "MIN_SECONDS", "Measurement", "ProbeDone", "ProbeWindow", "RepeatedWindow", "TIMED_STEPS",
+           "WARMUP_STEPS"]

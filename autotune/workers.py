@@ -298,13 +298,11 @@ def _preflight_child(cfg_dict: dict[str, Any], source: str, conn: Any) -> None:
     """Entry point of the spawned device check: ("ok", device name), ("config", file, key, message) or
     ("error", one line)."""
     lifetime.die_with_parent()
-    from . import accel
-
     try:
         cfg = from_dict(cfg_dict, source=source)
         study_mod.preflight(cfg)
         study_mod.resolve_teacher(cfg)  # the teacher file exists before any worker needs it
-        conn.send(("ok", accel.device_name(accel.resolve_device(str(cfg.fixed()["device"])))))
+        conn.send(("ok", study_mod.device_label(cfg)))
     except ConfigError as e:
         conn.send(("config", e.file, e.key_path, e.message))
     except AutotuneError as e:

@@ -20,7 +20,7 @@ from autotune import config, context, probe
 from autotune import storage as storage_mod
 from autotune import study as study_mod
 from autotune.settings import DEFAULTS
-from autotune.throughput import ProbeDone, ProbeWindow
+from autotune.throughput import ProbeDone, ProbeWindow, RepeatedWindow
 from tests import user_fits
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -59,7 +59,7 @@ def ctx_with(window: ProbeWindow, epochs: int = 1) -> context.TrialContext:
 
 
 def test_window_times_steady_steps_after_warmup_and_sees_the_compile() -> None:
-    window = ProbeWindow(steps=5)
+    window = ProbeWindow(steps=5, compiled=True)
     context.run(sleepy_steps(0.02, 0.3), ctx_with(window))
     m = window.measurement
     assert m is not None and m.timed_steps >= 5
@@ -67,6 +67,44 @@ def test_window_times_steady_steps_after_warmup_and_sees_the_compile() -> None:
     assert 100 < m.samples_per_s <= 400
     assert 0.25 < m.compile_time_s < 1.5  # the slow first step, less a steady one
     assert m.epoch_samples == 40 * 8
+
+
+def test_an_uncompiled_trial_has_no_compile_time(tmp_path: Path) -> None:
+    """A slow first step without compile (allocator, caches) is the first step's, not compile's: the study's probe
+    of an uncompiled combination records compile_time_s 0, and its first_step_s keeps the slow step."""
+    cfg = user(tmp_path, "fit")
+    study = study_mod.open_study(cfg)
+    trial = study.ask()
+    values = {**DEFAULTS, "device": "cpu", "epochs": 1, "compile": False}
+    window = probe.Gate(cfg).window(trial, values)
+    assert window is not None
+    context.run(sleepy_steps(0.02, 0.3), context.TrialContext(values, probe=window))
+    m = window.measurement
+    assert m is not None and m.first_step_s > 0.25 and m.compile_time_s == 0.0
+    assert trial.user_attrs["probe"]["compile_time_s"] == 0.0
+
+
+def test_repeated_windows_time_until_the_last_ones_agree() -> None:
+    """Steps 3-6 are slow (a busy neighbour), the rest fast: windows of 2 steps go on past the slow ones until the
+    last 3 agree, and the measurement is their median, not the slow start."""
+
+    def fit(ctx: context.TrialContext) -> None:
+        model, _ = ctx.prepare(nn.Linear(4, 2))
+        train = ctx.loader((torch.randn(80, 4), torch.randint(0, 2, (80,))), batch_size=8)
+        for _ in ctx.epochs():
+            for i, (x, y) in enumerate(train):
+                time.sleep(0.05 if 2 <= i < 6 else 0.005)
+                ctx.backward(nn.functional.cross_entropy(model(x), y))
+            ctx.report(val_loss=1.0)
+
+    window = RepeatedWindow(end_run=True, warmup=2, steps=2, min_seconds=0.0, agree=3, tolerance=0.5,
+                            max_windows=8)
+    with pytest.raises(ProbeDone) as e:
+        context.run(fit, ctx_with(window, epochs=3))
+    slow, fast = window.windows[0], e.value.measurement
+    assert len(window.windows) == 5  # two slow windows, then three fast ones that agree
+    assert fast.samples_per_s > 3 * slow.samples_per_s and window.spread <= 0.5
+    assert fast in window.windows[-3:]
 
 
 def test_a_probe_of_its_own_ends_the_run_after_its_steps() -> None:
@@ -132,18 +170,78 @@ def test_too_slow_combination_stops_before_its_first_epoch(tmp_path: Path) -> No
     assert len(records) == 1 and records[0]["samples_per_s"] < 64 / 0.02
 
 
-def test_unsupported_combination_found_once_then_skipped(tmp_path: Path) -> None:
+def test_a_settings_failure_is_found_once_then_skipped(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """compile on a machine without a working C++ compiler: inductor itself fails (a failure of the setting, not of
+    the user's code). The first trial fails with it; later trials with that combination stop before they train."""
+    import torch._inductor.config as inductor_config
+
+    monkeypatch.setattr(inductor_config.cpp, "cxx", ("/nonexistent/g++",))
+    user_fits.CALLS.clear()
+    cfg = user(tmp_path, "fit_picky", train={"epochs": 2, "batch_size": 64, "device": "cpu", "compile": True,
+                                             "channels_last": False})
+    res = study_mod.run(cfg)
+    first, *rest = res.study.trials
+    assert first.state == TrialState.FAIL and "No working C++ compiler" in first.user_attrs["error"]
+    for t in rest:
+        assert t.state == TrialState.PRUNED and t.user_attrs["stop_reason"] == "unsupported"
+        assert t.user_attrs["stop_epoch"] == 0
+        assert "failed here before (trial 0): InductorError" in t.user_attrs["stop_detail"]
+    assert len(user_fits.CALLS) == 1
+    (rec,) = [v for k, v in res.study.user_attrs.items() if k.startswith(probe.ATTR_PREFIX)]
+    assert rec["blame"] == "compile" and rec["code"] == probe.code_fingerprint(user_fits.fit_picky)
+
+
+def test_an_error_in_the_users_code_is_the_trials_own_failure(tmp_path: Path) -> None:
+    """channels_last 'fails' in fit_picky's own code (a RuntimeError it raises): every trial with it runs, and
+    fails, with its own text; nothing is recorded against the combination."""
     user_fits.CALLS.clear()
     cfg = user(tmp_path, "fit_picky", space={"lr": {"type": "float", "low": 1e-3, "high": 1e-1, "log": True},
                                              "channels_last": {"type": "categorical", "choices": [True]}})
     res = study_mod.run(cfg)
+    assert [t.state for t in res.study.trials] == [TrialState.FAIL] * 3
+    assert all("RuntimeError: no channels_last kernel" in t.user_attrs["error"] for t in res.study.trials)
+    assert len(user_fits.CALLS) == 3  # each trial ran the user's function again
+    assert not [k for k in res.study.user_attrs if k.startswith(probe.ATTR_PREFIX)]
+
+
+def test_a_keyerror_in_user_code_is_fail_not_unsupported(tmp_path: Path) -> None:
+    res = study_mod.run(user(tmp_path, "fit_raises"))
+    trials = res.study.trials
+    assert [t.state for t in trials] == [TrialState.FAIL] * 3
+    for t in trials:
+        assert t.user_attrs["stop_reason"] == "error"
+        assert t.user_attrs["error"].startswith("KeyError: 'depth' (at user_fits.py:")
+
+
+def test_one_transient_error_does_not_poison_the_combination(tmp_path: Path) -> None:
+    """An OSError before training in trial 0 only: trial 0 fails with it, trials 1 and 2 run and complete."""
+    marker = tmp_path / "failed-once"
+    cfg = user(tmp_path, "fit_fails_once", train={"epochs": 2, "batch_size": 64, "device": "cpu",
+                                                  "user.marker": str(marker)})
+    res = study_mod.run(cfg)
     first, *rest = res.study.trials
-    assert first.state == TrialState.FAIL and "no channels_last kernel" in first.user_attrs["error"]
-    for t in rest:
-        assert t.state == TrialState.PRUNED and t.user_attrs["stop_reason"] == "unsupported"
-        assert t.user_attrs["stop_epoch"] == 0
-        assert "failed here before (trial 0): RuntimeError: no channels_last kernel" in t.user_attrs["stop_detail"]
-    assert len(user_fits.CALLS) == 1
+    assert first.state == TrialState.FAIL and first.user_attrs["error"].startswith("OSError: [Errno 5] Input/output")
+    assert [t.state for t in rest] == [TrialState.COMPLETE] * 2
+    records = [v for k, v in res.study.user_attrs.items() if k.startswith(probe.ATTR_PREFIX)]
+    assert len(records) == 1 and records[0]["samples_per_s"] > 0 and "error" not in records[0]
+
+
+def test_an_untrusted_error_record_does_not_stop_trials(tmp_path: Path) -> None:
+    """An error record an older autotune wrote (any early failure, no `blame`), or one written for other code, is
+    not trusted: the combination is measured afresh and the trials train."""
+    cfg = user(tmp_path, "fit", study={"n_trials": 2})
+    study = study_mod.open_study(cfg)
+    values = {**DEFAULTS, "device": "cpu", "batch_size": 64, "epochs": 2}
+    combo = probe.combination(values)
+    k = probe.key(combo, probe.device_name("cpu"))
+    study.set_user_attr(k, probe.record(combo, probe.device_name("cpu"), error="OSError: flaky", source="trial 0"))
+    res = study_mod.run(cfg)
+    assert [t.state for t in res.study.trials] == [TrialState.COMPLETE] * 2
+    assert res.study.user_attrs[k]["samples_per_s"] > 0  # measured again, over the stale record
+    gate = probe.Gate(cfg, user_fits.fit)
+    other = probe.record(combo, "cpu", error="InductorError: x", blame="compile", code="another file")
+    assert gate.trusted(other) is None
+    assert gate.trusted({**other, "code": gate.code}) is not None
 
 
 def test_vs_front_stops_a_projected_slow_trial_before_it_trains(tmp_path: Path) -> None:

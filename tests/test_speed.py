@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import time
@@ -41,14 +42,34 @@ def test_cnn_yaml_table_on_cpu_in_under_a_minute() -> None:
     lines = out.stdout.splitlines()
     assert "32 combination(s) of batch_size, precision, channels_last, data_on_device" in lines[0]
     head = lines[1].split()
-    assert head[:5] == ["#", "samples/s", "vs", "best", "compile"]
+    assert head[:6] == ["#", "samples/s", "±%", "vs", "best", "compile"]
     rows = [ln.split() for ln in lines[2:] if ln.strip() and ln.split()[0].isdigit()]
     assert len(rows) == 32
     rates = [float(r[1].replace(",", "")) for r in rows]
     assert rates == sorted(rates, reverse=True) and rates[-1] > 0  # fastest first, every one measured
-    assert rows[0][2] == "1.00x"
+    assert rows[0][3] == "1.00x"
+    assert all(r[2].isdigit() for r in rows)  # every row's spread over its windows
     assert {r[-4] for r in rows} == {"32", "64", "128", "256"}  # batch_size column
     assert "[32/32]" in out.stderr  # progress, one line per combination, on stderr
+
+
+def test_rows_are_medians_with_their_spread_and_the_header_names_what_is_held(tmp_path: Path) -> None:
+    """A user's width (user.width, searched by the study) is held at its middle value for every row: the header
+    says so; each row is the median of several windows, with its spread in the ±% column."""
+    path = user_file(tmp_path, {"user.width": {"type": "int", "low": 16, "high": 64},
+                                "batch_size": {"type": "categorical", "choices": [32, 64]},
+                                "lr": {"type": "float", "low": 0.01, "high": 0.1}})
+    cfg = config.load(path)
+    assert speed.held_fixed(cfg) == {"user.width": 40}
+    out = speed_cli(str(path), cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert "2 combination(s) of batch_size" in lines[0] and lines[0].endswith("; held fixed: user.width 40")
+    assert lines[1].split()[:3] == ["#", "samples/s", "±%"]
+    rows = [ln.split() for ln in lines[2:] if ln.strip() and ln.split()[0].isdigit()]
+    assert len(rows) == 2 and all(r[2].isdigit() for r in rows)
+    windows = [int(w) for w in re.findall(r"samples/s ±\d+% \((\d+) windows\)", out.stderr)]
+    assert len(windows) == 2 and all(speed.PROBE_AGREE <= w <= speed.PROBE_WINDOWS for w in windows)
 
 
 def test_failing_combination_is_marked_with_its_error(tmp_path: Path) -> None:

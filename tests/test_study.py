@@ -163,3 +163,34 @@ def test_precision_the_device_cannot_run(tmp_path: Path, monkeypatch: pytest.Mon
     trials = {t.params["precision"]: t for t in autotune.run(cfg).study.trials}
     assert trials["bf16"].state.name == "PRUNED" and trials["bf16"].user_attrs["stop_reason"] == "unsupported"
     assert trials["fp32"].state.name == "COMPLETE"
+
+
+def test_the_run_header_names_the_threads_the_trials_use(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """This process runs 2 torch threads; trials fixed at cpu_threads 1 use 1, and the header says 1 (or 'threads
+    searched' when the space searches them), as each trial's own device attr does."""
+    import torch
+
+    from autotune import progress
+    from autotune import study as study_mod
+
+    old = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        fixed = tiny(tmp_path, study={"name": "fixed", "n_trials": 1}, train={"epochs": 1, "cpu_threads": 1})
+        progress.RunView(fixed, plain=True).on_start(study_mod.open_study(fixed), 1)
+        assert capsys.readouterr().out.splitlines()[0].endswith(f"device cpu ({platform_name()}, 1 threads)")
+        assert study_mod.open_study(fixed).user_attrs["device"].endswith(", 1 threads)")
+        trial = autotune.run(fixed).study.trials[0]
+        assert trial.user_attrs["device"].endswith(", 1 threads)")
+        searched = tiny(tmp_path, study={"name": "searched", "n_trials": 1},
+                        space={"cpu_threads": {"type": "categorical", "choices": [1, 2]}})
+        progress.RunView(searched, plain=True).on_start(study_mod.open_study(searched), 1)
+        assert capsys.readouterr().out.splitlines()[0].endswith(", threads searched)")
+    finally:
+        torch.set_num_threads(old)
+
+
+def platform_name() -> str:
+    import platform
+
+    return platform.processor() or platform.machine()

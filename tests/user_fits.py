@@ -187,6 +187,17 @@ def fit_raises_on_odd_trials(ctx: autotune.TrialContext) -> None:
     fit(ctx)
 
 
+def fit_fails_once(ctx: autotune.TrialContext) -> None:
+    """A transient OSError before training on its first call only (the file `user.marker` tells), then `fit`."""
+    from pathlib import Path
+
+    marker = Path(ctx.params["marker"])
+    if not marker.exists():
+        marker.write_text("failed once\n")
+        raise OSError(5, "Input/output error", str(marker))
+    fit(ctx)
+
+
 def fit_reports_unknown(ctx: autotune.TrialContext) -> None:
     model, _ = ctx.prepare(MLP())
     for _ in ctx.epochs():
