@@ -12,9 +12,10 @@ import math
 from typing import Any
 
 import optuna
+import torch
 from optuna.trial import TrialState
 
-from . import accel, probe, pruners, records, space, strategy, trainer
+from . import accel, contention, probe, pruners, records, space, strategy, trainer
 from .config import RunConfig, load_factory
 from .context import ContextMisuse, EpochRecord, TrainResult
 from .errors import AutotuneError, ConfigError, TrialStopped, describe_exception, user_where
@@ -235,10 +236,12 @@ class Objective:
         # an unknown combination: its first steps are timed (in this process: a trial on several devices is
         # measured by its whole run instead, in Gate.finished)
         window = self.gate.window(trial, values) if int(values.get("devices", 1)) == 1 else None
+        cpu = contention.Window(int(values["cpu_threads"]) or torch.get_num_threads())
         try:
             job = job_for(self.cfg, values, seed, fit=self.fit, probe=window)
             result = trainer.train(job, on_epoch=on_epoch, on_record=on_record, keep_model=False)
-            self.gate.finished(trial, values, window, result)
+            if not self._oversubscribed(trial, values, result, cpu):
+                self.gate.finished(trial, values, window, result)
             return result
         except TrialStopped as e:
             stop = TrialStopped(e.reason, e.epoch, e.detail)  # a fresh one: no traceback, no frames
@@ -287,6 +290,29 @@ class Objective:
             why = self.pareto.stop(epoch_values[-1], step, finished, epochs)
             if why is not None:
                 raise TrialStopped("dominated", step, why)
+
+    @staticmethod
+    def _oversubscribed(trial: optuna.Trial, values: dict[str, Any], result: TrainResult,
+                        cpu: contention.Window) -> bool:
+        """A CPU trial whose threads waited for cores (another busy process here): when its samples/s collapsed
+        against the probe's figure for its combination (or the probe's own window was contended), user attr
+        `oversubscribed` says so, a warning says it once, and later trials of this process use half the threads."""
+        if accel.resolve_device(values["device"]).type != "cpu":
+            return False
+        share = cpu.share()
+        if not contention.contended(share):
+            return False
+        probe_rec = trial.user_attrs.get("probe") or {}
+        ref = None if probe_rec.get("contended") else probe_rec.get("samples_per_s")
+        threads = cpu.threads or torch.get_num_threads()
+        found = contention.verdict(result.samples_per_s, ref, share, threads)
+        if found is None:
+            return False
+        trial.set_user_attr("oversubscribed", found)
+        if not values["cpu_threads"]:  # a searched or fixed cpu_threads is the user's to measure
+            torch.set_num_threads(contention.lower_cap(threads))
+        contention.warn_once(trial.number, found, torch.get_num_threads())
+        return True
 
     @staticmethod
     def _record_failure_text(trial: optuna.Trial, text: str, epoch: int) -> str:

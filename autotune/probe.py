@@ -32,7 +32,7 @@ from typing import Any
 import optuna
 import torch
 
-from . import accel
+from . import accel, contention
 from .config import MODEL_PREFIX, USER_PREFIX, RunConfig
 from .context import TrainResult
 from .errors import TrialStopped, describe_exception
@@ -175,9 +175,14 @@ class Gate:
         if cache.get(k) is not None:
             return None
 
+        cpu = contention.Window()
+
         def measured(m: Measurement) -> None:
             rec = record(combo, device_name(str(values["device"])), m,
                          source=f"trial {trial.number}")
+            if contention.contended(cpu.share()):  # others held the cores: not this combination's speed, not kept
+                trial.set_user_attr("probe", {**_summary(rec), "contended": True})
+                return
             cache.put(k, rec)
             trial.set_user_attr("probe", _summary(rec))
             self.check_projection(trial, values, rec)
