@@ -12,17 +12,20 @@ instead of 0.3 s). That is the machine's state, not the configuration's speed. T
   is what this process lost to others, whatever the machine's load average says (other engineers' jobs that
   leave cores free do not count);
 - `verdict`: a trial is oversubscribed when its samples/s fell well below the probe's figure for the same
-  combination while its threads waited for cores; the objective records it, warns once, and `cap` lowers the
-  thread count of the next trials of this process (`accel.backend_flags` applies it when `cpu_threads` is 0).
+  combination while its threads waited for cores; the objective records it, warns once, and (`lower_cap`) gives
+  its next trials half the threads (`torch_threads`; user attr `cpu_threads_capped`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
-import warnings
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
+
+import torch
 
 WAITING = 0.4  # waited for a core this share of its runnable time (quiet: a few %; a busy stranger: 0.5+)
 COLLAPSE = 0.6  # samples/s below this share of the probe's figure for the same combination: not its own speed
@@ -121,38 +124,33 @@ def _load() -> float:
         return float("nan")
 
 
-# ---------------------------------------------------------------- this process's thread cap
-
-_cap: int | None = None  # torch threads for the next trials of this process, once it found itself oversubscribed
-_warned = False
-
-
-def cap() -> int | None:
-    return _cap
+def lower_cap(cap: int | None, threads: int) -> int:
+    """The thread count for the next trials after an oversubscribed one at `threads`: half as many (at least 1),
+    never more than an earlier cap."""
+    half = max(1, threads // 2)
+    return half if cap is None else min(cap, half)
 
 
-def lower_cap(threads: int) -> int:
-    """After an oversubscribed trial at `threads`: half as many for the next trials (at least 1)."""
-    global _cap
-    _cap = max(1, threads // 2) if _cap is None else max(1, min(_cap, threads // 2))
-    return _cap
-
-
-def reset() -> None:
-    """Forget the cap and the warning (tests; a new process starts without them)."""
-    global _cap, _warned
-    _cap, _warned = None, False
-
-
-def warn_once(trial_number: int, found: dict[str, Any], next_threads: int) -> None:
-    global _warned
-    if _warned:
-        return
-    _warned = True
+def warning(trial_number: int, found: dict[str, Any], next_threads: int | None) -> str:
     speed = f"{found['ratio']:.2f}x the speed probe's samples/s" if found["ratio"] is not None else \
         "its samples/s measured"
-    warnings.warn(f"trial {trial_number} ran oversubscribed: {speed} with its {found['threads']} thread(s) "
-                  f"waiting for a core {found['waiting']:.0%} of the time "
-                  f"(another busy process on these {found['cores']} cores; load {found['load']}); its time is the "
-                  f"machine's, not the configuration's (user attr oversubscribed); later trials use "
-                  f"{next_threads} thread(s)", stacklevel=2)
+    later = f"later trials use {next_threads} thread(s)" if next_threads is not None else \
+        "cpu_threads is set, so later trials keep it"
+    return (f"trial {trial_number} ran oversubscribed: {speed} with its {found['threads']} thread(s) waiting for a "
+            f"core {found['waiting']:.0%} of the time (other busy processes on these {found['cores']} cores; load "
+            f"{found['load']}); its time is the machine's, not the configuration's (user attr oversubscribed); "
+            f"{later}")
+
+
+@contextlib.contextmanager
+def torch_threads(n: int | None) -> Iterator[None]:
+    """torch's intra-op threads set to `n` inside the block (None: unchanged), and put back after it."""
+    if n is None:
+        yield
+        return
+    old = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(old)

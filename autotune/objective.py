@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import math
+import warnings
 from typing import Any
 
 import optuna
@@ -132,6 +133,8 @@ class Objective:
         self.quality = (quality[0].metric, str(quality[0].direction)) if quality else ("val_accuracy", "maximize")
         self.streak = FailureStreak(cfg.study.max_repeated_errors)
         self.gate = probe.Gate(cfg)  # the speed probe: what the study knows of each throughput combination
+        self.cpu_cap: int | None = None  # torch threads for the next CPU trials, once one ran oversubscribed
+        self.warned = False
         self.search = strategy.Search(cfg, self.fit)  # study.strategy: the space joint, or narrowed by probes
 
     def __call__(self, trial: optuna.Trial) -> float | list[float]:
@@ -236,10 +239,14 @@ class Objective:
         # an unknown combination: its first steps are timed (in this process: a trial on several devices is
         # measured by its whole run instead, in Gate.finished)
         window = self.gate.window(trial, values) if int(values.get("devices", 1)) == 1 else None
-        cpu = contention.Window(int(values["cpu_threads"]) or torch.get_num_threads())
+        capped = self._capped(values)
+        if capped is not None:
+            trial.set_user_attr("cpu_threads_capped", capped)
         try:
-            job = job_for(self.cfg, values, seed, fit=self.fit, probe=window)
-            result = trainer.train(job, on_epoch=on_epoch, on_record=on_record, keep_model=False)
+            with contention.torch_threads(capped):
+                cpu = contention.Window(int(values["cpu_threads"]) or torch.get_num_threads())
+                job = job_for(self.cfg, values, seed, fit=self.fit, probe=window)
+                result = trainer.train(job, on_epoch=on_epoch, on_record=on_record, keep_model=False)
             if not self._oversubscribed(trial, values, result, cpu):
                 self.gate.finished(trial, values, window, result)
             return result
@@ -291,8 +298,7 @@ class Objective:
             if why is not None:
                 raise TrialStopped("dominated", step, why)
 
-    @staticmethod
-    def _oversubscribed(trial: optuna.Trial, values: dict[str, Any], result: TrainResult,
+    def _oversubscribed(self, trial: optuna.Trial, values: dict[str, Any], result: TrainResult,
                         cpu: contention.Window) -> bool:
         """A CPU trial whose threads waited for cores (another busy process here): when its samples/s collapsed
         against the probe's figure for its combination (or the probe's own window was contended), user attr
@@ -309,10 +315,20 @@ class Objective:
         if found is None:
             return False
         trial.set_user_attr("oversubscribed", found)
-        if not values["cpu_threads"]:  # a searched or fixed cpu_threads is the user's to measure
-            torch.set_num_threads(contention.lower_cap(threads))
-        contention.warn_once(trial.number, found, torch.get_num_threads())
+        if not values["cpu_threads"]:  # a user's cpu_threads is theirs to measure
+            self.cpu_cap = contention.lower_cap(self.cpu_cap, threads)
+        if not self.warned:
+            self.warned = True
+            warnings.warn(contention.warning(trial.number, found, self.cpu_cap), stacklevel=2)
         return True
+
+    def _capped(self, values: dict[str, Any]) -> int | None:
+        """After an oversubscribed trial, the next CPU trials run on fewer torch threads (where the user left
+        cpu_threads at 0, torch's default). Their probe combination stays the same: the study's figure for it is
+        the one their speed is compared with."""
+        if self.cpu_cap is None or values["cpu_threads"] or accel.resolve_device(values["device"]).type != "cpu":
+            return None
+        return self.cpu_cap
 
     @staticmethod
     def _record_failure_text(trial: optuna.Trial, text: str, epoch: int) -> str:

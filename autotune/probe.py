@@ -174,15 +174,13 @@ class Gate:
         cache = self._cache(trial)
         if cache.get(k) is not None:
             return None
-
         cpu = contention.Window()
 
         def measured(m: Measurement) -> None:
             rec = record(combo, device_name(str(values["device"])), m,
                          source=f"trial {trial.number}")
-            if contention.contended(cpu.share()):  # others held the cores: not this combination's speed, not kept
-                trial.set_user_attr("probe", {**_summary(rec), "contended": True})
-                return
+            if contention.contended(cpu.share()):  # others held the cores: said, so no trial takes it as a reference
+                rec["contended"] = True
             cache.put(k, rec)
             trial.set_user_attr("probe", _summary(rec))
             self.check_projection(trial, values, rec)
@@ -216,7 +214,8 @@ class Gate:
 
 def _summary(rec: Mapping[str, Any]) -> dict[str, Any]:
     """What a trial keeps of its combination's probe (user attr `probe`)."""
-    out = {k: rec[k] for k in ("samples_per_s", "compile_time_s", "source", "error") if rec.get(k) is not None}
+    out = {k: rec[k] for k in ("samples_per_s", "compile_time_s", "source", "error", "contended")
+           if rec.get(k) is not None}
     return {k: (round(v, 4) if isinstance(v, float) else v) for k, v in out.items()}
 
 __all__ = ["ATTR_PREFIX", "THROUGHPUT", "Cache", "Gate", "combination", "key", "projected_time_s", "record"]

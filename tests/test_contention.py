@@ -50,13 +50,6 @@ def spin_share(seconds: float = 1.0, threads: int = 2) -> Share:
         torch.set_num_threads(old)
 
 
-@pytest.fixture(autouse=True)
-def fresh_cap() -> Iterator[None]:
-    contention.reset()
-    yield
-    contention.reset()
-
-
 def test_default_threads_divide_the_cores_among_workers_and_loader_processes() -> None:
     assert contention.default_threads(n_cores=8) == 8
     assert contention.default_threads(2, n_cores=8) == 4
@@ -90,11 +83,10 @@ def test_verdict_needs_both_waiting_and_a_collapse() -> None:
 
 
 def test_cap_halves_and_only_goes_down() -> None:
-    assert contention.cap() is None
-    assert contention.lower_cap(4) == 2
-    assert contention.lower_cap(8) == 2  # a later verdict at more threads does not raise it
-    assert contention.lower_cap(2) == 1
-    assert contention.lower_cap(1) == 1
+    assert contention.lower_cap(None, 4) == 2
+    assert contention.lower_cap(2, 8) == 2  # a later verdict at more threads does not raise it
+    assert contention.lower_cap(2, 2) == 1
+    assert contention.lower_cap(1, 1) == 1
 
 
 def test_waiting_share_rises_with_a_competing_busy_process() -> None:
@@ -140,15 +132,18 @@ def test_a_trial_on_oversubscribed_cores_is_recorded_and_the_next_ones_use_fewer
         assert quiet.user_attrs["probe"]["samples_per_s"] > 0
         with busy(seconds=60), warnings.catch_warnings(record=True) as seen:
             warnings.simplefilter("always")
-            study = autotune.run(study_cfg(tmp_path, 2)).study
-        loaded = study.trials[1]
+            study = autotune.run(study_cfg(tmp_path, 3)).study
+        loaded, after = study.trials[1], study.trials[2]
         found = loaded.user_attrs["oversubscribed"]
         assert found["ratio"] < contention.COLLAPSE and found["threads"] == threads
         assert found["waiting"] >= contention.WAITING
-        assert [str(w.message) for w in seen if "oversubscribed" in str(w.message)][0].startswith(
-            "trial 1 ran oversubscribed: ")
-        assert torch.get_num_threads() == max(1, threads // 2)  # the next trials of this process
-        probes = [v for k, v in study.user_attrs.items() if k.startswith("probe:")]
-        assert len(probes) == 1 and probes[0]["source"] == "trial 0"  # the quiet figure is the one kept
+        said = [str(w.message) for w in seen if "oversubscribed" in str(w.message)]
+        assert len(said) == 1 and said[0].startswith("trial 1 ran oversubscribed: ")  # once
+        assert "cpu_threads_capped" not in loaded.user_attrs
+        assert after.user_attrs["cpu_threads_capped"] == max(1, threads // 2)  # the next trial: fewer threads
+        assert torch.get_num_threads() == threads  # only inside the trials
+        quiet_probe = study.user_attrs[next(k for k, v in study.user_attrs.items()
+                                            if k.startswith("probe:") and v["source"] == "trial 0")]
+        assert quiet_probe["samples_per_s"] == quiet.user_attrs["probe"]["samples_per_s"]  # not overwritten
     finally:
         torch.set_num_threads(old)
