@@ -11,6 +11,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from . import contention
 from .errors import AutotuneError
 
 DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
@@ -100,6 +101,8 @@ def backend_flags(settings: dict[str, Any]) -> Iterator[None]:
         torch.backends.cudnn.allow_tf32 = settings["matmul_precision"] != "highest"
         if settings["cpu_threads"]:
             torch.set_num_threads(int(settings["cpu_threads"]))
+        elif not settings["data_on_device"] and settings["num_workers"]:  # each loader process keeps a core busy
+            torch.set_num_threads(contention.default_threads(1, int(settings["num_workers"]), n_cores=old_threads))
         yield
     finally:
         torch.backends.cudnn.benchmark = old_bench

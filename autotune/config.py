@@ -137,12 +137,12 @@ class DataConfig(_Model):
     split_seed: int = 0
     path: str | None = None  # npz: a file with arrays x and y; image_folder, cifar10, cifar100: a folder
     image_size: int | None = Field(None, ge=1)  # image_folder: resize every image to this square size
-    cache_dir: str | None = None  # image_folder: where decoded images are kept (default studies/.cache)
+    cache_dir: str | None = None  # image_folder, mnist1d: where arrays are kept (default studies/.cache)
     n_samples: int = Field(4000, ge=10)  # synthetic
     shape: tuple[int, ...] = (3, 16, 16)  # synthetic: C, H, W (or a flat feature count)
     n_classes: int = Field(10, ge=2)  # synthetic
     label_noise: float = Field(0.0, ge=0, lt=1)  # synthetic
-    kwargs: dict[str, Any] = Field(default_factory=dict)
+    kwargs: dict[str, Any] = Field(default_factory=dict)  # factory: its arguments; mnist1d: generation arguments
 
     @field_validator("name")
     @classmethod
@@ -160,8 +160,8 @@ class ModelConfig(_Model):
     factory: str | None = None
     channels: tuple[int, ...] | None = None  # cnn: conv block widths (default 32, 64)
     hidden: int | None = Field(None, ge=1)  # cnn: head width; mlp: layer width (default 128)
-    depth: int | None = Field(None, ge=1)  # mlp: hidden layers (default 2); resnet: 6n+2 layers (default 20)
-    width: int | None = Field(None, ge=1)  # resnet: first stage's channels, doubled per stage (default 16)
+    depth: int | None = Field(None, ge=1)  # mlp: hidden layers (2); resnet: 6n+2 layers (20); cnn1d: conv blocks (3)
+    width: int | None = Field(None, ge=1)  # resnet: first stage's channels, doubled per stage (16); cnn1d: channels
     arch: str | None = None  # torchvision: a model name of torchvision.models, e.g. resnet18
     kwargs: dict[str, Any] = Field(default_factory=dict)
     checkpoint: str | None = None
@@ -596,7 +596,8 @@ def _check_model(cfg: RunConfig, file: str, source: str) -> None:
         raise ConfigError(file, "model.name", f"give a model name ({', '.join(model_names())}) or model.factory")
     if m.factory is not None:
         load_factory(m.factory, file, "model.factory")
-    _check_model_keys(m, file, "model")
+    for name in _model_names(cfg):
+        _check_model_keys(m.model_copy(update={"name": name}), file, "model")
     if cfg.distill is not None and cfg.distill.teacher_model is not None:
         _check_model_keys(cfg.distill.teacher_model, file, "distill.teacher_model")
     if m.checkpoint is not None and not resolve_path(m.checkpoint, source).is_file():
@@ -800,22 +801,64 @@ def _check_model_keys(m: ModelConfig, file: str, where: str) -> None:
 
 def _check_model_spec(key: str, spec: ParamSpec, cfg: RunConfig, file: str) -> None:
     """`space: {model.KEY: ...}`: a key the model takes, never also fixed, every value one it accepts."""
-    from . import models
-
     where = f"space.{MODEL_PREFIX}{key}"
     if cfg.trainer is not None:
         raise ConfigError(file, where, "model keys search the built-in model's architecture; a training function "
                                        "(trainer:) builds its own model: search a user parameter (user.NAME)")
     _check_when(MODEL_PREFIX + key, spec, cfg, file)
+    if key == "name":
+        return _check_model_name_spec(spec, cfg, file, where)
+    searched = MODEL_PREFIX + "name" in cfg.space
+    for name in _model_names(cfg, spec):
+        _check_model_spec_for(key, spec, cfg.model.model_copy(update={"name": name}), file, where, searched)
+
+
+def _model_names(cfg: RunConfig, spec: ParamSpec | None = None) -> tuple[str | None, ...]:
+    """The model names a trial can build: the model section's, or (space.model.name searched) its choices,
+    those a `when: {model.name: ...}` of `spec` allows."""
+    searched = cfg.space.get(MODEL_PREFIX + "name")
+    if searched is None or cfg.model.factory is not None:
+        return (cfg.model.name,)
+    names = tuple(str(c) for c in searched.choices or ())
+    want = (spec.when or {}).get(MODEL_PREFIX + "name") if spec is not None else None
+    if want is None:
+        return names
+    allowed = want if isinstance(want, list) else [want]
+    return tuple(n for n in names if n in allowed)
+
+
+def _check_model_name_spec(spec: ParamSpec, cfg: RunConfig, file: str, where: str) -> None:
+    """`space: {model.name: {type: categorical, choices: [mlp, cnn1d]}}`: the architecture itself searched."""
     m = cfg.model
+    if m.factory is not None:
+        raise ConfigError(file, where, "searches the built-in models' names; drop model.factory to use it")
+    if "name" in m.model_fields_set:
+        raise ConfigError(file, where, "is both fixed in model and searched in space; keep one")
+    if m.checkpoint is not None:
+        raise ConfigError(file, where, "a searched architecture cannot warm-start from model.checkpoint (one "
+                                       "checkpoint fits one architecture); fix the key or drop the checkpoint")
+    if spec.type != "categorical":
+        raise ConfigError(file, f"{where}.type", "model.name takes a model name: use type categorical")
+    for c in spec.choices or ():
+        if c not in model_names():
+            raise ConfigError(file, f"{where}.choices", unknown("model", c, model_names()))
+
+
+def _check_model_spec_for(key: str, spec: ParamSpec, m: ModelConfig, file: str, where: str,
+                          searched: bool) -> None:
+    """One model.KEY parameter against one model (`searched`: model.name is searched too, so a key only some
+    of the names take needs a `when` on model.name)."""
+    from . import models
+
     takes = _model_takes(m, file, "model")
     label = m.name or m.factory
     if m.factory is None and key not in models.MODEL_KEYS:
         raise ConfigError(file, where, f"unknown model key{suggest(key, models.MODEL_KEYS)}; "
                                        f"{label} takes {', '.join(takes or ())}")
     if takes is not None and key not in takes:
+        hint = " (search it only for the models that take it: when: {model.name: [...]})" if searched else ""
         raise ConfigError(file, where, f"{label} does not take {key}; it takes "
-                                       f"{', '.join(takes) or 'no architecture keys'}")
+                                       f"{', '.join(takes) or 'no architecture keys'}{hint}")
     if key in models.MODEL_KEYS and m.model_dump()[key] is not None:
         raise ConfigError(file, where, "is both fixed in model and searched in space; keep one")
     if m.checkpoint is not None:

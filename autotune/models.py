@@ -1,4 +1,4 @@
-"""Model builders (`cnn`, `mlp`, `resnet`, `torchvision`, a user factory) and weight-initialization schemes.
+"""Model builders (`cnn`, `cnn1d`, `mlp`, `resnet`, `torchvision`, a user factory) and weight-initialization schemes.
 
 `MODELS` is the registry: name -> builder. A builder takes `(input_shape, n_classes, <architecture
 keys>, dropout)`; the architecture keys it takes (`model_keys`) are read from its signature, so the
@@ -43,6 +43,24 @@ def cnn(input_shape: tuple[int, ...], n_classes: int, channels: tuple[int, ...] 
     head = [nn.Flatten(), nn.Linear(c * h * w, hidden), nn.ReLU(inplace=True), nn.Dropout(dropout),
             nn.Linear(hidden, n_classes)]
     return nn.Sequential(*layers, *head)
+
+
+def cnn1d(input_shape: tuple[int, ...], n_classes: int, width: int = 32, depth: int = 3,
+          dropout: float = 0.0) -> nn.Module:
+    """`depth` Conv1d-BN-ReLU blocks of `width` channels, each of stride 2 while the signal is at least 2 long
+    (the first with kernel 5, then 3), then a linear head: the CNN of the MNIST-1D paper (Greydanus 2020) with
+    batch norm. Takes 1-D signals: flat features (L,) as one channel, or (C, L)."""
+    if len(input_shape) not in (1, 2):
+        raise ConfigError(None, "model.name", f"cnn1d needs 1-D signals (L,) or (C, L); got shape {input_shape}: "
+                                              "use cnn for images")
+    c, n = (1, input_shape[0]) if len(input_shape) == 1 else input_shape
+    layers: list[nn.Module] = [nn.Unflatten(1, (c, n))] if len(input_shape) == 1 else []
+    for i in range(depth):
+        k, stride = (5 if i == 0 else 3), (2 if n >= 2 else 1)
+        layers += [nn.Conv1d(c, width, k, stride=stride, padding=k // 2, bias=False), nn.BatchNorm1d(width),
+                   nn.ReLU(inplace=True)]
+        c, n = width, (n + 2 * (k // 2) - k) // stride + 1
+    return nn.Sequential(*layers, nn.Flatten(), nn.Dropout(dropout), nn.Linear(c * n, n_classes))
 
 
 def mlp(input_shape: tuple[int, ...], n_classes: int, hidden: int = 128, depth: int = 2,
@@ -148,7 +166,8 @@ def _arch_message(arch: Any, tvm: Any) -> str:
            f"{', '.join(names[:12])}, ... ({len(names)} in all: torchvision.models.list_models())"
 
 
-MODELS: dict[str, Callable[..., nn.Module]] = {"cnn": cnn, "mlp": mlp, "resnet": resnet, "torchvision": torchvision}
+MODELS: dict[str, Callable[..., nn.Module]] = {"cnn": cnn, "cnn1d": cnn1d, "mlp": mlp, "resnet": resnet,
+                                               "torchvision": torchvision}
 
 
 def model_keys(name: str) -> tuple[str, ...]:
@@ -275,6 +294,8 @@ def build_for(cfg: ModelConfig, settings: Mapping[str, Any], input_shape: tuple[
     """The model for one sampled point: `cfg` with the point's `model.KEY` values applied, then `build`.
     A factory model gets searched keys outside MODEL_KEYS as keyword arguments."""
     over = overrides(settings)
+    if "name" in over:  # space.model.name: the architecture itself is searched
+        cfg = cfg.model_copy(update={"name": over.pop("name")})
     takes = factory_keys(load_factory(cfg.factory, file, "model.factory")) if cfg.factory is not None \
         else model_keys(str(cfg.name))
     for key, value in over.items():  # config has checked searched keys; `params` given by hand come here too

@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import logging
 import math
+import warnings
 from typing import Any
 
 import optuna
+import torch
 from optuna.trial import TrialState
 
-from . import accel, probe, pruners, records, space, strategy, trainer
+from . import accel, contention, probe, pruners, records, space, strategy, trainer
 from .config import RunConfig, load_factory
 from .context import ContextMisuse, EpochRecord, TrainResult
 from .errors import AutotuneError, ConfigError, TrialStopped, describe_exception, user_where
@@ -134,6 +136,8 @@ class Objective:
         self.quality = (quality[0].metric, str(quality[0].direction)) if quality else ("val_accuracy", "maximize")
         self.streak = FailureStreak(cfg.study.max_repeated_errors)
         self.gate = probe.Gate(cfg, self.fit)  # the speed probe: what the study knows of each throughput combination
+        self.cpu_cap: int | None = None  # torch threads for the next CPU trials, once one ran oversubscribed
+        self.warned = False
         self.search = strategy.Search(cfg, self.fit)  # study.strategy: the space joint, or narrowed by probes
         self._said: set[str] = set()  # warnings logged in this run (once each)
 
@@ -244,10 +248,16 @@ class Objective:
         # an unknown combination: its first steps are timed (in this process: a trial on several devices is
         # measured by its whole run instead, in Gate.finished)
         window = self.gate.window(trial, values) if int(values.get("devices", 1)) == 1 else None
+        capped = self._capped(values)
+        if capped is not None:
+            trial.set_user_attr("cpu_threads_capped", capped)
         try:
-            job = job_for(self.cfg, values, seed, fit=self.fit, probe=window)
-            result = trainer.train(job, on_epoch=on_epoch, on_record=on_record, keep_model=False)
-            self.gate.finished(trial, values, window, result)
+            with contention.torch_threads(capped):
+                cpu = contention.Window(int(values["cpu_threads"]) or torch.get_num_threads())
+                job = job_for(self.cfg, values, seed, fit=self.fit, probe=window)
+                result = trainer.train(job, on_epoch=on_epoch, on_record=on_record, keep_model=False)
+            if not self._oversubscribed(trial, values, result, cpu):
+                self.gate.finished(trial, values, window, result)
             return result
         except TrialStopped as e:
             stop = TrialStopped(e.reason, e.epoch, e.detail)  # a fresh one: no traceback, no frames
@@ -314,6 +324,38 @@ class Objective:
         if text not in self._said:
             self._said.add(text)
             log.warning(f"warning: {self.name}: {text}")
+
+    def _oversubscribed(self, trial: optuna.Trial, values: dict[str, Any], result: TrainResult,
+                        cpu: contention.Window) -> bool:
+        """A CPU trial whose threads waited for cores (another busy process here): when its samples/s collapsed
+        against the probe's figure for its combination (or the probe's own window was contended), user attr
+        `oversubscribed` says so, a warning says it once, and later trials of this process use half the threads."""
+        if accel.resolve_device(values["device"]).type != "cpu":
+            return False
+        share = cpu.share()
+        if not contention.contended(share):
+            return False
+        probe_rec = trial.user_attrs.get("probe") or {}
+        ref = None if probe_rec.get("contended") else probe_rec.get("samples_per_s")
+        threads = cpu.threads or torch.get_num_threads()
+        found = contention.verdict(result.samples_per_s, ref, share, threads)
+        if found is None:
+            return False
+        trial.set_user_attr("oversubscribed", found)
+        if not values["cpu_threads"]:  # a user's cpu_threads is theirs to measure
+            self.cpu_cap = contention.lower_cap(self.cpu_cap, threads)
+        if not self.warned:
+            self.warned = True
+            warnings.warn(contention.warning(trial.number, found, self.cpu_cap), stacklevel=2)
+        return True
+
+    def _capped(self, values: dict[str, Any]) -> int | None:
+        """After an oversubscribed trial, the next CPU trials run on fewer torch threads (where the user left
+        cpu_threads at 0, torch's default). Their probe combination stays the same: the study's figure for it is
+        the one their speed is compared with."""
+        if self.cpu_cap is None or values["cpu_threads"] or accel.resolve_device(values["device"]).type != "cpu":
+            return None
+        return self.cpu_cap
 
     @staticmethod
     def _record_failure_text(trial: optuna.Trial, text: str, epoch: int) -> str:

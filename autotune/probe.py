@@ -51,7 +51,7 @@ from typing import Any
 import optuna
 import torch
 
-from . import accel
+from . import accel, contention
 from .config import MODEL_PREFIX, USER_PREFIX, RunConfig
 from .context import TrainResult
 from .errors import TrialStopped, _library_file, describe_exception
@@ -246,10 +246,13 @@ class Gate:
         cache = self._cache(trial)
         if self.trusted(cache.get(k)) is not None:
             return None
+        cpu = contention.Window()
 
         def measured(m: Measurement) -> None:
             rec = record(combo, device_name(str(values["device"])), m,
                          source=f"trial {trial.number}")
+            if contention.contended(cpu.share()):  # others held the cores: said, so no trial takes it as a reference
+                rec["contended"] = True
             cache.put(k, rec)
             trial.set_user_attr("probe", _summary(rec))
             self.check_projection(trial, values, rec)
@@ -289,7 +292,8 @@ class Gate:
 
 def _summary(rec: Mapping[str, Any]) -> dict[str, Any]:
     """What a trial keeps of its combination's probe (user attr `probe`)."""
-    out = {k: rec[k] for k in ("samples_per_s", "compile_time_s", "source", "error") if rec.get(k) is not None}
+    out = {k: rec[k] for k in ("samples_per_s", "compile_time_s", "source", "error", "contended")
+           if rec.get(k) is not None}
     return {k: (round(v, 4) if isinstance(v, float) else v) for k, v in out.items()}
 
 __all__ = ["ATTR_PREFIX", "THROUGHPUT", "Cache", "Gate", "blame", "code_fingerprint", "combination", "key",

@@ -161,7 +161,8 @@ SETTINGS: dict[str, Setting] = {
         _s("cudnn_benchmark", "bool", False, "torch.backends.cudnn.benchmark during the trial"),
         _s("matmul_precision", "choice", "highest", "torch.set_float32_matmul_precision (high/medium: TF32)",
            names=MATMUL_PRECISIONS),
-        _s("cpu_threads", "int", 0, "torch CPU threads; 0 keeps torch's default", low=0),
+        _s("cpu_threads", "int", 0, "torch CPU threads; 0 keeps torch's default (less one per DataLoader worker; "
+                                    "halved after an oversubscribed trial)", low=0),
         _s("eval_batch_size", "int", 1024, "batch size for validation passes", low=1),
         # Early stopping inside a trial (0 turns it off)
         _s("early_stopping_patience", "int", 0, "epochs without val_loss improvement before stopping; 0 = off",

@@ -18,7 +18,7 @@ from typing import Any
 
 import optuna
 
-from . import environ, lifetime, orphans, samplers, storage, tracking
+from . import contention, environ, lifetime, orphans, samplers, storage, tracking
 from . import study as study_mod
 from .budget import ClaimedObjective, StaleWatcher, SurplusTrial, TrialCallback, counts, next_step, unless_surplus
 from .config import RunConfig, from_dict
@@ -74,7 +74,7 @@ def plan(cfg: RunConfig, n_workers: int | None, gpus: list[str] | None) -> list[
     visible = [] if device in ("cpu", "mps") else _visible_gpus()
     chosen = place(file, device, n_workers, gpus, devices_wanted(cfg), visible, cores)
     storage.check_shared(cfg, len(chosen))
-    threads = max(1, cores // len(chosen))
+    threads = contention.default_threads(len(chosen), n_cores=cores)
     return [Slot(index=i, gpu=g, threads=threads) for i, g in enumerate(chosen)]
 
 

@@ -325,6 +325,7 @@ DATASET_FILES: dict[str, Callable[[Path], dict[str, object]]] = {
     "cifar10": lambda root: {"path": str(write_cifar10(root))},
     "cifar100": _write_cifar100,
     "diabetes": lambda root: {},
+    "mnist1d": lambda root: {"cache_dir": str(root / "c"), "kwargs": {"num_samples": 200}},
 }
 
 
@@ -347,3 +348,60 @@ def test_unknown_dataset_is_one_line_with_close_match() -> None:
         config.from_dict({"data": {"name": "digit"}})
     assert str(info.value) == "<config>: data.name: unknown dataset 'digit' (did you mean 'digits'?); allowed: " + \
         ", ".join(sorted(data.DATASETS)) + " (or data.factory)"
+
+
+def _no_network(monkeypatch: pytest.MonkeyPatch) -> None:
+    import socket
+
+    def refuse(*a: object, **k: object) -> None:
+        raise AssertionError("MNIST-1D must be generated, never downloaded")
+
+    monkeypatch.setattr(socket, "socket", refuse)
+    monkeypatch.setattr(socket, "create_connection", refuse)
+
+
+def test_mnist1d_is_generated_offline_then_cached(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _no_network(monkeypatch)
+    monkeypatch.chdir(tmp_path)  # nothing lands in the working folder (mnist1d's own default pickle path)
+    np.random.seed(7)
+    before = np.random.rand()
+    np.random.seed(7)
+    cfg = config.from_dict({"data": {"name": "mnist1d", "cache_dir": str(tmp_path / "c")}})
+    ds = load(cfg.data)
+    assert np.random.rand() == before  # mnist1d seeds NumPy's global generator: its state is put back
+    assert ds.input_shape == (40,) and ds.n_classes == 10
+    assert (len(ds.x_train), len(ds.x_val)) == (4000, 1000)  # the paper's 4000 / 1000 at val_fraction 0.2
+    assert [p.name for p in tmp_path.iterdir()] == ["c"] and len(list((tmp_path / "c").glob("mnist1d-*.npz"))) == 1
+    import mnist1d.data
+
+    monkeypatch.setattr(mnist1d.data, "make_dataset", lambda *a, **k: pytest.fail("generated twice"))
+    again = load(cfg.data)
+    assert torch.equal(again.x_train, ds.x_train) and torch.equal(again.y_val, ds.y_val)
+    other = load(config.from_dict({"data": {"name": "mnist1d", "cache_dir": str(tmp_path / "c"),
+                                            "kwargs": {"num_samples": 5000}}}).data)
+    assert torch.equal(other.x_train, ds.x_train)  # the same arguments spelled out: the same cache file
+    with pytest.raises(ConfigError, match=r"data\.kwargs\.num_sample: not an mnist1d generation argument; "
+                                          r"corr_noise_scale, .*num_samples"):
+        load(config.from_dict({"data": {"name": "mnist1d", "kwargs": {"num_sample": 10}}}).data)
+
+
+def test_mnist1d_missing_names_the_pip_command(monkeypatch: pytest.MonkeyPatch) -> None:
+    import sys
+
+    monkeypatch.setitem(sys.modules, "mnist1d.data", None)  # import mnist1d.data raises ImportError
+    with pytest.raises(ConfigError, match=r"^<config>: data\.name: the mnist1d dataset needs the mnist1d package: "
+                                          r"pip install mnist1d \(or autotune\[mnist1d\]\)$"):
+        data._mnist1d_data("<config>")
+
+
+def test_mnist1d_trains_above_chance_offline(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import autotune
+
+    _no_network(monkeypatch)
+    for name, floor in (("mlp", 0.3), ("cnn1d", 0.5)):  # chance is 0.1; the CNN learns the shifts far faster
+        cfg = config.from_dict({"study": {"storage": f"sqlite:///{tmp_path}/m.db"},
+                                "data": {"name": "mnist1d", "cache_dir": str(tmp_path / "c")},
+                                "model": {"name": name}, "train": {"device": "cpu", "epochs": 3, "lr": 3e-3,
+                                                                   "optimizer": "adam", "batch_size": 64}})
+        tr = autotune.train(cfg, params={})
+        assert tr.val_accuracy > floor, (name, tr.val_accuracy)

@@ -87,8 +87,9 @@ def fake_torchvision(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterato
 # registry without a row here fails the contract test (KeyError).
 MODEL_SECTIONS: dict[str, dict[str, object]] = {
     "cnn": {"channels": [4, 8], "hidden": 16}, "mlp": {"hidden": 16, "depth": 2}, "resnet": {"depth": 8, "width": 4},
-    "torchvision": {"arch": "resnet18"},
+    "torchvision": {"arch": "resnet18"}, "cnn1d": {"width": 4, "depth": 2},
 }
+SIGNAL_MODELS = ("cnn1d",)  # take 1-D signals (L,), not images
 
 
 @pytest.mark.parametrize("name", models.MODELS)
@@ -98,8 +99,9 @@ def test_every_model_builds_from_config_and_trains_a_step(name: str, request: py
     cfg = config.from_dict({"model": {"name": name, **MODEL_SECTIONS[name]}})
     assert set(MODEL_SECTIONS[name]) == set(models.model_keys(name))  # every key it takes is exercised
     init = "default" if name == "torchvision" else "kaiming_normal"  # the stand-in's lazy layer has no shape yet
-    m = models.build(cfg.model, (3, 16, 16), 5, 0.1, init)
-    out = m(torch.randn(2, 3, 16, 16))
+    shape = (40,) if name in SIGNAL_MODELS else (3, 16, 16)
+    m = models.build(cfg.model, shape, 5, 0.1, init)
+    out = m(torch.randn(2, *shape))
     assert out.shape == (2, 5)
     out.square().mean().backward()
     assert any(p.grad is not None and bool(p.grad.abs().sum() > 0) for p in m.parameters())
@@ -198,3 +200,29 @@ def test_torchvision_builds_by_name_without_weights(fake_torchvision: None) -> N
         models.build(cfg.model, (1, 8, 8), 7, 0.0, "default")
     with pytest.raises(ConfigError, match=r"model\.arch: torchvision needs an arch"):
         config.from_dict({"model": {"name": "torchvision"}})
+
+
+@pytest.mark.parametrize("shape", [(40,), (3, 40), (1,), (5, 7)])
+def test_cnn1d_any_signal_length_and_depth(shape: tuple[int, ...]) -> None:
+    for depth in (1, 3, 6):  # past the length's halvings the blocks keep stride 1
+        m = models.cnn1d(shape, 10, width=8, depth=depth)
+        assert m(torch.randn(3, *shape)).shape == (3, 10)
+        assert len([c for c in m.modules() if isinstance(c, torch.nn.Conv1d)]) == depth
+    with pytest.raises(ConfigError, match=r"cnn1d needs 1-D signals \(L,\) or \(C, L\); got shape \(1, 8, 8\)"):
+        models.cnn1d((1, 8, 8), 10)
+
+
+def test_searched_model_name_builds_each_architecture() -> None:
+    cfg = config.from_dict({"data": {"name": "synthetic", "shape": [40]}, "space": {
+        "model.name": {"type": "categorical", "choices": ["cnn1d", "mlp"]},
+        "model.width": {"type": "categorical", "choices": [4, 8], "when": {"model.name": "cnn1d"}},
+        "model.hidden": {"type": "categorical", "choices": [16, 32], "when": {"model.name": "mlp"}},
+        "model.depth": {"type": "int", "low": 1, "high": 3}}})
+    cnn = models.build_for(cfg.model, {"model.name": "cnn1d", "model.width": 8, "model.depth": 2}, (40,), 10, 0.0,
+                           "default")
+    assert [c.out_channels for c in cnn.modules() if isinstance(c, torch.nn.Conv1d)] == [8, 8]
+    mlp = models.build_for(cfg.model, {"model.name": "mlp", "model.hidden": 16, "model.depth": 3}, (40,), 10, 0.0,
+                           "default")
+    assert [m.out_features for m in mlp.modules() if isinstance(m, torch.nn.Linear)] == [16, 16, 16, 10]
+    with pytest.raises(ConfigError, match=r"model\.width: mlp does not take width"):
+        models.build_for(cfg.model, {"model.name": "mlp", "model.width": 8}, (40,), 10, 0.0, "default")
