@@ -169,9 +169,9 @@ class Gate:
                 raise TrialStopped("slow", 0, f"projected {proj:.1f}s at {at} (speed probe) > {slow.vs_front:g} x "
                                               f"slowest Pareto trial ({max(times):.1f}s)")
         if slow.min_front_gain is not None:  # its best case would barely move the front
-            from .pruners import check_front_gain, front_of
+            from .pruners import check_front_gain_in
 
-            check_front_gain(self.cfg, front_of(trial.study, self.cfg), proj, at)
+            check_front_gain_in(trial.study, self.cfg, proj, at)
 
     def window(self, trial: optuna.Trial, values: Mapping[str, Any]) -> ProbeWindow | None:
         """A window that measures this trial's first steps when the study has no measurement of its combination."""

@@ -58,6 +58,16 @@ def hypervolume_2d(points: Sequence[tuple[float, float]], ref: tuple[float, floa
     return area
 
 
+FRONT_GAIN_STARTUP = 5  # completed trials before min_front_gain acts: a young front's best is no yardstick
+
+
+def check_front_gain_in(study: optuna.Study, cfg: RunConfig, proj_s: float, at: str) -> None:
+    """`check_front_gain` against the study's front, once it has FRONT_GAIN_STARTUP completed trials."""
+    done = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+    if len(done) >= FRONT_GAIN_STARTUP:
+        check_front_gain(cfg, pareto_front(done, cfg.directions), proj_s, at)
+
+
 def check_front_gain(cfg: RunConfig, front: list[FrozenTrial], proj_s: float, at: str) -> None:
     """Before a trial trains, its training time is known (the speed probe) and its accuracy is not: stop it,
     `dominated`, when even its best case, the front's best quality + `front_margin`, at its predicted time would
@@ -156,7 +166,9 @@ class ParetoPruner:
         self.n_warmup_steps = n_warmup_steps
         self.margin = margin
         self.forecast = bool(forecast)
-        self.metrics = list(metrics) if metrics is not None else ["val_accuracy", "train_time_s"][:len(directions)]
+        self.metrics = list(metrics) if metrics is not None else []
+        if self.forecast and len(self.metrics) != len(self.directions):
+            raise ValueError("forecast needs the name of every objective it compares (metrics)")
 
     def stop(self, current: list[float], step: int, trials: list[FrozenTrial], epochs: int,
              curve: list[list[float]] | None = None) -> str | None:

@@ -359,6 +359,8 @@ def test_forecast_is_a_pruner_arg(tmp_path: Path) -> None:
     p = pruners.pareto_pruner(tiny(tmp_path, pruning={"pruner": "pareto", "pruner_args": {"forecast": True}}))
     assert p.forecast and p.metrics == ["val_accuracy", "train_time_s"]
     assert not pruners.pareto_pruner(tiny(tmp_path)).forecast
+    with pytest.raises(ValueError, match="forecast needs the name of every objective"):
+        pruners.ParetoPruner(MO, forecast=True)
 
 
 def _front_trial(acc: float, time_s: float) -> optuna.trial.FrozenTrial:
@@ -382,22 +384,31 @@ def test_front_gain_stops_a_candidate_whose_best_case_barely_moves_the_front(tmp
 
 
 def test_a_candidate_predicted_behind_the_front_is_stopped_before_it_trains(tmp_path: Path) -> None:
-    """The fast trial finishes (the front); a 4x slower combination's probe predicts a time the front's best
-    case cannot use: stopped at epoch 0, `dominated`, the reason stored; its second trial never trains."""
-    from tests import user_fits
-
-    cfg = sleepy_study(tmp_path, study={"name": "g", "storage": f"sqlite:///{tmp_path}/s.db", "n_trials": 3},
+    """Five fast trials finish (the front); a 4x slower combination's probe predicts a time at which even the
+    front's best accuracy + the margin adds nothing: stopped at epoch 0, `dominated`, the reason stored; the
+    second trial of that combination is stopped by what the study knew, before its first step."""
+    cfg = sleepy_study(tmp_path, study={"name": "g", "storage": f"sqlite:///{tmp_path}/s.db", "n_trials": 7},
                        train={"epochs": 3, "batch_size": 64, "device": "cpu"},
                        space={"user.sleep_ms": {"type": "categorical", "choices": [0, 8]}},
                        pruning={"slow": {"min_front_gain": 0.05}})
     study = open_study(cfg)
-    for ms in (0, 8, 8):
+    for ms in (0,) * pruners.FRONT_GAIN_STARTUP + (8, 8):
         study.enqueue_trial({"user.sleep_ms": ms})
-    res = autotune.run(cfg)
-    fast, slow, again = res.study.trials
-    assert fast.state.name == "COMPLETE"
+    trials = autotune.run(cfg).study.trials
+    assert all(t.state.name == "COMPLETE" for t in trials[:pruners.FRONT_GAIN_STARTUP])
+    slow, again = trials[pruners.FRONT_GAIN_STARTUP:]
     for t in (slow, again):
         assert t.state.name == "PRUNED" and t.user_attrs["stop_reason"] == "dominated", t.user_attrs
         assert t.user_attrs["stop_epoch"] == 0 and "behind the front" in t.user_attrs["stop_detail"]
-    assert again.user_attrs.get("history", []) == []  # stopped by what the study knew, before its first step
-    del user_fits
+    assert again.user_attrs.get("history", []) == []
+
+
+def test_front_gain_waits_for_enough_completed_trials(tmp_path: Path) -> None:
+    cfg = tiny(tmp_path, pruning={"slow": {"min_front_gain": 0.01}})
+    study = open_study(cfg)
+    for _ in range(pruners.FRONT_GAIN_STARTUP - 1):
+        study.add_trial(_front_trial(0.9, 1.0))
+    pruners.check_front_gain_in(study, cfg, 50.0, "x")  # one trial short: no verdict
+    study.add_trial(_front_trial(0.9, 1.0))
+    with pytest.raises(TrialStopped, match="behind the front"):
+        pruners.check_front_gain_in(study, cfg, 50.0, "x")
