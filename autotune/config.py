@@ -240,6 +240,10 @@ class Slow(_Model):
     max_trial_seconds: float | None = Field(None, gt=0)
     vs_front: float | None = Field(None, gt=1)
     hang_seconds: float | None = Field(None, gt=0)
+    # before training: stop a trial whose predicted time adds < this share of the front's hypervolume even at
+    # the front's best quality + front_margin (pruners.check_front_gain)
+    min_front_gain: float | None = Field(None, gt=0, lt=1)
+    front_margin: float = Field(0.02, ge=0)
 
 
 class PruningConfig(_Model):

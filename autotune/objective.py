@@ -308,7 +308,7 @@ class Objective:
         elif self.pareto is not None and all(math.isfinite(v) for v in epoch_values[-1]):
             step = len(epoch_values)
             finished = trial.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED))
-            why = self.pareto.stop(epoch_values[-1], step, finished, epochs)
+            why = self.pareto.stop(epoch_values[-1], step, finished, epochs, curve=epoch_values)
             if why is not None:
                 raise TrialStopped("dominated", step, why)
 

@@ -222,7 +222,8 @@ class Gate:
         return str(rec["error"]) if rec is not None and rec.get("error") else None
 
     def check_projection(self, trial: optuna.Trial, values: Mapping[str, Any], rec: Mapping[str, Any]) -> None:
-        """`max_trial_seconds` and `vs_front` on the projected training time, before the first epoch ends."""
+        """`max_trial_seconds`, `vs_front` and `min_front_gain` on the projected training time, before the first
+        epoch ends."""
         proj = projected_time_s(rec, values)
         if proj is None:
             return
@@ -239,6 +240,10 @@ class Gate:
             if times and proj > slow.vs_front * max(times):
                 raise TrialStopped("slow", 0, f"projected {proj:.1f}s at {at} (speed probe) > {slow.vs_front:g} x "
                                               f"slowest Pareto trial ({max(times):.1f}s)")
+        if slow.min_front_gain is not None:  # its best case would barely move the front
+            from .pruners import check_front_gain_in
+
+            check_front_gain_in(trial.study, self.cfg, proj, at)
 
     def window(self, trial: optuna.Trial, values: Mapping[str, Any]) -> ProbeWindow | None:
         """A window that measures this trial's first steps when the study has no measurement of its combination."""

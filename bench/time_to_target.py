@@ -74,11 +74,14 @@ ARMS: dict[str, dict[str, Any]] = {
 TARGETS = (0.98, 0.95, 0.90)
 
 
-def make_cfg(task: str, name: str, storage: str, seed: int, budget: float, strategy: str = "joint") -> Any:
+def make_cfg(task: str, name: str, storage: str, seed: int, budget: float, strategy: str = "joint",
+             pruning: dict[str, Any] | None = None, sections: dict[str, Any] | None = None) -> Any:
+    """The bench's study on `task` (or on `sections`: its data and model), with `pruning` (default: this bench's)."""
     return config.from_dict({
         "study": {"name": name, "storage": storage, "n_trials": 100_000, "timeout": budget, "seed": seed,
                   "strategy": strategy},
-        **TASKS[task], "train": {"device": "cpu"}, "space": SPACE, "pruning": AUTOTUNE_PRUNING,
+        **(sections if sections is not None else TASKS[task]), "train": {"device": "cpu"}, "space": SPACE,
+        "pruning": AUTOTUNE_PRUNING if pruning is None else pruning,
     }, source=str(ROOT / "bench" / "time_to_target.yaml"))
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any
 
@@ -130,7 +131,7 @@ def test_pareto_asha_stop_counts_pruned_peers_at_the_rung() -> None:
     p = pruners.ParetoASHAPruner(["maximize", "minimize"], min_epochs=1, reduction_factor=3, n_startup_trials=2)
     peers = [create_trial(state=TrialState.PRUNED, user_attrs={EPOCH_VALUES: [[0.9, 1.0]]}),
              _done([[0.8, 0.5]], [0.8, 0.5]), _done([[0.95, 0.4]], [0.95, 0.4])]
-    assert p.stop([0.5, 2.0], 1, peers, 10) == "outside the non-dominated top 1/eta at this rung"
+    assert p.stop([0.5, 2.0], 1, peers, 10) == "outside the non-dominated top 1/3 of the trials at rung epoch 1"
     assert p.stop([0.5, 2.0], 1, peers[1:2], 10) is None  # fewer peers than n_startup_trials
     assert p.stop([0.99, 0.3], 1, peers, 10) is None
 
@@ -281,3 +282,133 @@ def test_pruner_for_the_other_number_of_objectives() -> None:
     with pytest.raises(ConfigError, match=r"pruning\.pruner: Optuna's median pruner cannot prune a study with "
                                           r"several objectives; use pareto, pareto_asha or none$"):
         config.from_dict({"pruning": {"pruner": "median"}})
+
+
+# a rung table of 9 (accuracy up, time down) points in three known fronts of three
+RUNG = {"A": [0.95, 5.0], "B": [0.90, 2.0], "C": [0.80, 1.0],  # front 0
+        "D": [0.93, 6.0], "E": [0.85, 3.0], "F": [0.75, 1.5],  # front 1: each dominated by one of front 0
+        "G": [0.90, 7.0], "H": [0.70, 4.0], "I": [0.60, 2.5]}  # front 2
+MO = ["maximize", "minimize"]
+
+
+def test_nondominated_ranks_peel_the_known_fronts() -> None:
+    ranks = pruners.nondominated_ranks(list(RUNG.values()), MO)
+    assert dict(zip(RUNG, ranks)) == {"A": 0, "B": 0, "C": 0, "D": 1, "E": 1, "F": 1, "G": 2, "H": 2, "I": 2}
+
+
+def test_promoted_is_exactly_the_non_dominated_top_share() -> None:
+    names = list(RUNG)
+    assert sorted(names[i] for i in pruners.promoted(list(RUNG.values()), MO, 3)) == ["A", "B", "C"]
+    # eta 2: ceil(9 / 2) = 5: front 0 whole, then the two ends of front 1 (crowding distance: infinite) over E
+    assert sorted(names[i] for i in pruners.promoted(list(RUNG.values()), MO, 2)) == ["A", "B", "C", "D", "F"]
+
+
+def test_promoted_breaks_the_last_front_by_crowding_distance() -> None:
+    # P dominates all; Q..T one front; U behind R. Six, eta 2: three go on: P and front 1's two ends
+    pts = {"P": [0.99, 1.0], "Q": [0.94, 6.0], "R": [0.90, 4.0], "S": [0.85, 3.5], "T": [0.70, 2.0], "U": [0.6, 5.0]}
+    names = list(pts)
+    assert sorted(names[i] for i in pruners.promoted(list(pts.values()), MO, 2)) == ["P", "Q", "T"]
+    cd = pruners.crowding_distances(list(pts.values()), [1, 2, 3, 4])
+    assert cd[1] == cd[4] == float("inf") and 0 < cd[2] < cd[3]  # R sits closer to its neighbours than S
+
+
+def test_pareto_asha_judges_each_trial_against_the_rung_so_far_and_keeps_exactly_the_top_third() -> None:
+    p = pruners.ParetoASHAPruner(MO, min_epochs=1, reduction_factor=3, n_startup_trials=3)
+    assert p.rungs(10) == [1, 3, 9] and p.rungs(3) == [1]
+    kept = []
+    for name, v in RUNG.items():  # each one arriving last at rung 1, the other eight already there
+        others = [_done([w, w], w) for n, w in RUNG.items() if n != name]
+        if p.stop(v, 1, others, 10) is None:
+            kept.append(name)
+    assert kept == ["A", "B", "C"]
+    others = [_done([w] * 3, w) for n, w in RUNG.items() if n != "D"]
+    assert p.stop(RUNG["D"], 2, others, 10) is None  # epoch 2 is no rung
+    assert p.stop(RUNG["D"], 3, others, 10) is not None  # epoch 3 is
+    assert p.stop(RUNG["I"], 1, others[:2], 10) is None  # two others at the rung: too few to judge, it goes on
+
+
+def test_pareto_asha_args_are_checked(tmp_path: Path) -> None:
+    with pytest.raises(config.ConfigError, match=r"pruning\.pruner_args: pareto_asha: .*reduction_factor >= 2"):
+        pruners.pareto_pruner(tiny(tmp_path, pruning={"pruner": "pareto_asha",
+                                                      "pruner_args": {"reduction_factor": 1}}))
+
+
+def _learning(acc, s_per_epoch: float, epochs: int) -> list[list[float]]:
+    return [[acc(e), s_per_epoch * e] for e in range(1, epochs + 1)]
+
+
+def test_forecast_judges_a_trial_by_where_its_learning_curve_is_heading() -> None:
+    fast = _learning(lambda e: 0.9 - 0.1 * math.exp(-e), 1.0, 10)  # learns at once, levels at 0.9 in 10 s
+    done = [_done(fast, fast[-1]) for _ in range(4)]
+    for i, t in enumerate(done):
+        t.number = i
+    same_epoch = pruners.ParetoPruner(MO, n_warmup_steps=2)
+    ahead = pruners.ParetoPruner(MO, n_warmup_steps=2, forecast=True, metrics=["val_accuracy", "train_time_s"])
+    late = _learning(lambda e: 0.97 - 0.9 * math.exp(-0.35 * e), 1.2, 4)  # slow start, heading for 0.94 in 12 s
+    assert same_epoch.stop(late[-1], 4, done, 10, curve=late) == "dominated at epoch 4 by trial 0"
+    assert ahead.stop(late[-1], 4, done, 10, curve=late) is None
+    flat = _learning(lambda e: 0.5 - 0.2 * math.exp(-e), 1.2, 4)  # heading for 0.5 in 12 s: behind trial 0's end
+    why = ahead.stop(flat[-1], 4, done, 10, curve=flat)
+    assert why is not None and why.startswith("heading for val_accuracy 0.5") and "12 at epoch 10" in why
+    assert why.endswith("dominated by trial 0")
+    # two epochs: no curve to fit, the same-epoch rule judges
+    assert ahead.stop(late[1], 2, done, 10, curve=late[:2]) == same_epoch.stop(late[1], 2, done, 10)
+
+
+def test_forecast_is_a_pruner_arg(tmp_path: Path) -> None:
+    p = pruners.pareto_pruner(tiny(tmp_path, pruning={"pruner": "pareto", "pruner_args": {"forecast": True}}))
+    assert p.forecast and p.metrics == ["val_accuracy", "train_time_s"]
+    assert not pruners.pareto_pruner(tiny(tmp_path)).forecast
+    with pytest.raises(ValueError, match="forecast needs the name of every objective"):
+        pruners.ParetoPruner(MO, forecast=True)
+
+
+def _front_trial(acc: float, time_s: float) -> optuna.trial.FrozenTrial:
+    return create_trial(values=[acc, time_s], user_attrs={"val_accuracy": acc, "train_time_s": time_s})
+
+
+def test_front_gain_stops_a_candidate_whose_best_case_barely_moves_the_front(tmp_path: Path) -> None:
+    cfg = tiny(tmp_path, pruning={"slow": {"min_front_gain": 0.01, "front_margin": 0.02}})
+    front = [_front_trial(0.90, 1.0), _front_trial(0.95, 3.0)]  # time box 2 x 3 s; hypervolume 4.65
+    with pytest.raises(TrialStopped) as e:  # best case 0.97 in 5 s adds 0.02 x 1 s: 0.4%
+        pruners.check_front_gain(cfg, front, 5.0, "100 samples/s")
+    assert e.value.reason == "dominated" and e.value.epoch == 0
+    assert e.value.detail.startswith("predicted 5.0s at 100 samples/s (speed probe) behind the front: even at "
+                                     "val_accuracy 0.97 (the front's best 0.95 + 0.02) it would add 0.4%")
+    with pytest.raises(TrialStopped):  # beyond the time box: nothing to add
+        pruners.check_front_gain(cfg, front, 7.0, "x")
+    pruners.check_front_gain(cfg, front, 2.0, "x")  # between the front's points: adds 0.13 (2.8%)
+    pruners.check_front_gain(cfg, front, 0.5, "x")  # faster than the whole front
+    pruners.check_front_gain(tiny(tmp_path), front, 7.0, "x")  # the rule is off by default
+    pruners.check_front_gain(cfg, [], 7.0, "x")  # no front yet
+
+
+def test_a_candidate_predicted_behind_the_front_is_stopped_before_it_trains(tmp_path: Path) -> None:
+    """Five fast trials finish (the front); a 4x slower combination's probe predicts a time at which even the
+    front's best accuracy + the margin adds nothing: stopped at epoch 0, `dominated`, the reason stored; the
+    second trial of that combination is stopped by what the study knew, before its first step."""
+    cfg = sleepy_study(tmp_path, study={"name": "g", "storage": f"sqlite:///{tmp_path}/s.db", "n_trials": 7},
+                       train={"epochs": 3, "batch_size": 64, "device": "cpu"},
+                       space={"user.sleep_ms": {"type": "categorical", "choices": [0, 8]}},
+                       pruning={"slow": {"min_front_gain": 0.05}})
+    study = open_study(cfg)
+    for ms in (0,) * pruners.FRONT_GAIN_STARTUP + (8, 8):
+        study.enqueue_trial({"user.sleep_ms": ms})
+    trials = autotune.run(cfg).study.trials
+    assert all(t.state.name == "COMPLETE" for t in trials[:pruners.FRONT_GAIN_STARTUP])
+    slow, again = trials[pruners.FRONT_GAIN_STARTUP:]
+    for t in (slow, again):
+        assert t.state.name == "PRUNED" and t.user_attrs["stop_reason"] == "dominated", t.user_attrs
+        assert t.user_attrs["stop_epoch"] == 0 and "behind the front" in t.user_attrs["stop_detail"]
+    assert again.user_attrs.get("history", []) == []
+
+
+def test_front_gain_waits_for_enough_completed_trials(tmp_path: Path) -> None:
+    cfg = tiny(tmp_path, pruning={"slow": {"min_front_gain": 0.01}})
+    study = open_study(cfg)
+    for _ in range(pruners.FRONT_GAIN_STARTUP - 1):
+        study.add_trial(_front_trial(0.9, 1.0))
+    pruners.check_front_gain_in(study, cfg, 50.0, "x")  # one trial short: no verdict
+    study.add_trial(_front_trial(0.9, 1.0))
+    with pytest.raises(TrialStopped, match="behind the front"):
+        pruners.check_front_gain_in(study, cfg, 50.0, "x")
