@@ -84,8 +84,9 @@ class OwnedJournalLock(JournalFileSymlinkLock):
         with path_lock(os.path.abspath(self.lock_file), "break"):
             if _read(self.lock_file) == held:
                 _logger.warning(f"{self.lock_file}: removed the journal lock of " +
-                                (f"process {owner_of(held)}, which is gone" if dead_here(held) else
-                                 f"{held or 'a lock file'}, unchanged for {self.grace_period:g}s"))
+                                (f"process {held[len(PREFIX):].rpartition(':')[0]}, which is gone"
+                                 if dead_here(held) else f"{held or 'a lock file'}, unchanged for "
+                                                         f"{self.grace_period:g}s"))
                 os.unlink(self.lock_file)
 
     def release(self) -> None:
