@@ -228,7 +228,10 @@ def _overhead_pair(label: str, url: str, n_trials: int, sampler: str, chunk: int
             started(study, n)
             workers.run_worker(part, objective=objective, study=study, track=False, callbacks=mark)
         else:
-            study_mod.run(part, fresh=done == chunk, callbacks=mark, fit=trivial_fit, on_start=started)
+            res = study_mod.run(part, fresh=done == chunk, callbacks=mark, fit=trivial_fit, on_start=started)
+            engine = getattr(getattr(res.study._storage, "_backend", None), "engine", None)
+            if engine is not None:  # each chunk's run opened its own: close its connections (a server's slots)
+                engine.dispose()
         tally["autotune"]["cpu"] += time.process_time() - cpu[0]
         arm[0] = "plain"
         out["autotune"] += [b - a for a, b in zip(stamps, stamps[1:])]
