@@ -52,12 +52,28 @@ def counts(trials: list[FrozenTrial]) -> Counts:
                   waiting=by[TrialState.WAITING], failed=by[TrialState.FAIL])
 
 
-def claim(study: optuna.Study, number: int, n_trials: int) -> bool:
+@dataclass(frozen=True)
+class Seen:
+    """What one read of a study showed: how many trials it held (numbered 0 .. total - 1) and how many alive."""
+    total: int
+    alive: int
+
+    @classmethod
+    def of(cls, trials: list[FrozenTrial]) -> Seen:
+        return cls(total=len(trials), alive=sum(1 for t in trials if t.state in ALIVE))
+
+
+def claim(study: optuna.Study, number: int, n_trials: int, seen: Seen | None = None) -> bool:
     """May trial `number` run? Only if fewer than n_trials trials numbered below it are alive.
 
     Every alive trial was created before it (numbers follow creation), so of any n_trials + 1 trials
     that finish, the highest-numbered one saw the others alive when it checked: it cannot have run.
+    `seen`: an earlier read of the study (the worker loop's, just before this trial was asked). At most
+    seen.alive + (number - seen.total) trials below `number` can be alive (those it saw alive, and every one
+    created after it: a finished trial stays finished), so far from the budget's end no read is needed.
     """
+    if seen is not None and seen.alive + max(0, number - seen.total) < n_trials:
+        return True
     ahead = sum(1 for t in study.get_trials(deepcopy=False, states=ALIVE) if t.number < number)
     return ahead < n_trials
 
@@ -85,11 +101,12 @@ class ClaimedObjective:
         self.inner = inner
         self.n_trials = n_trials
         self.surplus = 0
+        self.seen: Seen | None = None  # the worker loop's last read of the study (`next_step`)
         self._filter = _SurplusLogFilter()
         logging.getLogger("optuna.study._optimize").addFilter(self._filter)
 
     def __call__(self, trial: optuna.Trial) -> Any:
-        if self.n_trials is not None and not claim(trial.study, trial.number, self.n_trials):
+        if self.n_trials is not None and not claim(trial.study, trial.number, self.n_trials, self.seen):
             self.surplus += 1
             self._filter.numbers.add(trial.number)
             trial.set_user_attr("surplus", True)
@@ -97,12 +114,17 @@ class ClaimedObjective:
         return self.inner(trial)
 
 
-def next_step(study: optuna.Study, n_trials: int | None) -> str:
-    """'run', 'wait' (the budget is in flight in workers that may still die) or 'done'."""
-    orphans.reap(study)
+def next_step(study: optuna.Study, n_trials: int | None, claimed: ClaimedObjective | None = None) -> str:
+    """'run', 'wait' (the budget is in flight in workers that may still die) or 'done'. `claimed`: the
+    objective that claims the next trial's slot, told what this read saw (its claim then reads only near
+    the budget's end)."""
+    trials = study.get_trials(deepcopy=False)  # one read for both the dead trials and the budget
+    if orphans.reap(study, trials=trials):
+        trials = study.get_trials(deepcopy=False)
+    if claimed is not None:
+        claimed.seen = Seen.of(trials)
     if n_trials is None:
         return "run"
-    trials = study.get_trials(deepcopy=False)
     c = counts(trials)
     if c.finished >= n_trials:
         return "done"

@@ -29,7 +29,14 @@ def storage_key(study: optuna.Study) -> str:
 @contextlib.contextmanager
 def host_lock(study: optuna.Study, job: str) -> Iterator[None]:
     """Hold this host's lock for `job` (a short word: "stale", "plan") on this study."""
-    key = hashlib.sha1(f"{study.study_name}\0{storage_key(study)}".encode()).hexdigest()
+    with path_lock(f"{study.study_name}\0{storage_key(study)}", job):
+        yield
+
+
+@contextlib.contextmanager
+def path_lock(name: str, job: str) -> Iterator[None]:
+    """Hold this host's lock for `job` on `name` (a study's name and storage, a file's path)."""
+    key = hashlib.sha1(name.encode()).hexdigest()
     path = Path(tempfile.gettempdir()) / f"autotune-{job}-{key[:16]}.lock"
     with open(path, "a") as f:
         fcntl.flock(f, fcntl.LOCK_EX)
@@ -39,4 +46,4 @@ def host_lock(study: optuna.Study, job: str) -> Iterator[None]:
             fcntl.flock(f, fcntl.LOCK_UN)
 
 
-__all__ = ["host_lock", "storage_key"]
+__all__ = ["host_lock", "path_lock", "storage_key"]

@@ -136,7 +136,9 @@ def _rdb_write(storage: optuna.storages.RDBStorage, trial_id: int, attrs: dict[s
 
 
 def _upsert(session: Any, dialect: str, trial_id: int, attrs: dict[str, Any]) -> None:
-    """Insert or replace the attrs in the session's transaction, one multi-row statement."""
+    """Insert or replace the attrs in the session's transaction: one multi-row statement on MySQL; elsewhere one
+    executemany of one cached Core statement (one round trip on psycopg and SQLite; an ORM multi-row VALUES was
+    compiled afresh for every trial, 2-3 ms of CPU on PostgreSQL)."""
     from optuna.storages._rdb import models
 
     model = models.TrialUserAttributeModel
@@ -147,13 +149,25 @@ def _upsert(session: Any, dialect: str, trial_id: int, attrs: dict[str, Any]) ->
         ins = mysql_insert(model).values(rows)
         session.execute(ins.on_duplicate_key_update(value_json=ins.inserted.value_json))
         return
-    if dialect == "sqlite":
-        from sqlalchemy.dialects.sqlite import insert
-    else:
-        from sqlalchemy.dialects.postgresql import insert  # type: ignore[assignment]
-    stmt = insert(model).values(rows)
-    session.execute(stmt.on_conflict_do_update(index_elements=[model.trial_id, model.key],
-                                               set_={"value_json": stmt.excluded.value_json}))
+    session.execute(_upsert_statement(dialect), rows)
+
+
+_UPSERTS: dict[str, Any] = {}  # dialect -> the Core upsert of one trial user attr (built once: SQLAlchemy caches it)
+
+
+def _upsert_statement(dialect: str) -> Any:
+    if dialect not in _UPSERTS:
+        from optuna.storages._rdb import models
+
+        if dialect == "sqlite":
+            from sqlalchemy.dialects.sqlite import insert
+        else:
+            from sqlalchemy.dialects.postgresql import insert  # type: ignore[assignment]
+        table = models.TrialUserAttributeModel.__table__
+        stmt = insert(table)
+        _UPSERTS[dialect] = stmt.on_conflict_do_update(index_elements=[table.c.trial_id, table.c.key],
+                                                       set_={"value_json": stmt.excluded.value_json})
+    return _UPSERTS[dialect]
 
 
 def _upserts(storage: optuna.storages.RDBStorage) -> bool:

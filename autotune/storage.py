@@ -20,6 +20,7 @@ import optuna
 from . import orphans, proxy, records
 from .config import RunConfig, from_dict
 from .errors import ConfigError, redact
+from .journal_lock import OwnedJournalLock
 
 SHARED = "journal:///path on one machine or postgresql://USER:PASSWORD@HOST/DB (or mysql://...) across machines"
 
@@ -82,7 +83,8 @@ def _journal(cfg: RunConfig, url: str, file: str) -> optuna.storages.BaseStorage
     path = Path(url[len("journal://"):])
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        backend = optuna.storages.journal.JournalFileBackend(str(path))
+        # a lock left by a SIGKILLed worker of this host is broken at once, not after Optuna's 30 s
+        backend = optuna.storages.journal.JournalFileBackend(str(path), lock_obj=OwnedJournalLock(str(path)))
     except OSError as e:
         raise ConfigError(file, "study.storage", f"cannot open journal file {path}: {e}") from None
     return orphans.JournalStorage(backend)

@@ -224,7 +224,7 @@ def run_worker(cfg: RunConfig, sampler_seed_offset: int | None = 0, callbacks: l
     step = "run"
     with StaleWatcher(study, cfg):
         while deadline is None or time.monotonic() < deadline:
-            step = next_step(study, n)
+            step = next_step(study, n, claimed)
             if step == "done":
                 break
             if step == "wait":

@@ -9,10 +9,13 @@
    function that trains nothing, against plain Optuna ask/tell (the same suggest calls, then tell) with
    the same sampler on the same storage, 50 trials of each in turn. Per storage (in-memory, SQLite,
    journal, PostgreSQL when AUTOTUNE_TEST_POSTGRES is set) at the 100th and the 1000th trial, and the
-   storage's part alone (minus in-memory), as a ratio and as a share of a 1-second trial.
+   storage's part alone (minus in-memory), as a ratio and as a share of a 1-second trial. Per trial too, the
+   counts a loaded machine does not change: SQL statements and transactions sent (each a round trip to a
+   database server) and this process's CPU, of each arm.
 
     python bench/scaling.py                      # both parts
     python bench/scaling.py --part overhead --trials 1000 --sampler tpe
+    python bench/scaling.py --part overhead --trials 1000 --storages postgresql   # in-memory and PostgreSQL only
 """
 
 from __future__ import annotations
@@ -108,7 +111,7 @@ def trivial_fit(ctx: Any) -> None:
         ctx.report(val_accuracy=0.5 + 0.4 * epoch / ctx.epochs_total - 0.1 * abs(lr - 0.01), val_loss=1.1 / epoch)
 
 
-def overhead(n_trials: int, sampler: str, tmp: Path, chunk: int = 50) -> None:
+def overhead(n_trials: int, sampler: str, tmp: Path, chunk: int = 50, only: tuple[str, ...] = ()) -> None:
     print(f"\n2. Overhead per trial ({sampler} sampler, 2 objectives, {len(SPACE)} searched settings, 5 epochs), one "
           f"process: autotune (its worker loop and objective, a training function that trains nothing) against "
           f"plain Optuna ask/tell (the same suggest calls, then tell) with the same sampler on the same storage; "
@@ -125,6 +128,8 @@ def overhead(n_trials: int, sampler: str, tmp: Path, chunk: int = 50) -> None:
         storages += [("postgresql", url, "run"), ("postgresql", url, "worker")]
     else:
         print("  (PostgreSQL skipped: set AUTOTUNE_TEST_POSTGRES, e.g. from `bash .ci/start_postgres.sh`)")
+    if only:  # --storages: in-memory stays, the baseline of the "storage only" lines
+        storages = [s for s in storages if s[0] in (*only, "in-memory")]
     marks = sorted({m for m in (100, 1000) if m <= n_trials} | {n_trials})
     rows: dict[str, dict[str, list[float]]] = {}
     try:
@@ -132,7 +137,12 @@ def overhead(n_trials: int, sampler: str, tmp: Path, chunk: int = 50) -> None:
             key = f"{label}/{loop}"
             rows[key] = _overhead_pair(label, url, n_trials, sampler, chunk, loop)
             a, p = rows[key]["autotune"], rows[key]["plain"]
-            print(f"  {key}: autotune {sum(a):.1f}s, plain {sum(p):.1f}s for {n_trials} trials each", flush=True)
+            sql, cpu = rows[key]["sql"], rows[key]["cpu"]
+            counted = f"; SQL statements autotune {sql[0]:.1f}, plain {sql[1]:.1f}, transactions autotune " \
+                      f"{sql[2]:.1f}, plain {sql[3]:.1f}" if url else ""
+            print(f"  {key}: autotune {sum(a):.1f}s, plain {sum(p):.1f}s for {n_trials} trials each; per trial: "
+                  f"CPU of this process autotune {1e3 * cpu[0]:.1f} ms, plain {1e3 * cpu[1]:.1f} ms{counted}",
+                  flush=True)
     finally:
         if pg_db is not None:
             _drop(pg, pg_db)
@@ -174,6 +184,31 @@ def _overhead_pair(label: str, url: str, n_trials: int, sampler: str, chunk: int
     plain = optuna.create_study(study_name=f"plain-{label}-{loop}", storage=plain_storage, directions=cfg.directions,
                                 sampler=samplers.make_sampler(cfg))
     out: dict[str, list[float]] = {"autotune": [], "plain": []}
+    # Per arm: statements and transactions sent to the database (each a round trip to a server), this process's CPU.
+    # The noise-proof part of the comparison: a shared machine's load changes the times, not these counts.
+    tally = {arm: {"sql": 0, "begin": 0, "cpu": 0.0} for arm in out}
+    arm: list[str | None] = [None]  # whose statements these are (None: setting up, not counted)
+
+    def on_sql(*_: Any) -> None:
+        if arm[0] is not None:
+            tally[arm[0]]["sql"] += 1
+
+    def on_begin(*_: Any) -> None:
+        if arm[0] is not None:
+            tally[arm[0]]["begin"] += 1
+
+    from sqlalchemy import event
+    from sqlalchemy.engine import Engine
+
+    event.listen(Engine, "before_cursor_execute", on_sql)
+    event.listen(Engine, "begin", on_begin)
+
+    def started(study: optuna.Study, todo: int) -> None:
+        stamps[0] = time.perf_counter()
+        arm[0] = "autotune"
+        cpu[0] = time.process_time()
+
+    cpu = [0.0]
     stamps: list[float] = []
     mark = [lambda s, t: stamps.append(time.perf_counter())]
     study = None
@@ -190,18 +225,31 @@ def _overhead_pair(label: str, url: str, n_trials: int, sampler: str, chunk: int
         part = config.from_dict({**raw, "study": {**raw["study"], "n_trials": n}}, source=cfg.source)
         stamps[:] = [time.perf_counter()]
         if study is not None:  # the worker loop (and the in-memory baseline, which study.run cannot open)
+            started(study, n)
             workers.run_worker(part, objective=objective, study=study, track=False, callbacks=mark)
         else:
-            study_mod.run(part, fresh=done == chunk, callbacks=mark, fit=trivial_fit,
-                          on_start=lambda s, todo: stamps.__setitem__(0, time.perf_counter()))
+            res = study_mod.run(part, fresh=done == chunk, callbacks=mark, fit=trivial_fit, on_start=started)
+            engine = getattr(getattr(res.study._storage, "_backend", None), "engine", None)
+            if engine is not None:  # each chunk's run opened its own: close its connections (a server's slots)
+                engine.dispose()
+        tally["autotune"]["cpu"] += time.process_time() - cpu[0]
+        arm[0] = "plain"
         out["autotune"] += [b - a for a, b in zip(stamps, stamps[1:])]
+        c0 = time.process_time()
         for _ in range(n - len(out["plain"])):
             t0 = time.perf_counter()
             trial = plain.ask()
             values = space.sample(trial, cfg)  # the same suggest calls a hand-written objective would make
             plain.tell(trial, [0.5 + 0.1 * float(values["lr"]), 0.01])
             out["plain"].append(time.perf_counter() - t0)
+        tally["plain"]["cpu"] += time.process_time() - c0
+        arm[0] = None
+    event.remove(Engine, "before_cursor_execute", on_sql)
+    event.remove(Engine, "begin", on_begin)
     assert len(out["autotune"]) == n_trials, len(out["autotune"])
+    a, p = tally["autotune"], tally["plain"]
+    out["cpu"] = [a["cpu"] / n_trials, p["cpu"] / n_trials]
+    out["sql"] = [a["sql"] / n_trials, p["sql"] / n_trials, a["begin"] / n_trials, p["begin"] / n_trials]
     return out
 
 
@@ -228,6 +276,8 @@ def main() -> None:
     ap.add_argument("--throughput-trials", type=int, default=16)
     ap.add_argument("--trials", type=int, default=1000, help="overhead study size (figures at 100 and at this)")
     ap.add_argument("--sampler", default="random", help="sampler for the overhead part (random isolates storage)")
+    ap.add_argument("--storages", default="", help="overhead part: only these, comma-separated (sqlite, journal, "
+                                                   "postgresql); in-memory always runs")
     args = ap.parse_args()
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     print(f"autotune scaling bench: optuna {optuna.__version__}, {workers.cpu_cores()} cores, load average {load:.1f}")
@@ -235,7 +285,7 @@ def main() -> None:
         if args.part in ("all", "throughput"):
             throughput(args.throughput_trials, Path(d))
         if args.part in ("all", "overhead"):
-            overhead(args.trials, args.sampler, Path(d))
+            overhead(args.trials, args.sampler, Path(d), only=tuple(filter(None, args.storages.split(","))))
 
 
 if __name__ == "__main__":

@@ -65,3 +65,23 @@ def test_next_step_runs_waits_and_stops(tmp_path: Path) -> None:
     assert budget.next_step(study, 2) == "done"
     c = budget.counts(study.get_trials())
     assert (c.finished, c.running, c.waiting, c.failed) == (2, 0, 0, 0)
+
+
+def test_a_claim_far_from_the_budgets_end_needs_no_read(tmp_path: Path) -> None:
+    """The worker loop's last read bounds how many trials can be alive below a new one: far from the end, the
+    claim is granted without reading the study again; near it, the claim reads and is exact."""
+    study = journal(tmp_path)
+    done = [study.ask() for _ in range(3)]
+    for t in done:
+        study.tell(t, 1.0)
+    seen = budget.Seen.of(study.get_trials())
+    assert (seen.total, seen.alive) == (3, 3)
+    others = [study.ask() for _ in range(2)]  # two other workers started trials since that read
+    mine = study.ask()  # number 5: at most 3 + 2 alive below it
+    reads: list[int] = []
+    real = study.get_trials
+    study.get_trials = lambda *a, **k: reads.append(1) or real(*a, **k)  # type: ignore[method-assign]
+    assert budget.claim(study, mine.number, 6, seen) and reads == []  # 5 < 6: no read
+    assert not budget.claim(study, mine.number, 5, seen) and reads == [1]  # 5 alive below it: read, refused
+    study.tell(others[0], state=TrialState.FAIL)
+    assert budget.claim(study, mine.number, 5, seen)  # the read sees the failed one: a slot is free

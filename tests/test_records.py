@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import collections
+import contextlib
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -38,16 +40,25 @@ def no_training(ctx: Any) -> None:
 
 
 class WriteCounter:
-    """Counts, on one SQLAlchemy engine, transactions that wrote something and the statements in them."""
+    """Counts, on one SQLAlchemy engine, transactions that wrote something and the statements in them, and every
+    statement and transaction (reads too)."""
 
     def __init__(self, engine: Any) -> None:
-        self.commits = 0
-        self.statements: collections.Counter[str] = collections.Counter()
+        self.reset()
         self._dirty: set[int] = set()
         event.listen(engine, "before_cursor_execute", self._execute)
         event.listen(engine, "commit", self._commit)
+        event.listen(engine, "begin", self._begin)
+
+    def reset(self) -> None:
+        self.commits = self.executed = self.transactions = 0
+        self.statements: collections.Counter[str] = collections.Counter()
+
+    def _begin(self, conn: Any) -> None:
+        self.transactions += 1
 
     def _execute(self, conn: Any, cursor: Any, stmt: str, params: Any, context: Any, many: bool) -> None:
+        self.executed += 1
         verb, _, rest = stmt.partition(" ")
         if verb in ("INSERT", "UPDATE", "DELETE"):
             self._dirty.add(id(conn))
@@ -93,22 +104,21 @@ def test_attrs_written_at_flush_elsewhere(tmp_path: Path, kind: str) -> None:
     assert trial.user_attrs["k4"] == {"i": 4}
 
 
-def test_a_trial_costs_no_write_transaction_more_than_plain_ask_tell(tmp_path: Path) -> None:
-    """autotune's loop (`autotune run`: sampling, the objective, the stop rules, ~20 user attrs) commits as many
-    write transactions per trial as plain Optuna's ask / suggest / tell on the same storage: the attrs ride in
-    the transaction that ends the trial (one more statement there)."""
-    n = 6
-    cfg = cfg_for(tmp_path, f"sqlite:///{tmp_path}/r.db", n_trials=n)
+def _plain_and_autotune(cfg: config.RunConfig, loop: str) -> tuple[WriteCounter, WriteCounter, optuna.Study]:
+    """Write transactions and statements of `n_trials` plain ask / suggest / tell trials, then of autotune's loop
+    (`autotune run`'s, or the worker loop of `--workers` and `autotune worker`), each counted from its first trial."""
+    n = cfg.study.n_trials
+    assert n is not None
+    # (at INFO, Optuna's log line of each finished trial reads the study's metric names: a read plain lacks)
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
     plain_storage = storage_mod.make_storage(cfg)
-    counted = WriteCounter(plain_storage.engine)
+    plain_counter = WriteCounter(plain_storage.engine)
     plain = optuna.create_study(storage=plain_storage, sampler=samplers.make_sampler(cfg), directions=cfg.directions)
-    created, created_statements = counted.commits, collections.Counter(counted.statements)
+    plain_counter.reset()
     for _ in range(n):
         t = plain.ask()
         space.sample(t, cfg)
         plain.tell(t, [0.5, 0.1])
-    plain_commits = counted.commits - created
-    plain_statements = counted.statements - created_statements
 
     opened: list[WriteCounter] = []
     make = storage_mod.make_storage
@@ -118,27 +128,71 @@ def test_a_trial_costs_no_write_transaction_more_than_plain_ask_tell(tmp_path: P
         opened.append(WriteCounter(s.engine))
         return s
 
-    before: dict[str, Any] = {}
-
-    def on_start(study: optuna.Study, todo: int) -> None:  # the study exists and holds its own attrs: trials next
-        before.update(commits=opened[-1].commits, statements=collections.Counter(opened[-1].statements))
-
     storage_mod.make_storage = counting  # type: ignore[assignment]
     try:
-        res = study_mod.run(cfg, fit=no_training, on_start=on_start)
+        if loop == "worker":
+            study = study_mod.open_study(cfg)
+            opened[-1].reset()
+            workers.run_worker(cfg, objective=Objective(cfg, no_training), study=study, track=False)
+        else:  # on_start: the study exists and holds its own attrs: trials next
+            study = study_mod.run(cfg, fit=no_training, on_start=lambda s, todo: opened[-1].reset()).study
     finally:
         storage_mod.make_storage = make  # type: ignore[assignment]
-    trials = res.study.trials
+    trials = study.trials
     assert len(trials) == n and all(t.state == TrialState.COMPLETE for t in trials)
     assert {"settings", "seed", "history", "epoch_values", "val_accuracy", "epochs_run"} <= set(trials[-1].user_attrs)
     assert len(trials[-1].user_attrs["history"]) == 3
-    counter = opened[-1]
-    statements = counter.statements - before["statements"]
-    # the same statements as plain ask/tell (the storage's own owner stamp included), and one multi-row insert of
-    # the trial's attrs, inside the same number of write transactions
-    assert statements - plain_statements == collections.Counter({"INSERT trial_user_attributes": n}), \
-        (statements, plain_statements)
-    assert counter.commits - before["commits"] <= plain_commits, (counter.commits - before["commits"], plain_commits)
+    return plain_counter, opened[-1], study
+
+
+def test_a_trial_costs_no_write_transaction_more_than_plain_ask_tell(tmp_path: Path) -> None:
+    """autotune's loop (`autotune run`: sampling, the objective, the stop rules, ~20 user attrs) commits as many
+    write transactions per trial as plain Optuna's ask / suggest / tell on the same storage: the attrs ride in
+    the transaction that ends the trial (one more statement there)."""
+    n = 6
+    plain, auto, _ = _plain_and_autotune(cfg_for(tmp_path, f"sqlite:///{tmp_path}/r.db", n_trials=n), "run")
+    # the same statements as plain ask/tell (the storage's own owner stamp included), and one insert of the
+    # trial's attrs, inside the same number of write transactions
+    assert auto.statements - plain.statements == collections.Counter({"INSERT trial_user_attributes": n}), \
+        (auto.statements, plain.statements)
+    assert auto.commits <= plain.commits, (auto.commits, plain.commits)
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("loop", ["run", "worker"])
+def test_a_trial_on_postgres_costs_the_statements_of_plain_ask_tell(tmp_path: Path, postgres_url: str,
+                                                                    loop: str) -> None:
+    """On PostgreSQL (one round trip per statement and per transaction), every SQL statement counted, reads
+    too: `autotune run`'s loop sends plain ask/tell's statements plus the one insert of the trial's attrs; the
+    worker loop also reads the study once per trial (the budget and dead workers' trials: budget.next_step)."""
+    n = 8
+    with _database(postgres_url) as url:
+        plain, auto, study = _plain_and_autotune(cfg_for(tmp_path, url, n_trials=n), loop)
+        study._storage._backend.engine.dispose()
+    extra_reads = 0 if loop == "run" else 1
+    # per trial: the attrs' insert, and the worker's read of the study (SELECT studies, SELECT trials: the
+    # trials it returns are cached by then); once per run: the budget's first count, the probe records
+    assert auto.executed <= plain.executed + n * (1 + 2 * extra_reads) + 12, (auto.executed, plain.executed)
+    assert auto.transactions <= plain.transactions + n * extra_reads + 4, (auto.transactions, plain.transactions)
+    assert auto.statements - plain.statements == collections.Counter({"INSERT trial_user_attributes": n}), \
+        (auto.statements, plain.statements)
+    assert auto.commits <= plain.commits, (auto.commits, plain.commits)
+
+
+@contextlib.contextmanager
+def _database(postgres_url: str) -> Iterator[str]:
+    """A fresh database on the test server (its URL), dropped afterwards."""
+    import psycopg
+
+    db = f"autotune_rec_{uuid.uuid4().hex[:8]}"
+    plain = postgres_url.replace("postgresql+psycopg://", "postgresql://")
+    with psycopg.connect(plain, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{db}"')
+    try:
+        yield f"{plain.rpartition('/')[0]}/{db}"
+    finally:
+        with psycopg.connect(plain, autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{db}" WITH (FORCE)')
 
 
 def test_worker_loop_attrs_and_pruners_read_finished_trials(tmp_path: Path) -> None:
@@ -154,17 +208,7 @@ def test_worker_loop_attrs_and_pruners_read_finished_trials(tmp_path: Path) -> N
 
 @pytest.mark.postgres
 def test_attrs_arrive_with_the_final_state_on_postgres(tmp_path: Path, postgres_url: str) -> None:
-    import psycopg
-
-    db = f"autotune_rec_{uuid.uuid4().hex[:8]}"
-    plain = postgres_url.replace("postgresql+psycopg://", "postgresql://")
-    with psycopg.connect(plain, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{db}"')
-    try:
-        cfg = cfg_for(tmp_path, f"{plain.rpartition('/')[0]}/{db}", n_trials=3)
-        res = study_mod.run(cfg, fit=no_training)
+    with _database(postgres_url) as url:
+        res = study_mod.run(cfg_for(tmp_path, url, n_trials=3), fit=no_training)
         assert [len(t.user_attrs["history"]) for t in res.study.trials] == [3, 3, 3]
         res.study._storage._backend.engine.dispose()
-    finally:
-        with psycopg.connect(plain, autocommit=True) as conn:
-            conn.execute(f'DROP DATABASE IF EXISTS "{db}" WITH (FORCE)')

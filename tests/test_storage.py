@@ -195,3 +195,25 @@ def test_load_stored_on_postgres_gets_the_real_url_back(tmp_path: Path, pg_db: s
     assert "***" in study.user_attrs["config"]["study"]["storage"]
     assert back.study.storage == pg_db and back.to_dict() == cfg.to_dict()
     study._storage._backend.engine.dispose()
+
+
+def test_a_journal_append_after_a_worker_was_killed_holding_the_lock(tmp_path: Path) -> None:
+    """A worker SIGKILLed mid-append leaves the journal's lock: the next append of another worker on this host
+    goes through at once, not after Optuna's 30-second grace period (journal_lock.py)."""
+    import signal
+    import time
+
+    from tests.test_journal_lock import hold_in_child
+
+    cfg = bare(f"journal:///{tmp_path}/j.log")
+    study = optuna.create_study(study_name="j", storage=storage.make_storage(cfg))
+    child = hold_in_child(tmp_path / "j.log")
+    try:
+        child.send_signal(signal.SIGKILL)
+        child.wait()
+        t0 = time.monotonic()
+        study.set_user_attr("after", 1)  # one append
+        assert time.monotonic() - t0 < 3.0
+    finally:
+        child.kill()
+    assert optuna.load_study(study_name="j", storage=storage.make_storage(cfg)).user_attrs["after"] == 1
