@@ -375,7 +375,8 @@ class TrialContext:
         train with is wrapped in DistributedDataParallel (then compiled), and `ctx.model` stays the plain module.
 
         An optimizer the fit built itself keeps its own groups and lrs; a searched (or fixed) `lr` multiplies each
-        group's lr (build a scheduler of your own after this call, so that it starts from the scaled lrs)."""
+        group's lr, unless the fit read `lr` itself (build a scheduler of your own after this call, so that it
+        starts from the scaled lrs)."""
         self._check_live("ctx.prepare")
         if self.model is not None:
             raise ContextMisuse("ctx.prepare was already called in this trial: one model per trial")
@@ -407,7 +408,8 @@ class TrialContext:
             raise ContextMisuse("ctx.prepare(model, optimizer): optimizer must be None, a torch.optim.Optimizer or a "
                                 f"callable of parameters; got {type(optimizer).__name__}")
         self._own_optimizer = not self._factory_used
-        if self._own_optimizer and "lr" in self._chosen:
+        # a chosen lr scales a fit-built optimizer's lrs, unless the fit read lr (it built with it: not twice)
+        if self._own_optimizer and "lr" in self._chosen and "lr" not in self._reads:
             self._scale_lrs(opt, float(s["lr"]))
         self.opt = opt
         train_model = model

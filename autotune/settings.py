@@ -230,8 +230,12 @@ class Settings(Mapping[str, Any]):
     _values: Mapping[str, Any]
 
     def __new__(cls, values: Mapping[str, Any] = MappingProxyType({})) -> Settings:
-        if isinstance(values, Settings):
+        if type(values) is Settings:
             return values
+        if isinstance(values, Settings):  # a watched view (`watched`): the same values, reads no longer noted
+            plain = super().__new__(cls)
+            super(Mapping, plain).__setattr__("_values", values._values)
+            return plain
         checked = dict(DEFAULTS)
         for key, value in values.items():
             if key.startswith(MODEL_KEY_PREFIX):

@@ -486,6 +486,13 @@ def test_without_a_searched_lr_the_groups_keep_their_own() -> None:
     assert _group_lrs(ctx, opt, model)[0] == pytest.approx([0.1, 6.4])  # the default lr is no multiplier
 
 
+def test_an_optimizer_built_with_the_searched_lr_is_not_scaled_by_it_again() -> None:
+    ctx = TrialContext({"device": "cpu", "lr": 0.5, "epochs": 1, "batch_size": 100}, searched=("lr",))
+    net = user_fits.MLP()
+    model, opt = ctx.prepare(net, torch.optim.Adadelta(net.parameters(), lr=ctx.settings.lr))  # mnist's shape
+    assert [g["lr"] for g in opt.param_groups] == [0.5] and "lr" not in ctx.unapplied()
+
+
 def test_the_builtin_optimizers_onecycle_peaks_at_the_searched_lr() -> None:
     ctx = TrialContext({"device": "cpu", "lr": 0.5, "optimizer": "sgd", "lr_schedule": "onecycle", "epochs": 2,
                         "batch_size": 100}, searched=("lr", "lr_schedule", "optimizer"))

@@ -33,7 +33,9 @@ def test_a_watched_settings_view_notes_what_is_read_not_what_is_asked_about() ->
     assert "lr" in s and list(s)[:1] and reads == set()  # membership and names are not reads
     assert s.lr == s["lr"] == 0.1 and s.get("momentum") == 0.9
     assert reads == {"lr", "momentum"}
-    assert isinstance(s, Settings) and Settings(s) is s
+    assert isinstance(s, Settings) and type(Settings(s)) is Settings
+    Settings(s)["weight_decay"]  # a plain copy: its reads are not noted
+    assert reads == {"lr", "momentum"}
     with pytest.raises(AttributeError, match="frozen"):
         s.lr = 1.0  # type: ignore[misc]
 
@@ -92,6 +94,8 @@ def test_own_optimizer_schedule_and_loss_leave_searched_settings_out(tmp_path: P
     assert "  (label_smoothing: not applied, left out: label_smoothing was never read" in printed
     rec = report.summary_data(res.study, cfg)["recommended"]
     assert set(rec["params"]) == {"lr"} and "weight_decay" in rec["not_applied"]
+    html = report.render(report.build(res.study, cfg))
+    assert "searched but not applied (left out): label_smoothing, lr_schedule, optimizer, weight_decay" in html
     doc = export.best_yaml(cfg, best)
     assert doc["train"]["lr"] == best.params["lr"]
     assert not {"optimizer", "weight_decay", "label_smoothing", "lr_schedule"} & set(doc["train"])
