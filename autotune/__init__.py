@@ -38,18 +38,21 @@ def run(cfg: RunConfig | str, fit: Fit | None = None, fresh: bool = False) -> Tu
 def train(cfg: RunConfig | str, params: dict[str, Any] | None = None, seed: int | None = None,
           fit: Fit | None = None) -> TrainResult:
     """Train one configuration outside any study: fixed settings plus `params` (user parameters as
-    `user.NAME`), the same training function, settings and clocks as a trial."""
-    from .objective import job_for, load_fit
+    `user.NAME`), the same training function, settings and clocks as a trial. `seed` (default: the seed the
+    study's trial 0 trains with: `study.trial_seed`, else study.seed x 100003)."""
+    from .objective import job_for, load_fit, trial_seed
     from .settings import check_params, merge
     from .study import preflight
     from .trainer import train as _train
 
     if isinstance(cfg, str):
         cfg = load_config(cfg)
-    values = merge(cfg.train, overrides=check_params(params or {}, "params"))  # searched: defaults unless given
+    given = check_params(params or {}, "params")
+    values = merge(cfg.train, overrides=given)  # searched: defaults unless given
     preflight(cfg)
-    seed = cfg.study.seed or 0 if seed is None else seed
-    return _train(job_for(cfg, values, seed, measure_inference=True, fit=fit or load_fit(cfg), study_rules=False))
+    seed = trial_seed(cfg, 0) if seed is None else seed
+    return _train(job_for(cfg, values, seed, measure_inference=True, fit=fit or load_fit(cfg), study_rules=False,
+                          fixed=frozenset(cfg.train) | frozenset(given)))
 
 
 def __getattr__(name: str) -> Any:

@@ -94,6 +94,7 @@ class StudyConfig(_Model):
     n_trials: int | None = Field(30, ge=1)
     timeout: float | None = Field(None, gt=0)
     seed: int | None = 0
+    trial_seed: int | None = None  # trial n trains with trial_seed + n (unset: seed x 100003 + n); set by export
     heartbeat_interval: int | None = Field(None, ge=1)
     grace_period: int | None = Field(None, ge=1)
     max_repeated_errors: int = Field(3, ge=1)  # this many trials in a row failing the same way stop the run

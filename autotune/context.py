@@ -33,14 +33,13 @@ import numbers
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from types import MappingProxyType
 from typing import Any
 
 import torch
 from torch import nn
 from torch.utils.data import DataLoader, Dataset, IterableDataset, Subset, TensorDataset
 
-from . import accel
+from . import accel, unread
 from .distributed import Group, ShardedBatches
 from .errors import STOP_REASONS, AutotuneError, TrialStopped
 from .metrics import CATALOGUE, CLOCKS
@@ -286,20 +285,24 @@ class TrialContext:
                  on_epoch: OnEpoch | None = None, metrics: Iterable[str] | None = None,
                  early_stopping_on: Sequence[tuple[str, str]] = (("val_loss", "minimize"),),
                  chance_loss: float = math.inf, config: Any = None, group: Group | None = None,
-                 probe: ProbeWindow | None = None) -> None:
-        self.settings = Settings(settings)  # typed and frozen: ctx.settings["lr"] or ctx.settings.lr
+                 probe: ProbeWindow | None = None, searched: Iterable[str] = (), fixed: Iterable[str] = ()) -> None:
+        raw = self._raw = Settings(settings)
+        # What this trial read (applied): the context's own uses and the training function's reads through
+        # ctx.settings / ctx.params. A `searched` key nothing read is not_applied; a key `searched` or `fixed`
+        # explicitly (not a default) is one the user chose (a searched lr scales a user-built optimizer's lrs).
+        self._reads: set[str] = set(unread.APPLIED_AROUND)
+        self._searched = tuple(searched)
+        self._chosen = frozenset(self._searched) | frozenset(fixed)
+        self.settings = raw.watched(self._reads)  # typed and frozen: ctx.settings["lr"] or ctx.settings.lr
         self.group = group
         self.rank = group.rank if group is not None else 0
         self.world_size = group.world if group is not None else 1
-        self.params: Mapping[str, Any] = MappingProxyType({**self.settings, **(user_params or {})})
+        self.params: Mapping[str, Any] = unread.WatchedParams(raw, user_params or {}, self._reads)
         self.seed = seed
         self.config = config  # the RunConfig of the study, when there is one
-        self.device = accel.resolve_device(str(self.settings["device"]))
-        self.precision: str = self.settings["precision"]
-        self.epochs_total: int = int(self.settings["epochs"])
-        self.batch_size: int = int(self.settings["batch_size"])
+        self.device = accel.resolve_device(str(raw["device"]))
         self.chance_loss = chance_loss  # divergence: a loss above loss_factor x this is never "learning"
-        self._accum = int(self.settings["grad_accum_steps"])
+        self._accum = int(raw["grad_accum_steps"])
         self.limits = limits = limits or Limits()
         self._on_record = on_record  # sees every epoch's record first (the objective stores it)
         self._on_epoch = on_epoch  # the study's own stop rules (pruners, vs_front); may raise TrialStopped
@@ -313,7 +316,14 @@ class TrialContext:
         self._ddp: nn.Module | None = None  # the DistributedDataParallel wrapper (several devices)
         self.opt: torch.optim.Optimizer | None = None
         self.sched: torch.optim.lr_scheduler.LRScheduler | None = None
-        self.scaler = accel.grad_scaler(self.device, self.precision)
+        self.scaler = accel.grad_scaler(self.device, str(raw["precision"]))
+        self._own_optimizer: bool | None = None  # None: no ctx.prepare yet; True: the fit built its optimizer
+        self._factory_used = False  # ctx.optimizer built an optimizer (the searched one)
+        self._init_asked: bool | None = None  # ctx.prepare's init (None: not called)
+        self._schedule_decided = False  # the first optimizer step decides: lr_schedule, or the fit's own scheduler
+        self._own_scheduler = False  # a torch scheduler of the fit's own is on the optimizer: it alone steps the lr
+        self._stepped = False  # the context stepped the optimizer (ctx.backward)
+        self._train_on_device: bool | None = None  # the training loader's batches: on the device (None: no loader)
         self.compile_time_s = 0.0
         self.stopped_early_at: int | None = None
         self.stop: TrialStopped | None = None
@@ -349,10 +359,28 @@ class TrialContext:
     # ------------------------------------------------------------ what the trial searched
 
     @property
+    def precision(self) -> str:
+        return str(self.settings["precision"])
+
+    @property
+    def epochs_total(self) -> int:
+        return int(self.settings["epochs"])
+
+    @property
+    def batch_size(self) -> int:
+        """The trial's (global) training batch size."""
+        return int(self.settings["batch_size"])
+
+    @property
     def optimizer(self) -> Callable[[Any], torch.optim.Optimizer]:
         """The trial's optimizer (name, lr, momentum, weight decay, fused kernels) as a factory of parameters."""
         s = self.settings
-        return lambda params: make_optimizer(s["optimizer"], params, s, self.device)
+
+        def build(params: Any) -> torch.optim.Optimizer:
+            self._factory_used = True
+            return make_optimizer(s["optimizer"], params, s, self.device)
+
+        return build
 
     def autocast(self) -> contextlib.AbstractContextManager[Any]:
         """The trial's precision for the forward pass (fp32: a no-op)."""
@@ -365,13 +393,18 @@ class TrialContext:
         """Apply the trial's settings to a model: weight init (`init=False` keeps loaded weights), device,
         channels_last, the optimizer (None: the searched one; a callable of parameters; or an optimizer),
         and torch.compile last. Returns (the model to train with, the optimizer); on several devices the model to
-        train with is wrapped in DistributedDataParallel (then compiled), and `ctx.model` stays the plain module."""
+        train with is wrapped in DistributedDataParallel (then compiled), and `ctx.model` stays the plain module.
+
+        An optimizer the fit built itself keeps its own groups and lrs; a searched (or fixed) `lr` multiplies each
+        group's lr, unless the fit read `lr` itself (build a scheduler of your own after this call, so that it
+        starts from the scaled lrs)."""
         self._check_live("ctx.prepare")
         if self.model is not None:
             raise ContextMisuse("ctx.prepare was already called in this trial: one model per trial")
         if not isinstance(model, nn.Module):
             raise ContextMisuse(f"ctx.prepare takes a torch.nn.Module; got {type(model).__name__}")
         s = self.settings
+        self._init_asked = init
         if init and s["init"] != "default":
             from .models import init_weights
 
@@ -395,6 +428,10 @@ class TrialContext:
         else:
             raise ContextMisuse("ctx.prepare(model, optimizer): optimizer must be None, a torch.optim.Optimizer or a "
                                 f"callable of parameters; got {type(optimizer).__name__}")
+        self._own_optimizer = not self._factory_used
+        # a chosen lr scales a fit-built optimizer's lrs, unless the fit read lr (it built with it: not twice)
+        if self._own_optimizer and "lr" in self._chosen and "lr" not in self._reads:
+            self._scale_lrs(opt, float(s["lr"]))
         self.opt = opt
         train_model = model
         if self.group is not None:  # weights broadcast from rank 0 here; gradients averaged every step
@@ -403,6 +440,19 @@ class TrialContext:
             train_model = accel.compile_model(train_model, s["compile_mode"])
             self._compiled = True
         return train_model, opt
+
+    @staticmethod
+    def _scale_lrs(opt: torch.optim.Optimizer, factor: float) -> None:
+        """A searched lr on an optimizer the fit built: each group's own lr times it (the groups' ratios hold)."""
+        if any("initial_lr" in g for g in opt.param_groups):
+            raise ContextMisuse("lr is searched: ctx.prepare scales your optimizer's group lrs by it, but a "
+                                "learning-rate scheduler was already built on the optimizer and would restore the "
+                                "unscaled ones; build your scheduler after ctx.prepare(model, optimizer)")
+        for g in opt.param_groups:
+            if isinstance(g["lr"], torch.Tensor):
+                g["lr"].mul_(factor)
+            else:
+                g["lr"] = g["lr"] * factor
 
     # ------------------------------------------------------------ data
 
@@ -463,6 +513,7 @@ class TrialContext:
                                   self.device, channels_last)
         if train and self._steps_per_epoch is None:
             self._train_loader_len = len(inner)
+            self._train_on_device = isinstance(inner, DeviceBatches)
         return Batches(self, inner, train)
 
     @property
@@ -668,7 +719,9 @@ class TrialContext:
     def _optimizer_step(self) -> None:
         assert self.opt is not None
         s = self.settings
-        if self.sched is None and SCHEDULES[s["lr_schedule"]] is not None:
+        if not self._schedule_decided:
+            self._schedule_decided = self._stepped = True
+            self._reads.add("grad_accum_steps")  # (applied by ctx.backward from here on)
             self.sched = self._make_schedule()
         if s["grad_clip"] > 0:
             if self.scaler is not None:
@@ -691,15 +744,23 @@ class TrialContext:
             self._optimizer_step()
             self._step_clock.mark()
 
-    def _make_schedule(self) -> torch.optim.lr_scheduler.LRScheduler:
+    def _make_schedule(self) -> torch.optim.lr_scheduler.LRScheduler | None:
+        """The trial's lr_schedule over each group's own lr (None: constant). A torch scheduler of the fit's own
+        on the optimizer (torch's schedulers note each group's `initial_lr`) steps the lr alone: not both."""
+        assert self.opt is not None
+        if any("initial_lr" in g for g in self.opt.param_groups):
+            self._own_scheduler = True
+            return None
         s = self.settings
+        if SCHEDULES[s["lr_schedule"]] is None:
+            return None
         if self._train_loader_len is None:
             raise ContextMisuse(f"lr_schedule {s['lr_schedule']} needs the steps per epoch: iterate a "
                                 "ctx.loader(...) for the training data, or give ctx.epochs(steps_per_epoch=...)")
         per_epoch = math.ceil(self._train_loader_len / int(s["grad_accum_steps"]))
         builder = SCHEDULES[s["lr_schedule"]]
-        assert builder is not None and self.opt is not None
-        return builder(self.opt, float(s["lr"]), per_epoch * self.epochs_total)
+        assert builder is not None
+        return builder(self.opt, per_epoch * self.epochs_total)
 
     # ------------------------------------------------------------ per-epoch metrics and stop rules
 
@@ -868,6 +929,15 @@ class TrialContext:
         self._epoch_open = False
         return stop
 
+    def unapplied(self) -> dict[str, str]:
+        """Settings that took no effect in this trial, with the reason: what the context could not apply, and every
+        searched setting (or `user.` parameter) nothing read (unread.py says why)."""
+        out = dict(self.not_applied)
+        missed = [k for k in self._searched if k not in self._reads and k not in out]
+        for key in missed:
+            out[key] = unread.why(self, key, missed)
+        return out
+
     def _check_live(self, what: str) -> None:
         if self.stop is not None:
             raise ContextMisuse(f"{what} after the trial was stopped ({self.stop}): let the stop exception "
@@ -893,10 +963,10 @@ class TrialContext:
             samples_per_s=steady_samples / steady_time if steady_time > 0 else 0.0,
             compile_time_s=self.compile_time_s,
             data_wait_fraction=sum(r.data_wait_fraction * r.epoch_time_s for r in self.history) / max(1e-12, all_time),
-            epochs_run=len(self.history), device=accel.device_name(self.device), precision=self.precision,
+            epochs_run=len(self.history), device=accel.device_name(self.device), precision=self._raw["precision"],
             history=list(self.history), stopped_early_at=self.stopped_early_at,
             loss_scale=float(self.scaler.get_scale()) if self.scaler is not None else None,
-            not_applied=dict(self.not_applied), model=self.model,
+            not_applied=self.unapplied(), model=self.model,
             model_params=sum(p.numel() for p in self.model.parameters()) if self.model is not None else 0,
         )
 

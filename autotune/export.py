@@ -16,12 +16,17 @@ from .settings import SETTINGS
 
 def best_yaml(cfg: RunConfig, best: TrialSummary) -> dict[str, Any]:
     """The config with the trial's settings fixed in `train:` and its searched model keys (`model.KEY`)
-    fixed in `model:`; `space:` empty."""
+    fixed in `model:`; `space:` empty; `study.trial_seed` the trial's seed (its one trial trains as it did).
+    Searched settings the trial did not apply are left out (they keep their defaults), and so are the `data:`
+    and `model:` sections a training function of the user's (`trainer:`) does not read, unless the file set them."""
     settings = space.of_trial(cfg, best.settings, best.params)
     train = {k: v for k, v in settings.items()
-             if k in SETTINGS and v != SETTINGS[k].default or k in cfg.train or k.startswith(USER_PREFIX)}
+             if (k in SETTINGS and v != SETTINGS[k].default or k in cfg.train or k.startswith(USER_PREFIX))
+             and k not in best.not_applied}
     doc = cfg.to_dict()
     doc["study"] = {**doc["study"], "name": f"{cfg.study.name}-best", "n_trials": 1}
+    if best.seed is not None:
+        doc["study"]["trial_seed"] = best.seed
     if redact(cfg.study.storage) != cfg.study.storage:  # a password never goes into a file people share
         del doc["study"]["storage"]
     doc["train"] = train
@@ -31,6 +36,10 @@ def best_yaml(cfg: RunConfig, best: TrialSummary) -> dict[str, Any]:
     doc["model"] = {**doc["model"], **known, "kwargs": {**doc["model"].get("kwargs", {}), **extra}}
     doc["space"] = {}
     doc.pop("source", None)
+    if cfg.trainer is not None:  # the user's function builds its own data and model
+        for section in ("data", "model"):
+            if section not in cfg.model_fields_set:
+                doc.pop(section, None)
     return doc
 
 

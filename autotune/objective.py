@@ -75,11 +75,27 @@ def fit_name(cfg: RunConfig, fit: trainer.Fit | None) -> str:
     return f"{getattr(fit, '__module__', '?')}:{getattr(fit, '__qualname__', type(fit).__name__)}"
 
 
+def trial_seed(cfg: RunConfig, number: int) -> int:
+    """The training seed of trial `number`: `study.trial_seed` + number when set (an exported trial's own seed:
+    its one trial trains exactly as the original did), else study.seed x 100003 + number."""
+    if cfg.study.trial_seed is not None:
+        return cfg.study.trial_seed + number
+    return (cfg.study.seed or 0) * 100_003 + number
+
+
+def searched_keys(cfg: RunConfig, values: dict[str, Any]) -> frozenset[str]:
+    """The space's keys this point searched: each one whose `when` holds (an inactive one kept its default)."""
+    return frozenset(k for k, spec in cfg.space.items() if space.active(spec, values))
+
+
 def job_for(cfg: RunConfig, values: dict[str, Any], seed: int, measure_inference: bool | None = None,
-            fit: trainer.Fit | None = None, study_rules: bool = True, probe: Any = None) -> trainer.TrainJob:
+            fit: trainer.Fit | None = None, study_rules: bool = True, probe: Any = None,
+            searched: frozenset[str] = frozenset(), fixed: frozenset[str] | None = None) -> trainer.TrainJob:
     """The trainer's job for these settings (and user parameters). Inference metrics (size, latency) cost a
     few timed forward passes per trial, so a study measures them only when an objective or constraint uses
-    them. `study_rules`: the `pruning:` limits (divergence, slow, hang) apply, as they do in a study."""
+    them. `study_rules`: the `pruning:` limits (divergence, slow, hang) apply, as they do in a study.
+    `searched`: the keys a trial sampled (one nothing read is not_applied); `fixed`: the keys set explicitly
+    (default: the config's `train:`)."""
     if measure_inference is None:
         measure_inference = any(o.metric in INFERENCE for o in cfg.objectives) or \
             cfg.constraints.max_accuracy_drop is not None
@@ -94,7 +110,8 @@ def job_for(cfg: RunConfig, values: dict[str, Any], seed: int, measure_inference
         settings=settings, data=cfg.data, model=cfg.model, task=cfg.task, seed=seed, source=cfg.source, limits=limits,
         distill=cfg.distill, measure_inference=measure_inference, fit=fit, user_params=user,
         metrics=frozenset({*REPORTED, *(o.metric for o in cfg.objectives), *cfg.metrics}),
-        early_stopping_on=watched, config=cfg, probe=probe)
+        early_stopping_on=watched, config=cfg, probe=probe, searched=searched,
+        fixed=frozenset(cfg.train) if fixed is None else fixed)
 
 
 class FailureStreak:
@@ -153,7 +170,7 @@ class Objective:
         cfg = self.cfg
         accel.freeze_survivors()
         values = self.search.sample(trial)
-        seed = (cfg.study.seed or 0) * 100_003 + trial.number
+        seed = trial_seed(cfg, trial.number)
         trial.set_user_attr("seed", seed)
         trial.set_user_attr("settings", values)
         dev = accel.resolve_device(values["device"])
@@ -254,7 +271,8 @@ class Objective:
         try:
             with contention.torch_threads(capped):
                 cpu = contention.Window(int(values["cpu_threads"]) or torch.get_num_threads())
-                job = job_for(self.cfg, values, seed, fit=self.fit, probe=window)
+                job = job_for(self.cfg, values, seed, fit=self.fit, probe=window,
+                              searched=searched_keys(self.cfg, values))
                 result = trainer.train(job, on_epoch=on_epoch, on_record=on_record, keep_model=False)
             if not self._oversubscribed(trial, values, result, cpu):
                 self.gate.finished(trial, values, window, result)
@@ -400,4 +418,4 @@ def _without_frames(exc: BaseException) -> BaseException:
 
 
 __all__ = ["CATCH", "FailureStreak", "FatalDeviceError", "Objective", "RepeatedFailure", "TrialFailed", "job_for",
-           "load_fit"]
+           "load_fit", "searched_keys", "trial_seed"]

@@ -56,14 +56,19 @@ def make_optimizer(name: str, params: Any, settings: Mapping[str, Any], dev: tor
     return lookup(OPTIMIZERS, name, None, "optimizer", "optimizer")(params, settings, fast_kwargs(name, dev))
 
 
-def _cosine(opt: torch.optim.Optimizer, lr: float, total: int) -> torch.optim.lr_scheduler.LRScheduler:
+# A schedule scales each parameter group's own lr over `total` steps (the groups' ratios hold): the searched lr
+# with the built-in optimizer, the groups' own lrs (times a searched lr) with an optimizer a fit built.
+
+
+def _cosine(opt: torch.optim.Optimizer, total: int) -> torch.optim.lr_scheduler.LRScheduler:
     return torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=max(1, total))
 
 
-def _onecycle(opt: torch.optim.Optimizer, lr: float, total: int) -> torch.optim.lr_scheduler.LRScheduler:
-    return torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=lr, total_steps=max(2, total))
+def _onecycle(opt: torch.optim.Optimizer, total: int) -> torch.optim.lr_scheduler.LRScheduler:
+    return torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=[float(g["lr"]) for g in opt.param_groups],
+                                               total_steps=max(2, total))
 
 
-SCHEDULES: dict[str, Callable[[torch.optim.Optimizer, float, int], torch.optim.lr_scheduler.LRScheduler] | None] = {
+SCHEDULES: dict[str, Callable[[torch.optim.Optimizer, int], torch.optim.lr_scheduler.LRScheduler] | None] = {
     "constant": None, "cosine": _cosine, "onecycle": _onecycle,
 }

@@ -15,7 +15,7 @@ from . import accel
 from .config import RunConfig, read_yaml
 from .context import TrainResult
 from .errors import ConfigError
-from .objective import job_for, load_fit
+from .objective import job_for, load_fit, trial_seed
 from .settings import check_params, merge
 from .trainer import train
 
@@ -43,7 +43,8 @@ def profile(cfg: RunConfig, params: dict[str, Any], epochs: int, out_dir: Path,
         activities.append(torch.profiler.ProfilerActivity.CUDA)
     out_dir.mkdir(parents=True, exist_ok=True)
     with torch.profiler.profile(activities=activities, record_shapes=False) as prof:
-        result = train(job_for(cfg, settings, cfg.study.seed or 0, fit=load_fit(cfg), study_rules=False))
+        result = train(job_for(cfg, settings, trial_seed(cfg, 0), fit=load_fit(cfg), study_rules=False,
+                               fixed=frozenset(cfg.train) | frozenset(params)))
     trace = out_dir / f"{cfg.study.name}-trace.json"
     prof.export_chrome_trace(str(trace))
     sort = "self_cuda_time_total" if dev.type == "cuda" else "self_cpu_time_total"

@@ -157,4 +157,6 @@ def print_best(result: Any, console: Console | None = None) -> None:
     print(f"\nRecommended configuration (trial {best.number}, select: {rule_s}): {measured}")
     for k, v in best.params.items():
         print(f"  {k}: {fmt_value(v) if not isinstance(v, float) else repr(v)}")
+    for k, why in best.not_applied.items():  # searched, but nothing in the trial used it
+        print(f"  ({k}: not applied, left out: {why})")
     print(f"  (export every setting with: autotune best {result.config.source} --export best.yaml)")

@@ -279,7 +279,8 @@ def summary_data(study: optuna.Study, cfg: RunConfig) -> dict[str, Any]:
 
 
 def _brief(s: results.TrialSummary) -> dict[str, Any]:
-    return {"number": s.number, "params": s.params, "values": s.values, "metrics": s.metrics}
+    return {"number": s.number, "params": s.params, "values": s.values, "metrics": s.metrics,
+            "not_applied": s.not_applied}
 
 
 def build(study: optuna.Study, cfg: RunConfig) -> dict[str, Any]:
@@ -490,11 +491,13 @@ def render(data: dict[str, Any]) -> str:
     objectives = ", ".join(f"{o['metric']} ({o['direction']})" for o in s["objectives"])
     rec = s["recommended"]
     if rec is not None:
+        left_out = ", ".join(sorted(rec.get("not_applied") or ()))  # searched, but the trial did not apply them
         rec_html = (f"<p><b>Recommended: trial {rec['number']}</b> (select: {esc(s['select'])}): "
                     + esc(", ".join(f"{k} {fmt_metric(k, v)}" for k, v in rec["metrics"].items()
                                     if k in shown_with(metrics)))
                     + "<br><code>" + esc(" ".join(f"{k}={_fmt(v)}" for k, v in rec["params"].items()))
-                    + "</code></p>")
+                    + "</code>" + (f"<br>searched but not applied (left out): {esc(left_out)}" if left_out else "")
+                    + "</p>")
     else:
         rec_html = "<p class=\"note\">no complete trial yet: nothing to recommend</p>"
     imp_notes = "".join(f"<p class=\"note\">{esc(o['metric'])}: {esc(o['error'])}</p>"

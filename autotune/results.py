@@ -20,7 +20,7 @@ from .metrics import CATALOGUE, is_fraction
 class TrialSummary:
     number: int
     state: str
-    params: dict[str, Any]
+    params: dict[str, Any]  # the searched values that took effect (not the `not_applied` ones)
     values: dict[str, float]  # objective metric -> value
     metrics: dict[str, float]  # every measured metric
     history: list[dict[str, Any]] = field(default_factory=list)
@@ -28,6 +28,9 @@ class TrialSummary:
     stop_epoch: int | None = None
     settings: dict[str, Any] = field(default_factory=dict)
     feasible: bool = True
+    not_applied: dict[str, str] = field(default_factory=dict)  # searched settings that took no effect, and why
+    # (left out of `params`, of the printed recommendation and of `best --export`)
+    seed: int | None = None  # the training seed (what reproduces it)
 
     def row(self) -> dict[str, Any]:
         """A flat dict for tables and DataFrames."""
@@ -40,14 +43,16 @@ class TrialSummary:
 
 def summarize(t: FrozenTrial, metrics: list[str]) -> TrialSummary:
     ua = t.user_attrs
+    unused = {k: why for k, why in (ua.get("not_applied") or {}).items() if k in t.params}  # searched, no effect
     values = dict(zip(metrics, t.values)) if t.values is not None else {}
     keys = dict.fromkeys([*metrics, *CATALOGUE])  # the objectives first: user metrics (val_f1...) too
     measured = {k: float(ua[k]) for k in keys if isinstance(ua.get(k), (int, float)) and not isinstance(ua[k], bool)}
     return TrialSummary(
-        number=t.number, state=t.state.name, params=dict(t.params), values=values, metrics=measured,
+        number=t.number, state=t.state.name, params={k: v for k, v in t.params.items() if k not in unused},
+        values=values, metrics=measured,
         history=list(ua.get("history", [])), stop_reason=ua.get("stop_reason"), stop_epoch=ua.get("stop_epoch"),
         settings=dict(ua.get("settings", {})),
-        feasible=feasible(t),
+        feasible=feasible(t), not_applied=unused, seed=ua.get("seed"),
     )
 
 

@@ -231,8 +231,12 @@ class Settings(Mapping[str, Any]):
     _values: Mapping[str, Any]
 
     def __new__(cls, values: Mapping[str, Any] = MappingProxyType({})) -> Settings:
-        if isinstance(values, Settings):
+        if type(values) is Settings:
             return values
+        if isinstance(values, Settings):  # a watched view (`watched`): the same values, reads no longer noted
+            plain = super().__new__(cls)
+            super(Mapping, plain).__setattr__("_values", values._values)
+            return plain
         checked = dict(DEFAULTS)
         for key, value in values.items():
             if key.startswith(MODEL_KEY_PREFIX):
@@ -278,3 +282,38 @@ class Settings(Mapping[str, Any]):
     def replace(self, **changes: Any) -> Settings:
         """A copy with some settings changed (checked like the rest)."""
         return Settings({**self._values, **changes})
+
+    def watched(self, reads: set[str]) -> Settings:
+        """The same settings, every value read noted in `reads`: by name (`s["lr"]`, `s.lr`, `s.get("lr")`), or
+        all of them when the mapping is copied or its values iterated (`dict(s)`, `{**s}`, `s.items()`). Which
+        settings a trial read is which ones it could have applied (the trial context's `not_applied`)."""
+        return _Watched(self, reads)
+
+
+class _Watched(Settings):
+    """A read-noting view of a `Settings` (`Settings.watched`); `in` and iterating the names are not reads."""
+
+    __slots__ = ("_reads",)
+    _reads: set[str]
+
+    def __new__(cls, base: Settings, reads: set[str]) -> _Watched:  # type: ignore[misc]
+        self = object.__new__(cls)
+        object.__setattr__(self, "_values", base._values)
+        object.__setattr__(self, "_reads", reads)
+        return self
+
+    def __getitem__(self, key: str) -> Any:
+        value = self._values[key]
+        self._reads.add(key)
+        return value
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_"):
+            raise AttributeError(name)
+        try:
+            return self[name]
+        except KeyError:
+            raise AttributeError(f"no setting {name!r}{suggest(name, SETTINGS)}") from None
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._values

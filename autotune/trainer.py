@@ -50,6 +50,8 @@ class TrainJob:
     early_stopping_on: tuple[tuple[str, str], ...] = (("val_loss", "minimize"),)
     config: Any = None  # the RunConfig, for user functions that want it (ctx.config)
     probe: Any = None  # a throughput.ProbeWindow timing the first steps (the speed probe), or None
+    searched: frozenset[str] = frozenset()  # keys this trial searched: one nothing read is not_applied
+    fixed: frozenset[str] = frozenset()  # keys set explicitly (train:, params); with searched: the user's choices
 
 
 def train(job: TrainJob, on_epoch: OnEpoch | None = None, on_record: OnEpoch | None = None, keep_model: bool = True,
@@ -92,10 +94,11 @@ def train_here(job: TrainJob, group: distributed.Group | None = None, on_epoch: 
         accel.seed_all(job.seed)
         ctx = TrialContext(s, user_params=job.user_params, seed=job.seed, limits=job.limits, on_record=on_record,
                            on_epoch=on_epoch, metrics=job.metrics, early_stopping_on=job.early_stopping_on,
-                           config=job.config, group=group, probe=job.probe)
+                           config=job.config, group=group, probe=job.probe, searched=job.searched, fixed=job.fixed)
         result = context.run(fit, ctx)
         if builtin is not None and ctx.rank == 0:
             builtin.after_fit(ctx, result)
+            result.not_applied = ctx.unapplied()  # the steps after training read settings too
     return result
 
 

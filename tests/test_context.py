@@ -594,3 +594,77 @@ def test_a_broken_device_stops_the_run_at_once(tmp_path: Path) -> None:
         autotune.run(cfg)
     trials = optuna.load_study(study_name="u", storage=cfg.study.storage).trials
     assert [t.state.name for t in trials] == ["FAIL"] and "illegal memory access" in trials[0].user_attrs["error"]
+
+
+# ---------------------------------------------------------------- lr_schedule and the fit's own parameter groups
+
+
+def _group_lrs(ctx: TrialContext, opt: torch.optim.Optimizer, model: torch.nn.Module) -> list[list[float]]:
+    """The lr of each group at every optimizer step of the run (what each step used)."""
+    seen: list[list[float]] = []
+    opt.register_step_pre_hook(lambda o, args, kwargs: seen.append([float(g["lr"]) for g in o.param_groups]))
+    train = ctx.loader((user_fits.X, user_fits.Y))
+    for _ in ctx.epochs():
+        for x, y in train:
+            ctx.backward(torch.nn.functional.cross_entropy(model(x), y))
+        ctx.report()
+    return seen
+
+
+@pytest.mark.parametrize("schedule", ["cosine", "onecycle"])
+def test_a_schedule_scales_each_groups_own_lr_times_the_searched_lr(schedule: str) -> None:
+    ctx = TrialContext({"device": "cpu", "lr": 0.5, "lr_schedule": schedule, "epochs": 2, "batch_size": 100},
+                       searched=("lr", "lr_schedule"))
+    net = user_fits.MLP()
+    model, opt = ctx.prepare(net, torch.optim.SGD(user_fits.two_groups(net, 0.1, 6.4)))
+    seen = _group_lrs(ctx, opt, model)
+    assert len(seen) == 12 and all(b == pytest.approx(64 * w) for w, b in seen)  # the groups' ratio holds
+    if schedule == "cosine":
+        assert seen[0] == pytest.approx([0.05, 3.2]) and seen[-1][0] < seen[0][0]
+    else:  # warms up to each group's own max, then anneals
+        assert [g["max_lr"] for g in opt.param_groups] == pytest.approx([0.05, 3.2])
+        peak = max(range(len(seen)), key=lambda i: seen[i][0])  # (12 steps: the peak step is near the max)
+        assert seen[peak] == pytest.approx([0.05, 3.2], rel=0.01) and 0 < peak < len(seen) - 1 and seen[0][0] < 0.01
+    assert ctx.unapplied() == {}
+
+
+def test_without_a_searched_lr_the_groups_keep_their_own() -> None:
+    ctx = TrialContext({"device": "cpu", "lr_schedule": "cosine", "epochs": 1, "batch_size": 100},
+                       searched=("lr_schedule",))
+    net = user_fits.MLP()
+    model, opt = ctx.prepare(net, torch.optim.SGD(user_fits.two_groups(net, 0.1, 6.4)))
+    assert _group_lrs(ctx, opt, model)[0] == pytest.approx([0.1, 6.4])  # the default lr is no multiplier
+
+
+def test_an_optimizer_built_with_the_searched_lr_is_not_scaled_by_it_again() -> None:
+    ctx = TrialContext({"device": "cpu", "lr": 0.5, "epochs": 1, "batch_size": 100}, searched=("lr",))
+    net = user_fits.MLP()
+    model, opt = ctx.prepare(net, torch.optim.Adadelta(net.parameters(), lr=ctx.settings.lr))  # mnist's shape
+    assert [g["lr"] for g in opt.param_groups] == [0.5] and "lr" not in ctx.unapplied()
+
+
+def test_the_builtin_optimizers_onecycle_peaks_at_the_searched_lr() -> None:
+    ctx = TrialContext({"device": "cpu", "lr": 0.5, "optimizer": "sgd", "lr_schedule": "onecycle", "epochs": 2,
+                        "batch_size": 100}, searched=("lr", "lr_schedule", "optimizer"))
+    model, opt = ctx.prepare(user_fits.MLP())
+    assert max(lrs[0] for lrs in _group_lrs(ctx, opt, model)) == pytest.approx(0.5, rel=0.01)
+    assert opt.param_groups[0]["max_lr"] == pytest.approx(0.5)
+
+
+def test_the_fits_own_scheduler_steps_alone() -> None:
+    ctx = TrialContext({"device": "cpu", "lr": 0.5, "lr_schedule": "cosine", "epochs": 1, "batch_size": 100},
+                       searched=("lr", "lr_schedule"))
+    net = user_fits.MLP()
+    model, opt = ctx.prepare(net, torch.optim.SGD(user_fits.two_groups(net, 0.1, 6.4)))
+    torch.optim.lr_scheduler.LambdaLR(opt, lambda step: 1.0)  # never stepped: the lr stays
+    assert _group_lrs(ctx, opt, model)[-1] == pytest.approx([0.05, 3.2])  # no cosine stacked on top
+    assert "own learning-rate scheduler" in ctx.unapplied()["lr_schedule"]
+
+
+def test_a_scheduler_built_before_prepare_cannot_take_a_searched_lr() -> None:
+    ctx = TrialContext({"device": "cpu", "lr": 0.5}, searched=("lr",))
+    net = user_fits.MLP()
+    opt = torch.optim.SGD(user_fits.two_groups(net, 0.1, 6.4))
+    torch.optim.lr_scheduler.LambdaLR(opt, lambda step: 1.0)
+    with pytest.raises(ContextMisuse, match=r"build your scheduler after ctx\.prepare\(model, optimizer\)"):
+        ctx.prepare(net, opt)

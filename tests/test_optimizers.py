@@ -73,7 +73,7 @@ def test_every_schedule_shapes_the_lr(name: str) -> None:
     p = torch.nn.Parameter(torch.zeros(2))
     opt = torch.optim.SGD([p], lr=0.1)
     build = optimizers.SCHEDULES[name]
-    sched = build(opt, 0.1, 10) if build is not None else None
+    sched = build(opt, 10) if build is not None else None
     lrs = []
     for _ in range(10):
         lrs.append(opt.param_groups[0]["lr"])

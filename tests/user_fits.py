@@ -342,6 +342,32 @@ def fit_slow_last_epoch(ctx: autotune.TrialContext) -> None:
         ctx.report(val_accuracy=acc, val_loss=val_loss)
 
 
+OWN_LRS: list[list[float]] = []  # fit_own_optimizer: each trial's group lrs after ctx.prepare
+
+
+def two_groups(net: nn.Module, lr: float = 0.01, bias_lr: float = 0.64) -> list[dict[str, Any]]:
+    """airbench's parameter groups: the biases at 64x the weights' lr."""
+    named = list(net.named_parameters())
+    return [{"params": [p for n, p in named if not n.endswith("bias")], "lr": lr},
+            {"params": [p for n, p in named if n.endswith("bias")], "lr": bias_lr}]
+
+
+def fit_own_optimizer(ctx: autotune.TrialContext) -> None:
+    """Ported training: its own SGD over two groups, its own LambdaLR (built after ctx.prepare) and its own loss."""
+    net = MLP()
+    model, opt = ctx.prepare(net, torch.optim.SGD(two_groups(net), momentum=0.9, nesterov=True))
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda step: 1.0 / (1 + 0.01 * step))
+    OWN_LRS.append([g["lr"] for g in opt.param_groups])
+    train = ctx.loader((X, Y))
+    for _ in ctx.epochs():
+        model.train()
+        for x, y in train:
+            ctx.backward(nn.functional.cross_entropy(model(x), y))
+            sched.step()
+        acc, val_loss = accuracy(ctx.model, ctx)
+        ctx.report(val_accuracy=acc, val_loss=val_loss)
+
+
 def fit_never_reports(ctx: autotune.TrialContext) -> None:
     """Trains and evaluates, but forgets ctx.report."""
     model, _ = ctx.prepare(MLP())
@@ -364,3 +390,15 @@ def fit_reports_at_the_end(ctx: autotune.TrialContext) -> None:
             ctx.report(val_loss=val_loss, val_bpb=val_loss / 0.693)
         else:
             ctx.report(val_loss=val_loss)
+
+
+def fit_own_loss_reads_smoothing(ctx: autotune.TrialContext) -> None:
+    """The README fit with a loss of its own that reads the searched label_smoothing."""
+    model, _ = ctx.prepare(MLP())
+    train = ctx.loader((X, Y))
+    for _ in ctx.epochs():
+        model.train()
+        for x, y in train:
+            ctx.backward(nn.functional.cross_entropy(model(x), y, label_smoothing=ctx.settings.label_smoothing))
+        acc, val_loss = accuracy(ctx.model, ctx)
+        ctx.report(val_accuracy=acc, val_loss=val_loss)
