@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import pickle
 import subprocess
 import sys
@@ -72,3 +73,47 @@ def test_diabetes_example_from_the_command_line_elsewhere(tmp_path: Path) -> Non
     study = optuna.load_study(study_name="diabetes-mae", storage=f"sqlite:///{tmp_path}/d.db")
     done = [t for t in study.trials if t.state.name == "COMPLETE"]
     assert done and all(0 < t.values[0] < 200 for t in done)  # MAE in the target's units (std about 77)
+
+
+def test_groups_sgd_example_keeps_its_groups_and_leaves_the_loader_early(tmp_path: Path) -> None:
+    """airbench's shape: two groups at 64x, its own LambdaLR, a `break` at its step count, TTA evaluation."""
+    first = [{"lr": 0.5, "batch_size": 64, "precision": "fp32", "channels_last": False, "label_smoothing": 0.1,
+              "user.width": 8}, {"lr": 2.0, "batch_size": 128, "precision": "fp32", "channels_last": True,
+                                 "label_smoothing": 0.0, "user.width": 8}]
+    res = run(tmp_path, "groups_sgd", 2, first, **{"train.epochs": 2})
+    trials = res.study.trials
+    assert [t.state.name for t in trials] == ["COMPLETE", "COMPLETE"], [t.user_attrs for t in trials]
+    for t, params in zip(trials, first):
+        assert t.user_attrs["group_lr_ratio"] == 64.0  # the searched lr scaled both groups alike
+        assert "lr" not in t.user_attrs.get("not_applied", {}) and "label_smoothing" not in \
+            t.user_attrs.get("not_applied", {})
+        n_train = int(1797 * 0.8)
+        steps = max(1, int(0.9 * (n_train // params["batch_size"] + (n_train % params["batch_size"] > 0))))
+        for h in t.user_attrs["history"]:  # samples counted from the steps taken, not the whole loader
+            assert abs(h["samples_per_s"] * h["epoch_time_s"] - steps * params["batch_size"]) <= params["batch_size"]
+    assert max(t.values[0] for t in trials) > 0.5
+
+
+def test_own_batches_example_counts_its_own_samples(tmp_path: Path) -> None:
+    """nanoGPT's shape: batches of its own (no ctx.loader), n_samples given to ctx.backward."""
+    first = [{"batch_size": 32, "precision": "fp32", "grad_clip": 1.0, "user.max_lr": 1e-2, "user.embed": 16,
+              "user.hidden": 64}]
+    res = run(tmp_path, "own_batches", 1, first, **{"train.epochs": 2, "train.user.iters_per_epoch": 20})
+    (t,) = res.study.trials
+    assert t.state.name == "COMPLETE", t.user_attrs
+    for h in t.user_attrs["history"]:
+        assert h["samples_per_s"] > 0
+        assert abs(h["samples_per_s"] * h["epoch_time_s"] - 20 * 32) < 1e-6 * 20 * 32 + 1
+    assert t.values[0] < math.log(56)  # better than a uniform guess over the text's characters
+    assert "grad_clip" not in t.user_attrs.get("not_applied", {})
+
+
+def test_final_only_example_reports_at_the_end_and_says_pruning_is_off(tmp_path: Path) -> None:
+    """pytorch/examples mnist's shape: Adadelta + StepLR of its own, len(loader.dataset), one final test."""
+    first = [{"lr": 1.0, "batch_size": 64, "precision": "fp32", "user.gamma": 0.7, "user.width": 8}]
+    res = run(tmp_path, "final_only", 1, first, **{"train.epochs": 2, "train.user.log_interval": 5})
+    (t,) = res.study.trials
+    assert t.state.name == "COMPLETE", t.user_attrs
+    assert 0.5 < t.values[0] <= 1.0 and t.user_attrs["test_loss"] > 0
+    assert "test_accuracy" in t.user_attrs["pruning_off"]
+    assert "lr" not in t.user_attrs.get("not_applied", {})
