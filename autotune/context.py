@@ -322,6 +322,7 @@ class TrialContext:
         self._init_asked: bool | None = None  # ctx.prepare's init (None: not called)
         self._schedule_decided = False  # the first optimizer step decides: lr_schedule, or the fit's own scheduler
         self._own_scheduler = False  # a torch scheduler of the fit's own is on the optimizer: it alone steps the lr
+        self._lr_set: list[float] | None = None  # the group lrs the context last set (scaled, or its schedule's)
         self._stepped = False  # the context stepped the optimizer (ctx.backward)
         self._train_on_device: bool | None = None  # the training loader's batches: on the device (None: no loader)
         self.compile_time_s = 0.0
@@ -340,6 +341,7 @@ class TrialContext:
         self._step_clock = accel.StepClock(self.device)  # when the epoch's last training step ended
         self._wait_s = 0.0
         self._samples = 0
+        self._fetched = 0
         self._batch_n = 1
         self._fed = False  # a ctx.loader training batch was taken this epoch (else ctx.backward counts samples)
         self._unstepped = 0  # samples of the ctx.loader batch taken last, until a ctx.backward trains on it
@@ -432,6 +434,7 @@ class TrialContext:
         # a chosen lr scales a fit-built optimizer's lrs, unless the fit read lr (it built with it: not twice)
         if self._own_optimizer and "lr" in self._chosen and "lr" not in self._reads:
             self._scale_lrs(opt, float(s["lr"]))
+            self._lr_set = _group_lrs(opt)
         self.opt = opt
         train_model = model
         if self.group is not None:  # weights broadcast from rank 0 here; gradients averaged every step
@@ -548,6 +551,8 @@ class TrialContext:
         that steps without ctx.backward; ctx.backward checks it before each step, so a batch taken and never
         trained on, as a loop that breaks does, stops nothing), the trailing accumulation stepped when the data
         runs out."""
+        if not self._fed and not self._steps and self._epoch_open:
+            self._restart_clock()  # the epoch's training starts here: evaluation before it is not training
         it = iter(inner)
         n_left = len(inner) if hasattr(inner, "__len__") else -1  # type: ignore[arg-type]
         while True:
@@ -563,6 +568,7 @@ class TrialContext:
             x = _first_tensor(batch)
             self._batch_n = len(x) if x is not None and x.ndim > 0 else 1
             self._unstepped = self._batch_n  # counted by the ctx.backward that trains on it
+            self._fetched += self._batch_n  # (what counts when the loop steps its own optimizer, no ctx.backward)
             self._fed = True
             n_left -= 1
             self._last_batch = n_left == 0
@@ -617,10 +623,16 @@ class TrialContext:
         self._train_end = None
         self._wait_s = 0.0
         self._samples = 0
+        self._fetched = 0
         self._fed = False
         self._steps = 0
         self._loss_sum = None
         self._loss_n = 0
+        self._restart_clock()
+
+    def _restart_clock(self) -> None:
+        """The epoch's training clock (re)starts now: at the epoch's opening, and again when its first training
+        batch is asked for (whatever the loop did before, evaluating say, is not training)."""
         self._t0 = self._clock_all()
         self._step_clock.start(self._t0)
         if self._probe is not None:
@@ -651,12 +663,13 @@ class TrialContext:
         if loss.ndim:
             loss = loss.mean()
         if self._fed:  # a ctx.loader batch: counted once (by its first micro-step; a batch taken and not trained on
-            self._samples += self._unstepped  # is not counted)
+            added = self._unstepped  # is not counted)
             self._unstepped = 0
         else:  # no ctx.loader batch: this step's samples
-            self._samples += n
+            added = n
             if self._compiled and self._first_step is None and self.epoch == 1:
                 self._first_step = (self._t0, math.nan)  # the first step started with the epoch
+        self._samples += added
         accum = self._accum
         if self._loss_sum is None:  # summed on the device: no host sync per step
             self._loss_sum = loss.detach().float() * n
@@ -677,7 +690,7 @@ class TrialContext:
         if self._probe is not None and not self._probe.done:
             try:
                 self._probe.after_step(self.device, n, self._train_loader_len,
-                                       float(self.settings["data_fraction"]))
+                                       float(self._raw["data_fraction"]))
             except TrialStopped as e:
                 raise self._stopped(e) from None
 
@@ -719,6 +732,9 @@ class TrialContext:
     def _optimizer_step(self) -> None:
         assert self.opt is not None
         s = self.settings
+        if self._lr_set is not None and (self.sched is not None
+                                         or not any("initial_lr" in g for g in self.opt.param_groups)):
+            self._lr_overwritten()  # (a torch scheduler of the fit's own moves the lrs as it should: not checked)
         if not self._schedule_decided:
             self._schedule_decided = self._stepped = True
             self._reads.add("grad_accum_steps")  # (applied by ctx.backward from here on)
@@ -736,7 +752,20 @@ class TrialContext:
         self.opt.zero_grad(set_to_none=True)
         if self.sched is not None:
             self.sched.step()
+            self._lr_set = _group_lrs(self.opt)
         self._micro = 0
+
+    def _lr_overwritten(self) -> None:
+        """The fit set the groups' lrs itself since the context did (nanoGPT's `group['lr'] = get_lr(it)`): the
+        searched lr (and lr_schedule) it overwrote took no effect, whatever was read. Checked until it is seen."""
+        assert self.opt is not None and self._lr_set is not None
+        if _group_lrs(self.opt) == self._lr_set:
+            return
+        why = "your fit sets the optimizer's group lrs itself, overwriting what the context set"
+        for key in ("lr", "lr_schedule"):
+            if key in self._searched:
+                self.not_applied.setdefault(key, why)
+        self._lr_set = None
 
     def _flush(self) -> None:
         """Gradients of a trailing partial accumulation are stepped at the end of the epoch's data."""
@@ -815,7 +844,8 @@ class TrialContext:
     def _record(self, values: dict[str, float], epoch_time_s: float) -> EpochRecord:
         """The epoch's record; `train_loss` is the reported one (taken out of `values`) or the mean over the
         steps' losses."""
-        samples, loss_n = float(self._samples), float(self._loss_n)
+        # samples trained on by ctx.backward; a loop that steps its own optimizer: the training batches it took
+        samples, loss_n = float(self._samples if self._steps else self._fetched), float(self._loss_n)
         loss_total = float(self._loss_sum) if self._loss_sum is not None else 0.0
         if self.group is not None:  # every rank's samples and training loss (the clocks are rank 0's)
             samples, loss_total, loss_n = self.group.sum([samples, loss_total, loss_n])
@@ -833,17 +863,22 @@ class TrialContext:
         )
 
     def _decide(self, rec: EpochRecord, values: dict[str, float]) -> TrialStopped | None:
-        """Rank 0's verdict on the epoch: the record goes out, then the stop rules and the caller's callback;
-        without a stop, early stopping is checked."""
+        """Rank 0's verdict on the epoch: the record goes out, early stopping is checked, then the stop rules and
+        the caller's callback. An epoch that ends the training (the last, or the one early stopping ends at) is
+        judged only for non-finite values: no rule discards training that is complete."""
         if self._on_record is not None:
             self._on_record(rec)
+        self._early_stopping(values)
+        final = self.stopped_early_at is not None or self.epoch >= self.epochs_total
         try:
-            self._check_rules(rec)
+            self._check_rules(rec, final)
             if self._on_epoch is not None:
                 self._on_epoch(rec)
         except TrialStopped as e:
+            if final and not e.detail.startswith("non-finite"):
+                return None
+            self.stopped_early_at = None
             return e
-        self._early_stopping(values)
         return None
 
     def _share_decision(self, stop: TrialStopped | None) -> TrialStopped | None:
@@ -861,37 +896,42 @@ class TrialContext:
             stop = TrialStopped(STOP_REASONS[reason], epoch, "decided on rank 0")
         return stop
 
-    def _check_rules(self, rec: EpochRecord) -> None:
-        """The rules that need only this trial: non-finite losses, divergence, projected time."""
+    def _check_rules(self, rec: EpochRecord, final: bool = False) -> None:
+        """The rules that need only this trial: non-finite losses, then (before its last epoch) divergence and
+        projected time."""
         if self._loss_n and not math.isfinite(rec.train_loss):
             raise TrialStopped("diverged", self.epoch, "non-finite training loss")
         for key, v in rec.metrics.items():
             if key.endswith("loss") and not math.isfinite(v):
                 raise TrialStopped("diverged", self.epoch, f"non-finite {key}")
+        if final:
+            return
         losses = [r.train_loss for r in self.history]
         if self.limits.loss_factor is not None and all(math.isfinite(v) for v in losses):
             check_divergence(losses, self.limits.loss_factor, self.epoch, self.chance_loss)
         check_slow(rec.train_time_s, self.epoch, self.epochs_total, self.limits.max_trial_seconds)
 
-    def _check_metrics(self, metrics: Mapping[str, Any]) -> dict[str, float]:
+    def _check_metrics(self, metrics: Mapping[str, Any], where: str = "ctx.report({key}=...)") -> dict[str, float]:
+        """Reported (or returned: `where` names the place in the message) metrics as floats."""
         out: dict[str, float] = {}
         for key, value in metrics.items():
+            at = where.format(key=key)
             if key in CLOCK_METRICS:
-                raise ContextMisuse(f"ctx.report({key}=...): {key} is measured by autotune; report what you evaluate")
+                raise ContextMisuse(f"{at}: {key} is measured by autotune; report what you evaluate")
             if self._known is not None and key not in self._known and key != "train_loss":
                 from .errors import one_of
 
-                raise ContextMisuse(f"ctx.report({key}=...): {key!r} is not an objective or a declared metric; "
+                raise ContextMisuse(f"{at}: {key!r} is not an objective or a declared metric; "
                                     f"{one_of(self._reportable())} (declare more under `metrics:` in the YAML)")
             if isinstance(value, torch.Tensor):
                 if value.numel() != 1:
-                    raise ContextMisuse(f"ctx.report({key}=...): a metric is one number; got a tensor of shape "
+                    raise ContextMisuse(f"{at}: a metric is one number; got a tensor of shape "
                                         f"{tuple(value.shape)}")
                 value = value.item()
             try:
                 out[key] = float(value)
             except (TypeError, ValueError):
-                raise ContextMisuse(f"ctx.report({key}=...): a metric is a number; got {type(value).__name__}") \
+                raise ContextMisuse(f"{at}: a metric is a number; got {type(value).__name__}") \
                     from None
         return out
 
@@ -910,9 +950,11 @@ class TrialContext:
 
     def _early_stopping(self, values: Mapping[str, float]) -> None:
         """`early_stopping_patience` epochs without an improvement of the watched metric (val_loss by default)."""
-        patience = int(self.settings["early_stopping_patience"])
         watched = next(((m, d) for m, d in self._es_candidates if m in values), None)
-        if not patience or watched is None:
+        if watched is None:  # (the setting is read, so used, only where a watched metric is reported)
+            return
+        patience = int(self.settings["early_stopping_patience"])
+        if not patience:
             return
         v = values[watched[0]] if watched[1] == "minimize" else -values[watched[0]]
         if v < self._best_es - float(self.settings["early_stopping_min_delta"]):
@@ -953,7 +995,7 @@ class TrialContext:
             if not isinstance(returned, Mapping):
                 raise ContextMisuse(f"a training function returns None or a dict of final metrics; got "
                                     f"{type(returned).__name__}")
-            final.update(self._check_metrics(returned))
+            final.update(self._check_metrics(returned, "the dict your fit returned, key {key!r}"))
         steady = self.history[1:] or self.history  # leave out epoch 1 (warm-up, compile) when there are others
         steady_time = sum(r.epoch_time_s for r in steady)
         steady_samples = sum(r.samples_per_s * r.epoch_time_s for r in steady)
@@ -969,6 +1011,10 @@ class TrialContext:
             not_applied=self.unapplied(), model=self.model,
             model_params=sum(p.numel() for p in self.model.parameters()) if self.model is not None else 0,
         )
+
+
+def _group_lrs(opt: torch.optim.Optimizer) -> list[float]:
+    return [float(g["lr"]) for g in opt.param_groups]
 
 
 def _as_tensors(data: Any) -> list[torch.Tensor] | None:

@@ -101,11 +101,20 @@ def user_where(exc: BaseException) -> str:
     return ""
 
 
+def shorten(text: str, limit: int) -> str:
+    """`text` in at most `limit` characters, cut at a word boundary (when one is in the second half) with '...'."""
+    if len(text) <= limit:
+        return text
+    room = max(1, limit - 3)
+    cut = text[:room + 1].rsplit(" ", 1)[0] if " " in text[room // 2:room + 1] else text[:room]
+    return cut.rstrip(" ,;:") + "..."
+
+
 def describe_exception(exc: BaseException, limit: int = 300) -> str:
     """`Type: first line of the message (at file.py:LINE in func)`: one line for a user's exception."""
     text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
     where = user_where(exc)
-    out = f"{type(exc).__name__}: {text}"[:limit]
+    out = shorten(f"{type(exc).__name__}: {text}", limit)
     return out + (f" (at {where})" if where else "")
 
 

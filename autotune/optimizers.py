@@ -65,8 +65,10 @@ def _cosine(opt: torch.optim.Optimizer, total: int) -> torch.optim.lr_scheduler.
 
 
 def _onecycle(opt: torch.optim.Optimizer, total: int) -> torch.optim.lr_scheduler.LRScheduler:
+    # cycle_momentum off: the searched momentum (or Adam's betas) stays as sampled, and optimizers without one
+    # (Adadelta, a user's own) take the schedule too
     return torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=[float(g["lr"]) for g in opt.param_groups],
-                                               total_steps=max(2, total))
+                                               total_steps=max(2, total), cycle_momentum=False)
 
 
 SCHEDULES: dict[str, Callable[[torch.optim.Optimizer, int], torch.optim.lr_scheduler.LRScheduler] | None] = {

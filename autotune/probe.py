@@ -133,6 +133,11 @@ DTYPE_MARKERS = ("not implemented for 'half'", "not implemented for 'bfloat16'",
 _ACCEL_FILE = os.path.join(os.path.dirname(os.path.abspath(accel.__file__)), "accel.py")
 
 
+# Raised by dynamo while tracing the user's own forward (a shape or dtype bug of theirs that the trace ran into,
+# as eager mode would): the code's failure, not the compiler's
+TRACED_USER_ERRORS = ("TorchRuntimeError", "UserError")
+
+
 def blame(exc: BaseException, values: Mapping[str, Any]) -> str | None:
     """The setting of the trial's combination this failure is attributable to, or None: the trial's own failure
     (the user's code, data, loss...). Needs the exception's traceback (call it before its frames are dropped).
@@ -141,7 +146,8 @@ def blame(exc: BaseException, values: Mapping[str, Any]) -> str | None:
     if not frames or not _library_file(frames[-1].filename):
         return None  # raised by the user's own code (or with no place to tell): theirs, whatever the settings
     files = [os.path.abspath(f.filename).replace(os.sep, "/") for f in frames]
-    if values.get("compile") and any(p in f for f in files for p in COMPILER_PATHS):
+    if values.get("compile") and any(p in f for f in files for p in COMPILER_PATHS) \
+            and type(exc).__name__ not in TRACED_USER_ERRORS:
         return "compile"
     text = str(exc).lower()
     if values.get("precision", "fp32") != "fp32" and any(m in text for m in DTYPE_MARKERS):
@@ -198,11 +204,7 @@ class Gate:
         return combo, key(combo, device_name(str(values["device"])))
 
     def trusted(self, rec: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
-        """The record, unless it is an error this gate does not trust: one not blamed on a setting (an older
-        autotune recorded any early failure) or written for other code."""
-        if rec is not None and rec.get("error") and (not rec.get("blame") or rec.get("code") != self.code):
-            return None
-        return rec
+        return trusted(rec, self.code)
 
     def check(self, trial: optuna.Trial, values: Mapping[str, Any]) -> None:
         """Stop the trial now if the study already knows its combination fails here or is too slow."""
@@ -293,6 +295,14 @@ class Gate:
         combo, k = self._where(values)
         self._cache(trial).put(k, record(combo, device_name(str(values["device"])), m,
                                          source=f"trial {trial.number} (whole run)"))
+
+
+def trusted(rec: Mapping[str, Any] | None, code: str) -> Mapping[str, Any] | None:
+    """The record, unless it is an error not to be trusted: one not blamed on a setting (an older autotune
+    recorded any early failure) or written for other code (`code_fingerprint`)."""
+    if rec is not None and rec.get("error") and (not rec.get("blame") or rec.get("code") != code):
+        return None
+    return rec
 
 
 def _summary(rec: Mapping[str, Any]) -> dict[str, Any]:

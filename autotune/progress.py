@@ -16,7 +16,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from .config import RunConfig
-from .errors import redact
+from .errors import redact, shorten
 from .metrics import fmt as fmt_metric
 from .metrics import short, shown_with
 from .results import feasible
@@ -43,10 +43,7 @@ def clip(text: str, width: int = ERROR_WIDTH) -> str:
         return text
     m = _PLACE.search(text)
     place = m.group(0) if m is not None and len(m.group(0)) < width // 2 else ""
-    head = text[: len(text) - len(place)]
-    room = width - len(place) - 3
-    cut = head[:room + 1].rsplit(" ", 1)[0] if " " in head[room // 2:room + 1] else head[:room]
-    return cut.rstrip(" ,;:") + "..." + place
+    return shorten(text[: len(text) - len(place)], width - len(place)) + place
 
 
 class RunView:

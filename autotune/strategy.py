@@ -58,6 +58,9 @@ def make_plan(cfg: RunConfig, rows: list[speed.Row]) -> dict[str, Any]:
     kept: list[speed.Row] = []
     dropped: list[dict[str, Any]] = []
     for r in rows:
+        if r.measurement is None and r.error is not None and r.blame is None:
+            kept.append(r)  # the user's code failed, not a setting: no verdict on this combination's speed
+            continue
         if r.measurement is None:
             dropped.append({"combination": r.combination, "why": r.error or r.skipped or "not measured"})
             continue
@@ -166,16 +169,17 @@ def probe_all(study: optuna.Study | None, cfg: RunConfig, fit: trainer.Fit | Non
     from .throughput import Measurement
 
     cache = probe.Cache(study)
+    code = probe.code_fingerprint(fit)
     rows = []
     for combo in speed.combinations(cfg):
         values = {**space.fixed_point(cfg, combo), **speed.PROBE_FIXED}
         k = probe.key(probe.combination(values), probe.device_name(str(values["device"])))
-        rec = cache.get(k)
+        rec = probe.trusted(cache.get(k), code)  # an error of the user's code (or of older code) is measured again
         if rec is not None and rec.get("samples_per_s"):
             rows.append(speed.Row(combo, Measurement.from_dict(rec)))
             continue
         if rec is not None and rec.get("error"):
-            rows.append(speed.Row(combo, error=rec["error"]))
+            rows.append(speed.Row(combo, error=rec["error"], blame=rec.get("blame")))
             continue
         row = speed.measure(cfg, combo, fit)  # (an error not blamed on a setting is recorded, not trusted by trials)
         cache.put(k, probe.record(probe.combination(values), probe.device_name(str(values["device"])),

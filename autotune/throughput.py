@@ -98,7 +98,7 @@ class ProbeWindow:
             self._dev = dev
             if dev.type == "cuda":
                 torch.cuda.reset_peak_memory_stats(dev)
-        if self._first_t0 is None:
+        if self._first_t0 is None or self._count == 0:  # (restarted before its first step: from there)
             self._first_t0 = t
         if self._count >= self.warmup:
             self._start = t

@@ -58,6 +58,8 @@ torch.__version__, '| optuna', optuna.__version__, '| pydantic', pydantic.__vers
   python3 bench/gpu_check.py --device "$DEVICE" --out "$OUT"
   echo "== on-device augmentation: cost per batch, and the test that it never waits for the device"
   python3 bench/augment.py --device "$DEVICE" --repeats 30
+  echo "== the epoch clock of a loop that breaks early and evaluates: epoch_time_s against its steps' own time"
+  python3 bench/step_clock.py --device "$DEVICE" || echo "== step clock check FAILED"
   echo "== memory over a study: CUDA allocated bytes back to trial 1's after every trial, host RSS growth"
   python3 bench/memory.py --device "$DEVICE" --trials 60 || echo "== memory check FAILED (a leak)"
   if [ "$DEVICE" != cpu ]; then  # gpu_check.yaml trains on cuda: its probe table is the GPU's own

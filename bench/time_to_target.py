@@ -80,7 +80,8 @@ def make_cfg(task: str, name: str, storage: str, seed: int, budget: float, strat
     return config.from_dict({
         "study": {"name": name, "storage": storage, "n_trials": 100_000, "timeout": budget, "seed": seed,
                   "strategy": strategy},
-        **(sections if sections is not None else TASKS[task]), "train": {"device": "cpu"}, "space": SPACE,
+        **{k: v for k, v in (sections if sections is not None else TASKS[task]).items() if k != "space"},
+        "train": {"device": "cpu"}, "space": (sections or {}).get("space", SPACE),  # a task's own space, if it has one
         "pruning": AUTOTUNE_PRUNING if pruning is None else pruning,
     }, source=str(ROOT / "bench" / "time_to_target.yaml"))
 

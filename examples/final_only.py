@@ -3,8 +3,8 @@ schedule), a log line that reads `len(train_loader.dataset)`, and the test accur
 last epoch (`examples/final_only.yaml`, on scikit-learn's bundled digits).
 
 The objective is reported only at the end, so until then the Pareto pruner has no accuracy to compare:
-autotune says so once and prunes on what is reported every epoch (the training clock); the speed probe and
-the slow rule work as always. The searched `lr` scales Adadelta's own learning rate (1.0, the example's).
+autotune says so once (user attr `pruning_off`: per-epoch pruning is off for such a trial); the speed probe
+and the slow rule work as always. The searched `lr` scales Adadelta's own learning rate (1.0, the example's).
 """
 
 from __future__ import annotations
@@ -59,7 +59,9 @@ def fit(ctx: autotune.TrialContext) -> dict[str, float]:
     for epoch in ctx.epochs():
         model.train()
         for batch_idx, (data, target) in enumerate(train_loader):
-            loss = F.nll_loss(model(data), target)
+            with ctx.autocast():  # the searched precision
+                output = model(data)
+            loss = F.nll_loss(output.float(), target)
             ctx.backward(loss)
             if ctx.params["log_interval"] and batch_idx % ctx.params["log_interval"] == 0:
                 print(f"Train Epoch: {epoch} [{batch_idx * len(data)}/{len(train_loader.dataset)}]\t"

@@ -49,7 +49,7 @@ def fit(ctx: autotune.TrialContext) -> dict[str, float]:
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda step: max(0.0, 1 - step / total) * min(1.0, (step + 1) / 10))
     smoothing = ctx.params["label_smoothing"]
     x_test, y_test = x_test.to(ctx.device), y_test.to(ctx.device)
-    for _ in ctx.epochs():
+    for _ in ctx.epochs(steps_per_epoch=steps_per_epoch):  # the epoch's real length, for the speed probe
         model.train()
         for step, (xb, yb) in enumerate(train):
             if step == steps_per_epoch:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
 import sys
 from pathlib import Path
@@ -668,3 +669,92 @@ def test_a_scheduler_built_before_prepare_cannot_take_a_searched_lr() -> None:
     torch.optim.lr_scheduler.LambdaLR(opt, lambda step: 1.0)
     with pytest.raises(ContextMisuse, match=r"build your scheduler after ctx\.prepare\(model, optimizer\)"):
         ctx.prepare(net, opt)
+
+
+def test_onecycle_keeps_the_searched_momentum_and_takes_optimizers_without_one() -> None:
+    """OneCycleLR cycles momentum by default: it would overwrite a searched momentum, and raise on Adadelta."""
+    ctx = TrialContext({"device": "cpu", "lr": 0.5, "optimizer": "sgd", "momentum": 0.7, "lr_schedule": "onecycle",
+                        "epochs": 1, "batch_size": 100}, searched=("lr", "momentum", "lr_schedule", "optimizer"))
+    model, opt = ctx.prepare(user_fits.MLP())
+    _group_lrs(ctx, opt, model)
+    assert opt.param_groups[0]["momentum"] == 0.7
+    ctx = TrialContext({"device": "cpu", "lr": 0.5, "lr_schedule": "onecycle", "epochs": 1, "batch_size": 100},
+                       searched=("lr", "lr_schedule"))
+    net = user_fits.MLP()
+    model, opt = ctx.prepare(net, torch.optim.Adadelta(net.parameters(), lr=1.0))  # mnist's optimizer
+    assert max(lrs[0] for lrs in _group_lrs(ctx, opt, model)) == pytest.approx(0.5, rel=0.01)
+
+
+def test_the_epoch_early_stopping_ends_is_not_pruned_over_epochs_it_will_not_run() -> None:
+    """Early stopping ends the training at epoch 4 of 10: a study rule judging that epoch (a projection to 10
+    epochs, a front) must not discard it; before that epoch the rule still stops the trial."""
+    def run(stop_at: int) -> TrialContext:
+        def rule(rec: Any) -> None:
+            if rec.epoch == stop_at:
+                raise TrialStopped("dominated", rec.epoch, "behind the front")
+
+        ctx = TrialContext({**DEFAULTS, "device": "cpu", "epochs": 10, "early_stopping_patience": 2}, on_epoch=rule)
+        with pytest.raises(TrialStopped) if stop_at < 4 else contextlib.nullcontext():
+            for e in ctx.epochs():
+                ctx.report(val_loss=[1.0, 0.9, 0.95, 0.97][e - 1])
+        return ctx
+
+    done = run(4)
+    assert done.stopped_early_at == 4 and done.stop is None and len(done.history) == 4
+    stopped = run(3)
+    assert stopped.stop is not None and stopped.stop.reason == "dominated" and stopped.stopped_early_at is None
+
+
+def test_a_loop_that_steps_its_own_optimizer_counts_the_batches_it_took() -> None:
+    ctx = TrialContext({**DEFAULTS, "device": "cpu", "epochs": 1, "batch_size": 50})
+    model, opt = ctx.prepare(user_fits.MLP())
+    for _ in ctx.epochs():
+        for x, y in ctx.loader((user_fits.X, user_fits.Y)):
+            opt.zero_grad()
+            torch.nn.functional.cross_entropy(model(x), y).backward()
+            opt.step()
+        ctx.report(val_loss=1.0)
+    h = ctx.history[0]
+    assert h.samples_per_s * h.epoch_time_s == pytest.approx(len(user_fits.X), rel=1e-6)
+
+
+def test_a_fit_that_sets_the_group_lrs_itself_did_not_apply_the_searched_lr() -> None:
+    """nanoGPT sets `group['lr'] = get_lr(it)` every step: a searched lr (and lr_schedule) it overwrites is not
+    applied, whether the context scaled its optimizer or stepped a schedule on it; a torch scheduler of its own
+    moving the lrs is not such an overwrite."""
+    def run(own_lr: bool, own_scheduler: bool) -> dict[str, str]:
+        ctx = TrialContext({"device": "cpu", "lr": 0.5, "lr_schedule": "cosine", "epochs": 1, "batch_size": 100},
+                           searched=("lr", "lr_schedule"))
+        net = user_fits.MLP()
+        model, opt = ctx.prepare(net, torch.optim.SGD(user_fits.two_groups(net, 0.1, 6.4)))
+        if own_scheduler:
+            torch.optim.lr_scheduler.LambdaLR(opt, lambda step: 0.1)  # moves the lrs at once: its own schedule
+        for _ in ctx.epochs():
+            for i, (x, y) in enumerate(ctx.loader((user_fits.X, user_fits.Y))):
+                if own_lr:
+                    for g in opt.param_groups:
+                        g["lr"] = 0.01 * (i + 1)
+                ctx.backward(torch.nn.functional.cross_entropy(model(x), y))
+            ctx.report(val_loss=1.0)
+        return ctx.unapplied()
+
+    overwritten = run(own_lr=True, own_scheduler=False)
+    assert "sets the optimizer's group lrs itself" in overwritten["lr"] and "lr_schedule" in overwritten
+    assert "lr" not in run(own_lr=False, own_scheduler=False)
+    assert "lr" not in run(own_lr=False, own_scheduler=True)
+
+
+def test_evaluation_at_the_top_of_an_epoch_is_not_training() -> None:
+    """A loop that evaluates first, then trains (`for epoch: evaluate(); train()`): the clock starts at the
+    epoch's first training batch."""
+    import time
+
+    ctx = TrialContext({**DEFAULTS, "device": "cpu", "epochs": 2, "batch_size": 100})
+    model, _ = ctx.prepare(user_fits.MLP())
+    train = ctx.loader((user_fits.X, user_fits.Y))
+    for _ in ctx.epochs():
+        time.sleep(0.3)  # evaluating the model before this epoch's training
+        for x, y in train:
+            ctx.backward(torch.nn.functional.cross_entropy(model(x), y))
+        ctx.report(val_loss=1.0)
+    assert all(h.epoch_time_s < 0.25 for h in ctx.history), [h.epoch_time_s for h in ctx.history]

@@ -41,4 +41,6 @@ def test_describe_exception_points_at_the_users_line() -> None:
         text = describe_exception(e)
     line = _users_code.__code__.co_firstlineno + 2
     assert text == f"KeyError: 'b' (at test_errors.py:{line} in _users_code)"
-    assert describe_exception(ValueError("x" * 500), limit=20) == "ValueError: " + "x" * 8
+    assert describe_exception(ValueError("word " * 100), limit=20) == "ValueError: word..."  # cut at a word
+    long = describe_exception(ValueError("x" * 500), limit=20)
+    assert len(long) <= 20 and long.endswith("...")

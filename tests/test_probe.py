@@ -287,3 +287,19 @@ def test_cache_shared_by_two_workers_and_a_resumed_run(tmp_path: Path) -> None:
     assert all(t.user_attrs["probe"]["source"] == source for t in trials[2:])
     assert optuna.load_study(study_name="p", storage=storage_mod.make_storage(cfg)).user_attrs[
         next(iter(records))]["samples_per_s"] > 0
+
+
+def test_a_shape_bug_traced_by_the_compiler_is_the_users_not_compiles() -> None:
+    """Dynamo runs the user's forward on fake tensors: a shape bug of theirs surfaces from inside torch._dynamo,
+    but it is their code's failure (eager mode fails the same way), so compile is not blamed."""
+    import torch
+
+    from autotune import probe as probe_mod
+
+    net = torch.compile(torch.nn.Linear(4, 3), backend="eager")
+    try:
+        net(torch.zeros(2, 5))
+    except Exception as e:  # whatever dynamo raises for it
+        assert probe_mod.blame(e, {"compile": True, "precision": "fp32"}) is None, type(e).__name__
+    else:
+        raise AssertionError("the shape bug did not raise")

@@ -29,9 +29,9 @@ def cfg_for(tmp_path: Path, space: dict[str, Any], fit: str = "fit", **study: An
         source=str(tmp_path / "s.yaml"))
 
 
-def row(sps: float | None, error: str | None = None, **combo: Any) -> Row:
+def row(sps: float | None, error: str | None = None, blame: str | None = None, **combo: Any) -> Row:
     m = None if sps is None else Measurement(sps, 1.0, 4, 0.1, 0.01, 0.0, 1000.0, None)
-    return Row(combo, m, error)
+    return Row(combo, m, error, blame=blame)
 
 
 def test_plan_drops_slower_and_less_exact_and_pins_the_fastest_neutral_settings(tmp_path: Path) -> None:
@@ -43,8 +43,8 @@ def test_plan_drops_slower_and_less_exact_and_pins_the_fastest_neutral_settings(
         row(1250, precision="bf16", batch_size=32, channels_last=False, data_on_device=True),  # within 10%: kept
         row(2000, precision="fp32", batch_size=64, channels_last=True, data_on_device=True),
         row(5000, precision="bf16", batch_size=64, channels_last=True, data_on_device=True),  # bf16 pays off @ 64
-        row(None, error="RuntimeError: nope", precision="bf16", batch_size=64, channels_last=False,
-            data_on_device=True),
+        row(None, error="RuntimeError: nope", blame="precision", precision="bf16", batch_size=64,
+            channels_last=False, data_on_device=True),  # a failure of the setting: dropped
     ]
     plan = strategy.make_plan(cfg, rows)
     kept = {(g["numeric"]["precision"], g["numeric"]["batch_size"]): g["neutral"] for g in plan["groups"]}
@@ -61,6 +61,21 @@ def test_plan_drops_slower_and_less_exact_and_pins_the_fastest_neutral_settings(
     assert set(narrow.space) == {"lr", "precision", "batch_size"}  # neutral settings: set, not searched
     assert strategy.pins(plan, {"precision": "bf16", "batch_size": 32}) == {"channels_last": False,
                                                                            "data_on_device": True}
+
+
+def test_a_failure_of_the_users_code_drops_no_combination(tmp_path: Path) -> None:
+    """A probe that failed in the user's code (no setting blamed) says nothing of the combination: it stays in
+    the search (its trials fail or succeed on their own), unlike one whose setting failed."""
+    cfg = cfg_for(tmp_path, ACCEL)
+    rows = [row(1000, precision="fp32", batch_size=32, channels_last=False, data_on_device=True),
+            row(None, error="KeyError: 'x'", precision="bf16", batch_size=32, channels_last=False,
+                data_on_device=True),
+            row(None, error="RuntimeError: no bf16 kernel", blame="precision", precision="bf16", batch_size=64,
+                channels_last=False, data_on_device=True)]
+    plan = strategy.make_plan(cfg, rows)
+    kept = {(g["numeric"]["precision"], g["numeric"]["batch_size"]) for g in plan["groups"]}
+    assert kept == {("fp32", 32), ("bf16", 32)}
+    assert [d["why"] for d in plan["dropped"]] == ["RuntimeError: no bf16 kernel"]
 
 
 def test_a_precision_slower_everywhere_leaves_the_space(tmp_path: Path) -> None:
