@@ -386,7 +386,7 @@ def test_sigkilled_worker_trial_fails_within_grace_period_and_is_retried(tmp_pat
 @pytest.mark.slow  # ~70 s: keeps the default suite's PostgreSQL part well under 3 minutes (run with -m slow)
 @pytest.mark.postgres
 def test_resume_after_the_driver_is_killed(tmp_path: Path, pg_url: str) -> None:
-    n = 10  # room to spare: on a fast machine 6 trials could all end between two looks
+    n = 30  # room to spare: on a fast machine 10 trials could all end before the first look
     path = write_cfg(tmp_path, pg_url, n, name="resume", epochs=4, single=True, data_fraction=0.5,
                      study_extra={"heartbeat_interval": 1, "grace_period": 2})
     p = autotune("run", str(path), "--workers", "2", "--plain", cwd=tmp_path)
