@@ -323,6 +323,8 @@ class TrialContext:
         self._schedule_decided = False  # the first optimizer step decides: lr_schedule, or the fit's own scheduler
         self._own_scheduler = False  # a torch scheduler of the fit's own is on the optimizer: it alone steps the lr
         self._lr_set: list[float] | None = None  # the group lrs the context last set (scaled, or its schedule's)
+        # watched for a fit that overwrites them only while a searched lr / lr_schedule could be found not applied
+        self._lr_watch = bool({"lr", "lr_schedule"} & set(self._searched))
         self._stepped = False  # the context stepped the optimizer (ctx.backward)
         self._train_on_device: bool | None = None  # the training loader's batches: on the device (None: no loader)
         self.compile_time_s = 0.0
@@ -434,7 +436,8 @@ class TrialContext:
         # a chosen lr scales a fit-built optimizer's lrs, unless the fit read lr (it built with it: not twice)
         if self._own_optimizer and "lr" in self._chosen and "lr" not in self._reads:
             self._scale_lrs(opt, float(s["lr"]))
-            self._lr_set = _group_lrs(opt)
+            if self._lr_watch:
+                self._lr_set = _group_lrs(opt)
         self.opt = opt
         train_model = model
         if self.group is not None:  # weights broadcast from rank 0 here; gradients averaged every step
@@ -752,7 +755,8 @@ class TrialContext:
         self.opt.zero_grad(set_to_none=True)
         if self.sched is not None:
             self.sched.step()
-            self._lr_set = _group_lrs(self.opt)
+            if self._lr_watch:
+                self._lr_set = _group_lrs(self.opt)
         self._micro = 0
 
     def _lr_overwritten(self) -> None:
@@ -765,7 +769,7 @@ class TrialContext:
         for key in ("lr", "lr_schedule"):
             if key in self._searched:
                 self.not_applied.setdefault(key, why)
-        self._lr_set = None
+        self._lr_set, self._lr_watch = None, False  # seen once: no more work per step
 
     def _flush(self) -> None:
         """Gradients of a trailing partial accumulation are stepped at the end of the epoch's data."""
