@@ -83,11 +83,17 @@ def _start_dashboard(url: str) -> tuple[Proc, str]:
 
 def test_dashboard_serves_a_study_while_it_runs(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'live.db'}"
-    n_trials = 40  # long enough that the dashboard sees it running: a tiny trial takes a fraction of a second
+    n_trials = 24
+    # optuna-dashboard caches a study's trial list for 2 s (under 100 trials), and the pareto pruner ends most
+    # tiny trials after one epoch: the run could finish inside one cache window. Unpruned 6-epoch trials keep
+    # it going for several windows, and most of that time a trial is RUNNING.
+    live = tmp_path / "live.yaml"
+    text = TINY.read_text().replace("epochs: 2", "epochs: 6").replace("pruner: pareto", "pruner: none")
+    live.write_text(text)
     # The schema exists before either process starts, as after any earlier `autotune run`.
-    storage_mod.make_storage(autotune.load_config(str(TINY), {"study.storage": url}))
+    storage_mod.make_storage(autotune.load_config(str(live), {"study.storage": url}))
     dash, base = _start_dashboard(url)  # listening before the run starts: it must see the study grow
-    run = Proc("run", str(TINY), "--storage", url, "--n-trials", str(n_trials), "--plain")
+    run = Proc("run", str(live), "--storage", url, "--n-trials", str(n_trials), "--plain")
     try:
         seen_live: list[int] = []  # finished-trial counts the API listed while the run was still going
         detail: dict[str, Any] = {}
@@ -111,6 +117,7 @@ def test_dashboard_serves_a_study_while_it_runs(tmp_path: Path) -> None:
         assert run.p.wait(timeout=60) == 0, run.text
         assert seen_live, "the dashboard never listed a finished trial while the study was running"
         assert min(seen_live) < n_trials and seen_running
+        assert len(set(seen_live)) >= 2, f"the dashboard never saw the study grow: {seen_live}"
         assert detail["name"] == "tiny" and detail["directions"] == ["maximize", "minimize"]
         assert detail["objective_names"] == ["val_accuracy", "train_time_s"]  # axes labelled by metric
         trials = detail["trials"]
