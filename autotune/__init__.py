@@ -10,17 +10,17 @@ __version__ = "0.1.0"
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .config import RunConfig
-    from .context import TrainResult
-    from .study import TuneResult
-    from .trainer import Fit
+    from autotune.fit._trainer import Fit
+    from autotune.spec._schema import RunConfig
+    from autotune.study._study import TuneResult
+    from autotune.training._context import TrainResult
 
-from .errors import AutotuneError, ConfigError
+from autotune.core._errors import AutotuneError, ConfigError
 
 
 def load_config(path: str, overrides: dict[str, Any] | None = None) -> RunConfig:
     """Read and validate a YAML run file; `overrides` are dotted keys, e.g. {"study.n_trials": 10}."""
-    from .config import load
+    from autotune.config._load import load
 
     return load(path, overrides)
 
@@ -28,7 +28,7 @@ def load_config(path: str, overrides: dict[str, Any] | None = None) -> RunConfig
 def run(cfg: RunConfig | str, fit: Fit | None = None, fresh: bool = False) -> TuneResult:
     """Run (or resume) the study a config describes and return its result. `fit`: your training function
     `fit(ctx)` (default: the config's `trainer:`, else the built-in trainer)."""
-    from .study import run as _run
+    from autotune.study._study import run as _run
 
     if isinstance(cfg, str):
         cfg = load_config(cfg)
@@ -40,10 +40,10 @@ def train(cfg: RunConfig | str, params: dict[str, Any] | None = None, seed: int 
     """Train one configuration outside any study: fixed settings plus `params` (user parameters as
     `user.NAME`), the same training function, settings and clocks as a trial. `seed` (default: the seed the
     study's trial 0 trains with: `study.trial_seed`, else study.seed x 100003)."""
-    from .objective import job_for, load_fit, trial_seed
-    from .settings import check_params, merge
-    from .study import preflight
-    from .trainer import train as _train
+    from autotune.fit._trainer import train as _train
+    from autotune.spec._settings import check_params, merge
+    from autotune.study._objective import job_for, load_fit, trial_seed
+    from autotune.study._study import preflight
 
     if isinstance(cfg, str):
         cfg = load_config(cfg)
@@ -57,19 +57,19 @@ def train(cfg: RunConfig | str, params: dict[str, Any] | None = None, seed: int 
 
 def __getattr__(name: str) -> Any:
     if name == "TuneResult":
-        from .study import TuneResult
+        from autotune.study._study import TuneResult
 
         return TuneResult
     if name == "TrainResult":
-        from .context import TrainResult
+        from autotune.training._context import TrainResult
 
         return TrainResult
     if name == "TrialContext":
-        from .context import TrialContext
+        from autotune.training._context import TrialContext
 
         return TrialContext
     if name == "TrialSummary":
-        from .results import TrialSummary
+        from autotune.search._results import TrialSummary
 
         return TrialSummary
     raise AttributeError(name)

@@ -24,7 +24,9 @@ from collections.abc import Callable
 import torch
 import torch.nn.functional as F
 
-from autotune import accel, augment, models
+from autotune.training import _accel as accel
+from autotune.training import _augment as augment
+from autotune.training import _models as models
 
 ALL = {"aug_crop_padding": 4, "aug_flip": True, "aug_cutout": 8}
 ARMS = {

@@ -42,10 +42,14 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # autotune from this checkout
 
 import autotune  # noqa: E402
-from autotune import accel, config, models, objective, trainer  # noqa: E402
-from autotune import study as study_mod  # noqa: E402
-from autotune.distributed import cpu_cores  # noqa: E402
-from autotune.settings import DEFAULTS  # noqa: E402
+from autotune import config  # noqa: E402
+from autotune.fit import _trainer as trainer  # noqa: E402
+from autotune.spec._settings import DEFAULTS  # noqa: E402
+from autotune.study import _objective as objective  # noqa: E402
+from autotune.study import _study as study_mod  # noqa: E402
+from autotune.training import _accel as accel  # noqa: E402
+from autotune.training import _models as models  # noqa: E402
+from autotune.training._distributed import cpu_cores  # noqa: E402
 
 
 @dataclass(frozen=True)

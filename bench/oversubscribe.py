@@ -25,7 +25,8 @@ sys.path.insert(0, str(ROOT))
 import torch  # noqa: E402
 
 import autotune  # noqa: E402
-from autotune import config, contention  # noqa: E402
+from autotune import config  # noqa: E402
+from autotune.core import _contention as contention  # noqa: E402
 
 SPIN = "import time\nt = time.time()\nwhile time.time() - t < {s}: pass\n"
 

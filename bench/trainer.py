@@ -35,7 +35,10 @@ from torch.utils.data import DataLoader, Dataset, TensorDataset
 from torch.utils.flop_counter import FlopCounterMode
 
 import autotune
-from autotune import accel, config, data, models
+from autotune import config
+from autotune.training import _accel as accel
+from autotune.training import _data as data
+from autotune.training import _models as models
 
 EPOCHS, BATCH, LR = 10, 64, 1e-3
 

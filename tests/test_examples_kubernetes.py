@@ -10,9 +10,10 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from autotune import cli, config
-from autotune import study as study_mod
-from autotune.errors import redact
+from autotune import config
+from autotune.cli import _main as cli
+from autotune.core._errors import redact
+from autotune.study import _study as study_mod
 from tests.conftest import ROOT
 
 FOLDER = ROOT / "examples" / "kubernetes"

@@ -17,8 +17,8 @@ import pytest
 from optuna.trial import TrialState
 
 from autotune import config
-from autotune import storage as storage_mod
-from tests.test_workers import FINISHED, pg_url  # noqa: F401  (the fixture)
+from autotune.study import _storage as storage_mod
+from tests.study_tests.test_workers import FINISHED, pg_url  # noqa: F401  (the fixture)
 
 ROOT = Path(__file__).resolve().parent.parent
 N, WORKERS, KILL_EVERY_TRIALS = 40, 4, 8  # kills by progress: as many on a fast machine as on a slow one

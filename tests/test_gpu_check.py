@@ -12,7 +12,11 @@ from types import ModuleType
 import pytest
 import torch
 
-from autotune import config, data, models, space, study
+from autotune import config
+from autotune.search import _space as space
+from autotune.study import _study as study
+from autotune.training import _data as data
+from autotune.training import _models as models
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -17,9 +17,10 @@ import pytest
 import yaml
 
 import autotune
-from autotune import cli, config
-from autotune import study as study_mod
-from autotune.errors import ConfigError
+from autotune import config
+from autotune.cli import _main as cli
+from autotune.core._errors import ConfigError
+from autotune.study import _study as study_mod
 
 ROOT = Path(__file__).resolve().parent.parent
 BAD = ROOT / "tests" / "bad_inputs"

@@ -15,10 +15,11 @@ import optuna
 import pytest
 import yaml
 
-from autotune import cli, config
-from autotune import storage as storage_mod
-from autotune import study as study_mod
-from autotune.errors import ConfigError, redact
+from autotune import config
+from autotune.cli import _main as cli
+from autotune.core._errors import ConfigError, redact
+from autotune.study import _storage as storage_mod
+from autotune.study import _study as study_mod
 
 
 @pytest.mark.parametrize("url, shown", [

@@ -15,11 +15,11 @@ tests reach the rest through the submodules.
 
 from __future__ import annotations
 
-from . import measure, pipeline, prune, quantize, support, transfer
-from .pipeline import FINETUNE_LR_FACTOR, Compressed, calibration_batches, compress_and_measure
-from .quantize import QUANTIZERS
-from .support import preflight, unsupported
-from .transfer import distill_loss, load_checkpoint, load_teacher
+from autotune.compress import measure, pipeline, prune, quantize, support, transfer
+from autotune.compress.pipeline import FINETUNE_LR_FACTOR, Compressed, calibration_batches, compress_and_measure
+from autotune.compress.quantize import QUANTIZERS
+from autotune.compress.support import preflight, unsupported
+from autotune.compress.transfer import distill_loss, load_checkpoint, load_teacher
 
 __all__ = [
     "FINETUNE_LR_FACTOR", "QUANTIZERS", "Compressed", "calibration_batches", "compress_and_measure", "distill_loss",

@@ -11,8 +11,9 @@ from typing import Any
 import torch
 from torch import nn
 
-from .. import accel, tasks
-from ..data import Dataset
+from autotune.training import _accel as accel
+from autotune.training import _tasks as tasks
+from autotune.training._data import Dataset
 
 LATENCY_WARMUP = 3
 LATENCY_REPEATS = 15

@@ -9,9 +9,10 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from .. import models
-from ..config import DistillConfig, ModelConfig, resolve_path
-from ..errors import ConfigError, lookup
+from autotune.core._errors import ConfigError, lookup
+from autotune.core._userref import resolve_path
+from autotune.spec._schema import DistillConfig, ModelConfig
+from autotune.training import _models as models
 
 
 def load_checkpoint(model: nn.Module, path: str, source: str = "<config>", freeze: str = "none",

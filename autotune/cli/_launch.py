@@ -1,0 +1,222 @@
+"""`autotune launch`: a study's workers as jobs of a scheduler, through submitit (`pip install 'autotune[slurm]'`).
+
+The launcher creates the study (or resumes it), then submits one job array: each job is one `autotune worker`
+on the study's shared storage, one GPU (or `devices` of them) each. The jobs share nothing but the storage, so
+the budget stays exact however many there are (budget.py claims trials). Executors: `slurm` (sbatch),
+`local` (processes on this machine: submitit's LocalExecutor), `debug` (in this process, one after the other)
+and `none` (only create the study, for workers started by something else: a Kubernetes Job, ssh).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import re
+import shutil
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from autotune.config._load import from_dict
+from autotune.core import _environ as environ
+from autotune.core._errors import AutotuneError, ConfigError, redact
+from autotune.spec._schema import RunConfig
+from autotune.study import _study as study_mod
+from autotune.training._distributed import cpu_cores, devices_wanted
+
+# autotune's executor name -> submitit's cluster name (None: no submission)
+EXECUTORS: dict[str, str | None] = {"slurm": "slurm", "local": "local", "debug": "debug", "none": None}
+STORAGE_ENV = "AUTOTUNE_STORAGE"  # a URL with a password reaches the jobs here, never in their pickled arguments
+INSTALL = "pip install 'autotune[slurm]'"
+
+
+@dataclass(frozen=True)
+class Request:
+    """What to submit: `workers` jobs of one task each, on `executor`."""
+
+    executor: str = "slurm"
+    workers: int = 1
+    partition: str | None = None
+    time_min: int = 60
+    gpus_per_task: int | None = None  # None: the config's devices (0 on a CPU config)
+    cpus_per_task: int | None = None
+    mem_gb: float | None = None
+    folder: Path = Path("studies/launch")
+    name: str | None = None  # the jobs' name (default: autotune-STUDY)
+
+
+def parse_time(text: str) -> int:
+    """Minutes from `90` (minutes), `1:30:00` (H:MM:SS) or `2-00:00:00` (D-H:MM:SS)."""
+    m = re.fullmatch(r"(?:(\d+)-)?(\d+):(\d\d):(\d\d)|(\d+)", text.strip())
+    if m is None:
+        raise ConfigError("--time", "--time", f"must be minutes or [D-]H:MM:SS like 90 or 1:30:00; got {text!r}")
+    if m[5]:
+        return max(1, int(m[5]))
+    days, hours, minutes, seconds = (int(g or 0) for g in m.groups()[:4])
+    return max(1, days * 1440 + hours * 60 + minutes + (1 if seconds else 0))
+
+
+def check(cfg: RunConfig, req: Request) -> list[str]:
+    """The mistakes a launch would make, as a ConfigError before anything is written; returns notes to print."""
+    file = Path(cfg.source).name
+    if req.executor not in EXECUTORS:
+        raise ConfigError(file, "--executor", f"unknown {req.executor!r}; known: {', '.join(sorted(EXECUTORS))}")
+    if req.workers < 1:
+        raise ConfigError(file, "--workers", f"must be >= 1; got {req.workers}")
+    url = cfg.study.storage
+    if url.startswith("sqlite"):
+        raise ConfigError(file, "study.storage", f"SQLite cannot be shared by jobs on several machines ({url}); use "
+                                                 "postgresql://USER:PASSWORD@HOST/DB (or mysql://...), "
+                                                 "grpc://HOST:PORT, or journal:///path on a shared filesystem")
+    device = str(cfg.fixed()["device"])
+    kind, _, index = device.partition(":")
+    if kind == "cuda" and index:
+        raise ConfigError(file, "train.device", f"{device}: each job sees only its own GPU(s); use device cuda or "
+                                                "auto")
+    per = devices_wanted(cfg)
+    if req.gpus_per_task is not None and device not in ("cpu", "mps") and 0 < req.gpus_per_task < per:
+        raise ConfigError(file, "--gpus-per-task", f"a trial takes up to {per} devices (devices); got "
+                                                   f"{req.gpus_per_task}")
+    notes = []
+    if url.startswith("journal://") and req.executor == "slurm":
+        notes.append(f"{url}: every node must see this file at this path (a shared filesystem), and a journal has "
+                     "no heartbeats: a job that dies on another node leaves its trial RUNNING until `autotune worker "
+                     "--fail-stale`")
+    if EXECUTORS[req.executor] is not None and importlib.util.find_spec("submitit") is None:
+        raise ConfigError(file, "--executor", f"{req.executor} jobs are submitted through submitit: {INSTALL}")
+    if req.executor == "slurm" and (shutil.which("sbatch") is None or shutil.which("srun") is None):
+        raise ConfigError(file, "--executor", "slurm: no sbatch/srun on PATH (not a Slurm login node); run this "
+                                              "there, or use --executor local")
+    return notes
+
+
+def gpus(cfg: RunConfig, req: Request) -> int:
+    """GPUs each job asks for: --gpus-per-task, else the trial's devices; none for a CPU config."""
+    if str(cfg.fixed()["device"]) in ("cpu", "mps"):
+        return 0
+    return req.gpus_per_task if req.gpus_per_task is not None else devices_wanted(cfg)
+
+
+def worker_url(cfg: RunConfig) -> str:
+    """The storage URL the jobs open: a relative journal path made absolute (a job may start elsewhere)."""
+    url = cfg.study.storage
+    if url.startswith("journal://") and not url.startswith("journal:///"):
+        return "journal://" + str(Path(url[len("journal://"):]).resolve())
+    return url
+
+
+def create(cfg: RunConfig, req: Request, fresh: bool = False) -> RunConfig:
+    """Create (or resume) the study the jobs join, from this machine: no device check here (a login node has
+    no GPU); each job checks its own node as `autotune worker` does."""
+    cfg = from_dict(cfg.to_dict(), overrides={"study.storage": worker_url(cfg)}, source=cfg.source)
+    device = str(cfg.fixed()["device"])
+    label = None if device in ("cpu", "mps") else f"{device}: {gpus(cfg, req)} GPU(s) per {req.executor} job" \
+        if EXECUTORS[req.executor] else f"{device}: each worker's own"
+    study_mod.open_study(cfg, fresh=fresh, device_name=label)
+    return cfg
+
+
+def job(storage: str | None, study_name: str, threads: int | None) -> str:
+    """One job: `autotune worker` on the study (storage None: the URL is in $AUTOTUNE_STORAGE). A module-level
+    function, so submitit can pickle it; raises when the worker fails, so the scheduler marks the job failed."""
+    from autotune.cli import _main as cli
+
+    url = storage or os.environ.get(STORAGE_ENV)
+    if not url:
+        raise AutotuneError(f"no storage: the job's ${STORAGE_ENV} is empty")
+    argv = ["worker", "--storage", url, "--study", study_name, *(["--threads", str(threads)] if threads else [])]
+    rc = cli.main(argv)
+    sys.stdout.flush()
+    if rc != 0:
+        raise AutotuneError(f"autotune worker exited with status {rc}: see this job's log")
+    return f"worker done on {os.uname().nodename}"
+
+
+def _executor(req: Request, cfg: RunConfig, n_gpus: int) -> Any:
+    import submitit
+
+    cluster = EXECUTORS[req.executor]
+    executor = submitit.AutoExecutor(folder=str(req.folder / "%j"), cluster=cluster)
+    params: dict[str, Any] = {"name": req.name or f"autotune-{cfg.study.name}", "timeout_min": req.time_min,
+                              "tasks_per_node": 1, "nodes": 1, "gpus_per_node": n_gpus}
+    if req.cpus_per_task:
+        params["cpus_per_task"] = req.cpus_per_task
+    if req.mem_gb:
+        params["mem_gb"] = req.mem_gb
+    if cluster == "slurm":
+        params["slurm_array_parallelism"] = req.workers
+        if req.partition:
+            params["slurm_partition"] = req.partition
+    executor.update_parameters(**params)
+    return executor
+
+
+def submit(cfg: RunConfig, req: Request) -> list[Any]:
+    """Submit the workers: one array of `req.workers` jobs (submitit Job objects, in order)."""
+    n_gpus = gpus(cfg, req)
+    url = cfg.study.storage
+    hidden = redact(url) != url  # the password travels in the jobs' environment, not in the logs folder
+    threads = req.cpus_per_task or (max(1, cpu_cores() // req.workers) if req.executor == "local" else None)
+    executor = _executor(req, cfg, n_gpus)
+    args = (None if hidden else url, cfg.study.name, threads)
+    with environ.setenv({STORAGE_ENV: url} if hidden else {}):
+        if req.executor == "local" and n_gpus:  # the local executor gives every job GPUs 0..n-1: spread them
+            return _submit_local_gpus(executor, args, req.workers, n_gpus)
+        try:
+            return executor.map_array(job, *([a] * req.workers for a in args))
+        except Exception as e:  # sbatch refused it (partition, limits): its own words, on one line
+            text = [line for line in str(e).strip().splitlines() if line.strip()]
+            raise AutotuneError(f"{req.executor} refused the jobs: {text[-1] if text else type(e).__name__}") \
+                from None
+
+
+def _submit_local_gpus(executor: Any, args: tuple[Any, ...], workers: int, n_gpus: int) -> list[Any]:
+    from autotune.study._workers import _visible_gpus
+
+    visible = [int(g) for g in _visible_gpus() if g.isdigit()]
+    if len(visible) < workers * n_gpus:
+        raise ConfigError("--executor", "--workers", f"{workers} local jobs x {n_gpus} GPU(s) need "
+                                                     f"{workers * n_gpus} GPUs but {len(visible)} visible")
+    jobs = []
+    for k in range(workers):
+        executor.update_parameters(visible_gpus=visible[k * n_gpus:(k + 1) * n_gpus])
+        jobs.append(executor.submit(job, *args))
+    return jobs
+
+
+def quoted(url: str) -> str:
+    """The storage URL for a shell command we print: quoted, or `"$AUTOTUNE_STORAGE"` where it holds a password."""
+    return f"'{url}'" if redact(url) == url else f'"${STORAGE_ENV}"'
+
+
+def follow(cfg: RunConfig, req: Request, jobs: list[Any], file: str) -> list[str]:
+    """How to watch the launched study: job ids, the scheduler's queue, the logs, the dashboard, the report."""
+    url = quoted(cfg.study.storage)
+    ids = [str(j.job_id) for j in jobs]
+    lines = [f"submitted {len(jobs)} {req.executor} job(s) on study {cfg.study.name} ({redact(cfg.study.storage)}): "
+             f"{' '.join(ids)}"]
+    if req.executor == "slurm":
+        arrays = sorted({i.split("_")[0] for i in ids})
+        lines.append(f"  queue:     squeue -j {','.join(arrays)}    (cancel: scancel {' '.join(arrays)})")
+    lines += [f"  logs:      {req.folder}/JOB_ID/   (e.g. {req.folder}/{ids[0]}/{ids[0]}_0_log.out)" if ids else "",
+              f"  live:      autotune dashboard {file} --storage {url}",
+              f"  report:    autotune report {file} --storage {url}",
+              f"  more:      autotune worker --storage {url} --study {cfg.study.name}   (from any machine)"]
+    return [line for line in lines if line]
+
+
+def wait(jobs: list[Any]) -> list[str]:
+    """Wait for every job; one line per failed job (empty: all ended well)."""
+    failed = []
+    for j in jobs:
+        try:
+            j.result()
+        except Exception as e:  # submitit re-raises the job's error with its traceback: keep the last line
+            text = [line for line in str(e).strip().splitlines() if line.strip()]
+            failed.append(f"job {j.job_id}: {text[-1] if text else type(e).__name__}")
+    return failed
+
+
+__all__ = ["EXECUTORS", "Request", "check", "create", "follow", "job", "parse_time", "quoted", "submit", "wait",
+           "worker_url"]

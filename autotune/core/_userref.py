@@ -1,0 +1,58 @@
+"""References to the user's code and files in a run file: `package.module:function` and relative paths."""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from autotune.core._errors import ConfigError, describe_exception
+
+
+def check_fit_signature(fn: Any, ref: str, file: str) -> None:
+    """A training function is called as fn(ctx): exactly one positional parameter without a default."""
+    import inspect
+
+    try:
+        params = list(inspect.signature(fn).parameters.values())
+    except (TypeError, ValueError):
+        return  # a builtin or C callable: let the call tell
+    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    required = [p for p in params if p.default is p.empty and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+    takes_varargs = any(p.kind is p.VAR_POSITIONAL for p in params)
+    if not (len(required) == 1 and required[0] in positional) and not (not required and (positional or takes_varargs)):
+        shown = ", ".join(p.name for p in params) or "nothing"
+        raise ConfigError(file, "trainer", f"{ref} must take the trial context as its one argument, fit(ctx); it "
+                                           f"takes ({shown})")
+
+
+def load_factory(ref: str, file: str = "<config>", key: str = "factory", near: str | None = None) -> Any:
+    """Import `package.module:function`; a failure is a ConfigError naming the reference. Modules are found
+    on the import path, in the working directory, and (`near`: the config file's path) next to the YAML file."""
+    mod_name, sep, attr = ref.partition(":")
+    if not sep or not mod_name or not attr:
+        raise ConfigError(file, key, f"must look like 'package.module:function'; got {ref!r}")
+    if os.getcwd() not in sys.path and "" not in sys.path:  # a user's own module in the working directory
+        sys.path.append(os.getcwd())
+    if near is not None and near != "<config>":
+        here = str(Path(near).resolve().parent)
+        if here not in sys.path:
+            sys.path.append(here)
+    try:
+        module = importlib.import_module(mod_name)
+    except Exception as e:  # ImportError, or the user's module raising on import
+        raise ConfigError(file, key, f"cannot import {mod_name!r}: {describe_exception(e)}") from None
+    fn = module.__dict__.get(attr)
+    if fn is None or not callable(fn):
+        raise ConfigError(file, key, f"module {mod_name!r} has no callable {attr!r}")
+    return fn
+
+
+def resolve_path(p: str, source: str) -> Path:
+    """Relative data paths are tried as given (cwd), then next to the config file."""
+    path = Path(p)
+    if path.is_absolute() or path.exists() or source == "<config>":
+        return path
+    return Path(source).parent / path

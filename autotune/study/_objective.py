@@ -1,0 +1,429 @@
+"""The only bridge between Optuna and torch: trial -> settings -> train -> values and user attrs.
+
+A trial's training either finishes (values returned), stops early (`optuna.TrialPruned`, the reason
+stored), or fails: the exception's type, message and place in the user's code are stored, the study
+goes on, and `study.max_repeated_errors` failures in a row with the same error stop the run cleanly.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import warnings
+from typing import Any
+
+import optuna
+import torch
+from optuna.trial import TrialState
+
+from autotune.core import _contention as contention
+from autotune.core._errors import AutotuneError, ConfigError, TrialStopped, describe_exception, user_where
+from autotune.core._metrics import INFERENCE, REPORTED, is_quality, per_epoch
+from autotune.core._userref import load_factory
+from autotune.fit import _trainer as trainer
+from autotune.search import _pruners as pruners
+from autotune.search import _space as space
+from autotune.search._pruners import EPOCH_VALUES
+from autotune.spec._schema import RunConfig
+from autotune.speed import _probe as probe
+from autotune.speed import _strategy as strategy
+from autotune.study import _records as records
+from autotune.training import _accel as accel
+from autotune.training._context import ContextMisuse, EpochRecord, TrainResult
+from autotune.training._stops import Limits
+
+
+class TrialFailed(Exception):
+    """A trial's training raised: the trial ends FAIL with this one-line text and the study goes on."""
+
+
+class RepeatedFailure(AutotuneError):
+    """The same error ended several trials in a row: the run stops instead of failing trial after trial."""
+
+
+class FatalDeviceError(AutotuneError):
+    """An error after which the process's CUDA context is unusable (illegal address, device-side assert)."""
+
+
+log = logging.getLogger(__name__)
+PRUNING_OFF = "pruning_off"  # user attr: why the study's per-epoch pruner could not act on this trial
+
+# Caught by study.optimize (the trial is FAIL, the study goes on); anything else stops the run.
+CATCH = (TrialFailed, RuntimeError, ValueError, TypeError, ArithmeticError, MemoryError)
+
+
+class _NoTraceback(logging.Filter):
+    """Optuna logs a failed trial with its traceback; ours already carry their one-line story."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        if isinstance(exc, (TrialFailed, AutotuneError)):
+            record.exc_info = None
+            record.exc_text = None
+        return True
+
+
+_optuna_log = logging.getLogger("optuna.study._optimize")
+if not any(isinstance(f, _NoTraceback) for f in _optuna_log.filters):
+    _optuna_log.addFilter(_NoTraceback())
+
+
+def load_fit(cfg: RunConfig) -> trainer.Fit | None:
+    """The user's training function named by `trainer:` (None: the built-in trainer)."""
+    if cfg.trainer is None:
+        return None
+    return load_factory(cfg.trainer, cfg.source.rsplit("/", 1)[-1], "trainer", near=cfg.source)  # type: ignore
+
+
+def fit_name(cfg: RunConfig, fit: trainer.Fit | None) -> str:
+    if cfg.trainer is not None:
+        return cfg.trainer
+    if fit is None:
+        return "the built-in trainer"
+    return f"{getattr(fit, '__module__', '?')}:{getattr(fit, '__qualname__', type(fit).__name__)}"
+
+
+def trial_seed(cfg: RunConfig, number: int) -> int:
+    """The training seed of trial `number`: `study.trial_seed` + number when set (an exported trial's own seed:
+    its one trial trains exactly as the original did), else study.seed x 100003 + number."""
+    if cfg.study.trial_seed is not None:
+        return cfg.study.trial_seed + number
+    return (cfg.study.seed or 0) * 100_003 + number
+
+
+def searched_keys(cfg: RunConfig, values: dict[str, Any]) -> frozenset[str]:
+    """The space's keys this point searched: each one whose `when` holds (an inactive one kept its default)."""
+    return frozenset(k for k, spec in cfg.space.items() if space.active(spec, values))
+
+
+def job_for(cfg: RunConfig, values: dict[str, Any], seed: int, measure_inference: bool | None = None,
+            fit: trainer.Fit | None = None, study_rules: bool = True, probe: Any = None,
+            searched: frozenset[str] = frozenset(), fixed: frozenset[str] | None = None) -> trainer.TrainJob:
+    """The trainer's job for these settings (and user parameters). Inference metrics (size, latency) cost a
+    few timed forward passes per trial, so a study measures them only when an objective or constraint uses
+    them. `study_rules`: the `pruning:` limits (divergence, slow, hang) apply, as they do in a study.
+    `searched`: the keys a trial sampled (one nothing read is not_applied); `fixed`: the keys set explicitly
+    (default: the config's `train:`)."""
+    if measure_inference is None:
+        measure_inference = any(o.metric in INFERENCE for o in cfg.objectives) or \
+            cfg.constraints.max_accuracy_drop is not None
+    settings, user = space.split(values)
+    p = cfg.pruning
+    limits = Limits(loss_factor=p.divergence.loss_factor if p.divergence is not None else None,
+                    max_trial_seconds=p.slow.max_trial_seconds, hang_seconds=p.slow.hang_seconds) \
+        if study_rules else Limits()
+    watched = (("val_loss", "minimize"),) + tuple((o.metric, str(o.direction)) for o in cfg.objectives
+                                                  if is_quality(o.metric))
+    return trainer.TrainJob(
+        settings=settings, data=cfg.data, model=cfg.model, task=cfg.task, seed=seed, source=cfg.source, limits=limits,
+        distill=cfg.distill, measure_inference=measure_inference, fit=fit, user_params=user,
+        metrics=frozenset({*REPORTED, *(o.metric for o in cfg.objectives), *cfg.metrics}),
+        early_stopping_on=watched, config=cfg, probe=probe, searched=searched,
+        fixed=frozenset(cfg.train) if fixed is None else fixed)
+
+
+class FailureStreak:
+    """Counts trials in a row that failed with the same error (type, place, message)."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.signature: str | None = None
+        self.count = 0
+
+    def failed(self, exc: BaseException) -> bool:
+        """Record a failure; True once `limit` trials in a row failed this same way."""
+        return self.saw(describe_exception(exc, limit=300))
+
+    def saw(self, error: str) -> bool:
+        """Record a failure by its one line (`describe_exception`): a trial stopped because its combination
+        failed before (the speed probe) repeats that error without running it."""
+        self.count = self.count + 1 if error == self.signature else 1
+        self.signature = error
+        return self.count >= self.limit
+
+    def reset(self) -> None:
+        self.signature, self.count = None, 0
+
+
+class Objective:
+    """Callable for `study.optimize`: one real training run per trial."""
+
+    def __init__(self, cfg: RunConfig, fit: trainer.Fit | None = None) -> None:
+        self.cfg = cfg
+        self.fit = fit if fit is not None else load_fit(cfg)
+        self.name = fit_name(cfg, self.fit)
+        self.metrics = [o.metric for o in cfg.objectives]
+        # Objectives known after every epoch drive per-epoch pruning; final-only ones (size, latency) cannot.
+        self.epoch_metrics = [m for m in self.metrics if per_epoch(m)]
+        self.pareto = pruners.pareto_pruner(cfg)  # over those same per-epoch objectives
+        # vs_front compares the quality objective (accuracy, or the first one that is not a clock or a size)
+        quality = [o for o in cfg.objectives if is_quality(o.metric)]
+        self.quality = (quality[0].metric, str(quality[0].direction)) if quality else ("val_accuracy", "maximize")
+        self.streak = FailureStreak(cfg.study.max_repeated_errors)
+        self.gate = probe.Gate(cfg, self.fit)  # the speed probe: what the study knows of each throughput combination
+        self.cpu_cap: int | None = None  # torch threads for the next CPU trials, once one ran oversubscribed
+        self.warned = False
+        self.search = strategy.Search(cfg, self.fit)  # study.strategy: the space joint, or narrowed by probes
+        self._said: set[str] = set()  # warnings logged in this run (once each)
+
+    def __call__(self, trial: optuna.Trial) -> float | list[float]:
+        # The trial's user attrs are written once, when it ends, whichever way it ends (records.py).
+        buffered = records.BufferedTrial(trial)
+        try:
+            return self._run(buffered)  # type: ignore[arg-type]
+        finally:
+            buffered.flush()
+
+    def _run(self, trial: optuna.Trial) -> float | list[float]:
+        cfg = self.cfg
+        accel.freeze_survivors()
+        values = self.search.sample(trial)
+        seed = trial_seed(cfg, trial.number)
+        trial.set_user_attr("seed", seed)
+        trial.set_user_attr("settings", values)
+        dev = accel.resolve_device(values["device"])
+        trial.set_user_attr("device", accel.device_name(dev, values.get("cpu_threads") or None))  # the trial's threads
+        trial.set_user_attr("precision", values["precision"])
+        why = accel.precision_error(str(dev), values["precision"])
+        if why is not None:
+            self._stop(trial, "unsupported", 0, f"precision {values['precision']} on {dev}: {why}")
+        try:
+            self.search.check(values)  # probe_then_tune dropped this combination
+            self.gate.check(trial, values)  # known to fail here, or too slow: stopped before it trains
+        except TrialStopped as e:
+            known = self.gate.known_error(trial, values) if e.reason == "unsupported" else None
+            if known is not None and self.streak.saw(known):
+                self._record_failure_text(trial, known, 0)
+                raise self._repeated(known) from None
+            self._stop(trial, e.reason, e.epoch, e.detail)
+        try:
+            result = self._train(trial, values, seed)
+        finally:
+            accel.release_memory()
+        self.streak.reset()
+        metrics = result.metrics()
+        missing = [m for m in self.metrics if m not in metrics]
+        if missing and not any(r.metrics for r in result.history):
+            self._fail(trial, ContextMisuse(
+                f"{self.name} never called ctx.report(...) with a metric in its {result.epochs_run} epoch(s) and "
+                f"returned no {', '.join(missing)}: report the objectives ({', '.join(missing)}) once per epoch, "
+                f"inside `for epoch in ctx.epochs()`: ctx.report({missing[0]}=...)"), result.epochs_run)
+        if missing:
+            self._fail(trial, ContextMisuse(f"{self.name} never reported {', '.join(missing)} (an objective): "
+                                            f"ctx.report({missing[0]}=...) each epoch, or return {{{missing[0]!r}: "
+                                            "...}"), result.epochs_run)
+        out = [float(metrics[m]) for m in self.metrics]
+        if not all(math.isfinite(v) for v in out):  # an objective never returns NaN
+            self._stop(trial, "diverged", result.epochs_run, "non-finite objective value")
+        for key, value in metrics.items():
+            trial.set_user_attr(key, value)
+        trial.set_user_attr("epochs_run", result.epochs_run)
+        if result.not_applied:
+            trial.set_user_attr("not_applied", result.not_applied)
+        if result.stopped_early_at is not None:  # a finished trial: values are its last epoch's
+            trial.set_user_attr("stop_reason", "early_stopped")
+            trial.set_user_attr("stop_epoch", result.stopped_early_at)
+        if cfg.constraints.max_accuracy_drop is not None and "val_accuracy_before_compress" in result.extra:
+            drop = result.extra["val_accuracy_before_compress"] - result.val_accuracy
+            trial.set_constraint("accuracy_drop", drop - cfg.constraints.max_accuracy_drop)
+        return out if len(out) > 1 else out[0]
+
+    def _train(self, trial: optuna.Trial, values: dict[str, Any], seed: int) -> TrainResult:
+        """Train; on out-of-memory, with `oom: retry_smaller_batch`, once more at half the batch sizes.
+
+        Every failed attempt is left (its exception and frames dropped) before memory is released and the
+        retry starts: inside an `except` block the traceback would keep the model, the optimizer state and
+        the on-device data alive, and the retry would run out of memory again."""
+        retried = False
+        while True:
+            outcome = self._attempt(trial, values, seed)
+            if isinstance(outcome, TrainResult):
+                return outcome
+            accel.release_memory()  # nothing of the failed attempt is referenced any more
+            oom, epoch = outcome
+            if self.cfg.pruning.oom == "retry_smaller_batch" and values["batch_size"] > 1 and not retried:
+                retried = True
+                values = {**values, **{k: max(1, int(values[k]) // 2) for k in
+                                       ("batch_size", "eval_batch_size", "infer_batch_size")}}
+                trial.set_user_attr("oom_retried", True)
+                trial.set_user_attr("batch_size_used", values["batch_size"])
+                continue
+            self._stop(trial, "oom", epoch, oom)
+
+    def _attempt(self, trial: optuna.Trial, values: dict[str, Any], seed: int) -> TrainResult | tuple[str, int]:
+        """One training run: its result, or (what ran out of memory, epoch). Stops and failures are raised
+        only after leaving the `except` block, so no traceback keeps the run's tensors alive."""
+        history: list[dict[str, Any]] = []
+        epoch_values: list[list[float]] = []
+        stop: TrialStopped | None = None
+        failure: BaseException | None = None
+        fatal = False
+        oom: str | None = None
+
+        def on_record(rec: EpochRecord) -> None:
+            d = rec.as_dict()
+            history.append(d)
+            epoch_values.append([float(d[m]) if m in d else math.nan for m in self.epoch_metrics])
+            trial.set_user_attr("history", history)  # buffered: written once, when the trial ends
+            trial.set_user_attr(EPOCH_VALUES, epoch_values)
+
+        def on_epoch(rec: EpochRecord) -> None:
+            self._study_rules(trial, rec, history, epoch_values, int(values["epochs"]))
+
+        # an unknown combination: its first steps are timed (in this process: a trial on several devices is
+        # measured by its whole run instead, in Gate.finished)
+        window = self.gate.window(trial, values) if int(values.get("devices", 1)) == 1 else None
+        capped = self._capped(values)
+        if capped is not None:
+            trial.set_user_attr("cpu_threads_capped", capped)
+        try:
+            with contention.torch_threads(capped):
+                cpu = contention.Window(int(values["cpu_threads"]) or torch.get_num_threads())
+                job = job_for(self.cfg, values, seed, fit=self.fit, probe=window,
+                              searched=searched_keys(self.cfg, values))
+                result = trainer.train(job, on_epoch=on_epoch, on_record=on_record, keep_model=False)
+            if not self._oversubscribed(trial, values, result, cpu):
+                self.gate.finished(trial, values, window, result)
+            return result
+        except TrialStopped as e:
+            stop = TrialStopped(e.reason, e.epoch, e.detail)  # a fresh one: no traceback, no frames
+        except ConfigError:
+            raise  # the configuration itself is wrong: no trial can run
+        except Exception as e:
+            if accel.is_oom(e):
+                oom = f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"
+            else:
+                self.gate.failed(trial, values, window, e)  # before the frames go: they say whose failure it is
+                failure = _without_frames(e)
+                fatal = accel.is_fatal_device_error(e)
+        if stop is not None:
+            accel.release_memory()
+            self._stop(trial, stop.reason, stop.epoch, stop.detail)
+        if failure is not None:
+            if fatal:  # the CUDA context is broken: every later trial in this process would fail too
+                self._record_failure(trial, failure, len(history))
+                raise FatalDeviceError(f"{self.name}: {describe_exception(failure)}: the device cannot be used "
+                                       "by this process any more; stopped (finished trials are kept; start the "
+                                       "run or worker again)")
+            accel.release_memory()
+            self._fail(trial, failure, len(history))
+        assert oom is not None
+        return oom, len(history)
+
+    def _study_rules(self, trial: optuna.Trial, rec: EpochRecord, history: list[dict[str, Any]],
+                     epoch_values: list[list[float]], epochs: int) -> None:
+        """The stop rules that need the study: vs_front, Optuna's pruner (one objective), Pareto pruning."""
+        p = self.cfg.pruning
+        d = history[-1]
+        metric, direction = self.quality
+        if p.slow.vs_front is not None and rec.epoch < epochs and metric in d:
+            pruners.check_vs_front(rec.train_time_s, rec.epoch, epochs, float(d[metric]), p.slow.vs_front,
+                                   pruners.front_of(trial.study, self.cfg), metric, direction)
+        if rec.epoch >= epochs:
+            return
+        if not self.cfg.multi_objective:
+            if self.metrics[0] in d:
+                trial.report(float(d[self.metrics[0]]), rec.epoch)
+                if trial.should_prune():
+                    raise TrialStopped("pruned", rec.epoch, "Optuna pruner")
+            elif per_epoch(self.metrics[0]) and pruners.resolved_name(self.cfg) != "none":
+                self._pruning_off(trial, "pruning", [self.metrics[0]])
+        elif self.pareto is not None and (unreported := [m for m in self.epoch_metrics if m not in d]):
+            # dominance on the other objectives alone would throw away a trial better on the one not known yet
+            self._pruning_off(trial, "Pareto pruning", unreported)
+        elif self.pareto is not None and all(math.isfinite(v) for v in epoch_values[-1]):
+            step = len(epoch_values)
+            finished = trial.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED))
+            why = self.pareto.stop(epoch_values[-1], step, finished, epochs, curve=epoch_values)
+            if why is not None:
+                raise TrialStopped("dominated", step, why)
+
+    def _pruning_off(self, trial: optuna.Trial, what: str, unreported: list[str]) -> None:
+        """Said once, at the trial's first epoch without them (user attr `pruning_off`), and logged once per run:
+        the study's per-epoch pruner cannot judge a trial on objectives it does not see each epoch."""
+        if PRUNING_OFF in trial.user_attrs:
+            return
+        names = ", ".join(unreported)
+        text = (f"{what} is off for this trial: {names} {'is' if len(unreported) == 1 else 'are'} not reported "
+                f"every epoch (ctx.report({unreported[0]}=...) in each epoch turns it on)")
+        trial.set_user_attr(PRUNING_OFF, text)
+        if text not in self._said:
+            self._said.add(text)
+            log.warning(f"warning: {self.name}: {text}")
+
+    def _oversubscribed(self, trial: optuna.Trial, values: dict[str, Any], result: TrainResult,
+                        cpu: contention.Window) -> bool:
+        """A CPU trial whose threads waited for cores (another busy process here): when its samples/s collapsed
+        against the probe's figure for its combination (or the probe's own window was contended), user attr
+        `oversubscribed` says so, a warning says it once, and later trials of this process use half the threads."""
+        if accel.resolve_device(values["device"]).type != "cpu":
+            return False
+        share = cpu.share()
+        if not contention.contended(share):
+            return False
+        probe_rec = trial.user_attrs.get("probe") or {}
+        ref = None if probe_rec.get("contended") else probe_rec.get("samples_per_s")
+        threads = cpu.threads or torch.get_num_threads()
+        found = contention.verdict(result.samples_per_s, ref, share, threads)
+        if found is None:
+            return False
+        trial.set_user_attr("oversubscribed", found)
+        if not values["cpu_threads"]:  # a user's cpu_threads is theirs to measure
+            self.cpu_cap = contention.lower_cap(self.cpu_cap, threads)
+        if not self.warned:
+            self.warned = True
+            warnings.warn(contention.warning(trial.number, found, self.cpu_cap), stacklevel=2)
+        return True
+
+    def _capped(self, values: dict[str, Any]) -> int | None:
+        """After an oversubscribed trial, the next CPU trials run on fewer torch threads (where the user left
+        cpu_threads at 0, torch's default). Their probe combination stays the same: the study's figure for it is
+        the one their speed is compared with."""
+        if self.cpu_cap is None or values["cpu_threads"] or accel.resolve_device(values["device"]).type != "cpu":
+            return None
+        return self.cpu_cap
+
+    @staticmethod
+    def _record_failure_text(trial: optuna.Trial, text: str, epoch: int) -> str:
+        trial.set_user_attr("stop_reason", "error")
+        trial.set_user_attr("stop_epoch", epoch)
+        trial.set_user_attr("error", text)
+        return text
+
+    def _record_failure(self, trial: optuna.Trial, exc: BaseException, epoch: int) -> str:
+        return self._record_failure_text(trial, describe_exception(exc, limit=500), epoch)
+
+    def _repeated(self, text: str) -> RepeatedFailure:
+        return RepeatedFailure(f"{self.name}: {self.streak.count} trials in a row failed with {text}; stopped the "
+                               "run (finished trials are kept)")
+
+    def _fail(self, trial: optuna.Trial, exc: BaseException, epoch: int) -> None:
+        """The trial ends FAIL with the error's one line stored; a repeated error stops the run."""
+        text = self._record_failure(trial, exc, epoch)
+        if self.streak.failed(exc):
+            raise self._repeated(text)
+        raise TrialFailed(text)
+
+    @staticmethod
+    def _stop(trial: optuna.Trial, reason: str, epoch: int, detail: str) -> None:
+        trial.set_user_attr("stop_reason", reason)
+        trial.set_user_attr("stop_epoch", epoch)
+        if detail:
+            trial.set_user_attr("stop_detail", detail[:500])
+        raise optuna.TrialPruned(f"{reason} at epoch {epoch}: {detail}" if detail else reason)
+
+
+def _without_frames(exc: BaseException) -> BaseException:
+    """The exception with only the traceback's innermost user frame summary kept as text: the frames
+    themselves (and the tensors their locals hold) are released."""
+    where = user_where(exc)
+    exc.__traceback__ = None
+    exc.__context__ = None
+    exc.__cause__ = None
+    if hasattr(exc, "__dict__"):
+        exc.__dict__.setdefault("_autotune_where", where)
+    return exc
+
+
+__all__ = ["CATCH", "FailureStreak", "FatalDeviceError", "Objective", "RepeatedFailure", "TrialFailed", "job_for",
+           "load_fit", "searched_keys", "trial_seed"]

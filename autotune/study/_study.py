@@ -1,0 +1,348 @@
+"""Sampler and pruner (from samplers.py, pruners.py); checks before a study exists; create or resume the study;
+run it; `TuneResult`. The storage itself is storage.py's."""
+
+from __future__ import annotations
+
+import gc
+import platform
+import sys
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import optuna
+from optuna.trial import FrozenTrial, TrialState
+
+from autotune import __version__
+from autotune.core._errors import AutotuneError, ConfigError, describe_exception, redact
+from autotune.core._userref import check_fit_signature
+from autotune.fit._trainer import Fit
+from autotune.observe import _tracking as tracking
+from autotune.search import _pruners as pruners
+from autotune.search import _results as results
+from autotune.search import _samplers as samplers
+from autotune.search import _space as space
+from autotune.spec._schema import RunConfig
+from autotune.study import _orphans as orphans
+from autotune.study import _storage as storage_mod
+from autotune.study import _warm as warm
+from autotune.study._objective import CATCH, Objective, fit_name
+from autotune.training import _accel as accel
+from autotune.training import _augment as augment
+from autotune.training import _data as data
+from autotune.training import _distributed as distributed
+from autotune.training import _models as models
+
+FINISHED = (TrialState.COMPLETE, TrialState.PRUNED)
+
+
+def _file(cfg: RunConfig) -> str:
+    return Path(cfg.source).name
+
+
+
+
+# ---------------------------------------------------------------- checks before a study exists
+
+
+def preflight(cfg: RunConfig) -> None:
+    """Everything that can be wrong before a trial runs: device, fixed precision, data, model."""
+    file = _file(cfg)
+    fixed = cfg.fixed()
+    try:
+        dev = accel.resolve_device(fixed["device"])
+    except AutotuneError as e:
+        raise ConfigError(file, "train.device", str(e)) from None
+    if "precision" not in cfg.space:
+        why = accel.precision_error(str(dev), fixed["precision"])
+        if why is not None:
+            raise ConfigError(file, "train.precision", f"{fixed['precision']} cannot run on {dev}: {why}; "
+                                                       f"use fp32 or search precision")
+    distributed.check(cfg)
+    samplers.make_sampler(cfg)
+    pruners.optuna_pruner(cfg)
+    pruners.pareto_pruner(cfg)
+    if cfg.trainer is not None:
+        return  # a user's training function brings its own data and model
+    try:
+        ds = data.load(cfg.data, cfg.source, cfg.task)
+    except AutotuneError:
+        raise
+    except Exception as e:  # a user's data factory or a damaged file: one line naming it, not a traceback
+        key, what = ("data.factory", f"{cfg.data.factory} raised") if cfg.data.factory else \
+            ("data.path", f"cannot read {cfg.data.path}:") if cfg.data.path else ("data", f"{cfg.data.name}:")
+        raise ConfigError(file, key, f"{what} {describe_exception(e)}") from None
+    _check_augment(cfg, ds.input_shape, file)
+    try:
+        models.build_for(cfg.model, space.fixed_point(cfg, {}), ds.input_shape, ds.n_outputs, 0.0, "default", file)
+    except AutotuneError:
+        raise
+    except Exception as e:
+        key, what = ("model.factory", f"{cfg.model.factory} raised") if cfg.model.factory else ("model", "failed:")
+        raise ConfigError(file, key, f"cannot build the model for input {ds.input_shape}: {what} "
+                                     f"{describe_exception(e)}") from None
+    from autotune import compress  # fixed compression settings that cannot run here
+
+    compress.preflight(cfg)
+
+
+def _check_augment(cfg: RunConfig, input_shape: tuple[int, ...], file: str) -> None:
+    """Augmentation settings the data cannot take (image-only, a crop pad past the image side), fixed or
+    at the largest value searched."""
+    fixed = cfg.fixed()
+    for key in augment.SETTINGS:
+        spec = cfg.space.get(key)
+        values = [fixed.get(key)] if spec is None else \
+            [max(spec.choices)] if spec.choices is not None else [spec.high]
+        why = augment.check({key: values[0]}, input_shape)
+        if why is not None:
+            raise ConfigError(file, f"space.{key}" if spec else f"train.{key}", why)
+
+
+def validate(cfg: RunConfig) -> None:
+    """Everything `autotune validate` checks: preflight, the storage and the tracking server."""
+    preflight(cfg)
+    storage_mod.check_storage(cfg)
+    warm.source(cfg)
+    tracking.check(cfg)
+
+
+def versions() -> dict[str, str]:
+    return {"autotune": __version__, "torch": __import__("torch").__version__, "optuna": optuna.__version__,
+            "python": platform.python_version()}
+
+
+# ---------------------------------------------------------------- running
+
+
+@dataclass
+class TuneResult:
+    study: optuna.Study
+    config: RunConfig
+
+    @property
+    def metrics(self) -> list[str]:
+        return [o.metric for o in self.config.objectives]
+
+    def trials(self) -> list[results.TrialSummary]:
+        return [results.summarize(t, self.metrics) for t in self.study.get_trials(deepcopy=False)]
+
+    @property
+    def pareto(self) -> list[results.TrialSummary]:
+        front = results.pareto_front(self.study.get_trials(deepcopy=False), self.config.directions)
+        if not self.config.multi_objective:
+            best = results.select(front, self.config)
+            front = [best] if best is not None else []
+        return [results.summarize(t, self.metrics) for t in front]
+
+    @property
+    def best(self) -> results.TrialSummary | None:
+        t = results.best_trial(self.study, self.config)
+        return results.summarize(t, self.metrics) if t is not None else None
+
+    def to_dataframe(self) -> Any:
+        """A pandas DataFrame if pandas is installed, else a list of row dicts."""
+        rows = [s.row() for s in self.trials()]
+        try:
+            import pandas as pd
+        except ImportError:
+            return rows
+        return pd.DataFrame(rows)
+
+    def report(self, path: str | Path) -> Path:
+        from autotune.observe import _report as report
+
+        return report.write(self.study, self.config, Path(path))
+
+
+def open_study(cfg: RunConfig, fresh: bool = False, create: bool = True,
+               device_name: str | None = None) -> optuna.Study:
+    """`device_name`: the device's name when already known (a `--workers` driver asks a child: never CUDA itself)."""
+    storage = storage_mod.make_storage(cfg)
+    name = cfg.study.name
+    if fresh:
+        try:
+            optuna.delete_study(study_name=name, storage=storage)
+        except KeyError:
+            pass
+    existing = {s.study_name: s for s in optuna.get_all_study_summaries(storage, include_best_trial=False)}
+    if name in existing:
+        dirs = [d.name.lower() for d in existing[name].directions]
+        if dirs != cfg.directions:
+            raise ConfigError(_file(cfg), "objectives", f"study {name!r} in {redact(cfg.study.storage)} has "
+                                                        f"directions {dirs}, this config {cfg.directions}; use "
+                                                        f"--fresh or another study.name")
+    elif not create:
+        raise ConfigError(_file(cfg), "study.name", f"no study {name!r} in {redact(cfg.study.storage)}; known: "
+                                                    f"{', '.join(sorted(existing)) or 'none'}")
+    earlier = warm.source(cfg) if name not in existing else None  # checked before anything is written
+    study = optuna.create_study(
+        study_name=name, storage=storage, sampler=samplers.make_sampler(cfg), pruner=pruners.optuna_pruner(cfg),
+        directions=cfg.directions, load_if_exists=True,
+    )
+    if name not in existing:
+        import torch
+
+        study.set_user_attr("config", storage_mod.stored_config(cfg))
+        study.set_user_attr("source", redact(cfg.source))
+        study.set_user_attr("versions", versions())
+        study.set_user_attr("device", device_name or device_label(cfg))
+        study.set_user_attr("metrics", [o.metric for o in cfg.objectives])
+        with warnings.catch_warnings():  # experimental in Optuna, and stable enough for a label
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            study.set_metric_names([o.metric for o in cfg.objectives])  # optuna-dashboard labels axes with them
+        study.set_user_attr("torch_threads", torch.get_num_threads())
+        if earlier is not None:  # a new study starts from the earlier one's best configurations
+            for line in warm.enqueue(study, cfg, earlier):
+                print(f"note: {line}", file=sys.stderr, flush=True)
+    return study
+
+
+def device_label(cfg: RunConfig) -> str:
+    """The study's device as its trials use it: a CPU with the fixed `cpu_threads` ('threads searched' when the
+    space searches them; this process's threads when 0, torch's default)."""
+    threads: int | str | None = "threads searched" if "cpu_threads" in cfg.space else \
+        int(cfg.fixed().get("cpu_threads") or 0) or None
+    return accel.device_name(accel.resolve_device(cfg.fixed()["device"]), threads)
+
+
+def retrain_best(cfg: RunConfig, study: optuna.Study, best: results.TrialSummary, path: Path) -> Path:
+    """Retrain a trial's settings (same seed) and save the dense fp32 state dict.
+
+    Compression is switched off for the retrain: the file is the trained model itself, the warm
+    start that `model.checkpoint` (or a distillation teacher) loads into the config's architecture.
+    """
+    import torch
+
+    from autotune import train
+
+    settings = space.of_trial(cfg, best.settings, best.params)
+    # what the trial chose (searched or fixed): a default given as a param would count as the user's choice
+    chosen = {k: v for k, v in settings.items() if k in cfg.space or k in cfg.train}
+    chosen.update(prune_method="none", prune_amount=0.0, finetune_epochs=0, quantize="none", qat=False)
+    seed = study.trials[best.number].user_attrs.get("seed")
+    result = train(cfg.model_copy(update={"distill": None}), params=chosen, seed=seed)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    torch.save(result.model.state_dict(), tmp)
+    tmp.replace(path)  # never a half-written checkpoint, even with several workers
+    return path
+
+
+def resolve_teacher(cfg: RunConfig, storage: optuna.storages.BaseStorage | None = None) -> RunConfig:
+    """`distill: {teacher: best}`: the recommended trial of `teacher_study` (default: this study),
+    retrained once and saved as studies/<study>-teacher.pt; later runs and workers reuse the file.
+    Runs before this study is created, so a missing teacher leaves nothing behind."""
+    d = cfg.distill
+    if d is None or d.teacher != "best":
+        return cfg
+    name = d.teacher_study or cfg.study.name
+    path = Path("studies") / f"{name}-teacher.pt"
+    storage = storage or storage_mod.make_storage(cfg)
+    try:
+        src = optuna.load_study(study_name=name, storage=storage)
+    except KeyError:
+        src = None
+    teacher_cfg = cfg.model_copy(update={"distill": None})
+    if src is not None and name != cfg.study.name and "config" in src.user_attrs:
+        from autotune.config._load import from_dict
+
+        teacher_cfg = from_dict({**src.user_attrs["config"], "distill": None}, source=cfg.source)
+    if not path.is_file():
+        best = TuneResult(study=src, config=teacher_cfg).best if src is not None else None
+        if best is None:
+            raise ConfigError(_file(cfg), "distill.teacher", f"best needs a completed trial in study {name!r} in "
+                                                             f"{redact(cfg.study.storage)}; run it without distill "
+                                                             "first, or give a state-dict path")
+        assert src is not None
+        retrain_best(teacher_cfg, src, best, path)
+    if d.teacher_model is None and teacher_cfg.model != cfg.model:
+        d = d.model_copy(update={"teacher_model": teacher_cfg.model})
+    return cfg.model_copy(update={"distill": d.model_copy(update={"teacher": str(path.resolve())})})
+
+
+def note_orphans(numbers: list[int], on_note: Callable[[str], None] | None = None) -> None:
+    if numbers:
+        text = (f"{len(numbers)} trial(s) left RUNNING by a process that is gone marked FAIL (orphaned) and "
+                f"queued for one retry each: {', '.join(map(str, numbers))}")
+        (on_note or (lambda line: print(line, file=sys.stderr, flush=True)))(text)
+
+
+def n_finished(study: optuna.Study) -> int:
+    return len(study.get_trials(deepcopy=False, states=FINISHED))
+
+
+TrialCallback = Callable[[optuna.Study, FrozenTrial], None]
+
+
+class FinishedBudget:
+    """Stop the study once it holds `n_trials` finished trials (Optuna's MaxTrialsCallback, without reading
+    every trial back from the storage after each one): this process counts the trials it finishes, and reads
+    the study's own count again every `refresh_s` seconds, when other processes may have added some."""
+
+    def __init__(self, n_trials: int, study: optuna.Study, refresh_s: float = 10.0) -> None:
+        import time
+
+        self.n_trials = n_trials
+        self.refresh_s = refresh_s
+        self._clock = time.monotonic
+        self.finished = n_finished(study)
+        self._read_at = self._clock()
+
+    def __call__(self, study: optuna.Study, trial: FrozenTrial) -> None:
+        if trial.state in FINISHED:
+            self.finished += 1
+        if self.finished < self.n_trials and self._clock() - self._read_at > self.refresh_s:
+            self.finished = n_finished(study)
+            self._read_at = self._clock()
+        if self.finished >= self.n_trials:
+            study.stop()
+
+
+def run(cfg: RunConfig, fresh: bool = False, callbacks: list[TrialCallback] | None = None,
+        on_start: Callable[[optuna.Study, int], None] | None = None, fit: Fit | None = None,
+        on_note: Callable[[str], None] | None = None) -> TuneResult:
+    """Create or resume the study and run trials until it holds `n_trials` finished ones (or timeout).
+    `fit`: a training function (default: the config's `trainer:`, else the built-in trainer).
+
+    Trials left RUNNING by a run that died (SIGKILL, OOM killer, power) are failed as `orphaned` and
+    retried once first; `on_note` (default: stderr) hears how many.
+    """
+    if fit is not None:
+        check_fit_signature(fit, fit_name(cfg, fit), _file(cfg))
+    preflight(cfg)
+    tracking.check(cfg)
+    cfg = resolve_teacher(cfg)
+    study = open_study(cfg, fresh=fresh)
+    note_orphans(orphans.reap(study), on_note)
+    tracker = tracking.open_tracker(cfg, study)
+    # Everything imported so far (torch, optuna, sympy...) lives for the whole run: freeze it out of
+    # the garbage collector, so the collection after each trial scans only what trials made
+    # (0.5 s per collection otherwise, longer than a digits trial trains).
+    gc.collect()
+    gc.freeze()
+    todo = None
+    if cfg.study.n_trials is not None:
+        todo = max(0, cfg.study.n_trials - n_finished(study))
+    if on_start is not None:
+        on_start(study, todo if todo is not None else -1)
+    status = "FAILED"  # how the parent run ends if the study does not
+    try:
+        if todo != 0:
+            cbs: list[TrialCallback] = list(callbacks or [])
+            if tracker is not None:
+                cbs.append(tracker)
+            if cfg.study.n_trials is not None:
+                cbs.append(FinishedBudget(cfg.study.n_trials, study))
+            study.optimize(Objective(cfg, fit), n_trials=todo, timeout=cfg.study.timeout, callbacks=cbs,
+                           catch=CATCH, gc_after_trial=False)  # the objective releases memory itself
+        status = "FINISHED"
+    except KeyboardInterrupt:
+        status = "KILLED"
+        raise
+    finally:
+        if tracker is not None:
+            tracker.finish(study, status)
+    return TuneResult(study=study, config=cfg)

@@ -1,0 +1,118 @@
+"""Which settings a trial used, and why a searched one nothing used took no effect (the trial's `not_applied`).
+
+The trial context notes every setting read: its own uses where it applies one (the optimizer factory reads
+optimizer, lr, momentum, weight_decay; `ctx.backward` grad_clip, grad_accum_steps, lr_schedule; `ctx.loader`
+batch_size and the DataLoader's settings; `ctx.autocast` precision...) and the training function's reads
+through `ctx.settings` and `ctx.params` (its own loss reading `ctx.settings.label_smoothing`). A searched
+setting that nothing read cannot have changed the trial: it is recorded as not applied, with the reason
+`why` gives here, and left out of the recommendation and of `best --export`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from typing import Any, Protocol
+
+from autotune.spec._settings import Settings
+
+USER_PREFIX = "user."  # a training function's own parameter, `user.NAME` (config.USER_PREFIX)
+
+# Applied around every trial, whatever the training function does (trainer.train, context.session).
+APPLIED_AROUND = ("device", "devices", "cudnn_benchmark", "matmul_precision", "cpu_threads")
+
+OPTIMIZER_KEYS = ("optimizer", "lr", "momentum", "weight_decay")
+STEP_KEYS = ("grad_clip", "grad_accum_steps", "lr_schedule")
+LOADER_KEYS = ("batch_size", "data_fraction", "data_on_device")
+DATALOADER_KEYS = ("num_workers", "pin_memory", "prefetch_factor", "persistent_workers")
+PREPARE_KEYS = ("init", "channels_last", "compile", "compile_mode")
+
+# What reads a setting in the built-in trainer, which a training function of its own replaces.
+OWN = {
+    "label_smoothing": "the loss is your own (read ctx.settings.label_smoothing in it to search it)",
+    "dropout": "the model is your own (read ctx.settings.dropout in it to search it)",
+    "aug_crop_padding": "the augmentation is your own", "aug_flip": "the augmentation is your own",
+    "aug_cutout": "the augmentation is your own",
+    "eval_batch_size": "your evaluation batches its own way (ctx.loader(..., train=False) takes it)",
+    "epochs": "ctx.epochs() was never iterated",
+}
+
+
+class Trial(Protocol):
+    """What `why` reads of a trial context (context.TrialContext)."""
+
+    opt: Any
+    _own_optimizer: bool | None
+    _init_asked: bool | None
+    _own_scheduler: bool
+    _stepped: bool
+    _train_on_device: bool | None
+    _raw: Settings
+
+
+class WatchedParams(Mapping[str, Any]):
+    """`ctx.params`: every setting and the user's parameters by name, read-only; a value read is noted in `reads`
+    (a user parameter as `user.NAME`, as the space names it)."""
+
+    def __init__(self, settings: Settings, user: Mapping[str, Any], reads: set[str]) -> None:
+        self._values = {**settings, **user}
+        self._user = frozenset(user)
+        self._reads = reads
+
+    def __getitem__(self, key: str) -> Any:
+        value = self._values[key]
+        self._reads.add(USER_PREFIX + key if key in self._user else key)
+        return value
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._values
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._values)
+
+    def __len__(self) -> int:
+        return len(self._values)
+
+    def __repr__(self) -> str:
+        return f"params({self._values!r})"
+
+
+def _were(keys: list[str]) -> str:
+    return f"{', '.join(keys)} {'was' if len(keys) == 1 else 'were'} not used"
+
+
+def why(ctx: Trial, key: str, missed: list[str]) -> str:
+    """Why nothing read `key` in this trial (`missed`: every searched key nothing read, to name them together)."""
+    if key.startswith(USER_PREFIX):
+        return f"ctx.params[{key[len(USER_PREFIX):]!r}] was never read"
+    if key in OPTIMIZER_KEYS:
+        if ctx._own_optimizer is None:
+            return "ctx.prepare(model) was never called: the context built no optimizer"
+        if ctx._own_optimizer:
+            return f"your fit built its own optimizer: {_were([k for k in OPTIMIZER_KEYS if k in missed])}"
+        return f"optimizer {ctx._raw['optimizer']} takes no {key}"
+    if key in STEP_KEYS:
+        if key == "lr_schedule" and ctx._own_scheduler:
+            return "your fit's own learning-rate scheduler steps the lr: the searched lr_schedule was not used"
+        if not ctx._stepped:
+            return "ctx.backward(loss) was never called: your loop steps the optimizer itself"
+    if key in PREPARE_KEYS:
+        if ctx._init_asked is None:
+            return "ctx.prepare(model) was never called"
+        if key == "init" and not ctx._init_asked:
+            return "ctx.prepare(..., init=False) kept the model's weights"
+        if key == "compile_mode":
+            return "compile is off"
+    if key in LOADER_KEYS + DATALOADER_KEYS:
+        if ctx._train_on_device is None:
+            return "your fit never called ctx.loader(...) for its training data (nor read the setting)"
+        if key in DATALOADER_KEYS:
+            return ("the training batches were on the device (data_on_device): no DataLoader" if ctx._train_on_device
+                    else "with num_workers 0 the DataLoader has no worker processes")
+    if key == "precision":
+        return "ctx.autocast() was never used (nor the setting read): the forward pass ignored it"
+    if key in OWN:
+        return f"{key} was never read: {OWN[key]}"
+    return f"{key} was never read (by the context, or through ctx.settings / ctx.params)"
+
+
+__all__ = ["APPLIED_AROUND", "WatchedParams", "why"]

@@ -1,0 +1,93 @@
+"""The command line as a user runs it: real subprocesses, exit codes, one-line errors."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import optuna
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def autotune(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    return subprocess.run([sys.executable, "-m", "autotune", *args], cwd=cwd, env=env, capture_output=True,
+                          text=True, timeout=300)
+
+
+SMALL = """
+study: {name: cli, n_trials: 4, seed: 0}
+objectives: [val_accuracy, train_time_s]
+model: {name: cnn, channels: [8, 16], hidden: 32}
+train: {epochs: 2, cpu_threads: 1}
+space:
+  lr: {type: float, low: 1.0e-3, high: 1.0e-2, log: true}
+  batch_size: {type: categorical, choices: [64, 128]}
+"""
+
+
+def test_run_end_to_end_then_resume_and_best(tmp_path: Path) -> None:
+    (tmp_path / "s.yaml").write_text(SMALL)
+    r = autotune("run", "s.yaml", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    out = r.stdout
+    assert "trial   0" in out and "trial   3" in out and "COMPLETE" in out
+    assert "Pareto front" in out and "Recommended configuration" in out
+    assert (tmp_path / "studies" / "cli.db").exists()
+    study = optuna.load_study(study_name="cli", storage=f"sqlite:///{tmp_path}/studies/cli.db")
+    assert len(study.trials) == 4
+
+    r = autotune("run", "s.yaml", "--n-trials", "5", "--sampler", "random", cwd=tmp_path)  # resume to 5
+    assert r.returncode == 0, r.stderr
+    assert "4 finished, running 1 more" in r.stdout
+    assert len(optuna.load_study(study_name="cli", storage=f"sqlite:///{tmp_path}/studies/cli.db").trials) == 5
+
+    r = autotune("best", "s.yaml", "--export", "best.yaml", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "Recommended configuration" in r.stdout and (tmp_path / "best.yaml").exists()
+    r = autotune("run", "best.yaml", cwd=tmp_path)  # the export is a runnable YAML with every setting fixed
+    assert r.returncode == 0, r.stderr
+    assert "trial   0  COMPLETE" in r.stdout
+
+    r = autotune("run", "s.yaml", "--fresh", "--n-trials", "1", "--storage",
+                 f"journal:///{tmp_path}/j.log", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert (tmp_path / "j.log").exists()
+
+
+@pytest.mark.parametrize("name", ["unknown_sampler", "log_low_zero", "malformed_yaml", "bad_factory", "data_nan_x",
+                                  "image_unreadable"])
+def test_bad_config_one_line_exit_2(name: str, tmp_path: Path) -> None:
+    r = autotune("run", str(ROOT / "tests" / "configs" / f"{name}.yaml"), cwd=tmp_path)
+    assert r.returncode == 2
+    assert r.stderr.count("\n") == 1 and r.stderr.startswith(f"error: {name}.yaml: "), r.stderr
+    assert "Traceback" not in r.stderr + r.stdout
+    assert not (tmp_path / "studies").exists()
+
+
+def test_validate_ok_and_bad_override(tmp_path: Path) -> None:
+    (tmp_path / "s.yaml").write_text(SMALL)
+    r = autotune("validate", "s.yaml", cwd=tmp_path)
+    assert r.returncode == 0 and "s.yaml: ok" in r.stdout
+    r = autotune("validate", "s.yaml", "--sampler", "bayes", cwd=tmp_path)
+    assert r.returncode == 2 and "study.sampler: unknown sampler 'bayes'" in r.stderr
+    assert not (tmp_path / "studies").exists()
+
+
+def test_validate_cifar_example_without_the_data(tmp_path: Path) -> None:
+    r = autotune("validate", str(ROOT / "search_spaces" / "cifar10_resnet.yaml"), cwd=tmp_path)
+    assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
+    assert "data.path: no such folder: data/cifar-10-batches-py" in r.stderr
+    assert "data_batch_1, data_batch_2, data_batch_3, data_batch_4, data_batch_5" in r.stderr
+    assert "https://www.cs.toronto.edu/~kriz/cifar.html" in r.stderr
+    assert not (tmp_path / "studies").exists()
+
+
+def test_best_without_study(tmp_path: Path) -> None:
+    (tmp_path / "s.yaml").write_text(SMALL)
+    r = autotune("best", "s.yaml", cwd=tmp_path)
+    assert r.returncode == 2 and "no study 'cli'" in r.stderr

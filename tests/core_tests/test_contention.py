@@ -1,0 +1,151 @@
+"""CPU contention: the share of the CPU this process gets, the oversubscription verdict, the thread counts."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+import torch
+
+import autotune
+from autotune import config
+from autotune.core import _contention as contention
+from autotune.core._contention import Share
+from autotune.spec._settings import merge
+from autotune.training import _accel as accel
+
+SPIN = "import time\nt = time.time()\nwhile time.time() - t < {s}: pass\n"
+
+
+@contextmanager
+def busy(seconds: float = 30.0, n: int | None = None) -> Iterator[None]:
+    """`n` (default: one per core) Python processes spinning on the cores, bounded in time, always killed."""
+    procs = [subprocess.Popen([sys.executable, "-c", SPIN.format(s=seconds)]) for _ in range(n or contention.cores())]
+    try:
+        time.sleep(0.3)  # scheduled and spinning
+        yield
+    finally:
+        for p in procs:
+            p.kill()
+        for p in procs:
+            p.wait()
+
+
+def spin_share(seconds: float = 1.0, threads: int = 2) -> Share:
+    """The share of the CPU a matmul loop on `threads` torch threads gets for `seconds`."""
+    old = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        w = contention.Window(threads)
+        a = torch.randn(192, 192)
+        t0 = time.perf_counter()
+        while time.perf_counter() - t0 < seconds:
+            a @ a
+        return w.share()
+    finally:
+        torch.set_num_threads(old)
+
+
+def test_default_threads_divide_the_cores_among_workers_and_loader_processes() -> None:
+    assert contention.default_threads(n_cores=8) == 8
+    assert contention.default_threads(2, n_cores=8) == 4
+    assert contention.default_threads(2, loader_workers=2, n_cores=8) == 2
+    assert contention.default_threads(4, loader_workers=4, n_cores=8) == 1  # never below one
+    assert contention.default_threads(3, n_cores=2) == 1
+
+
+def test_loader_workers_take_cores_from_torch_threads() -> None:
+    old = torch.get_num_threads()
+    torch.set_num_threads(4)
+    try:
+        with accel.backend_flags(merge({}, {"data_on_device": False, "num_workers": 1})):
+            assert torch.get_num_threads() == 3
+        with accel.backend_flags(merge({}, {"data_on_device": False, "num_workers": 2, "cpu_threads": 4})):
+            assert torch.get_num_threads() == 4  # the user's own count wins
+        with accel.backend_flags(merge({}, {"data_on_device": True, "num_workers": 2})):
+            assert torch.get_num_threads() == 4  # no loader processes run
+        assert torch.get_num_threads() == 4
+    finally:
+        torch.set_num_threads(old)
+
+
+def test_verdict_needs_both_waiting_and_a_collapse() -> None:
+    waited, quiet = Share(1.0, 1.0, 1.0, 0.5), Share(1.0, 2.0, 0.05, 0.024)
+    found = contention.verdict(200.0, 1000.0, waited, 2)
+    assert found is not None and found["ratio"] == 0.2 and found["threads"] == 2 and found["waiting"] == 0.5
+    assert contention.verdict(200.0, 1000.0, quiet, 2) is None  # slow, but its threads had the cores: its speed
+    assert contention.verdict(900.0, 1000.0, waited, 2) is None  # waited a little, kept its speed
+    assert contention.verdict(500.0, None, waited, 2)["ratio"] is None  # no uncontended figure to compare with
+
+
+def test_cap_halves_and_only_goes_down() -> None:
+    assert contention.lower_cap(None, 4) == 2
+    assert contention.lower_cap(2, 8) == 2  # a later verdict at more threads does not raise it
+    assert contention.lower_cap(2, 2) == 1
+    assert contention.lower_cap(1, 1) == 1
+
+
+def test_waiting_share_rises_with_a_competing_busy_process() -> None:
+    # relative to this process's own measurement without the competitor: other people's jobs on a shared
+    # machine may already take some of the cores
+    quiet = spin_share()
+    with busy(seconds=10, n=2 * contention.cores()):
+        loaded = spin_share()
+    assert contention.contended(loaded), loaded  # the detection fires, whatever else runs here
+    if quiet.waiting > 0.75:
+        pytest.skip(f"this machine is already saturated (waiting {quiet.waiting:.0%} without the competitor): "
+                    "no quiet figure to compare with")
+    assert loaded.waiting > quiet.waiting + 0.1, (quiet, loaded)
+    assert loaded.run_s < quiet.run_s  # the CPU it got, not only the time it waited
+
+
+def test_quiet_single_thread_is_not_contended_unless_the_machine_is() -> None:
+    """On a quiet core a thread barely waits; a verdict then never fires, however slow the trial."""
+    share = spin_share(threads=1, seconds=0.5)
+    if share.waiting >= contention.WAITING:
+        pytest.skip(f"this machine is oversubscribed by other processes (waiting {share.waiting:.0%})")
+    assert not contention.contended(share)
+    assert contention.verdict(1.0, 1000.0, share, 1) is None
+
+
+def study_cfg(tmp_path: Path, n_trials: int) -> config.RunConfig:
+    return config.from_dict({"study": {"name": "c", "storage": f"sqlite:///{tmp_path}/c.db", "n_trials": n_trials},
+                             "objectives": [{"metric": "val_accuracy"}],
+                             "model": {"name": "cnn", "channels": [16, 32], "hidden": 64},
+                             "train": {"device": "cpu", "epochs": 1, "batch_size": 64}})
+
+
+@pytest.mark.slow
+def test_a_trial_on_oversubscribed_cores_is_recorded_and_the_next_ones_use_fewer_threads(tmp_path: Path) -> None:
+    old = torch.get_num_threads()
+    threads = contention.cores()
+    torch.set_num_threads(threads)
+    try:
+        if contention.contended(spin_share(threads=threads)):
+            pytest.skip("this machine is already oversubscribed")
+        quiet = autotune.run(study_cfg(tmp_path, 1)).study.trials[0]
+        assert "oversubscribed" not in quiet.user_attrs, quiet.user_attrs  # quiet: it had its cores
+        assert quiet.user_attrs["probe"]["samples_per_s"] > 0
+        with busy(seconds=60), warnings.catch_warnings(record=True) as seen:
+            warnings.simplefilter("always")
+            study = autotune.run(study_cfg(tmp_path, 3)).study
+        loaded, after = study.trials[1], study.trials[2]
+        found = loaded.user_attrs["oversubscribed"]
+        assert found["ratio"] < contention.COLLAPSE and found["threads"] == threads
+        assert found["waiting"] >= contention.WAITING
+        said = [str(w.message) for w in seen if "oversubscribed" in str(w.message)]
+        assert len(said) == 1 and said[0].startswith("trial 1 ran oversubscribed: ")  # once
+        assert "cpu_threads_capped" not in loaded.user_attrs
+        assert after.user_attrs["cpu_threads_capped"] == max(1, threads // 2)  # the next trial: fewer threads
+        assert torch.get_num_threads() == threads  # only inside the trials
+        quiet_probe = study.user_attrs[next(k for k, v in study.user_attrs.items()
+                                            if k.startswith("probe:") and v["source"] == "trial 0")]
+        assert round(quiet_probe["samples_per_s"], 4) == quiet.user_attrs["probe"]["samples_per_s"]  # not overwritten
+    finally:
+        torch.set_num_threads(old)

@@ -1,0 +1,90 @@
+"""The budget of a shared study: claims are exact when workers race, a lost race fails as `surplus` before it
+samples anything, and a worker waits while trials it could still see die hold the last slots."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import optuna
+from optuna.trial import TrialState
+
+from autotune import config
+from autotune.study import _budget as budget
+from autotune.study import _orphans as orphans
+from autotune.study import _storage as storage
+
+
+def journal(tmp_path: Path) -> optuna.Study:
+    """A study on a journal opened the way workers open it (every trial stamped with its owner)."""
+    st = storage.make_storage(config.from_dict({"study": {"storage": f"journal:///{tmp_path}/b.log"}}))
+    return optuna.create_study(study_name="b", storage=st)
+
+
+def test_claim_lets_exactly_n_trials_run_when_workers_race(tmp_path: Path) -> None:
+    """Five workers passed the 'room left?' check at once for a 3-trial budget: three may run."""
+    storage = optuna.storages.JournalStorage(optuna.storages.journal.JournalFileBackend(str(tmp_path / "r.log")))
+    study = optuna.create_study(storage=storage, study_name="r")
+    asked = [study.ask() for _ in range(5)]
+    assert [budget.claim(study, t.number, 3) for t in asked] == [True, True, True, False, False]
+    for t in asked[3:]:
+        study.tell(t, state=TrialState.FAIL)  # the surplus trials fail at once
+    study.tell(asked[1], state=TrialState.FAIL)  # a claimed trial dies ...
+    study.enqueue_trial({})  # ... and its retry is queued (number 5)
+    late = study.ask()  # a worker that asked before the retry was popped would get a new trial,
+    assert late.number == 5  # but ask() pops the WAITING retry first
+    extra = optuna.Trial(study, study._storage.create_new_trial(study._study_id))  # number 6
+    assert extra.number == 6
+    assert budget.claim(study, late.number, 3)  # 0 and 2 ahead of it
+    assert not budget.claim(study, extra.number, 3)  # 0, 2 and the retry 5 ahead of it
+
+
+def test_a_trial_that_lost_the_race_fails_as_surplus_before_sampling(tmp_path: Path) -> None:
+    study = journal(tmp_path)
+    ahead = [study.ask() for _ in range(2)]  # two workers hold the whole budget of 2
+    ran: list[int] = []
+    claimed = budget.ClaimedObjective(lambda t: ran.append(t.number) or t.suggest_float("x", 0, 1), n_trials=2)
+    study.optimize(claimed, n_trials=1, catch=(budget.SurplusTrial,))
+    late = study.trials[-1]
+    assert ran == [] and late.params == {}  # nothing sampled, nothing trained
+    assert late.state == TrialState.FAIL and late.user_attrs["surplus"] is True and claimed.surplus == 1
+    study.tell(ahead[0], state=TrialState.FAIL)  # one of the two dies: its slot is free again
+    study.optimize(claimed, n_trials=1, catch=(budget.SurplusTrial,))
+    assert ran == [study.trials[-1].number] and study.trials[-1].state == TrialState.COMPLETE
+    seen: list[int] = []
+    budget.unless_surplus(lambda s, t: seen.append(t.number))(study, late)
+    assert seen == []  # callbacks never hear of a lost race
+
+
+def test_next_step_runs_waits_and_stops(tmp_path: Path) -> None:
+    study = journal(tmp_path)
+    assert budget.next_step(study, None) == "run"  # no budget: run until the timeout
+    running = [study.ask() for _ in range(2)]
+    assert all(orphans.owner_of(study.trials[t.number]) is not None for t in running)  # stamped by the storage
+    assert budget.next_step(study, 3) == "run"  # a slot is left
+    # the budget is in flight in live processes of this host, which could still die: wait for them
+    assert budget.next_step(study, 2) == "wait"
+    for t in running:
+        study.tell(t, 1.0)
+    assert budget.next_step(study, 2) == "done"
+    c = budget.counts(study.get_trials())
+    assert (c.finished, c.running, c.waiting, c.failed) == (2, 0, 0, 0)
+
+
+def test_a_claim_far_from_the_budgets_end_needs_no_read(tmp_path: Path) -> None:
+    """The worker loop's last read bounds how many trials can be alive below a new one: far from the end, the
+    claim is granted without reading the study again; near it, the claim reads and is exact."""
+    study = journal(tmp_path)
+    done = [study.ask() for _ in range(3)]
+    for t in done:
+        study.tell(t, 1.0)
+    seen = budget.Seen.of(study.get_trials())
+    assert (seen.total, seen.alive) == (3, 3)
+    others = [study.ask() for _ in range(2)]  # two other workers started trials since that read
+    mine = study.ask()  # number 5: at most 3 + 2 alive below it
+    reads: list[int] = []
+    real = study.get_trials
+    study.get_trials = lambda *a, **k: reads.append(1) or real(*a, **k)  # type: ignore[method-assign]
+    assert budget.claim(study, mine.number, 6, seen) and reads == []  # 5 < 6: no read
+    assert not budget.claim(study, mine.number, 5, seen) and reads == [1]  # 5 alive below it: read, refused
+    study.tell(others[0], state=TrialState.FAIL)
+    assert budget.claim(study, mine.number, 5, seen)  # the read sees the failed one: a slot is free

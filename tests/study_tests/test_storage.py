@@ -1,0 +1,223 @@
+"""Storages: real SQLite files, journal files and the PostgreSQL server (AUTOTUNE_TEST_POSTGRES; each test that
+needs it makes a database of its own), opened the way every run path opens them, and the config a study keeps
+read back. An unreachable storage is one line naming the key, never a traceback."""
+
+from __future__ import annotations
+
+import sqlite3
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import optuna
+import pytest
+import yaml
+
+from autotune import config
+from autotune.cli import _main as cli
+from autotune.core._errors import ConfigError
+from autotune.study import _orphans as orphans
+from autotune.study import _records as records
+from autotune.study import _storage as storage
+from autotune.study import _study as study_mod
+from tests.conftest import tiny
+
+
+def bare(url: str, **study: Any) -> config.RunConfig:
+    return config.from_dict({"study": {"storage": url, **study}}, source="/x/s.yaml")
+
+
+@pytest.fixture
+def pg_db(postgres_url: str) -> Iterator[str]:
+    """A fresh database on the test server as a plain postgresql:// URL (with its password), dropped afterwards."""
+    import psycopg
+
+    plain = postgres_url.replace("postgresql+psycopg://", "postgresql://")
+    db = f"autotune_st_{uuid.uuid4().hex[:10]}"
+    with psycopg.connect(plain, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{db}"')
+    yield f"{plain.rpartition('/')[0]}/{db}"
+    with psycopg.connect(plain, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{db}" WITH (FORCE)')
+
+
+# ---------------------------------------------------------------- opening
+
+
+def test_sqlite_file_is_created_in_wal_mode_with_a_busy_timeout(tmp_path: Path) -> None:
+    db = tmp_path / "deep" / "er" / "s.db"
+    st = storage.make_storage(bare(f"sqlite:///{db}"))
+    assert isinstance(st, orphans.RDBStorage)  # every trial is stamped with its owner
+    assert st in records._STAGED  # a trial's user attrs ride in the transaction that ends it
+    optuna.create_study(study_name="s", storage=st).optimize(lambda t: t.suggest_float("x", 0, 1), n_trials=2)
+    assert db.is_file()
+    with sqlite3.connect(db) as conn:  # WAL is a property of the file: any reader sees it
+        assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    with st.engine.connect() as conn:  # a writer waits 60 s for a lock instead of "database is locked"
+        from sqlalchemy import text
+
+        assert conn.execute(text("PRAGMA busy_timeout")).scalar() == 60_000
+    again = optuna.load_study(study_name="s", storage=storage.make_storage(bare(f"sqlite:///{db}")))
+    assert len(again.trials) == 2 and all(orphans.OWNER_ATTR in t.user_attrs for t in again.trials)
+
+
+def test_sqlite_heartbeats_are_passed_to_optuna(tmp_path: Path) -> None:
+    st = storage.make_storage(bare(f"sqlite:///{tmp_path}/h.db", heartbeat_interval=5))
+    assert st.heartbeat_interval == 5 and st.grace_period == 10  # grace defaults to two beats
+    st = storage.make_storage(bare(f"sqlite:///{tmp_path}/h.db", heartbeat_interval=5, grace_period=7))
+    assert st.grace_period == 7
+
+
+def test_journal_file_is_shared_by_two_storages(tmp_path: Path) -> None:
+    log = tmp_path / "sub" / "j.log"
+    url = f"journal:///{log}"
+    st = storage.make_storage(bare(url))
+    assert isinstance(st, orphans.JournalStorage)
+    optuna.create_study(study_name="j", storage=st).optimize(lambda t: t.suggest_float("x", 0, 1), n_trials=3)
+    assert log.is_file() and log.stat().st_size > 0
+    other = optuna.load_study(study_name="j", storage=storage.make_storage(bare(url)))  # another process's view
+    assert [t.state.name for t in other.trials] == ["COMPLETE"] * 3
+
+
+def test_journal_refuses_heartbeats(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"^s\.yaml: study\.heartbeat_interval: the journal backend has no "
+                                          r"heartbeats; use postgresql://"):
+        storage.make_storage(bare(f"journal:///{tmp_path}/j.log", heartbeat_interval=5))
+
+
+def test_a_storage_that_is_not_a_url(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"^s\.yaml: study\.storage: must be a URL: sqlite:///path\.db, "
+                                          r"postgresql://\.\.\., mysql://\.\.\., journal:///path\.log or "
+                                          r"grpc://HOST:PORT; "
+                                          r"got 'studies/a\.db'$"):
+        storage.make_storage(bare("studies/a.db"))
+
+
+@pytest.mark.postgres
+def test_postgres_plain_url_gets_an_installed_driver(pg_db: str) -> None:
+    """`postgresql://` means psycopg2 to SQLAlchemy; without it, psycopg 3 (autotune[postgres]) is used."""
+    import importlib.util
+
+    st = storage.make_storage(bare(pg_db))
+    want = "psycopg2" if importlib.util.find_spec("psycopg2") else "psycopg"
+    assert st.engine.dialect.driver == want
+    assert st.engine.pool._pre_ping  # a connection the server dropped is replaced, not an error mid-study
+    study = optuna.create_study(study_name="p", storage=st, directions=["maximize", "minimize"])
+    study.optimize(lambda t: (t.suggest_float("x", 0, 1), 1.0), n_trials=2)
+    back = optuna.load_study(study_name="p", storage=storage.make_storage(bare(pg_db)))
+    assert len(back.trials) == 2 and all(orphans.OWNER_ATTR in t.user_attrs for t in back.trials)
+    st.engine.dispose()
+
+
+# ---------------------------------------------------------------- unreachable: one line, nothing written
+
+
+def test_unreachable_postgres_is_one_line_config_error(tmp_path: Path, capsys: Any) -> None:
+    url = "postgresql://u:pw@127.0.0.1:1/x"  # nothing listens on port 1
+    with pytest.raises(ConfigError, match=r"^s\.yaml: study\.storage: cannot reach postgresql\+psycopg://u:\*\*\*@"
+                                          r"127\.0\.0\.1:1/x: ") as info:
+        storage.make_storage(bare(url))
+    assert "\n" not in str(info.value) and "pw" not in str(info.value)
+    with pytest.raises(ConfigError, match=r"study\.storage: cannot reach"):
+        storage.check_storage(bare(url))  # a server is checked by connecting
+    run_file = tmp_path / "u.yaml"
+    run_file.write_text(yaml.safe_dump({"study": {"storage": url}}))
+    assert cli.main(["validate", str(run_file)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("error: u.yaml: study.storage: cannot reach "), err
+
+
+def test_sqlite_and_journal_checks_create_nothing(tmp_path: Path) -> None:
+    for url in (f"sqlite:///{tmp_path}/new/dir/s.db", f"journal:///{tmp_path}/new/dir/j.log"):
+        storage.check_storage(bare(url))
+    assert list(tmp_path.iterdir()) == []
+    blocker = tmp_path / "file"
+    blocker.write_text("not a folder")
+    for url in (f"sqlite:///{blocker}/s.db", f"journal:///{blocker}/j.log"):
+        with pytest.raises(ConfigError, match=rf"^s\.yaml: study\.storage: cannot create /*{blocker}: not a "
+                                              r"writable directory$"):
+            storage.check_storage(bare(url))
+
+
+# ---------------------------------------------------------------- sharing a storage between workers
+
+
+def test_sqlite_is_refused_for_several_workers_only(tmp_path: Path) -> None:
+    cfg = bare(f"sqlite:///{tmp_path}/s.db", name="w")
+    storage.check_shared(cfg, 1)
+    with pytest.raises(ConfigError, match=r"^s\.yaml: study\.storage: SQLite cannot take 2 concurrent workers .*; "
+                                          r"use journal:///studies/w\.log on one machine or postgresql://"):
+        storage.check_shared(cfg, 2)
+    with pytest.raises(ConfigError, match=r"^s\.yaml: --storage: SQLite cannot take 3"):
+        storage.check_shared(cfg, 3, key="--storage")
+    storage.check_shared(bare(f"journal:///{tmp_path}/j.log"), 8)
+    with pytest.raises(ConfigError, match=r"^--storage: --storage: SQLite cannot be shared by workers"):
+        storage.check_joinable(f"sqlite:///{tmp_path}/s.db")
+    storage.check_joinable(f"journal:///{tmp_path}/j.log")
+    assert not (tmp_path / "s.db").exists()
+
+
+# ---------------------------------------------------------------- the config a study keeps, read back
+
+
+def test_stored_config_hides_passwords() -> None:
+    cfg = config.from_dict({"study": {"storage": "postgresql://u:hunter2@db/x",
+                                      "warm_start": {"storage": "postgresql://v:swordfish@db/y", "study": "old"}}},
+                           source="s.yaml")
+    raw = storage.stored_config(cfg)
+    assert raw["study"]["storage"] == "postgresql://u:***@db/x"
+    assert raw["study"]["warm_start"]["storage"] == "postgresql://v:***@db/y"
+    assert cfg.study.storage == "postgresql://u:hunter2@db/x"  # the run itself keeps the real one
+
+
+def test_load_stored_rebuilds_the_run_config(tmp_path: Path) -> None:
+    url = f"journal:///{tmp_path}/j.log"
+    cfg = tiny(tmp_path, study={"storage": url, "name": "first"})
+    study_mod.open_study(cfg)
+    study, back = storage.load_stored(url, None)  # the only study there
+    assert study.study_name == "first" and back.to_dict() == cfg.to_dict()
+    assert back.source == cfg.source
+    study_mod.open_study(tiny(tmp_path, study={"storage": url, "name": "second"}))
+    assert storage.load_stored(url, "second")[1].study.name == "second"
+    with pytest.raises(ConfigError, match=r"^--storage: --study: no study None in journal:///.*; known: first, "
+                                          r"second$"):
+        storage.load_stored(url, None)  # two: which one?
+    with pytest.raises(ConfigError, match=r"^--storage: --study: no study 'nope' in .*; known: first, second$"):
+        storage.load_stored(url, "nope")
+    optuna.create_study(study_name="plain", storage=storage.make_storage(bare(url)))
+    with pytest.raises(ConfigError, match=r"^--storage: --study: study 'plain' was not made by autotune"):
+        storage.load_stored(url, "plain")
+
+
+@pytest.mark.postgres
+def test_load_stored_on_postgres_gets_the_real_url_back(tmp_path: Path, pg_db: str) -> None:
+    """The study keeps its URL with the password hidden; whoever reads it back gives the real one."""
+    cfg = tiny(tmp_path, study={"storage": pg_db, "name": "pg"})
+    study_mod.open_study(cfg)
+    study, back = storage.load_stored(pg_db, "pg")
+    assert "***" in study.user_attrs["config"]["study"]["storage"]
+    assert back.study.storage == pg_db and back.to_dict() == cfg.to_dict()
+    study._storage._backend.engine.dispose()
+
+
+def test_a_journal_append_after_a_worker_was_killed_holding_the_lock(tmp_path: Path) -> None:
+    """A worker SIGKILLed mid-append leaves the journal's lock: the next append of another worker on this host
+    goes through at once, not after Optuna's 30-second grace period (journal_lock.py)."""
+    import signal
+    import time
+
+    from tests.study_tests.test_journal_lock import hold_in_child
+
+    cfg = bare(f"journal:///{tmp_path}/j.log")
+    study = optuna.create_study(study_name="j", storage=storage.make_storage(cfg))
+    child = hold_in_child(tmp_path / "j.log")
+    try:
+        child.send_signal(signal.SIGKILL)
+        child.wait()
+        t0 = time.monotonic()
+        study.set_user_attr("after", 1)  # one append
+        assert time.monotonic() - t0 < 3.0
+    finally:
+        child.kill()
+    assert optuna.load_study(study_name="j", storage=storage.make_storage(cfg)).user_attrs["after"] == 1

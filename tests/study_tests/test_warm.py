@@ -1,0 +1,77 @@
+"""Warm starts: a new study's first trials are an earlier study's best configurations that fit its space."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from autotune import config
+from autotune.core._errors import ConfigError
+from autotune.study import _study as study_mod
+from autotune.study import _warm as warm
+
+SPACE = {"lr": {"type": "float", "low": 1e-3, "high": 3e-1, "log": True},
+         "optimizer": {"type": "categorical", "choices": ["sgd", "adam"]},
+         "batch_size": {"type": "categorical", "choices": [32, 64]}}
+
+
+def cfg_for(tmp_path: Path, name: str, n_trials: int, space: dict[str, Any] | None = None,
+            **study: Any) -> config.RunConfig:
+    return config.from_dict({
+        "study": {"name": name, "storage": f"sqlite:///{tmp_path}/{name}.db", "n_trials": n_trials, "seed": 0,
+                  "sampler": "random", **study},
+        "trainer": "tests.user_fits:fit", "train": {"epochs": 2, "device": "cpu"}, "space": space or SPACE,
+        "pruning": {"pruner": "none"}}, source=str(tmp_path / f"{name}.yaml"))
+
+
+@pytest.fixture
+def earlier(tmp_path: Path) -> Any:
+    return study_mod.run(cfg_for(tmp_path, "old", 6)).study
+
+
+def test_first_trials_are_the_earlier_studys_best(tmp_path: Path, earlier: Any,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    top = warm.best(earlier, 3)
+    assert len(top) == 3
+    ws = {"storage": f"sqlite:///{tmp_path}/old.db", "study": "old", "top_k": 3}
+    res = study_mod.run(cfg_for(tmp_path, "new", 5, warm_start=ws))
+    trials = res.study.trials
+    assert [t.params for t in trials[:3]] == [t.params for t in top]
+    assert [t.user_attrs[warm.ATTR] for t in trials[:3]] == [f"old#{t.number}" for t in top]
+    assert warm.ATTR not in trials[3].user_attrs  # then the sampler's own
+    assert "warm start: 3 of old's 3 best trial(s) queued first" in capsys.readouterr().err
+    # best: Pareto rank first (accuracy up, training time down), then accuracy
+    front = {t.number for t in study_mod.TuneResult(earlier, cfg_for(tmp_path, "old", 6)).study.best_trials}
+    assert top[0].number in front
+    # resumed: nothing is queued again
+    study_mod.run(cfg_for(tmp_path, "new", 6, warm_start=ws))
+    assert sum(1 for t in res.study.trials if warm.ATTR in t.user_attrs) == 3
+
+
+def test_configurations_that_no_longer_fit_are_skipped_with_a_note(tmp_path: Path, earlier: Any,
+                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    top = warm.best(earlier, 6)
+    keep = {t.number for t in top if t.params["optimizer"] == "adam"}
+    space = {"lr": SPACE["lr"], "optimizer": {"type": "categorical", "choices": ["adam", "adamw"]}}
+    res = study_mod.run(cfg_for(tmp_path, "new", len(keep) + 1, space=space,
+                                warm_start={"storage": f"sqlite:///{tmp_path}/old.db", "study": "old", "top_k": 6}))
+    queued = [t for t in res.study.trials if warm.ATTR in t.user_attrs]
+    assert {int(t.user_attrs[warm.ATTR].split("#")[1]) for t in queued} == keep
+    assert all("batch_size" not in t.params for t in queued)  # not searched here: the config's value
+    err = capsys.readouterr().err
+    assert "skipped: optimizer 'sgd' is outside space.optimizer" in err
+    assert "batch_size not searched here" in err
+
+
+def test_a_missing_earlier_study_is_one_error_before_anything_is_written(tmp_path: Path) -> None:
+    cfg = cfg_for(tmp_path, "new", 2, warm_start={"storage": f"sqlite:///{tmp_path}/none.db", "study": "nope"})
+    with pytest.raises(ConfigError, match=r"study\.warm_start\.study: no study 'nope' in sqlite:///.*none\.db; "
+                                          r"known: none"):
+        study_mod.run(cfg)
+    import optuna
+
+    assert optuna.get_all_study_summaries(f"sqlite:///{tmp_path}/new.db") == []
+    with pytest.raises(ConfigError, match=r"study\.warm_start\.top_k: .*greater than or equal to 1"):
+        cfg_for(tmp_path, "new", 2, warm_start={"study": "x", "top_k": 0})
