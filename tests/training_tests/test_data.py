@@ -15,6 +15,7 @@ import torch
 from autotune import config
 from autotune.core._errors import ConfigError
 from autotune.training import _data as data
+from autotune.training import _data_images, _data_sources
 
 COLOURS = {"red": (220, 30, 30), "green": (30, 200, 40), "blue": (40, 50, 210)}
 
@@ -79,7 +80,7 @@ def test_decoded_once_then_read_from_the_cache(tmp_path: Path, monkeypatch: pyte
         raise AssertionError("decoded again although nothing changed")
 
     with monkeypatch.context() as m:
-        m.setattr(data, "_decode_images", no_decoding)
+        m.setattr(_data_images, "_decode_images", no_decoding)
         again = load(cfg)
     assert torch.equal(first.x_train, again.x_train)
     # A changed file (new modification time) is a different key: decoded again, a second cache file.
@@ -392,7 +393,7 @@ def test_mnist1d_missing_names_the_pip_command(monkeypatch: pytest.MonkeyPatch) 
     monkeypatch.setitem(sys.modules, "mnist1d.data", None)  # import mnist1d.data raises ImportError
     with pytest.raises(ConfigError, match=r"^<config>: data\.name: the mnist1d dataset needs the mnist1d package: "
                                           r"pip install mnist1d \(or autotune\[mnist1d\]\)$"):
-        data._mnist1d_data("<config>")
+        _data_sources._mnist1d_data("<config>")
 
 
 def test_mnist1d_trains_above_chance_offline(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
