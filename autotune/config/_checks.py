@@ -388,6 +388,13 @@ def _check_model_spec_for(key: str, spec: ParamSpec, m: ModelConfig, file: str, 
                                        "checkpoint fits one architecture); fix the key or drop the checkpoint")
     if m.factory is not None:
         return  # a factory's own argument: whatever it accepts
+    _check_model_spec_values(key, spec, m, file, where)
+
+
+def _check_model_spec_values(key: str, spec: ParamSpec, m: ModelConfig, file: str, where: str) -> None:
+    """A built-in model's searched key: a type that can give its values, and every value one the model accepts."""
+    from autotune.training import _models as models
+
     if spec.type in ("float", "bool") or (spec.type == "int" and key in ("channels", "arch")):
         use = "categorical" if key in ("channels", "arch") else "int or categorical"
         raise ConfigError(file, f"{where}.type", f"model key {key} takes {models.KEY_RULES[key]}: use type {use}")

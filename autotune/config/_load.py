@@ -127,25 +127,32 @@ def _check_settings_keys(raw: dict[str, Any]) -> list[str]:
         block = raw.get(section)
         if not isinstance(block, dict):
             continue
-        for key in block:
-            if key == "early_stopping" and section == "train":
-                continue
-            if str(key).startswith(USER_PREFIX):
-                if not str(key)[len(USER_PREFIX):].isidentifier():
-                    problems.append(f"{section}.{key}: a user parameter is user.NAME with NAME a Python identifier")
-                continue
-            if section == "space" and str(key).startswith(MODEL_PREFIX):
-                continue  # checked once the model section is known: _check_prefixed_spec
-            if key not in SETTINGS:
-                problems.append(f"{section}.{key}: unknown setting{suggest(str(key), SETTINGS)}; {one_of(SETTINGS)}")
+        problems += [p for p in (_setting_key_problem(section, key) for key in block) if p is not None]
         if section == "space":
-            for key, spec in block.items():
-                if isinstance(spec, dict):
-                    for k in spec:
-                        if k not in ParamSpec.model_fields:
-                            known = list(ParamSpec.model_fields)
-                            problems.append(f"space.{key}.{k}: unknown key{suggest(str(k), known)}; {one_of(known)}")
+            problems += _spec_key_problems(block)
     return problems
+
+
+def _setting_key_problem(section: str, key: Any) -> str | None:
+    """A key of train or space that is no setting (nor a user.NAME, nor a model.KEY checked later)."""
+    if key == "early_stopping" and section == "train":
+        return None
+    if str(key).startswith(USER_PREFIX):
+        if not str(key)[len(USER_PREFIX):].isidentifier():
+            return f"{section}.{key}: a user parameter is user.NAME with NAME a Python identifier"
+        return None
+    if section == "space" and str(key).startswith(MODEL_PREFIX):
+        return None  # checked once the model section is known: _check_prefixed_spec
+    if key not in SETTINGS:
+        return f"{section}.{key}: unknown setting{suggest(str(key), SETTINGS)}; {one_of(SETTINGS)}"
+    return None
+
+
+def _spec_key_problems(space: dict[str, Any]) -> list[str]:
+    """Keys of a searched parameter's mapping that ParamSpec does not have."""
+    known = list(ParamSpec.model_fields)
+    return [f"space.{key}.{k}: unknown key{suggest(str(k), known)}; {one_of(known)}"
+            for key, spec in space.items() if isinstance(spec, dict) for k in spec if k not in ParamSpec.model_fields]
 
 
 def _submodel(model: type[BaseModel], field: str) -> type[BaseModel] | None:
