@@ -157,32 +157,40 @@ class ParamSpec(_Model):
     @model_validator(mode="after")
     def _shape(self) -> ParamSpec:
         if self.type in ("float", "int"):
-            if self.low is None or self.high is None:
-                raise ValueError("low: type float and int need low and high")
-            if self.choices is not None:
-                raise ValueError(f"choices: is for type categorical, not {self.type}")
-            if self.low >= self.high:
-                raise ValueError(f"low: must be < high; got low={self.low:g}, high={self.high:g}")
-            if self.log and self.low <= 0:
-                raise ValueError(f"low: must be > 0 when log is true; got {self.low:g}")
-            if self.log and self.step is not None:
-                raise ValueError("step: step and log cannot be used together")
-            if self.step is not None and self.step <= 0:
-                raise ValueError(f"step: must be > 0; got {self.step:g}")
-            if self.type == "int" and (self.low != int(self.low) or self.high != int(self.high)):
-                raise ValueError(f"low: low and high must be integers for type int; got {self.low:g}, {self.high:g}")
+            self._check_range()
         elif self.type == "categorical":
-            if not self.choices:
-                raise ValueError("choices: must be a non-empty list")
-            if len(set(map(repr, self.choices))) != len(self.choices):
-                raise ValueError(f"choices: must be distinct; got {list(self.choices)}")
-            if any(k is not None for k in (self.low, self.high, self.step)) or self.log:
-                raise ValueError("type: low/high/step/log are for float and int, not categorical")
+            self._check_categorical()
         else:  # bool: the two values (_bool_choices); [false, true] is what to_dict() writes back: a stored
             # config round-trips
             if any(k is not None for k in (self.low, self.high, self.step)) or self.choices != (False, True):
                 raise ValueError("type: bool takes no low/high/step/choices")
         return self
+
+    def _check_range(self) -> None:
+        """float and int: low < high (integers for int, > 0 with log), a positive step, no choices."""
+        if self.low is None or self.high is None:
+            raise ValueError("low: type float and int need low and high")
+        if self.choices is not None:
+            raise ValueError(f"choices: is for type categorical, not {self.type}")
+        if self.low >= self.high:
+            raise ValueError(f"low: must be < high; got low={self.low:g}, high={self.high:g}")
+        if self.log and self.low <= 0:
+            raise ValueError(f"low: must be > 0 when log is true; got {self.low:g}")
+        if self.log and self.step is not None:
+            raise ValueError("step: step and log cannot be used together")
+        if self.step is not None and self.step <= 0:
+            raise ValueError(f"step: must be > 0; got {self.step:g}")
+        if self.type == "int" and (self.low != int(self.low) or self.high != int(self.high)):
+            raise ValueError(f"low: low and high must be integers for type int; got {self.low:g}, {self.high:g}")
+
+    def _check_categorical(self) -> None:
+        """categorical: distinct choices, none of the range keys."""
+        if not self.choices:
+            raise ValueError("choices: must be a non-empty list")
+        if len(set(map(repr, self.choices))) != len(self.choices):
+            raise ValueError(f"choices: must be distinct; got {list(self.choices)}")
+        if any(k is not None for k in (self.low, self.high, self.step)) or self.log:
+            raise ValueError("type: low/high/step/log are for float and int, not categorical")
 
 
 class Divergence(_Model):
