@@ -85,34 +85,57 @@ def why(ctx: Trial, key: str, missed: list[str]) -> str:
     if key.startswith(USER_PREFIX):
         return f"ctx.params[{key[len(USER_PREFIX):]!r}] was never read"
     if key in OPTIMIZER_KEYS:
-        if ctx._own_optimizer is None:
-            return "ctx.prepare(model) was never called: the context built no optimizer"
-        if ctx._own_optimizer:
-            return f"your fit built its own optimizer: {_were([k for k in OPTIMIZER_KEYS if k in missed])}"
-        return f"optimizer {ctx._raw['optimizer']} takes no {key}"
-    if key in STEP_KEYS:
-        if key == "lr_schedule" and ctx._own_scheduler:
-            return "your fit's own learning-rate scheduler steps the lr: the searched lr_schedule was not used"
-        if not ctx._stepped:
-            return "ctx.backward(loss) was never called: your loop steps the optimizer itself"
-    if key in PREPARE_KEYS:
-        if ctx._init_asked is None:
-            return "ctx.prepare(model) was never called"
-        if key == "init" and not ctx._init_asked:
-            return "ctx.prepare(..., init=False) kept the model's weights"
-        if key == "compile_mode":
-            return "compile is off"
-    if key in LOADER_KEYS + DATALOADER_KEYS:
-        if ctx._train_on_device is None:
-            return "your fit never called ctx.loader(...) for its training data (nor read the setting)"
-        if key in DATALOADER_KEYS:
-            return ("the training batches were on the device (data_on_device): no DataLoader" if ctx._train_on_device
-                    else "with num_workers 0 the DataLoader has no worker processes")
+        return _why_optimizer(ctx, key, missed)
+    for rule in (_why_step, _why_prepare, _why_loader):  # in this order: a key may be in several groups
+        reason = rule(ctx, key)
+        if reason is not None:
+            return reason
     if key == "precision":
         return "ctx.autocast() was never used (nor the setting read): the forward pass ignored it"
     if key in OWN:
         return f"{key} was never read: {OWN[key]}"
     return f"{key} was never read (by the context, or through ctx.settings / ctx.params)"
+
+
+def _why_optimizer(ctx: Trial, key: str, missed: list[str]) -> str:
+    if ctx._own_optimizer is None:
+        return "ctx.prepare(model) was never called: the context built no optimizer"
+    if ctx._own_optimizer:
+        return f"your fit built its own optimizer: {_were([k for k in OPTIMIZER_KEYS if k in missed])}"
+    return f"optimizer {ctx._raw['optimizer']} takes no {key}"
+
+
+def _why_step(ctx: Trial, key: str) -> str | None:
+    if key not in STEP_KEYS:
+        return None
+    if key == "lr_schedule" and ctx._own_scheduler:
+        return "your fit's own learning-rate scheduler steps the lr: the searched lr_schedule was not used"
+    if not ctx._stepped:
+        return "ctx.backward(loss) was never called: your loop steps the optimizer itself"
+    return None
+
+
+def _why_prepare(ctx: Trial, key: str) -> str | None:
+    if key not in PREPARE_KEYS:
+        return None
+    if ctx._init_asked is None:
+        return "ctx.prepare(model) was never called"
+    if key == "init" and not ctx._init_asked:
+        return "ctx.prepare(..., init=False) kept the model's weights"
+    if key == "compile_mode":
+        return "compile is off"
+    return None
+
+
+def _why_loader(ctx: Trial, key: str) -> str | None:
+    if key not in LOADER_KEYS + DATALOADER_KEYS:
+        return None
+    if ctx._train_on_device is None:
+        return "your fit never called ctx.loader(...) for its training data (nor read the setting)"
+    if key in DATALOADER_KEYS:
+        return ("the training batches were on the device (data_on_device): no DataLoader" if ctx._train_on_device
+                else "with num_workers 0 the DataLoader has no worker processes")
+    return None
 
 
 __all__ = ["APPLIED_AROUND", "WatchedParams", "why"]
