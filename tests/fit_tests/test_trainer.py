@@ -107,15 +107,77 @@ def test_channels_last_reaches_the_model(on_device: bool) -> None:
     assert not any(p["channels_last"] for p in factories.PROBE)
 
 
-def test_dataloader_path_with_workers() -> None:
-    r = trainer.train(job(data_on_device=False, num_workers=1, persistent_workers=True, prefetch_factor=2))
+def watch_epochs(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
+    """What the built-in trainer's epochs ran with: one entry per training epoch, recorded inside it (while the
+    trial's settings are in force): the batches object, the batches taken, the backend flags."""
+    seen: list[dict[str, Any]] = []
+    real = trainer.train_epoch
+
+    def train_epoch(ctx: context.TrialContext, model: torch.nn.Module, batches: Any, *rest: Any) -> None:
+        rec: dict[str, Any] = {"batches": batches, "taken": 0, "cudnn_benchmark": torch.backends.cudnn.benchmark,
+                               "matmul": torch.get_float32_matmul_precision(), "threads": torch.get_num_threads(),
+                               "cudnn_tf32": torch.backends.cudnn.allow_tf32}
+        seen.append(rec)
+
+        def counted() -> Any:
+            for b in batches:
+                rec["taken"] += 1
+                yield b
+
+        real(ctx, model, counted(), *rest)
+        inner = getattr(batches, "_inner", None)
+        rec["iterator"] = getattr(getattr(inner, "loader", None), "_iterator", None)
+
+    monkeypatch.setattr(trainer, "train_epoch", train_epoch)
+    return seen
+
+
+@pytest.mark.parametrize("persistent", [True, False])
+def test_dataloader_path_with_workers(persistent: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    from torch.utils.data import DataLoader
+
+    epochs = watch_epochs(monkeypatch)
+    r = trainer.train(job(data_on_device=False, num_workers=1, persistent_workers=persistent, prefetch_factor=3,
+                          pin_memory=True))
+    assert len(epochs) == 2 and r.epochs_run == 2
+    inner = epochs[0]["batches"]._inner
+    assert isinstance(inner, context.LoaderBatches) and type(inner.loader) is DataLoader  # not device batches
+    loader = inner.loader
+    assert all(e["batches"]._inner.loader is loader for e in epochs)  # one loader for the whole run
+    assert (loader.num_workers, loader.prefetch_factor, loader.persistent_workers) == (1, 3, persistent)
+    assert loader.pin_memory is False  # pinned memory only helps a copy to a GPU: off on the CPU
+    assert loader.batch_size == 128 and len(loader.dataset) == len(data.load(config.DataConfig()).y_train)
+    assert [e["taken"] for e in epochs] == [len(loader)] * 2  # every training batch came through it
+    # persistent workers: one worker iterator kept across the epochs; otherwise none is kept
+    if persistent:
+        assert epochs[0]["iterator"] is not None and epochs[1]["iterator"] is epochs[0]["iterator"]
+        assert epochs[0]["iterator"]._num_workers == 1
+    else:
+        assert epochs[0]["iterator"] is None and epochs[1]["iterator"] is None
+    assert "data_on_device" not in r.not_applied and "num_workers" not in r.not_applied
     assert r.val_accuracy > 0.5
 
 
-def test_backend_flags_restored() -> None:
-    before = (torch.backends.cudnn.benchmark, torch.get_float32_matmul_precision(), torch.get_num_threads())
-    trainer.train(job(cudnn_benchmark=not before[0], matmul_precision="medium", cpu_threads=1, epochs=1))
-    assert (torch.backends.cudnn.benchmark, torch.get_float32_matmul_precision(), torch.get_num_threads()) == before
+def test_device_batches_without_a_dataloader(monkeypatch: pytest.MonkeyPatch) -> None:
+    epochs = watch_epochs(monkeypatch)
+    trainer.train(job(data_on_device=True, num_workers=2, epochs=1))
+    assert isinstance(epochs[0]["batches"]._inner, context.DeviceBatches)  # batched by index: no DataLoader
+    assert epochs[0]["taken"] == len(epochs[0]["batches"]) > 0
+
+
+def test_backend_flags_applied_during_training_then_restored(monkeypatch: pytest.MonkeyPatch) -> None:
+    before = (torch.backends.cudnn.benchmark, torch.get_float32_matmul_precision(), torch.get_num_threads(),
+              torch.backends.cudnn.allow_tf32)
+    want_threads = 2 if before[2] == 1 else 1  # a thread count other than the current one
+    epochs = watch_epochs(monkeypatch)
+    trainer.train(job(cudnn_benchmark=not before[0], matmul_precision="medium", cpu_threads=want_threads, epochs=2))
+    assert len(epochs) == 2
+    for e in epochs:  # in force inside every training epoch
+        assert (e["cudnn_benchmark"], e["matmul"], e["threads"], e["cudnn_tf32"]) == (
+            not before[0], "medium", want_threads, True)
+    after = (torch.backends.cudnn.benchmark, torch.get_float32_matmul_precision(), torch.get_num_threads(),
+             torch.backends.cudnn.allow_tf32)
+    assert after == before
 
 
 def test_grad_accum_and_schedules(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -156,9 +218,38 @@ def test_huge_lr_diverges() -> None:
     assert info.value.reason == "diverged"
 
 
-def test_early_stopping() -> None:
-    r = trainer.train(job(epochs=30, lr=3e-3, early_stopping_patience=1, early_stopping_min_delta=0.5))
-    assert r.stopped_early_at is not None and r.epochs_run < 30
+def first_stop(val_losses: list[float], patience: int, min_delta: float) -> int | None:
+    """The epoch (1-based) early stopping should end at, from the README's rule: `patience` epochs in a row
+    whose val_loss is not below the best so far by more than min_delta."""
+    best, since = math.inf, 0
+    for epoch, v in enumerate(val_losses, 1):
+        if v < best - min_delta:
+            best, since = v, 0
+        else:
+            since += 1
+        if since >= patience:
+            return epoch
+    return None
+
+
+def test_early_stopping_ends_when_val_loss_stalls() -> None:
+    # lr so small that the weights hardly move: val_loss cannot improve by min_delta after the first epoch (only
+    # batch-norm statistics change), so training ends at epoch 1 + patience, by construction
+    r = trainer.train(job(epochs=30, lr=1e-9, optimizer="sgd", momentum=0.0, early_stopping_patience=2,
+                          early_stopping_min_delta=1e-3))
+    assert r.stopped_early_at == 3 and r.epochs_run == 3 and len(r.history) == 3
+    losses = [h.val_loss for h in r.history]
+    assert min(losses[1:]) > losses[0] - 1e-3  # why: val_loss stalled (no improvement by min_delta)
+    assert first_stop(losses, 2, 1e-3) == 3
+
+
+def test_early_stopping_waits_for_patience_while_learning() -> None:
+    r = trainer.train(job(epochs=12, lr=3e-3, early_stopping_patience=1, early_stopping_min_delta=0.5))
+    losses = [h.val_loss for h in r.history]
+    want = first_stop(losses, 1, 0.5)
+    assert want is not None and want < 12  # the val_loss gains shrink below 0.5 well before 12 epochs
+    assert r.stopped_early_at == want and r.epochs_run == want == len(r.history)
+    assert losses[want - 2] - losses[want - 1] <= 0.5  # why: the last epoch improved by no more than min_delta
 
 
 def test_synthetic_and_npz(tmp_path) -> None:

@@ -14,7 +14,6 @@ import autotune
 from autotune.cli import _main as cli
 from autotune.observe import _progress as progress
 from autotune.observe import _report as report
-from autotune.search import _results as results
 from tests.conftest import tiny
 
 TINY = Path(__file__).parents[1] / "studies" / "tiny_study.yaml"
@@ -45,6 +44,50 @@ def mixed(tuned: autotune.TuneResult) -> optuna.Study:
     return study
 
 
+def non_dominated(study: optuna.Study, directions: list[str]) -> list[int]:
+    """The front by brute force, the definition itself: the complete feasible trials no other such trial is at
+    least as good as on every objective and better on one."""
+    sign = [1 if d == "maximize" else -1 for d in directions]
+    done = [t for t in study.trials
+            if t.state == TrialState.COMPLETE and all(c <= 0 for c in dict(t.constraints or {}).values())]
+    score = {t.number: [s * v for s, v in zip(sign, t.values)] for t in done}
+
+    def dominates(a: list[float], b: list[float]) -> bool:
+        return all(x >= y for x, y in zip(a, b)) and any(x > y for x, y in zip(a, b))
+
+    return sorted(n for n, v in score.items() if not any(dominates(w, v) for m, w in score.items() if m != n))
+
+
+def test_pareto_data_front_of_a_study_built_by_hand(tuned: autotune.TuneResult) -> None:
+    """Fixed values, so the front is known by construction: (accuracy up, time down)."""
+    study = optuna.create_study(directions=tuned.config.directions)
+    dist = {"batch_size": CategoricalDistribution([64, 128])}
+
+    def add(acc: float, time_s: float, **kw: object) -> None:
+        study.add_trial(create_trial(state=TrialState.COMPLETE, values=[acc, time_s], params={"batch_size": 64},
+                                     distributions=dist, user_attrs={"val_accuracy": acc, "train_time_s": time_s},
+                                     **kw))
+
+    add(0.90, 2.0)  # 0: front
+    add(0.80, 1.0)  # 1: front (the fastest feasible)
+    add(0.85, 3.0)  # 2: dominated by 0
+    add(0.95, 5.0)  # 3: front (the most accurate feasible)
+    add(0.80, 1.5)  # 4: dominated by 1 (as accurate, slower)
+    add(0.99, 0.5, constraints={"accuracy_drop": 0.2})  # 5: would dominate them all, but violates a constraint
+    study.add_trial(create_trial(state=TrialState.PRUNED, params={"batch_size": 128}, distributions=dist,
+                                 user_attrs={"history": [{"epoch": 1, "val_accuracy": 0.99, "train_time_s": 0.1}],
+                                             "stop_reason": "dominated", "stop_epoch": 1}))  # 6: pruned
+    study.add_trial(create_trial(state=TrialState.FAIL, params={"batch_size": 128}, distributions=dist))  # 7
+    d = report.pareto_data(study, tuned.config)
+    assert d["front"] == [0, 1, 3]
+    cats = {p["number"]: p["category"] for p in d["points"]}
+    assert cats == {0: "pareto", 1: "pareto", 2: "complete", 3: "pareto", 4: "complete", 5: "infeasible",
+                    6: "pruned"}  # the failed trial measured nothing: not drawn
+    assert {n: (p["x"], p["y"]) for n, p in ((p["number"], p) for p in d["points"])}[4] == (1.5, 0.80)
+    assert d["recommended"] in (0, 1, 3)
+    assert [p["number"] for p in d["points"] if p["recommended"]] == [d["recommended"]]
+
+
 def test_pareto_data_marks_front_and_recommended(tuned: autotune.TuneResult) -> None:
     d = report.pareto_data(tuned.study, tuned.config)
     assert (d["x_metric"], d["y_metric"]) == ("train_time_s", "val_accuracy")
@@ -54,8 +97,8 @@ def test_pareto_data_marks_front_and_recommended(tuned: autotune.TuneResult) -> 
         p = by_number[t.number]
         assert p["x"] == pytest.approx(t.user_attrs["train_time_s"])
         assert p["y"] == pytest.approx(t.user_attrs["val_accuracy"])
-    front = [t.number for t in results.pareto_front(tuned.study.trials, tuned.config.directions)]
-    assert d["front"] == front
+    front = non_dominated(tuned.study, tuned.config.directions)
+    assert d["front"] == front and front
     assert {p["number"] for p in d["points"] if p["category"] == "pareto"} == set(front)
     recommended = [p["number"] for p in d["points"] if p["recommended"]]
     assert recommended == [tuned.best.number] == [d["recommended"]]

@@ -6,7 +6,6 @@ import os
 import re
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -34,12 +33,15 @@ def user_file(tmp_path: Path, space: dict[str, Any], fit: str = "fit") -> Path:
     return path
 
 
-def test_cnn_yaml_table_on_cpu_in_under_a_minute() -> None:
-    t0 = time.monotonic()
-    out = speed_cli("search_spaces/cnn.yaml", "--threads", "1")
-    elapsed = time.monotonic() - t0
+def test_cnn_yaml_table_on_cpu() -> None:
+    # the timeout only catches a hang: how fast a shared CPU runs is not asserted, the work each row did is
+    out = speed_cli("search_spaces/cnn.yaml", "--threads", "1", timeout=300)
     assert out.returncode == 0, out.stderr
-    assert elapsed < 60, elapsed
+    # bounded work: one probe per combination, each the median of PROBE_AGREE..PROBE_WINDOWS short windows
+    progress = re.findall(r"\[(\d+)/32\] .*: [\d,]+ samples/s ±\d+% \((\d+) windows\)", out.stderr)
+    assert [int(n) for n, _ in progress] == list(range(1, 33))
+    assert all(speed.PROBE_AGREE <= int(w) <= speed.PROBE_WINDOWS for _, w in progress)
+    assert "not measured" not in out.stdout
     lines = out.stdout.splitlines()
     assert "32 combination(s) of batch_size, precision, channels_last, data_on_device" in lines[0]
     head = lines[1].split()

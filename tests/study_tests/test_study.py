@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import optuna
 import pytest
 
 import autotune
@@ -19,14 +20,45 @@ SMALL_SPACE = {
 GRID_SPACE = {"batch_size": {"type": "categorical", "choices": [64, 128]}, "channels_last": {"type": "bool"}}
 
 
+# each name's Optuna class, as the README documents them (an independent oracle for the registry)
+SAMPLER_CLASSES = {"tpe": optuna.samplers.TPESampler, "random": optuna.samplers.RandomSampler,
+                   "gp": optuna.samplers.GPSampler, "cmaes": optuna.samplers.CmaEsSampler,
+                   "nsga2": optuna.samplers.NSGAIISampler, "qmc": optuna.samplers.QMCSampler,
+                   "grid": optuna.samplers.GridSampler}
+PRUNER_CLASSES = {"none": optuna.pruners.NopPruner, "median": optuna.pruners.MedianPruner,
+                  "percentile": optuna.pruners.PercentilePruner,
+                  "successive_halving": optuna.pruners.SuccessiveHalvingPruner,
+                  "hyperband": optuna.pruners.HyperbandPruner, "wilcoxon": optuna.pruners.WilcoxonPruner}
+
+
+def spy(monkeypatch: pytest.MonkeyPatch, cls: type, method: str) -> list[object]:
+    """Calls of `cls.method` on an instance of exactly `cls` (the object each call was made on)."""
+    calls: list[object] = []
+    real = getattr(cls, method)
+
+    def wrapped(self: object, *args: object, **kwargs: object) -> object:
+        if type(self) is cls:
+            calls.append(self)
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(cls, method, wrapped)
+    return calls
+
+
 @pytest.mark.parametrize("sampler", SAMPLERS)
-def test_every_sampler_runs(sampler: str, tmp_path: Path) -> None:
+def test_every_sampler_runs(sampler: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    want = SAMPLER_CLASSES[sampler]
+    asked = spy(monkeypatch, want, "before_trial")  # Optuna calls it as each trial starts
     objectives = ["val_accuracy"] if sampler == "cmaes" else ["val_accuracy", "train_time_s"]
     cfg = tiny(tmp_path, study={"sampler": sampler, "n_trials": 2}, objectives=objectives,
                space=GRID_SPACE if sampler == "grid" else SMALL_SPACE, train={"epochs": 1})
     res = autotune.run(cfg)
     trials = res.study.get_trials()
     assert len(trials) == 2 and all(t.state.name == "COMPLETE" for t in trials)
+    assert type(res.study.sampler) is want
+    assert len(asked) == 2 and all(s is res.study.sampler for s in asked)  # that sampler started both trials
+    if sampler == "grid":  # two different points of the grid
+        assert trials[0].params != trials[1].params and {t.system_attrs.get("grid_id") for t in trials} <= {0, 1, 2, 3}
     assert res.best is not None and res.best.metrics["val_accuracy"] > 0
 
 
@@ -40,12 +72,17 @@ def test_seeded_sampler_repeats(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("pruner", [p for p, k in PRUNERS.items() if k.objectives != "several" and p != "threshold"])
-def test_every_single_objective_pruner(pruner: str, tmp_path: Path) -> None:
+def test_every_single_objective_pruner(pruner: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    want = PRUNER_CLASSES[pruner]
+    consulted = spy(monkeypatch, want, "prune")
     cfg = tiny(tmp_path, objectives=["val_accuracy"], pruning={"pruner": pruner}, space=SMALL_SPACE,
                study={"n_trials": 2}, train={"epochs": 2})
     res = autotune.run(cfg)
     assert len(res.study.trials) == 2
     assert all(len(t.intermediate_values) >= 1 for t in res.study.trials)  # trial.report really ran
+    assert type(res.study.pruner) is want
+    assert all(p is res.study.pruner for p in consulted)  # that pruner judged every reported epoch
+    assert len(consulted) == sum(len(t.intermediate_values) for t in res.study.trials)
 
 
 def test_threshold_pruner_prunes(tmp_path: Path) -> None:

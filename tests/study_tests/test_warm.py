@@ -50,6 +50,41 @@ def test_first_trials_are_the_earlier_studys_best(tmp_path: Path, earlier: Any,
     assert sum(1 for t in res.study.trials if warm.ATTR in t.user_attrs) == 3
 
 
+def test_the_whole_queue_in_order_from_a_study_built_by_hand(tmp_path: Path) -> None:
+    """Fixed values (accuracy up, time down), so the order is known by construction: feasible trials first, by
+    Pareto rank, then accuracy; an infeasible trial (a violated constraint) last, however good its values;
+    failed and pruned trials never."""
+    import optuna
+    from optuna.distributions import CategoricalDistribution, FloatDistribution
+    from optuna.trial import TrialState, create_trial
+
+    url = f"sqlite:///{tmp_path}/hand.db"
+    src = optuna.create_study(study_name="hand", storage=url, directions=["maximize", "minimize"])
+    dist = {"lr": FloatDistribution(1e-3, 3e-1, log=True), "optimizer": CategoricalDistribution(["sgd", "adam"]),
+            "batch_size": CategoricalDistribution([32, 64])}
+
+    def add(values: list[float] | None, lr: float, opt: str, bs: int, state: TrialState = TrialState.COMPLETE,
+            **kw: Any) -> dict[str, Any]:
+        params = {"lr": lr, "optimizer": opt, "batch_size": bs}
+        src.add_trial(create_trial(state=state, values=values, params=params, distributions=dist, **kw))
+        return params
+
+    p0 = add([0.90, 2.0], 0.01, "sgd", 32)  # rank 0
+    p1 = add([0.80, 1.0], 0.02, "adam", 64)  # rank 0, less accurate than #0
+    p2 = add([0.85, 3.0], 0.03, "adam", 32)  # rank 1 (dominated by #0)
+    p3 = add([0.99, 0.5], 0.04, "sgd", 64, constraints={"accuracy_drop": 0.1})  # dominates all, infeasible
+    p4 = add([0.70, 4.0], 0.05, "sgd", 32)  # rank 2
+    add(None, 0.06, "adam", 64, state=TrialState.FAIL)  # 5: never queued
+    add(None, 0.07, "adam", 32, state=TrialState.PRUNED)  # 6: never queued
+    want = [(0, p0), (1, p1), (2, p2), (4, p4), (3, p3)]
+    res = study_mod.run(cfg_for(tmp_path, "new", 6, warm_start={"storage": url, "study": "hand", "top_k": 10}))
+    trials = res.study.trials
+    assert [(t.user_attrs.get(warm.ATTR), t.params) for t in trials[:5]] == [(f"hand#{n}", p) for n, p in want]
+    assert warm.ATTR not in trials[5].user_attrs  # then the sampler's own
+    assert res.study.user_attrs[warm.ATTR] == {"study": "hand", "trials": [0, 1, 2, 4, 3], "notes": []}
+    assert all(t.state == TrialState.COMPLETE for t in trials)
+
+
 def test_configurations_that_no_longer_fit_are_skipped_with_a_note(tmp_path: Path, earlier: Any,
                                                                    capsys: pytest.CaptureFixture[str]) -> None:
     top = warm.best(earlier, 6)

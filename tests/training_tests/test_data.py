@@ -250,8 +250,18 @@ def test_check_arrays_shapes_and_types(x: np.ndarray, y: np.ndarray, match: str)
         data.check_arrays(x, y, "classification", 0.2, "f.yaml", "data.path", "d.npz")
 
 
-def test_config_dataset_names_are_the_loaders() -> None:
-    assert config.dataset_names() == list(data.DATASETS)
+# The built-in datasets README.md's `data.name` documents (digits | mnist1d | synthetic | npz | image_folder |
+# cifar10 | cifar100 | diabetes): a name added or dropped is a change the README must follow.
+README_DATASETS = {"digits", "mnist1d", "synthetic", "npz", "image_folder", "cifar10", "cifar100", "diabetes"}
+
+
+def test_config_dataset_names_are_the_documented_loaders() -> None:
+    assert set(config.dataset_names()) == README_DATASETS
+    assert len(config.dataset_names()) == len(README_DATASETS)  # no name twice
+    assert set(DATASET_FILES) == README_DATASETS  # each is loaded by test_every_dataset_loads below
+    with pytest.raises(ConfigError, match=r"data\.name: give a dataset name \(") as info:  # the names it offers
+        config.from_dict({"data": {"name": None}})
+    assert set(str(info.value).split("(")[1].split(")")[0].split(", ")) == README_DATASETS
 
 
 def test_uint8_npz_stays_float_standardized(tmp_path: Path) -> None:
