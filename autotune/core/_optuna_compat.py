@@ -1,7 +1,8 @@
 """Every use autotune makes of Optuna's private names (`_something`), each behind one small named function,
 constant or class here, so that an Optuna release that changes one breaks one place.
 
-Tested on Optuna 4.4.0 (the lowest `pyproject.toml` allows) and 5.1.0 (the highest it allows: `<5.2`).
+Tested on Optuna 5.0.0 (the lowest `pyproject.toml` allows: 4.x lacks public API autotune uses, e.g.
+`Trial.set_constraint`) and 5.1.0 (the highest it allows: `<5.2`); the internals here are the same in 4.4.0.
 tests/core_tests/test_optuna_compat.py checks every name below still exists and behaves as autotune relies on,
 and names the Optuna internal and the function here when it does not.
 
