@@ -16,14 +16,17 @@ from pathlib import Path
 
 import optuna
 
+from autotune.core import _optuna_compat as compat
+
 
 def storage_key(study: optuna.Study) -> str:
     """The storage's URL or file (what makes two handles the same study), or its repr."""
-    inner = getattr(study._storage, "_backend", None)  # RDBStorage sits in a _CachedStorage; journal: its backend
-    for attr in ("url", "_file_path"):
-        if hasattr(inner, attr):
-            return str(getattr(inner, attr))
-    return repr(study._storage)
+    storage = compat.storage_of(study)
+    inner = compat.wrapped_storage(storage)  # RDBStorage sits in a _CachedStorage; journal: its backend
+    if hasattr(inner, "url"):
+        return str(inner.url)
+    path = compat.journal_file_path(inner)
+    return str(path) if path is not None else repr(storage)
 
 
 @contextlib.contextmanager

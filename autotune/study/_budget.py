@@ -19,6 +19,7 @@ the storage is the only shared state. Three rules keep a shared study honest:
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -28,6 +29,7 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from autotune.core._errors import AutotuneError
+from autotune.core._optuna_compat import optimize_log_filter
 from autotune.spec._schema import RunConfig
 from autotune.study import _orphans as orphans
 
@@ -103,7 +105,11 @@ class ClaimedObjective:
         self.surplus = 0
         self.seen: Seen | None = None  # the worker loop's last read of the study (`next_step`)
         self._filter = _SurplusLogFilter()
-        logging.getLogger("optuna.study._optimize").addFilter(self._filter)
+
+    def quiet(self) -> contextlib.AbstractContextManager[None]:
+        """Around the `study.optimize` calls of this objective: Optuna logs no failure for a surplus trial (only
+        for the block: Optuna's logger is left as it was)."""
+        return optimize_log_filter(self._filter)
 
     def __call__(self, trial: optuna.Trial) -> Any:
         if self.n_trials is not None and not claim(trial.study, trial.number, self.n_trials, self.seen):

@@ -7,6 +7,7 @@ goes on, and `study.max_repeated_errors` failures in a row with the same error s
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import warnings
@@ -19,6 +20,7 @@ from optuna.trial import TrialState
 from autotune.core import _contention as contention
 from autotune.core._errors import AutotuneError, ConfigError, TrialStopped, describe_exception, user_where
 from autotune.core._metrics import INFERENCE, REPORTED, is_quality, per_epoch
+from autotune.core._optuna_compat import optimize_log_filter
 from autotune.core._userref import load_factory
 from autotune.fit import _trainer as trainer
 from autotune.search import _pruners as pruners
@@ -63,9 +65,10 @@ class _NoTraceback(logging.Filter):
         return True
 
 
-_optuna_log = logging.getLogger("optuna.study._optimize")
-if not any(isinstance(f, _NoTraceback) for f in _optuna_log.filters):
-    _optuna_log.addFilter(_NoTraceback())
+def quiet_failures() -> contextlib.AbstractContextManager[None]:
+    """Around a `study.optimize` of our objective: Optuna logs its failed trials without the traceback (only for
+    the block: Optuna's logger is left as it was)."""
+    return optimize_log_filter(_NoTraceback())
 
 
 def load_fit(cfg: RunConfig) -> trainer.Fit | None:

@@ -24,9 +24,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import optuna
-from optuna.storages._heartbeat import is_heartbeat_enabled  # what Study.optimize itself checks
 from optuna.trial import FrozenTrial, TrialState
 
+from autotune.core import _optuna_compat as compat
 from autotune.core._locks import host_lock
 
 OWNER_ATTR = "worker"  # trial user attr: "host:pid:start" of the process that runs it
@@ -111,25 +111,24 @@ def _owned_trial() -> FrozenTrial:
     return optuna.trial.create_trial(state=TrialState.RUNNING, user_attrs={OWNER_ATTR: owner_id()})
 
 
-class RDBStorage(optuna.storages.RDBStorage):
+class RDBStorage(compat.HookedRDBStorage):
     """Optuna's RDBStorage (SQLite, PostgreSQL, MySQL) that stamps a trial's owner as it creates or takes
     it, and gives heartbeat-stale trials their reason before they are failed, whoever fails them: `reap`,
     or Optuna's own check before each trial (a finished trial takes no more attrs)."""
 
-    def _create_new_trial(self, study_id: int, template_trial: FrozenTrial | None = None) -> FrozenTrial:
-        # Optuna's _CachedStorage calls this one directly; a template (a retry, an enqueued trial) is kept as is.
-        return super()._create_new_trial(study_id, template_trial or _owned_trial())
+    def new_trial_template(self, template_trial: FrozenTrial | None) -> FrozenTrial:
+        # every trial this storage creates (Optuna's _CachedStorage too); a template (a retry, an enqueued trial)
+        # is kept as is.
+        return template_trial or _owned_trial()
 
     def set_trial_state_values(self, trial_id: int, state: TrialState, values: Any = None) -> bool:
         return _taken(self, trial_id, state, super().set_trial_state_values(trial_id, state, values))
 
-    def _get_stale_trial_ids(self, study_id: int) -> list[int]:
-        ids = super()._get_stale_trial_ids(study_id)
+    def stale_found(self, trial_ids: list[int]) -> None:
         grace = self.grace_period or 2 * (self.heartbeat_interval or 0)
-        for trial_id in ids:
+        for trial_id in trial_ids:
             owner = self.get_trial(trial_id).user_attrs.get(OWNER_ATTR, "?")
             _mark(self, trial_id, f"no heartbeat from worker {owner} for over {grace}s: it died mid-trial")
-        return ids
 
 
 class JournalStorage(optuna.storages.JournalStorage):
@@ -177,7 +176,7 @@ def retry_once(study: optuna.Study, t: FrozenTrial) -> None:
 
 
 def heartbeats(study: optuna.Study) -> bool:
-    return is_heartbeat_enabled(study._storage)
+    return compat.heartbeat_enabled(compat.storage_of(study))  # what Study.optimize itself checks
 
 
 def reap(study: optuna.Study, everywhere: bool = False, trials: list[FrozenTrial] | None = None) -> list[int]:
@@ -187,7 +186,7 @@ def reap(study: optuna.Study, everywhere: bool = False, trials: list[FrozenTrial
     is alive: `--fail-stale`). `trials`: the study's trials as the caller just read them (one storage read
     fewer per trial in the worker loop). Returns the numbers of the trials this call failed.
     """
-    storage = study._storage
+    storage = compat.storage_of(study)
     beats = heartbeats(study)
 
     def orphan(t: FrozenTrial) -> bool:
@@ -203,10 +202,10 @@ def reap(study: optuna.Study, everywhere: bool = False, trials: list[FrozenTrial
     with host_lock(study, "stale"):  # (no warnings.catch_warnings here: workers call this from a thread too)
         why: dict[int, str] = {}
         if beats:  # HeartbeatStorage marks these itself
-            why.update(dict.fromkeys(storage._get_stale_trial_ids(study._study_id), ""))  # type: ignore[attr-defined]
+            why.update(dict.fromkeys(compat.stale_trial_ids(storage, compat.study_id(study)), ""))
         for t in study.get_trials(deepcopy=True, states=(TrialState.RUNNING,)):
-            if t._trial_id not in why and orphan(t):
-                why[t._trial_id] = f"worker {t.user_attrs.get(OWNER_ATTR, '?')} died mid-trial"
+            if compat.trial_id(t) not in why and orphan(t):
+                why[compat.trial_id(t)] = f"worker {t.user_attrs.get(OWNER_ATTR, '?')} died mid-trial"
         for trial_id, text in why.items():
             if text and not _mark(storage, trial_id, text):
                 continue

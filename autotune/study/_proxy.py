@@ -42,6 +42,10 @@ class StampingProxy(optuna.storages.GrpcStorageProxy):
     """Optuna's gRPC proxy client that stamps a trial's owner as it creates or takes it (orphans.py), here in the
     worker: stamped by the server, every trial would look owned by the proxy process."""
 
+    def __init__(self, *, host: str = "localhost", port: int = 13000) -> None:
+        self.address = f"{host}:{port}"  # (kept by pickling: GrpcStorageProxy pickles its __dict__)
+        super().__init__(host=host, port=port)
+
     def create_new_trial(self, study_id: int, template_trial: FrozenTrial | None = None) -> int:
         return super().create_new_trial(study_id, template_trial or orphans._owned_trial())
 
@@ -49,7 +53,7 @@ class StampingProxy(optuna.storages.GrpcStorageProxy):
         return orphans._taken(self, trial_id, state, super().set_trial_state_values(trial_id, state, values))
 
     def __repr__(self) -> str:  # what locks.storage_key keys a host's locks on: the same for every worker
-        return f"GrpcStorageProxy({PREFIX}{self._host}:{self._port})"
+        return f"GrpcStorageProxy({PREFIX}{self.address})"
 
 
 def connect(url: str, file: str, timeout: float | None = None) -> optuna.storages.BaseStorage:

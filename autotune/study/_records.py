@@ -15,7 +15,8 @@ collects them, and `flush` (the objective's `finally`) hands them over at once:
 - anywhere else, through the public API, attr by attr.
 
 This reaches into Optuna's storage internals (the RDB models and session factory, the journal's log
-writer); where those are not what this code expects, it writes attr by attr through the public API.
+writer: core/_optuna_compat.py); where those are not what this code expects, it writes attr by attr through
+the public API.
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ import weakref
 from typing import Any
 
 import optuna
+
+from autotune.core import _optuna_compat as compat
 
 
 class BufferedTrial:
@@ -53,9 +56,9 @@ class BufferedTrial:
             return
         attrs, self._pending = self._pending, {}
         trial = self._trial
-        if not stage(trial.storage, trial._trial_id, attrs):
-            write_user_attrs(trial.storage, trial._trial_id, attrs)
-        cached = getattr(trial, "_cached_frozen_trial", None)  # what trial.user_attrs returns in this process
+        if not stage(trial.storage, compat.trial_id(trial), attrs):
+            write_user_attrs(trial.storage, compat.trial_id(trial), attrs)
+        cached = compat.cached_frozen_trial(trial)  # what trial.user_attrs returns in this process
         if cached is not None:
             cached.user_attrs.update(attrs)
 
@@ -64,8 +67,8 @@ class BufferedTrial:
 _STAGED: weakref.WeakKeyDictionary[Any, dict[int, dict[str, Any]]] = weakref.WeakKeyDictionary()
 
 
-def _rdb(storage: optuna.storages.BaseStorage) -> optuna.storages.RDBStorage | None:
-    backend = getattr(storage, "_backend", None)  # RDBStorage sits inside Optuna's _CachedStorage
+def _relational(storage: optuna.storages.BaseStorage) -> optuna.storages.RDBStorage | None:
+    backend = compat.wrapped_storage(storage)  # RDBStorage sits inside Optuna's _CachedStorage
     if isinstance(backend, optuna.storages.RDBStorage):
         return backend
     return storage if isinstance(storage, optuna.storages.RDBStorage) else None
@@ -73,11 +76,11 @@ def _rdb(storage: optuna.storages.BaseStorage) -> optuna.storages.RDBStorage | N
 
 def attach(storage: optuna.storages.BaseStorage) -> None:
     """Let this RDB storage take staged user attrs into the transaction that finishes their trial."""
-    rdb = _rdb(storage)
+    rdb = _relational(storage)
     if rdb is None or rdb in _STAGED or not _upserts(rdb):
         return
     try:
-        from optuna.storages._rdb import models
+        trial_model = compat.trial_model()
         from sqlalchemy import event
     except ImportError:
         return
@@ -88,7 +91,7 @@ def attach(storage: optuna.storages.BaseStorage) -> None:
         if not staged:
             return
         for obj in list(session.dirty):
-            if isinstance(obj, models.TrialModel) and obj.trial_id in staged and \
+            if isinstance(obj, trial_model) and obj.trial_id in staged and \
                     optuna.trial.TrialState(obj.state).is_finished():
                 _upsert(session, dialect, obj.trial_id, staged.pop(obj.trial_id))
 
@@ -98,7 +101,7 @@ def attach(storage: optuna.storages.BaseStorage) -> None:
 
 def stage(storage: optuna.storages.BaseStorage, trial_id: int, attrs: dict[str, Any]) -> bool:
     """Keep `attrs` for the transaction that gives the trial its final state (False: not an attached storage)."""
-    rdb = _rdb(storage)
+    rdb = _relational(storage)
     staged = _STAGED.get(rdb) if rdb is not None else None
     if staged is None:
         return False
@@ -110,13 +113,13 @@ def write_user_attrs(storage: optuna.storages.BaseStorage, trial_id: int, attrs:
     """Set several user attrs of a trial in one storage transaction (per attr where the storage has no batch)."""
     if not attrs:
         return
-    rdb = _rdb(storage)
+    rdb = _relational(storage)
     try:
         if rdb is not None:
-            _rdb_write(rdb, trial_id, attrs)
+            _write_rows(rdb, trial_id, attrs)
             return
         if isinstance(storage, optuna.storages.JournalStorage):
-            _journal_write(storage, trial_id, attrs)
+            compat.journal_append_user_attrs(storage, trial_id, attrs)  # one append (one lock, one fsync)
             return
     except (AttributeError, ImportError, TypeError):  # Optuna's internals moved: the public path below
         pass
@@ -124,13 +127,10 @@ def write_user_attrs(storage: optuna.storages.BaseStorage, trial_id: int, attrs:
         storage.set_trial_user_attr(trial_id, key, value)
 
 
-def _rdb_write(storage: optuna.storages.RDBStorage, trial_id: int, attrs: dict[str, Any]) -> None:
+def _write_rows(storage: optuna.storages.RDBStorage, trial_id: int, attrs: dict[str, Any]) -> None:
     """One session: the trial checked once (still running), then one multi-row upsert (per row on MySQL)."""
-    from optuna.storages._rdb import models
-    from optuna.storages._rdb.storage import _create_scoped_session
-
-    with _create_scoped_session(storage.scoped_session, True) as session:
-        trial = models.TrialModel.find_or_raise_by_id(trial_id, session)
+    with compat.rdb_session(storage) as session:
+        trial = compat.find_trial_row(session, trial_id)
         storage.check_trial_is_updatable(trial_id, trial.state)
         _upsert(session, storage.engine.name, trial_id, attrs)
 
@@ -139,9 +139,7 @@ def _upsert(session: Any, dialect: str, trial_id: int, attrs: dict[str, Any]) ->
     """Insert or replace the attrs in the session's transaction: one multi-row statement on MySQL; elsewhere one
     executemany of one cached Core statement (one round trip on psycopg and SQLite; an ORM multi-row VALUES was
     compiled afresh for every trial, 2-3 ms of CPU on PostgreSQL)."""
-    from optuna.storages._rdb import models
-
-    model = models.TrialUserAttributeModel
+    model = compat.user_attr_model()
     rows = [{"trial_id": trial_id, "key": k, "value_json": json.dumps(v)} for k, v in attrs.items()]
     if dialect == "mysql":
         from sqlalchemy.dialects.mysql import insert as mysql_insert
@@ -157,13 +155,11 @@ _UPSERTS: dict[str, Any] = {}  # dialect -> the Core upsert of one trial user at
 
 def _upsert_statement(dialect: str) -> Any:
     if dialect not in _UPSERTS:
-        from optuna.storages._rdb import models
-
         if dialect == "sqlite":
             from sqlalchemy.dialects.sqlite import insert
         else:
             from sqlalchemy.dialects.postgresql import insert  # type: ignore[assignment]
-        table = models.TrialUserAttributeModel.__table__
+        table = compat.user_attr_model().__table__
         stmt = insert(table)
         _UPSERTS[dialect] = stmt.on_conflict_do_update(index_elements=[table.c.trial_id, table.c.key],
                                                        set_={"value_json": stmt.excluded.value_json})
@@ -174,17 +170,6 @@ def _upserts(storage: optuna.storages.RDBStorage) -> bool:
     """Can `_upsert` write to this database (SQLite 3.24+, PostgreSQL, MySQL)?"""
     name = storage.engine.name
     return name in ("postgresql", "mysql") or (name == "sqlite" and sqlite3.sqlite_version_info >= (3, 24, 0))
-
-
-def _journal_write(storage: optuna.storages.JournalStorage, trial_id: int, attrs: dict[str, Any]) -> None:
-    """One append (one file lock, one fsync) of one log per attr: the journal's format takes one attr per log."""
-    from optuna.storages.journal._storage import JournalOperation
-
-    with storage._thread_lock:
-        worker = storage._replay_result.worker_id
-        storage._backend.append_logs([{"op_code": JournalOperation.SET_TRIAL_USER_ATTR, "worker_id": worker,
-                                       "trial_id": trial_id, "user_attr": {k: v}} for k, v in attrs.items()])
-        storage._sync_with_backend()
 
 
 __all__ = ["BufferedTrial", "attach", "stage", "write_user_attrs"]

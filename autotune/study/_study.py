@@ -28,7 +28,7 @@ from autotune.spec._schema import RunConfig
 from autotune.study import _orphans as orphans
 from autotune.study import _storage as storage_mod
 from autotune.study import _warm as warm
-from autotune.study._objective import CATCH, Objective, fit_name
+from autotune.study._objective import CATCH, Objective, fit_name, quiet_failures
 from autotune.training import _accel as accel
 from autotune.training import _augment as augment
 from autotune.training import _data as data
@@ -336,8 +336,9 @@ def run(cfg: RunConfig, fresh: bool = False, callbacks: list[TrialCallback] | No
                 cbs.append(tracker)
             if cfg.study.n_trials is not None:
                 cbs.append(FinishedBudget(cfg.study.n_trials, study))
-            study.optimize(Objective(cfg, fit), n_trials=todo, timeout=cfg.study.timeout, callbacks=cbs,
-                           catch=CATCH, gc_after_trial=False)  # the objective releases memory itself
+            with quiet_failures():
+                study.optimize(Objective(cfg, fit), n_trials=todo, timeout=cfg.study.timeout, callbacks=cbs,
+                               catch=CATCH, gc_after_trial=False)  # the objective releases memory itself
         status = "FINISHED"
     except KeyboardInterrupt:
         status = "KILLED"

@@ -23,6 +23,7 @@ from autotune.core import _contention as contention
 from autotune.core import _environ as environ
 from autotune.core import _lifetime as lifetime
 from autotune.core._errors import AutotuneError, ConfigError, describe_exception
+from autotune.core._optuna_compat import storage_of
 from autotune.observe import _tracking as tracking
 from autotune.search import _samplers as samplers
 from autotune.spec._schema import RunConfig
@@ -38,7 +39,7 @@ from autotune.study._budget import (
     next_step,
     unless_surplus,
 )
-from autotune.study._objective import CATCH, Objective
+from autotune.study._objective import CATCH, Objective, quiet_failures
 from autotune.training._distributed import cpu_cores, devices_wanted
 
 FINISHED = study_mod.FINISHED
@@ -228,7 +229,7 @@ def run_worker(cfg: RunConfig, sampler_seed_offset: int | None = 0, callbacks: l
     elif sampler_seed_offset and cfg.study.seed is not None:
         seed = cfg.study.seed + 1_000_003 * sampler_seed_offset
         study.sampler = samplers.make_sampler(cfg, seed)
-    cfg = study_mod.resolve_teacher(cfg, study._storage)
+    cfg = study_mod.resolve_teacher(cfg, storage_of(study))
     n = cfg.study.n_trials
     claimed = ClaimedObjective(objective or Objective(cfg), n)
     tracker = tracking.open_tracker(cfg, study) if track else None
@@ -237,7 +238,7 @@ def run_worker(cfg: RunConfig, sampler_seed_offset: int | None = 0, callbacks: l
     deadline = None if cfg.study.timeout is None else time.monotonic() + cfg.study.timeout
     ran = 0
     step = "run"
-    with StaleWatcher(study, cfg):
+    with StaleWatcher(study, cfg), quiet_failures(), claimed.quiet():
         while deadline is None or time.monotonic() < deadline:
             step = next_step(study, n, claimed)
             if step == "done":
