@@ -32,6 +32,7 @@ from torch import nn
 
 from autotune.core._errors import AutotuneError, ConfigError, TrialStopped, user_where
 from autotune.core._lifetime import exit_text
+from autotune.core._userref import importable
 
 if TYPE_CHECKING:
     from autotune.spec._schema import RunConfig
@@ -265,7 +266,8 @@ def launch(target: Target, payload: Any, world: int, device: torch.device,
             mine, theirs = ctx.Pipe()
             p = ctx.Process(target=_rank_main, args=(target, payload, r, spec, theirs, lifeline),
                             name=f"autotune-rank-{r}")
-            p.start()
+            with importable():  # the rank imports the training function's module by name, as this process did
+                p.start()
             theirs.close()
             ranks.append(_Rank(r, p, mine))
         lifeline.close()
