@@ -4,10 +4,12 @@ lock. A worker that ends this way leaves its trial to be failed and retried (orp
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import sys
 import time
+from collections.abc import Iterator
 from typing import Any
 
 EXIT_GRACE_S = 20.0  # a terminated worker still alive after this long is ended (see exit_after)
@@ -17,6 +19,17 @@ def interrupt(signum: int, frame: Any) -> None:
     """SIGTERM handler: fail the running trial through Optuna (KeyboardInterrupt), and end within EXIT_GRACE_S."""
     exit_after(EXIT_GRACE_S)
     raise KeyboardInterrupt
+
+
+@contextlib.contextmanager
+def sigterm_interrupts() -> Iterator[None]:
+    """While inside: SIGTERM raises KeyboardInterrupt wherever the code is (`interrupt`); the handler that was in
+    place before is back afterwards."""
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def exit_after(seconds: float) -> None:

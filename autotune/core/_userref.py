@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import os
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -28,26 +30,55 @@ def check_fit_signature(fn: Any, ref: str, file: str) -> None:
                                            f"takes ({shown})")
 
 
+# Folders a user's module was imported from that are not on sys.path: processes started to run the user's code
+# (DDP ranks) import it by name, so they get these on their path (`importable`); this process's sys.path does not.
+_FOLDERS: list[str] = []
+
+
 def load_factory(ref: str, file: str = "<config>", key: str = "factory", near: str | None = None) -> Any:
     """Import `package.module:function`; a failure is a ConfigError naming the reference. Modules are found
-    on the import path, in the working directory, and (`near`: the config file's path) next to the YAML file."""
+    on the import path, in the working directory, and (`near`: the config file's path) next to the YAML file:
+    those two are on sys.path only while the module is imported (it stays in sys.modules)."""
     mod_name, sep, attr = ref.partition(":")
     if not sep or not mod_name or not attr:
         raise ConfigError(file, key, f"must look like 'package.module:function'; got {ref!r}")
-    if os.getcwd() not in sys.path and "" not in sys.path:  # a user's own module in the working directory
-        sys.path.append(os.getcwd())
+    extra = []
+    if "" not in sys.path:  # a user's own module in the working directory
+        extra.append(os.getcwd())
     if near is not None and near != "<config>":
-        here = str(Path(near).resolve().parent)
-        if here not in sys.path:
-            sys.path.append(here)
+        extra.append(str(Path(near).resolve().parent))
     try:
-        module = importlib.import_module(mod_name)
+        with _on_path(extra) as added:
+            module = importlib.import_module(mod_name)
     except Exception as e:  # ImportError, or the user's module raising on import
         raise ConfigError(file, key, f"cannot import {mod_name!r}: {describe_exception(e)}") from None
+    _FOLDERS.extend(f for f in added if f not in _FOLDERS)
     fn = module.__dict__.get(attr)
     if fn is None or not callable(fn):
         raise ConfigError(file, key, f"module {mod_name!r} has no callable {attr!r}")
     return fn
+
+
+@contextlib.contextmanager
+def _on_path(folders: list[str]) -> Iterator[list[str]]:
+    """`folders` not on sys.path yet are appended for the block, then taken out again (only those: a module that
+    edits sys.path while it is imported keeps its own changes). Yields the ones it added."""
+    added = [f for f in dict.fromkeys(folders) if f not in sys.path]
+    sys.path.extend(added)
+    try:
+        yield added
+    finally:
+        for f in added:
+            if f in sys.path:
+                sys.path.remove(f)
+
+
+@contextlib.contextmanager
+def importable() -> Iterator[None]:
+    """While processes that import the user's modules by name are started (multiprocessing hands them this
+    process's sys.path): the folders `load_factory` found them in are on sys.path."""
+    with _on_path(_FOLDERS):
+        yield
 
 
 def resolve_path(p: str, source: str) -> Path:

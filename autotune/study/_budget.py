@@ -33,6 +33,7 @@ from autotune.core._optuna_compat import optimize_log_filter
 from autotune.spec._schema import RunConfig
 from autotune.study import _orphans as orphans
 
+log = logging.getLogger(__name__)
 # Trials that hold a slot of the budget: done, in flight, or queued (a retry, an enqueued trial).
 ALIVE = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.RUNNING, TrialState.WAITING)
 TrialCallback = Callable[[optuna.Study, FrozenTrial], None]
@@ -154,14 +155,20 @@ class StaleWatcher:
         grace = cfg.study.grace_period or 2 * (cfg.study.heartbeat_interval or 1)
         self.every = max(0.5, grace / 2) if orphans.heartbeats(study) else 2.0
         self.stop = threading.Event()
+        self.failures = 0  # looks that raised (the first one is logged)
         self.thread = threading.Thread(target=self._loop, name="autotune-stale-watcher", daemon=True)
 
     def _loop(self) -> None:
         while not self.stop.wait(self.every):
             try:
                 orphans.reap(self.study)
-            except Exception:  # a storage hiccup here must not kill the worker; the main loop checks too
-                pass
+            except Exception as e:  # a storage hiccup here must not kill the worker; the main loop checks too
+                self.failures += 1
+                if self.failures == 1:  # said once: a storage that stays down would say it every few seconds
+                    text = str(e).strip().splitlines()[0][:200] if str(e).strip() else ""
+                    log.warning("the stale-trial watcher could not read the study (%s%s); it keeps trying, and "
+                                "the worker loop looks between trials too", type(e).__name__,
+                                f": {text}" if text else "")
 
     def __enter__(self) -> StaleWatcher:
         self.thread.start()

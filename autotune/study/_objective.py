@@ -202,7 +202,7 @@ class Objective:
         try:
             result = self._train(trial, values, seed)
         finally:
-            accel.release_memory()
+            accel.after_trial()
         self.streak.reset()
         metrics = result.metrics()
         missing = [m for m in self.metrics if m not in metrics]

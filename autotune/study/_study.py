@@ -318,11 +318,10 @@ def run(cfg: RunConfig, fresh: bool = False, callbacks: list[TrialCallback] | No
     study = open_study(cfg, fresh=fresh)
     note_orphans(orphans.reap(study), on_note)
     tracker = tracking.open_tracker(cfg, study)
-    # Everything imported so far (torch, optuna, sympy...) lives for the whole run: freeze it out of
-    # the garbage collector, so the collection after each trial scans only what trials made
-    # (0.5 s per collection otherwise, longer than a digits trial trains).
+    # Everything imported so far (torch, optuna, sympy...) lives for the whole run: frozen out of the garbage
+    # collector for the run (accel.frozen_survivors), so the collection before each trial scans only what trials
+    # made (0.5 s per collection otherwise, longer than a digits trial trains).
     gc.collect()
-    gc.freeze()
     todo = None
     if cfg.study.n_trials is not None:
         todo = max(0, cfg.study.n_trials - n_finished(study))
@@ -336,7 +335,7 @@ def run(cfg: RunConfig, fresh: bool = False, callbacks: list[TrialCallback] | No
                 cbs.append(tracker)
             if cfg.study.n_trials is not None:
                 cbs.append(FinishedBudget(cfg.study.n_trials, study))
-            with quiet_failures():
+            with quiet_failures(), accel.frozen_survivors():
                 study.optimize(Objective(cfg, fit), n_trials=todo, timeout=cfg.study.timeout, callbacks=cbs,
                                catch=CATCH, gc_after_trial=False)  # the objective releases memory itself
         status = "FINISHED"

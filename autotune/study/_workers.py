@@ -8,7 +8,6 @@ exact and its stale trials retried are budget.py's.
 from __future__ import annotations
 
 import os
-import signal
 import sys
 import time
 from collections.abc import Callable
@@ -40,6 +39,7 @@ from autotune.study._budget import (
     unless_surplus,
 )
 from autotune.study._objective import CATCH, Objective, quiet_failures
+from autotune.training import _accel as accel
 from autotune.training._distributed import cpu_cores, devices_wanted
 
 FINISHED = study_mod.FINISHED
@@ -220,8 +220,6 @@ def run_worker(cfg: RunConfig, sampler_seed_offset: int | None = 0, callbacks: l
     """
     import warnings
 
-    # fail_stale_trials and the retry callback are "experimental" since Optuna 2.8: say it once, in the docs.
-    warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
     if study is None:
         study = study_mod.open_study(cfg, create=False)
     if sampler_seed_offset is None:
@@ -238,7 +236,10 @@ def run_worker(cfg: RunConfig, sampler_seed_offset: int | None = 0, callbacks: l
     deadline = None if cfg.study.timeout is None else time.monotonic() + cfg.study.timeout
     ran = 0
     step = "run"
-    with StaleWatcher(study, cfg), quiet_failures(), claimed.quiet():
+    with warnings.catch_warnings(), StaleWatcher(study, cfg), quiet_failures(), claimed.quiet(), \
+            accel.frozen_survivors():
+        # fail_stale_trials and the retry callback are "experimental" since Optuna 2.8: said once, in the docs.
+        warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
         while deadline is None or time.monotonic() < deadline:
             step = next_step(study, n, claimed)
             if step == "done":
@@ -262,8 +263,6 @@ def _child(cfg_dict: dict[str, Any], source: str, slot: Slot) -> None:
     """Entry point of a spawned worker (its environment was set by the parent before the spawn)."""
     parent = os.getppid()
     lifetime.die_with_parent()
-    # A terminated worker fails its trial through Optuna (KeyboardInterrupt) instead of leaving it RUNNING.
-    signal.signal(signal.SIGTERM, lifetime.interrupt)
     lifetime.watch_parent(parent)
     import torch
 
@@ -271,7 +270,10 @@ def _child(cfg_dict: dict[str, Any], source: str, slot: Slot) -> None:
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     cfg = from_dict(cfg_dict, source=source)
     try:
-        run_worker(cfg, sampler_seed_offset=slot.index, track=False)  # the driver logs every trial once
+        # A terminated worker fails its trial through Optuna (KeyboardInterrupt) instead of leaving it RUNNING
+        # (before this, SIGTERM ends the worker outright: it holds no trial yet).
+        with lifetime.sigterm_interrupts():
+            run_worker(cfg, sampler_seed_offset=slot.index, track=False)  # the driver logs every trial once
     except KeyboardInterrupt:
         sys.exit(130)
     except AutotuneError as e:

@@ -193,15 +193,43 @@ def seed_all(seed: int) -> None:
         torch.default_generator.manual_seed(seed)
 
 
+_freezing = False  # inside `frozen_survivors`: each trial's survivors are frozen out of the collector's sight
+
+
+@contextlib.contextmanager
+def frozen_survivors() -> Iterator[None]:
+    """For one study run: what lives when it starts (torch, optuna, the caches) and what each trial leaves alive
+    is moved out of the collector's sight (gc.freeze), so the collection between trials scans only what the last
+    trial made: 100-160 ms per trial on a 2-core machine otherwise, re-scanning the ~120,000 objects of the first
+    trial's imports. Afterwards the last trial's garbage is collected and everything frozen is unfrozen: the
+    process is as before (gc.get_freeze_count() included). Something frozen before the run (the caller's own
+    gc.freeze, which cannot be told apart from ours) is left alone: then this run freezes nothing."""
+    import gc
+
+    global _freezing
+    mine = not _freezing and gc.get_freeze_count() == 0
+    if mine:
+        gc.freeze()  # no collection first: whatever garbage is frozen here is collectable again after the run
+        _freezing = True
+    try:
+        yield
+    finally:
+        if mine:
+            _freezing = False
+            gc.collect()  # the last trial's garbage (young objects only: a fraction of a millisecond)
+            gc.unfreeze()
+            if torch.cuda.is_available():
+                torch.cuda.empty_cache()
+
+
 def freeze_survivors() -> None:
-    """Before a trial: whatever is alive now (modules the last trials imported, data and study caches) lives on;
-    collect once, then move it out of the collector's sight (gc.freeze), so the collection after the trial
-    (`release_memory`) scans only what the trial made: 100-160 ms per trial on a 2-core machine otherwise,
-    mostly spent re-scanning the ~120,000 objects the first trial's imports left."""
+    """Before a trial: collect what the previous trial and the study's bookkeeping since left (its exception's
+    reference cycles included), then, inside `frozen_survivors`, freeze whatever is alive now: it lives on."""
     import gc
 
     gc.collect()
-    gc.freeze()
+    if _freezing:
+        gc.freeze()
 
 
 def release_memory() -> None:
@@ -211,6 +239,14 @@ def release_memory() -> None:
     gc.collect()
     if torch.cuda.is_available():
         torch.cuda.empty_cache()
+
+
+def after_trial() -> None:
+    """After a trial: with CUDA, release its memory at once (release_memory). Without, there is no allocator cache
+    to empty, and the next trial's `freeze_survivors` collects the same garbage a moment later: one collection per
+    trial, not two (each ~0.2-0.7 ms of bookkeeping, a third of autotune's own per-trial cost on a trivial trial)."""
+    if torch.cuda.is_available():
+        release_memory()
 
 
 # Allocation failures that are not torch.OutOfMemoryError: cuBLAS / cuDNN / cuSOLVER / cuFFT creating a handle or

@@ -19,6 +19,7 @@ import torch
 
 from autotune.core._errors import AutotuneError, ConfigError, TrialStopped, user_where
 from autotune.core._lifetime import exit_text
+from autotune.core._userref import importable
 from autotune.training._group import Group, backend_for
 
 COLLECTIVE_TIMEOUT_S = 600  # a collective left waiting this long raises (a rank deadlocked in user code)
@@ -100,7 +101,8 @@ def launch(target: Target, payload: Any, world: int, device: torch.device,
             mine, theirs = ctx.Pipe()
             p = ctx.Process(target=_rank_main, args=(target, payload, r, spec, theirs, lifeline),
                             name=f"autotune-rank-{r}")
-            p.start()
+            with importable():  # the rank imports the training function's module by name, as this process did
+                p.start()
             theirs.close()
             ranks.append(_Rank(r, p, mine))
         lifeline.close()

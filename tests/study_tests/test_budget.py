@@ -4,6 +4,7 @@ samples anything, and a worker waits while trials it could still see die hold th
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import optuna
 from optuna.trial import TrialState
@@ -88,3 +89,27 @@ def test_a_claim_far_from_the_budgets_end_needs_no_read(tmp_path: Path) -> None:
     assert not budget.claim(study, mine.number, 5, seen) and reads == [1]  # 5 alive below it: read, refused
     study.tell(others[0], state=TrialState.FAIL)
     assert budget.claim(study, mine.number, 5, seen)  # the read sees the failed one: a slot is free
+
+
+def test_the_stale_watcher_says_once_why_it_could_not_look(tmp_path: Path, monkeypatch: Any, caplog: Any) -> None:
+    import logging
+    import time
+
+    calls: list[int] = []
+
+    def broken(study: optuna.Study) -> None:
+        calls.append(1)
+        raise OSError("database is locked\nsecond line")
+
+    monkeypatch.setattr(orphans, "reap", broken)
+    cfg = config.from_dict({"study": {"storage": f"journal:///{tmp_path}/b.log"}})
+    watcher = budget.StaleWatcher(journal(tmp_path), cfg)
+    watcher.every = 0.01
+    with caplog.at_level(logging.WARNING, logger="autotune.study._budget"), watcher:
+        deadline = time.monotonic() + 10
+        while len(calls) < 3 and time.monotonic() < deadline:
+            time.sleep(0.01)
+    assert len(calls) >= 3 and watcher.failures == len(calls)  # it kept looking
+    said = [r.getMessage() for r in caplog.records if "stale-trial watcher" in r.getMessage()]
+    assert said == ["the stale-trial watcher could not read the study (OSError: database is locked); it keeps "
+                    "trying, and the worker loop looks between trials too"]

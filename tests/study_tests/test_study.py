@@ -231,3 +231,22 @@ def platform_name() -> str:
     import platform
 
     return platform.processor() or platform.machine()
+
+
+def _process_state() -> tuple[object, ...]:
+    import gc
+    import signal
+    import sys
+    import warnings
+
+    return gc.get_freeze_count(), list(warnings.filters), signal.getsignal(signal.SIGTERM), list(sys.path)
+
+
+def test_a_run_leaves_the_process_as_it_was(tmp_path: Path) -> None:
+    """No freeze of the collector, warning filter, signal handler or import path outlives a run (a notebook's)."""
+    autotune.run(tiny(tmp_path / "warm", study={"n_trials": 1}, train={"epochs": 1}))  # first-use imports
+    before = _process_state()
+    res = autotune.run(tiny(tmp_path, study={"n_trials": 2}, train={"epochs": 1}))
+    assert len(res.study.trials) == 2
+    assert _process_state() == before
+    assert before[0] == 0

@@ -336,6 +336,27 @@ def test_one_worker_with_a_fixed_seed_proposes_the_same_settings(tmp_path: Path)
     assert [p for p, _ in params("c", 8, via_worker=False)] != [p for p, _ in a]
 
 
+def test_a_worker_loop_leaves_the_process_as_it_was(tmp_path: Path) -> None:
+    """No freeze of the collector, warning filter or signal handler outlives `run_worker` (`autotune worker` runs
+    it in the user's process)."""
+    import gc
+    import warnings
+
+    def state() -> tuple[Any, ...]:
+        return gc.get_freeze_count(), list(warnings.filters), signal.getsignal(signal.SIGTERM), list(sys.path)
+
+    cfgs = [config.load(write_cfg(tmp_path, f"journal:///{tmp_path}/{n}.log", 1, name=n)) for n in ("w1", "w2")]
+    with warnings.catch_warnings():
+        warnings.resetwarnings()  # without pytest's own filter for ExperimentalWarning
+        study_mod.open_study(cfgs[0])
+        workers.run_worker(cfgs[0])  # first-use imports
+        before = state()
+        study_mod.open_study(cfgs[1])
+        assert workers.run_worker(cfgs[1]).ran == 1
+        assert state() == before and before[0] == 0
+        assert not any(f[2] is optuna.exceptions.ExperimentalWarning for f in warnings.filters)
+
+
 # ---------------------------------------------------------------- PostgreSQL
 
 

@@ -116,3 +116,41 @@ def test_step_clock_ends_at_the_last_marked_step(events: bool, monkeypatch: pyte
     assert end is not None and t0 <= end <= marked
     clock.start(time.perf_counter())  # a new epoch forgets the last one's steps
     assert clock.last() is None
+
+
+# ---------------------------------------------------------------- the collector, frozen for a run only
+
+
+class _Cycle:
+    def __init__(self) -> None:
+        self.me = self
+
+
+def test_a_run_freezes_trial_survivors_and_leaves_the_collector_as_it_was() -> None:
+    import gc
+    import weakref
+
+    before = gc.get_freeze_count()
+    assert before == 0  # nothing earlier in this process left objects frozen (an earlier run included)
+    with accel.frozen_survivors():
+        accel.freeze_survivors()  # a trial starts: what lives now is frozen
+        assert gc.get_freeze_count() > 0
+        garbage = weakref.ref(_Cycle())  # the last trial's reference cycle, never collected during the run
+    assert gc.get_freeze_count() == before
+    assert garbage() is None  # collected as the run ends
+    accel.freeze_survivors()  # outside a run: a collection, nothing frozen
+    assert gc.get_freeze_count() == before
+
+
+def test_a_run_freezes_nothing_when_the_caller_had_frozen_objects() -> None:
+    import gc
+
+    gc.freeze()
+    try:
+        theirs = gc.get_freeze_count()
+        with accel.frozen_survivors():
+            accel.freeze_survivors()
+            assert gc.get_freeze_count() == theirs
+        assert gc.get_freeze_count() == theirs
+    finally:
+        gc.unfreeze()

@@ -1,0 +1,61 @@
+"""_userref.py: a user's module is imported with its folder on sys.path for the import only; processes started to
+run it (DDP ranks) still import it by name."""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import pickle
+import sys
+from pathlib import Path
+
+from autotune.core import _userref as userref
+
+MODULE = '''
+def fit(ctx):
+    return "fit ran"
+
+
+def where():
+    import sys
+    return sys.modules[__name__].__file__
+'''
+
+
+def _unpickle_and_call(blob: bytes, conn: object) -> None:
+    conn.send(pickle.loads(blob)())  # type: ignore[attr-defined]
+
+
+def test_the_users_folder_is_on_sys_path_only_for_the_import(tmp_path: Path) -> None:
+    (tmp_path / "sidefx_user_fit.py").write_text(MODULE)
+    before = list(sys.path)
+    try:
+        fn = userref.load_factory("sidefx_user_fit:fit", near=str(tmp_path / "run.yaml"))
+        assert fn(None) == "fit ran"
+        assert sys.path == before
+        assert "sidefx_user_fit" in sys.modules  # what unpickling in this process needs
+        folder = str(tmp_path.resolve())
+        with userref.importable():
+            assert folder in sys.path
+        assert sys.path == before
+    finally:
+        sys.modules.pop("sidefx_user_fit", None)
+        sys.path[:] = before
+
+
+def test_a_spawned_process_imports_the_users_module_by_name(tmp_path: Path) -> None:
+    (tmp_path / "sidefx_user_where.py").write_text(MODULE)
+    before = list(sys.path)
+    try:
+        where = userref.load_factory("sidefx_user_where:where", near=str(tmp_path / "run.yaml"))
+        ctx = mp.get_context("spawn")
+        recv, send = ctx.Pipe(duplex=False)
+        p = ctx.Process(target=_unpickle_and_call, args=(pickle.dumps(where), send))
+        with userref.importable():  # as training/_distributed.launch starts its ranks
+            p.start()
+        assert sys.path == before
+        assert recv.recv() == str(tmp_path.resolve() / "sidefx_user_where.py")
+        p.join(timeout=60)
+        assert p.exitcode == 0
+    finally:
+        sys.modules.pop("sidefx_user_where", None)
+        sys.path[:] = before
