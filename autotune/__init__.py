@@ -5,8 +5,6 @@ Public API (see DESIGN.md): `load_config`, `run`, `train`, `TrialContext`, `Tune
 
 from __future__ import annotations
 
-__version__ = "0.1.0"
-
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -16,6 +14,7 @@ if TYPE_CHECKING:
     from autotune.training._context import TrainResult
 
 from autotune.core._errors import AutotuneError, ConfigError
+from autotune.core._version import __version__
 
 
 def load_config(path: str, overrides: dict[str, Any] | None = None) -> RunConfig:

@@ -15,9 +15,9 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from autotune import __version__
 from autotune.core._errors import AutotuneError, ConfigError, describe_exception, redact
 from autotune.core._userref import check_fit_signature
+from autotune.core._version import __version__
 from autotune.fit._trainer import Fit
 from autotune.observe import _tracking as tracking
 from autotune.search import _pruners as pruners
