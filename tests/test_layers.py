@@ -92,3 +92,34 @@ def test_the_layers_contract_catches_an_upward_import(tmp_path: Path) -> None:
     assert done.returncode != 0
     assert "autotune.core is not allowed to import autotune.cli" in done.stdout
     assert ("autotune.core._errors", "autotune.cli") in _broken(done.stdout)
+
+
+FACES = ("core", "spec", "training", "compress", "search", "config", "fit", "speed", "study", "observe", "cli")
+
+
+@pytest.mark.parametrize("package", FACES)
+def test_each_package_face_gives_its_public_names(package: str) -> None:
+    mod = importlib.import_module(f"autotune.{package}")
+    assert mod.__doc__ and mod.__all__ and len(set(mod.__all__)) == len(mod.__all__)
+    for name in mod.__all__:
+        value = getattr(mod, name)
+        assert value is not None and not name.startswith("_") or name == "__version__"
+    if hasattr(mod, "_NAMES"):  # a lazy face: the same names, each from its own package's private module
+        assert set(mod._NAMES) == set(mod.__all__)
+        assert all(m.startswith("_") and (PACKAGE / package / f"{m}.py").is_file() for m in mod._NAMES.values())
+    with pytest.raises(AttributeError, match="no attribute 'nope'"):
+        mod.nope  # noqa: B018
+
+
+def test_the_faces_keep_light_modules_light() -> None:
+    """Importing a module runs its package's __init__: the report, export and storage paths (and `import autotune`)
+    stay without torch, the settings without Optuna."""
+    code = ("import sys\nimport autotune, autotune.core, autotune.spec, autotune.config\n"
+            "assert 'optuna' not in sys.modules and 'torch' not in sys.modules, 'core/spec/config'\n"
+            "import autotune.search._results, autotune.observe._report, autotune.observe._export, "
+            "autotune.study._storage, autotune.training._stops\n"
+            "assert 'torch' not in sys.modules, 'report, export, storage'\n"
+            "from autotune.training import Limits, EpochRecord\n"
+            "assert 'torch' in sys.modules and EpochRecord.__module__ == 'autotune.training._context'\n")
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr

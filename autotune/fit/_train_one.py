@@ -13,7 +13,7 @@ from autotune.spec._settings import check_params, merge
 from autotune.training._context import TrainResult
 
 
-def job(cfg: RunConfig, params: dict[str, Any] | None = None, *, fit: trainer.Fit | None = None,
+def one_job(cfg: RunConfig, params: dict[str, Any] | None = None, *, fit: trainer.Fit | None = None,
         seed: int | None = None, measure_inference: bool | None = True) -> trainer.TrainJob:
     """The job `train` runs: the config's `train:` settings (searched ones at their defaults) with `params` over
     them (user parameters as `user.NAME`), set explicitly; `fit` (default: the config's `trainer:`, else the
@@ -27,10 +27,10 @@ def job(cfg: RunConfig, params: dict[str, Any] | None = None, *, fit: trainer.Fi
 
 def train(cfg: RunConfig, params: dict[str, Any] | None = None, *, fit: trainer.Fit | None = None,
           seed: int | None = None) -> TrainResult:
-    """Check the config (`preflight`), then train `job(cfg, params, fit=fit, seed=seed)` once, inference metrics
+    """Check the config (`preflight`), then train `one_job(cfg, params, fit=fit, seed=seed)` once, inference metrics
     measured."""
     preflight(cfg)
-    return trainer.train(job(cfg, params, fit=fit, seed=seed))
+    return trainer.train(one_job(cfg, params, fit=fit, seed=seed))
 
 
-__all__ = ["job", "train"]
+__all__ = ["one_job", "train"]

@@ -14,7 +14,7 @@ import torch
 from autotune.config._load import read_yaml
 from autotune.core._errors import ConfigError
 from autotune.fit._preflight import preflight
-from autotune.fit._train_one import job
+from autotune.fit._train_one import one_job
 from autotune.fit._trainer import train
 from autotune.spec._schema import RunConfig
 from autotune.spec._settings import check_params, merge
@@ -37,7 +37,7 @@ def profile(cfg: RunConfig, params: dict[str, Any], epochs: int, out_dir: Path,
             row_limit: int = 15) -> tuple[TrainResult, Path, str]:
     preflight(cfg)  # a user's factory or data file that fails is one line here too, not a traceback
     # the job autotune.train runs, for `epochs` (inference metrics only where the objectives need them)
-    one = job(cfg, {**params, "epochs": epochs}, measure_inference=None)
+    one = one_job(cfg, {**params, "epochs": epochs}, measure_inference=None)
     dev = accel.resolve_device(merge(cfg.train, overrides=params)["device"])
     activities = [torch.profiler.ProfilerActivity.CPU]
     if dev.type == "cuda":
