@@ -1,79 +1,71 @@
 """autotune: one Optuna study over hyper-parameters, acceleration, initialization and compression.
 
-Public API (see DESIGN.md): `load_config`, `run`, `train`, `TrialContext`, `TuneResult`, `TrainResult`.
+Public API (see DESIGN.md): `load_config`, `run`, `train`, and the types they return or raise: `TuneResult`,
+`TrainResult`, `TrialSummary`, `EpochRecord`, `TrialContext` (what a training function `fit(ctx)` receives),
+`AutotuneError`, `ConfigError`, `TrialStopped`, `ContextMisuse`. A file is a `str` or any `os.PathLike`.
 """
 
 from __future__ import annotations
 
-__version__ = "0.1.0"
-
+import os
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from autotune.fit._trainer import Fit
+    from autotune.search._results import TrialSummary
     from autotune.spec._schema import RunConfig
     from autotune.study._study import TuneResult
-    from autotune.training._context import TrainResult
+    from autotune.training._context import ContextMisuse, EpochRecord, TrainResult, TrialContext
 
-from autotune.core._errors import AutotuneError, ConfigError
+from autotune.core._errors import AutotuneError, ConfigError, TrialStopped
+from autotune.core._version import __version__
+
+File = str | os.PathLike[str]  # a run file's path
 
 
-def load_config(path: str, overrides: dict[str, Any] | None = None) -> RunConfig:
+def load_config(path: File, overrides: dict[str, Any] | None = None) -> RunConfig:
     """Read and validate a YAML run file; `overrides` are dotted keys, e.g. {"study.n_trials": 10}."""
     from autotune.config._load import load
 
-    return load(path, overrides)
+    return load(os.fspath(path), overrides)
 
 
-def run(cfg: RunConfig | str, fit: Fit | None = None, fresh: bool = False) -> TuneResult:
-    """Run (or resume) the study a config describes and return its result. `fit`: your training function
-    `fit(ctx)` (default: the config's `trainer:`, else the built-in trainer)."""
+def _config(cfg: RunConfig | File) -> RunConfig:
+    return load_config(cfg) if isinstance(cfg, (str, os.PathLike)) else cfg
+
+
+def run(cfg: RunConfig | File, fit: Fit | None = None, *, fresh: bool = False) -> TuneResult:
+    """Run (or resume) the study a config (or run file) describes and return its result. `fit`: your training
+    function `fit(ctx)` (default: the config's `trainer:`, else the built-in trainer); `fresh`: start over."""
     from autotune.study._study import run as _run
 
-    if isinstance(cfg, str):
-        cfg = load_config(cfg)
-    return _run(cfg, fresh=fresh, fit=fit)
+    return _run(_config(cfg), fresh=fresh, fit=fit)
 
 
-def train(cfg: RunConfig | str, params: dict[str, Any] | None = None, seed: int | None = None,
-          fit: Fit | None = None) -> TrainResult:
+def train(cfg: RunConfig | File, params: dict[str, Any] | None = None, *, fit: Fit | None = None,
+          seed: int | None = None) -> TrainResult:
     """Train one configuration outside any study: fixed settings plus `params` (user parameters as
     `user.NAME`), the same training function, settings and clocks as a trial. `seed` (default: the seed the
     study's trial 0 trains with: `study.trial_seed`, else study.seed x 100003)."""
-    from autotune.fit._trainer import train as _train
-    from autotune.spec._settings import check_params, merge
-    from autotune.study._objective import job_for, load_fit, trial_seed
-    from autotune.study._study import preflight
+    from autotune.fit._train_one import train as _train
 
-    if isinstance(cfg, str):
-        cfg = load_config(cfg)
-    given = check_params(params or {}, "params")
-    values = merge(cfg.train, overrides=given)  # searched: defaults unless given
-    preflight(cfg)
-    seed = trial_seed(cfg, 0) if seed is None else seed
-    return _train(job_for(cfg, values, seed, measure_inference=True, fit=fit or load_fit(cfg), study_rules=False,
-                          fixed=frozenset(cfg.train) | frozenset(given)))
+    return _train(_config(cfg), params, fit=fit, seed=seed)
+
+
+_LAZY = {  # imported on first use: `import autotune` stays light (no torch, no Optuna)
+    "TuneResult": "autotune.study._study", "TrainResult": "autotune.training._context",
+    "TrialContext": "autotune.training._context", "EpochRecord": "autotune.training._context",
+    "ContextMisuse": "autotune.training._context", "TrialSummary": "autotune.search._results",
+}
 
 
 def __getattr__(name: str) -> Any:
-    if name == "TuneResult":
-        from autotune.study._study import TuneResult
+    if name in _LAZY:
+        import importlib
 
-        return TuneResult
-    if name == "TrainResult":
-        from autotune.training._context import TrainResult
-
-        return TrainResult
-    if name == "TrialContext":
-        from autotune.training._context import TrialContext
-
-        return TrialContext
-    if name == "TrialSummary":
-        from autotune.search._results import TrialSummary
-
-        return TrialSummary
-    raise AttributeError(name)
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'autotune' has no attribute {name!r}")
 
 
-__all__ = ["AutotuneError", "ConfigError", "TrainResult", "TrialContext", "TrialSummary", "TuneResult", "load_config",
-           "run", "train", "__version__"]
+__all__ = ["AutotuneError", "ConfigError", "ContextMisuse", "EpochRecord", "TrainResult", "TrialContext",
+           "TrialStopped", "TrialSummary", "TuneResult", "__version__", "load_config", "run", "train"]

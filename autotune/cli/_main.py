@@ -479,7 +479,7 @@ COMMANDS: dict[str, tuple[Command, AddArgs, str]] = {
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from autotune import __version__
+    from autotune.core._version import __version__
 
     parser = argparse.ArgumentParser(prog="autotune", description="Find the best speed-accuracy trade-off for "
                                                                   "training a PyTorch model.")

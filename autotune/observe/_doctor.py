@@ -12,7 +12,7 @@ import optuna
 import torch
 from torch import nn
 
-from autotune import __version__
+from autotune.core._version import __version__
 from autotune.spec._settings import PRECISIONS
 from autotune.training import _accel as accel
 

@@ -13,10 +13,11 @@ import torch
 
 from autotune.config._load import read_yaml
 from autotune.core._errors import ConfigError
+from autotune.fit._preflight import preflight
+from autotune.fit._train_one import one_job
 from autotune.fit._trainer import train
 from autotune.spec._schema import RunConfig
 from autotune.spec._settings import check_params, merge
-from autotune.study._objective import job_for, load_fit, trial_seed
 from autotune.training import _accel as accel
 from autotune.training._context import TrainResult
 
@@ -34,18 +35,16 @@ def read_params(path: Path) -> dict[str, Any]:
 
 def profile(cfg: RunConfig, params: dict[str, Any], epochs: int, out_dir: Path,
             row_limit: int = 15) -> tuple[TrainResult, Path, str]:
-    from autotune.study._study import preflight
-
     preflight(cfg)  # a user's factory or data file that fails is one line here too, not a traceback
-    settings = merge(cfg.train, overrides={**params, "epochs": epochs})
-    dev = accel.resolve_device(settings["device"])
+    # the job autotune.train runs, for `epochs` (inference metrics only where the objectives need them)
+    one = one_job(cfg, {**params, "epochs": epochs}, measure_inference=None)
+    dev = accel.resolve_device(merge(cfg.train, overrides=params)["device"])
     activities = [torch.profiler.ProfilerActivity.CPU]
     if dev.type == "cuda":
         activities.append(torch.profiler.ProfilerActivity.CUDA)
     out_dir.mkdir(parents=True, exist_ok=True)
     with torch.profiler.profile(activities=activities, record_shapes=False) as prof:
-        result = train(job_for(cfg, settings, trial_seed(cfg, 0), fit=load_fit(cfg), study_rules=False,
-                               fixed=frozenset(cfg.train) | frozenset(params)))
+        result = train(one)
     trace = out_dir / f"{cfg.study.name}-trace.json"
     prof.export_chrome_trace(str(trace))
     sort = "self_cuda_time_total" if dev.type == "cuda" else "self_cpu_time_total"

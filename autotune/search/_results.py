@@ -7,13 +7,19 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from autotune.core._metrics import CATALOGUE, is_fraction
 from autotune.spec._schema import FastestWithin, MostAccurateUnder, RunConfig
+
+if TYPE_CHECKING:
+    from autotune.training._context import EpochRecord
+
+# An epoch record's own fields (EpochRecord); every other key of a stored epoch is a reported metric.
+_CLOCKS = ("train_loss", "epoch_time_s", "train_time_s", "samples_per_s", "data_wait_fraction", "lr")
 
 
 @dataclass
@@ -23,6 +29,8 @@ class TrialSummary:
     params: dict[str, Any]  # the searched values that took effect (not the `not_applied` ones)
     values: dict[str, float]  # objective metric -> value
     metrics: dict[str, float]  # every measured metric
+    # per epoch as the trial's `history` user attr stores it: flat dicts, EpochRecord.as_dict(); `records()` gives
+    # the EpochRecords a TrainResult.history holds
     history: list[dict[str, Any]] = field(default_factory=list)
     stop_reason: str | None = None
     stop_epoch: int | None = None
@@ -31,6 +39,16 @@ class TrialSummary:
     not_applied: dict[str, str] = field(default_factory=dict)  # searched settings that took no effect, and why
     # (left out of `params`, of the printed recommendation and of `best --export`)
     seed: int | None = None  # the training seed (what reproduces it)
+
+    def records(self) -> list[EpochRecord]:
+        """`history` as EpochRecords, the type of `TrainResult.history` (`rec.epoch`, `rec.val_accuracy`); a clock
+        an old record lacks is NaN."""
+        from autotune.training._context import EpochRecord  # torch: only when asked, not for a report
+
+        return [EpochRecord(epoch=int(h.get("epoch", n)), metrics={k: v for k, v in h.items() if k != "epoch" and
+                                                                   k not in _CLOCKS},
+                            **{k: float(h.get(k, math.nan)) for k in _CLOCKS})
+                for n, h in enumerate(self.history, start=1)]
 
     def row(self) -> dict[str, Any]:
         """A flat dict for tables and DataFrames."""

@@ -1,1 +1,25 @@
-"""spec."""
+"""What a run file may say, as types: the schema (`RunConfig` and its sections, pydantic), the settings catalogue
+(every trainer setting: type, default, doc) and the registries' names. No YAML reading (config/), no torch."""
+
+from __future__ import annotations
+
+from autotune.spec._schema import (
+    METRICS,
+    MODEL_PREFIX,
+    STRATEGIES,
+    TASK_METRICS,
+    TASKS,
+    USER_PREFIX,
+    DataConfig,
+    DistillConfig,
+    FastestWithin,
+    ModelConfig,
+    MostAccurateUnder,
+    ParamSpec,
+    RunConfig,
+)
+from autotune.spec._settings import PRECISIONS, SETTINGS, Settings, check_params, merge
+
+__all__ = ["METRICS", "MODEL_PREFIX", "PRECISIONS", "SETTINGS", "STRATEGIES", "TASKS", "TASK_METRICS", "USER_PREFIX",
+           "DataConfig", "DistillConfig", "FastestWithin", "ModelConfig", "MostAccurateUnder", "ParamSpec", "RunConfig",
+           "Settings", "check_params", "merge"]

@@ -163,7 +163,7 @@ def code_fingerprint(fit: Any) -> str:
     """What the trial's code is, for an error record: a hash of the training function's file ('builtin': the
     built-in trainer, which autotune's version stands for; '' when the file cannot be read)."""
     if fit is None:
-        from autotune import __version__
+        from autotune.core._version import __version__
 
         return f"builtin {__version__}"
     try:

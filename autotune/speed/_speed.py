@@ -29,10 +29,10 @@ import torch
 
 from autotune.core._errors import AutotuneError, TrialStopped, describe_exception
 from autotune.fit import _trainer as trainer
+from autotune.fit._job import job_for
 from autotune.search import _space as space
 from autotune.spec._schema import MODEL_PREFIX, USER_PREFIX, RunConfig
 from autotune.speed import _probe as probe
-from autotune.study import _objective as objective
 from autotune.training import _accel as accel
 from autotune.training._stops import Limits
 from autotune.training._throughput import Measurement, ProbeDone, RepeatedWindow
@@ -109,8 +109,7 @@ def measure(cfg: RunConfig, combo: dict[str, Any], fit: trainer.Fit | None = Non
     window = RepeatedWindow(end_run=True, warmup=PROBE_WARMUP, steps=PROBE_STEPS, min_seconds=PROBE_WINDOW_S,
                             compiled=bool(values["compile"]), agree=PROBE_AGREE, tolerance=PROBE_TOLERANCE,
                             max_windows=PROBE_WINDOWS)
-    job = objective.job_for(cfg, values, cfg.study.seed or 0, measure_inference=False, fit=fit, study_rules=False,
-                            probe=window)
+    job = job_for(cfg, values, cfg.study.seed or 0, measure_inference=False, fit=fit, study_rules=False, probe=window)
     job = dataclasses.replace(job, limits=Limits(hang_seconds=seconds))
     row = Row(dict(combo))
     t0 = time.perf_counter()

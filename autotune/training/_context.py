@@ -270,7 +270,8 @@ class TrialContext:
 
     Read: `params` (every setting and user parameter by name), `settings` (trainer settings only),
     `device`, `seed`, `epochs_total`, `batch_size` (the global batch), `precision`, `model` (the prepared,
-    uncompiled model), `optimizer` (the searched optimizer, as a factory of parameters -> torch.optim.Optimizer),
+    uncompiled model), `opt` (the optimizer `prepare` returned), `optimizer_factory` (the searched optimizer, as a
+    factory of parameters -> torch.optim.Optimizer; `optimizer` is its deprecated old name),
     `rank` and `world_size` (0 and 1 unless the trial trains on several devices).
     Call: `prepare`, `loader`, `epochs`, `autocast`, `backward`, `report`; a training function may return a dict
     of final metrics (`result`).
@@ -378,6 +379,15 @@ class TrialContext:
 
     @property
     def optimizer(self) -> Callable[[Any], torch.optim.Optimizer]:
+        """Deprecated: the factory is `optimizer_factory`; the optimizer itself is `opt`."""
+        import warnings
+
+        warnings.warn("ctx.optimizer is the searched optimizer's factory, not an optimizer: use ctx.optimizer_factory "
+                      "(the optimizer ctx.prepare returned is ctx.opt)", DeprecationWarning, stacklevel=2)
+        return self.optimizer_factory
+
+    @property
+    def optimizer_factory(self) -> Callable[[Any], torch.optim.Optimizer]:
         """The trial's optimizer (name, lr, momentum, weight decay, fused kernels) as a factory of parameters."""
         s = self.settings
 
@@ -422,7 +432,7 @@ class TrialContext:
                 self.not_applied["channels_last"] = "the model has no 2-D convolution"
         self.model = model
         if optimizer is None:
-            optimizer = self.optimizer
+            optimizer = self.optimizer_factory
         if isinstance(optimizer, torch.optim.Optimizer):
             opt = optimizer
         elif callable(optimizer):

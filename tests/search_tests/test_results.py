@@ -96,3 +96,16 @@ def test_summary_keeps_objectives_and_catalogue_metrics() -> None:
     assert s.values == {"val_f1": 0.9, "train_time_s": 2.0}
     assert s.metrics == {"val_f1": 0.8, "samples_per_s": 1000.0}  # no flags, no history
     assert s.row()["params_lr"] == 0.01 and s.row()["feasible"] is True
+
+
+def test_a_summarys_history_reads_as_the_epoch_records_a_train_result_holds() -> None:
+    from autotune.training._context import EpochRecord
+
+    rec = EpochRecord(epoch=2, train_loss=0.5, epoch_time_s=1.0, train_time_s=2.5, samples_per_s=100.0,
+                      data_wait_fraction=0.1, lr=0.01, metrics={"val_accuracy": 0.9, "val_loss": 0.3})
+    t = create_trial(values=[0.9], user_attrs={"history": [{"epoch": 1, "val_accuracy": 0.5}, rec.as_dict()]})
+    s = results.summarize(t, ["val_accuracy"])
+    assert s.history == [{"epoch": 1, "val_accuracy": 0.5}, rec.as_dict()]  # as stored
+    old, again = s.records()
+    assert again == rec and again.val_accuracy == 0.9  # the same record back
+    assert old.epoch == 1 and old.metrics == {"val_accuracy": 0.5} and old.lr != old.lr  # a clock it lacks: NaN

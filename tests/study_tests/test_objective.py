@@ -10,8 +10,7 @@ import pytest
 
 import autotune
 from autotune import config
-from autotune.study import _objective as objective
-from autotune.study._objective import FailureStreak
+from autotune.study._objective import FailureStreak, Objective
 
 
 def user_study(tmp_path: Path, fit: str, **sections: Any) -> config.RunConfig:
@@ -60,18 +59,6 @@ def test_an_objective_reported_only_at_the_end_says_pruning_is_off(tmp_path: Pat
     assert "pruning_off" not in autotune.run(every).study.trials[0].user_attrs  # reported each epoch: on
 
 
-def test_job_measures_inference_only_when_an_objective_or_constraint_needs_it() -> None:
-    plain = config.from_dict({})
-    assert not objective.job_for(plain, plain.fixed(), 0).measure_inference
-    latency = config.from_dict({"objectives": ["val_accuracy", "inference_latency_ms"]})
-    assert objective.job_for(latency, latency.fixed(), 0).measure_inference
-    drop = config.from_dict({"constraints": {"max_accuracy_drop": 0.01}})
-    assert objective.job_for(drop, drop.fixed(), 0).measure_inference
-    # early stopping watches val_loss, then the quality objectives (not clocks or sizes)
-    assert objective.job_for(latency, latency.fixed(), 0).early_stopping_on == (("val_loss", "minimize"),
-                                                                                 ("val_accuracy", "maximize"))
-
-
 def test_failure_streak_counts_the_same_error_in_a_row() -> None:
     streak = FailureStreak(3)
     assert not streak.saw("A") and not streak.saw("A")
@@ -84,7 +71,7 @@ def test_failure_streak_counts_the_same_error_in_a_row() -> None:
 def test_objective_metrics_split_into_per_epoch_and_final(tmp_path: Path) -> None:
     cfg = config.from_dict({"objectives": ["val_accuracy", "inference_latency_ms", "train_time_s"],
                             "study": {"storage": f"sqlite:///{tmp_path}/x.db"}})
-    obj = objective.Objective(cfg)
+    obj = Objective(cfg)
     assert obj.epoch_metrics == ["val_accuracy", "train_time_s"]
     assert obj.pareto is not None and obj.pareto.directions == ["maximize", "minimize"]
     assert obj.quality == ("val_accuracy", "maximize")

@@ -1,0 +1,78 @@
+"""Everything that can be wrong with a config before anything trains, as one ConfigError line: the device, a fixed
+precision, several devices, sampler and pruner, the data, the model, augmentation and compression settings.
+
+Run before a study (or a worker) starts, by `autotune.train`, `autotune profile` and `autotune speed`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from autotune.core._errors import AutotuneError, ConfigError, describe_exception
+from autotune.search import _pruners as pruners
+from autotune.search import _samplers as samplers
+from autotune.search import _space as space
+from autotune.spec._schema import RunConfig
+from autotune.training import _accel as accel
+from autotune.training import _augment as augment
+from autotune.training import _data as data
+from autotune.training import _distributed as distributed
+from autotune.training import _models as models
+
+
+def preflight(cfg: RunConfig) -> None:
+    """Everything that can be wrong before a trial runs: device, fixed precision, data, model."""
+    file = Path(cfg.source).name
+    fixed = cfg.fixed()
+    try:
+        dev = accel.resolve_device(fixed["device"])
+    except AutotuneError as e:
+        raise ConfigError(file, "train.device", str(e)) from None
+    if "precision" not in cfg.space:
+        why = accel.precision_error(str(dev), fixed["precision"])
+        if why is not None:
+            raise ConfigError(file, "train.precision", f"{fixed['precision']} cannot run on {dev}: {why}; "
+                                                       f"use fp32 or search precision")
+    distributed.check(cfg)
+    samplers.make_sampler(cfg)
+    pruners.optuna_pruner(cfg)
+    pruners.pareto_pruner(cfg)
+    if cfg.trainer is not None:
+        return  # a user's training function brings its own data and model
+    try:
+        ds = data.load(cfg.data, cfg.source, cfg.task)
+    except AutotuneError:
+        raise
+    except Exception as e:  # a user's data factory or a damaged file: one line naming it, not a traceback
+        key, what = ("data.factory", f"{cfg.data.factory} raised") if cfg.data.factory else \
+            ("data.path", f"cannot read {cfg.data.path}:") if cfg.data.path else ("data", f"{cfg.data.name}:")
+        raise ConfigError(file, key, f"{what} {describe_exception(e)}") from None
+    _check_augment(cfg, ds.input_shape, file)
+    try:
+        models.build_for(cfg.model, space.fixed_point(cfg, {}), ds.input_shape, ds.n_outputs, 0.0, "default", file)
+    except AutotuneError:
+        raise
+    except Exception as e:
+        key, what = ("model.factory", f"{cfg.model.factory} raised") if cfg.model.factory else ("model", "failed:")
+        raise ConfigError(file, key, f"cannot build the model for input {ds.input_shape}: {what} "
+                                     f"{describe_exception(e)}") from None
+    from autotune import compress  # fixed compression settings that cannot run here
+
+    compress.preflight(cfg)
+
+
+def _check_augment(cfg: RunConfig, input_shape: tuple[int, ...], file: str) -> None:
+    """Augmentation settings the data cannot take (image-only, a crop pad past the image side), fixed or
+    at the largest value searched."""
+    fixed = cfg.fixed()
+    for key in augment.SETTINGS:
+        spec = cfg.space.get(key)
+        values = [fixed.get(key)] if spec is None else \
+            [max(spec.choices)] if spec.choices is not None else [spec.high]
+        why = augment.check({key: values[0]}, input_shape)
+        if why is not None:
+            raise ConfigError(file, f"space.{key}" if spec else f"train.{key}", why)
+
+
+
+__all__ = ["preflight"]
