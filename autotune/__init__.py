@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from autotune.fit._trainer import Fit
+    from autotune.observe._result import TuneResult
     from autotune.spec._schema import RunConfig
-    from autotune.study._study import TuneResult
     from autotune.training._context import TrainResult
 
 from autotune.core._errors import AutotuneError, ConfigError
@@ -28,11 +28,14 @@ def load_config(path: str, overrides: dict[str, Any] | None = None) -> RunConfig
 def run(cfg: RunConfig | str, fit: Fit | None = None, fresh: bool = False) -> TuneResult:
     """Run (or resume) the study a config describes and return its result. `fit`: your training function
     `fit(ctx)` (default: the config's `trainer:`, else the built-in trainer)."""
+    from autotune.observe import _tracking as tracking
+    from autotune.observe._result import TuneResult
     from autotune.study._study import run as _run
 
     if isinstance(cfg, str):
         cfg = load_config(cfg)
-    return _run(cfg, fresh=fresh, fit=fit)
+    # `tracking: {mlflow: ...}` in the config: the tracker (checked now) logs the run as one of its callbacks
+    return TuneResult.of(_run(cfg, fresh=fresh, fit=fit, callbacks=tracking.callbacks(cfg)))
 
 
 def train(cfg: RunConfig | str, params: dict[str, Any] | None = None, seed: int | None = None,
@@ -40,24 +43,16 @@ def train(cfg: RunConfig | str, params: dict[str, Any] | None = None, seed: int 
     """Train one configuration outside any study: fixed settings plus `params` (user parameters as
     `user.NAME`), the same training function, settings and clocks as a trial. `seed` (default: the seed the
     study's trial 0 trains with: `study.trial_seed`, else study.seed x 100003)."""
-    from autotune.fit._trainer import train as _train
-    from autotune.spec._settings import check_params, merge
-    from autotune.study._objective import job_for, load_fit, trial_seed
-    from autotune.study._study import preflight
+    from autotune.study._study import train_one
 
     if isinstance(cfg, str):
         cfg = load_config(cfg)
-    given = check_params(params or {}, "params")
-    values = merge(cfg.train, overrides=given)  # searched: defaults unless given
-    preflight(cfg)
-    seed = trial_seed(cfg, 0) if seed is None else seed
-    return _train(job_for(cfg, values, seed, measure_inference=True, fit=fit or load_fit(cfg), study_rules=False,
-                          fixed=frozenset(cfg.train) | frozenset(given)))
+    return train_one(cfg, params, seed, fit)
 
 
 def __getattr__(name: str) -> Any:
     if name == "TuneResult":
-        from autotune.study._study import TuneResult
+        from autotune.observe._result import TuneResult
 
         return TuneResult
     if name == "TrainResult":

@@ -36,14 +36,16 @@ def _cmd_run(args: argparse.Namespace) -> int:
     import optuna
 
     from autotune.observe import _progress as progress
+    from autotune.observe import _tracking as tracking
     from autotune.study._study import run
 
     cfg = _load(args)
     if getattr(args, "workers", None) is not None or getattr(args, "gpus", None) is not None:
         return _run_workers(args, cfg)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
+    trackers = tracking.callbacks(cfg)  # MLflow, checked before the study exists
     view = progress.RunView(cfg, plain=args.plain or not sys.stdout.isatty())
-    return _show_run(cfg, view, lambda: run(cfg, fresh=args.fresh, callbacks=[view.on_trial],
+    return _show_run(cfg, view, lambda: run(cfg, fresh=args.fresh, callbacks=[view.on_trial, *trackers],
                                             on_start=view.on_start))
 
 
@@ -93,17 +95,19 @@ def _run_workers(args: argparse.Namespace, cfg: Any) -> int:
     import optuna
 
     from autotune.observe import _progress as progress
+    from autotune.observe import _tracking as tracking
     from autotune.study import _workers as workers
 
     slots = workers.plan(cfg, args.workers, args.gpus)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     if args.fail_stale:
         _fail_stale(cfg)
+    trackers = tracking.callbacks(cfg)  # the driver logs every trial to MLflow, not the workers
     view = progress.RunView(cfg, plain=args.plain or not sys.stdout.isatty())
     print(f"{len(slots)} worker(s): " + "; ".join(s.describe() for s in slots), flush=True)
     return _show_run(cfg, view, lambda: workers.run_parallel(
         cfg, slots, fresh=args.fresh, on_start=view.on_start, on_trial=view.on_trial,
-        on_note=lambda line: print(line, file=sys.stderr, flush=True)))
+        on_note=lambda line: print(line, file=sys.stderr, flush=True), callbacks=trackers))
 
 
 def _fail_stale(cfg: Any) -> None:
@@ -122,6 +126,7 @@ def _cmd_worker(args: argparse.Namespace) -> int:
     import optuna
 
     from autotune.observe import _progress as progress
+    from autotune.observe import _tracking as tracking
     from autotune.study import _budget as budget
     from autotune.study import _workers as workers
 
@@ -135,12 +140,13 @@ def _cmd_worker(args: argparse.Namespace) -> int:
         print(f"note: {line}", file=sys.stderr)
     if args.fail_stale:
         _fail_stale(cfg)
+    trackers = tracking.callbacks(cfg)  # this worker logs its own trials to the study's MLflow parent run
     view = progress.RunView(cfg, plain=True)
     me = workers.worker_id()
     print(f"worker {me} joined study {cfg.study.name} ({redact(cfg.study.storage)}); "
           f"{budget.counts(study.get_trials(deepcopy=False)).finished} of {cfg.study.n_trials} finished", flush=True)
     try:
-        res = workers.run_worker(cfg, sampler_seed_offset=None, callbacks=[view.on_trial], study=study)
+        res = workers.run_worker(cfg, sampler_seed_offset=None, callbacks=[view.on_trial, *trackers], study=study)
     except KeyboardInterrupt:
         print("interrupted: this worker's finished trials are kept; its running one was marked FAIL",
               file=sys.stderr)
@@ -257,10 +263,12 @@ def _args_storage_proxy(p: argparse.ArgumentParser) -> None:
 
 
 def _cmd_validate(args: argparse.Namespace) -> int:
+    from autotune.observe import _tracking as tracking
     from autotune.study._study import validate
 
     cfg = _load(args)
     validate(cfg)
+    tracking.check(cfg)
     n = len(cfg.space)
     print(f"{args.file}: ok: {len(cfg.objectives)} objective(s), {n} searched setting(s), sampler "
           f"{cfg.study.sampler}, storage {redact(cfg.study.storage)}")

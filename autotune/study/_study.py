@@ -1,5 +1,6 @@
 """Sampler and pruner (from samplers.py, pruners.py); checks before a study exists; create or resume the study;
-run it; `TuneResult`. The storage itself is storage.py's."""
+run it; `TuneResult`. The storage itself is storage.py's. Nothing here knows MLflow: a tracker reaches a run as a
+callback its caller passes in (a `RunCallback`, observe's)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import optuna
 from optuna.trial import FrozenTrial, TrialState
@@ -19,7 +20,6 @@ from autotune import __version__
 from autotune.core._errors import AutotuneError, ConfigError, describe_exception, redact
 from autotune.core._userref import check_fit_signature
 from autotune.fit._trainer import Fit
-from autotune.observe import _tracking as tracking
 from autotune.search import _pruners as pruners
 from autotune.search import _results as results
 from autotune.search import _samplers as samplers
@@ -28,12 +28,13 @@ from autotune.spec._schema import RunConfig
 from autotune.study import _orphans as orphans
 from autotune.study import _storage as storage_mod
 from autotune.study import _warm as warm
-from autotune.study._objective import CATCH, Objective, fit_name
+from autotune.study._objective import CATCH, Objective, fit_name, job_for, load_fit, trial_seed
 from autotune.training import _accel as accel
 from autotune.training import _augment as augment
 from autotune.training import _data as data
 from autotune.training import _distributed as distributed
 from autotune.training import _models as models
+from autotune.training._context import TrainResult
 
 FINISHED = (TrialState.COMPLETE, TrialState.PRUNED)
 
@@ -102,11 +103,11 @@ def _check_augment(cfg: RunConfig, input_shape: tuple[int, ...], file: str) -> N
 
 
 def validate(cfg: RunConfig) -> None:
-    """Everything `autotune validate` checks: preflight, the storage and the tracking server."""
+    """What `autotune validate` checks in this layer: preflight, the storage and a warm start's source (the
+    tracking server is checked where its callback is built, above)."""
     preflight(cfg)
     storage_mod.check_storage(cfg)
     warm.source(cfg)
-    tracking.check(cfg)
 
 
 def versions() -> dict[str, str]:
@@ -150,11 +151,6 @@ class TuneResult:
         except ImportError:
             return rows
         return pd.DataFrame(rows)
-
-    def report(self, path: str | Path) -> Path:
-        from autotune.observe import _report as report
-
-        return report.write(self.study, self.config, Path(path))
 
 
 def open_study(cfg: RunConfig, fresh: bool = False, create: bool = True,
@@ -208,6 +204,21 @@ def device_label(cfg: RunConfig) -> str:
     return accel.device_name(accel.resolve_device(cfg.fixed()["device"]), threads)
 
 
+def train_one(cfg: RunConfig, params: dict[str, Any] | None = None, seed: int | None = None,
+              fit: Fit | None = None) -> TrainResult:
+    """The body of `autotune.train` (here so that `retrain_best` needs nothing above this layer): one configuration
+    outside any study, fixed settings plus `params`, the same training function, settings and clocks as a trial."""
+    from autotune.fit._trainer import train
+    from autotune.spec._settings import check_params, merge
+
+    given = check_params(params or {}, "params")
+    values = merge(cfg.train, overrides=given)  # searched: defaults unless given
+    preflight(cfg)
+    seed = trial_seed(cfg, 0) if seed is None else seed
+    return train(job_for(cfg, values, seed, measure_inference=True, fit=fit or load_fit(cfg), study_rules=False,
+                         fixed=frozenset(cfg.train) | frozenset(given)))
+
+
 def retrain_best(cfg: RunConfig, study: optuna.Study, best: results.TrialSummary, path: Path) -> Path:
     """Retrain a trial's settings (same seed) and save the dense fp32 state dict.
 
@@ -216,14 +227,12 @@ def retrain_best(cfg: RunConfig, study: optuna.Study, best: results.TrialSummary
     """
     import torch
 
-    from autotune import train
-
     settings = space.of_trial(cfg, best.settings, best.params)
     # what the trial chose (searched or fixed): a default given as a param would count as the user's choice
     chosen = {k: v for k, v in settings.items() if k in cfg.space or k in cfg.train}
     chosen.update(prune_method="none", prune_amount=0.0, finetune_epochs=0, quantize="none", qat=False)
     seed = study.trials[best.number].user_attrs.get("seed")
-    result = train(cfg.model_copy(update={"distill": None}), params=chosen, seed=seed)
+    result = train_one(cfg.model_copy(update={"distill": None}), params=chosen, seed=seed)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(path.suffix + ".tmp")
     torch.save(result.model.state_dict(), tmp)
@@ -277,6 +286,32 @@ def n_finished(study: optuna.Study) -> int:
 TrialCallback = Callable[[optuna.Study, FrozenTrial], None]
 
 
+@runtime_checkable
+class RunCallback(Protocol):
+    """A trial callback (Optuna's `callbacks=[fn(study, trial)]` shape) that also hears when a run starts and ends:
+    MLflow's tracker (observe) opens its parent run in `start` and ends it in `finish`. `status` is how this
+    process's run ended (FINISHED, FAILED, KILLED), or None when the study goes on without it (a worker leaves)."""
+
+    def start(self, study: optuna.Study) -> None: ...
+
+    def __call__(self, study: optuna.Study, trial: FrozenTrial) -> None: ...
+
+    def finish(self, study: optuna.Study, status: str | None = "FINISHED") -> None: ...
+
+
+def start_run(callbacks: list[TrialCallback] | None, study: optuna.Study) -> list[RunCallback]:
+    """Start the callbacks that have a start and an end; returns them, for `finish_run`."""
+    hooks = [cb for cb in callbacks or [] if isinstance(cb, RunCallback)]
+    for hook in hooks:
+        hook.start(study)
+    return hooks
+
+
+def finish_run(hooks: list[RunCallback], study: optuna.Study, status: str | None) -> None:
+    for hook in hooks:
+        hook.finish(study, status)
+
+
 class FinishedBudget:
     """Stop the study once it holds `n_trials` finished trials (Optuna's MaxTrialsCallback, without reading
     every trial back from the storage after each one): this process counts the trials it finishes, and reads
@@ -305,7 +340,9 @@ def run(cfg: RunConfig, fresh: bool = False, callbacks: list[TrialCallback] | No
         on_start: Callable[[optuna.Study, int], None] | None = None, fit: Fit | None = None,
         on_note: Callable[[str], None] | None = None) -> TuneResult:
     """Create or resume the study and run trials until it holds `n_trials` finished ones (or timeout).
-    `fit`: a training function (default: the config's `trainer:`, else the built-in trainer).
+    `fit`: a training function (default: the config's `trainer:`, else the built-in trainer). `callbacks`: Optuna
+    trial callbacks; a `RunCallback` among them (MLflow's tracker) also starts once the study is open and finishes
+    with the run.
 
     Trials left RUNNING by a run that died (SIGKILL, OOM killer, power) are failed as `orphaned` and
     retried once first; `on_note` (default: stderr) hears how many.
@@ -313,11 +350,10 @@ def run(cfg: RunConfig, fresh: bool = False, callbacks: list[TrialCallback] | No
     if fit is not None:
         check_fit_signature(fit, fit_name(cfg, fit), _file(cfg))
     preflight(cfg)
-    tracking.check(cfg)
     cfg = resolve_teacher(cfg)
     study = open_study(cfg, fresh=fresh)
     note_orphans(orphans.reap(study), on_note)
-    tracker = tracking.open_tracker(cfg, study)
+    hooks = start_run(callbacks, study)
     # Everything imported so far (torch, optuna, sympy...) lives for the whole run: freeze it out of
     # the garbage collector, so the collection after each trial scans only what trials made
     # (0.5 s per collection otherwise, longer than a digits trial trains).
@@ -332,8 +368,6 @@ def run(cfg: RunConfig, fresh: bool = False, callbacks: list[TrialCallback] | No
     try:
         if todo != 0:
             cbs: list[TrialCallback] = list(callbacks or [])
-            if tracker is not None:
-                cbs.append(tracker)
             if cfg.study.n_trials is not None:
                 cbs.append(FinishedBudget(cfg.study.n_trials, study))
             study.optimize(Objective(cfg, fit), n_trials=todo, timeout=cfg.study.timeout, callbacks=cbs,
@@ -343,6 +377,5 @@ def run(cfg: RunConfig, fresh: bool = False, callbacks: list[TrialCallback] | No
         status = "KILLED"
         raise
     finally:
-        if tracker is not None:
-            tracker.finish(study, status)
+        finish_run(hooks, study, status)
     return TuneResult(study=study, config=cfg)
