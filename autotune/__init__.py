@@ -12,9 +12,9 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from autotune.fit._trainer import Fit
+    from autotune.observe._result import TuneResult
     from autotune.search._results import TrialSummary
     from autotune.spec._schema import RunConfig
-    from autotune.study._study import TuneResult
     from autotune.training._context import ContextMisuse, EpochRecord, TrainResult, TrialContext
 
 from autotune.core._errors import AutotuneError, ConfigError, TrialStopped
@@ -37,9 +37,13 @@ def _config(cfg: RunConfig | File) -> RunConfig:
 def run(cfg: RunConfig | File, fit: Fit | None = None, *, fresh: bool = False) -> TuneResult:
     """Run (or resume) the study a config (or run file) describes and return its result. `fit`: your training
     function `fit(ctx)` (default: the config's `trainer:`, else the built-in trainer); `fresh`: start over."""
+    from autotune.observe import _tracking as tracking
+    from autotune.observe._result import TuneResult
     from autotune.study._study import run as _run
 
-    return _run(_config(cfg), fresh=fresh, fit=fit)
+    cfg = _config(cfg)
+    # `tracking: {mlflow: ...}` in the config: the tracker (checked now) logs the run as one of its callbacks
+    return TuneResult.of(_run(cfg, fresh=fresh, fit=fit, callbacks=tracking.callbacks(cfg)))
 
 
 def train(cfg: RunConfig | File, params: dict[str, Any] | None = None, *, fit: Fit | None = None,
@@ -53,7 +57,7 @@ def train(cfg: RunConfig | File, params: dict[str, Any] | None = None, *, fit: F
 
 
 _LAZY = {  # imported on first use: `import autotune` stays light (no torch, no Optuna)
-    "TuneResult": "autotune.study._study", "TrainResult": "autotune.training._context",
+    "TuneResult": "autotune.observe._result", "TrainResult": "autotune.training._context",
     "TrialContext": "autotune.training._context", "EpochRecord": "autotune.training._context",
     "ContextMisuse": "autotune.training._context", "TrialSummary": "autotune.search._results",
 }

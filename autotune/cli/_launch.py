@@ -9,6 +9,7 @@ and `none` (only create the study, for workers started by something else: a Kube
 
 from __future__ import annotations
 
+import argparse
 import importlib.util
 import os
 import re
@@ -18,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from autotune.cli import _common as common
 from autotune.config._load import from_dict
 from autotune.core import _environ as environ
 from autotune.core._errors import AutotuneError, ConfigError, redact
@@ -220,3 +222,59 @@ def wait(jobs: list[Any]) -> list[str]:
 
 __all__ = ["EXECUTORS", "Request", "check", "create", "follow", "job", "parse_time", "quoted", "submit", "wait",
            "worker_url"]
+
+
+# ---------------------------------------------------------------- the command
+
+
+def cmd(args: argparse.Namespace) -> int:
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    cfg = common.load(args)
+    req = Request(executor=args.executor, workers=args.workers, partition=args.partition,
+                  time_min=parse_time(args.time), gpus_per_task=args.gpus_per_task,
+                  cpus_per_task=args.cpus_per_task, mem_gb=args.mem_gb, folder=Path(args.logs), name=args.job_name)
+    for line in check(cfg, req):
+        print(f"note: {line}", file=sys.stderr)
+    cfg = create(cfg, req, fresh=args.fresh)
+    if EXECUTORS[req.executor] is None:
+        print(f"study {cfg.study.name} is ready in {redact(cfg.study.storage)}; start workers anywhere with: "
+              f"autotune worker --storage {quoted(cfg.study.storage)} --study {cfg.study.name}")
+        return 0
+    jobs = submit(cfg, req)
+    print("\n".join(follow(cfg, req, jobs, args.file)), flush=True)
+    waited = args.wait or req.executor == "debug"  # debug jobs run in this process, as they are waited for
+    n_jobs, failed = len(jobs), wait(jobs) if waited else None
+    jobs.clear()  # now: a submitit job still referenced at interpreter exit prints a TypeError from its __del__
+    if failed is None:
+        return 0
+    for line in failed:
+        print(f"error: {line}", file=sys.stderr)
+    from autotune.study._budget import counts
+    from autotune.study._study import open_study
+
+    c = counts(open_study(cfg, create=False).get_trials(deepcopy=False))
+    print(f"{n_jobs - len(failed)} of {n_jobs} job(s) ended well; the study holds {c.finished} finished, "
+          f"{c.running} running, {c.failed} failed trial(s)")
+    return 1 if failed else 0
+
+
+def add_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("file", help="YAML run file: the study is created (or resumed) here, then its workers submitted")
+    common.add_study_flags(p)
+    p.add_argument("--executor", default="slurm",
+                   help="slurm (sbatch, default), local (processes on this machine), debug (in this process), "
+                        "none (only create the study: start `autotune worker` yourself, e.g. a Kubernetes Job)")
+    p.add_argument("--workers", type=int, default=1, help="jobs in the array, one worker each (default 1)")
+    p.add_argument("--partition", help="Slurm partition")
+    p.add_argument("--time", default="60", help="time limit of each job: minutes or [D-]H:MM:SS (default 60)")
+    p.add_argument("--gpus-per-task", type=int, help="GPUs per job (default: the config's devices; 0 on a CPU "
+                                                      "config)")
+    p.add_argument("--cpus-per-task", type=int, help="CPU cores per job (also its torch threads)")
+    p.add_argument("--mem-gb", type=float, help="memory per job, GB")
+    p.add_argument("--logs", default="studies/launch", help="folder of the jobs' logs and submitit's files "
+                                                            "(default studies/launch; on a shared filesystem)")
+    p.add_argument("--job-name", help="the jobs' name (default autotune-STUDY)")
+    p.add_argument("--fresh", action="store_true", help="delete the stored study of this name and start over")
+    p.add_argument("--wait", action="store_true", help="wait for every job and say how each ended")

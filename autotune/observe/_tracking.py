@@ -189,9 +189,11 @@ def _number(v: Any) -> bool:
 
 
 class Tracker:
-    """An Optuna trial callback: each finished trial becomes a nested run of the study's parent run."""
+    """An Optuna trial callback: each finished trial becomes a nested run of the study's parent run. A
+    `RunCallback` of the study layer: `start` (given `study` here, or called by the run once the study is open)
+    opens the parent run, `finish` ends it."""
 
-    def __init__(self, cfg: RunConfig, study: optuna.Study) -> None:
+    def __init__(self, cfg: RunConfig, study: optuna.Study | None = None) -> None:
         ml = cfg.tracking.mlflow
         assert ml is not None
         self.cfg = cfg
@@ -203,6 +205,13 @@ class Tracker:
         self._down = False
         self._retry_at = 0.0
         self._wait = RETRY_S
+        if study is not None:
+            self.start(study)
+
+    def start(self, study: optuna.Study) -> None:
+        """The experiment and the study's parent run (reopened or new); a new one first logs the trials the
+        study already has."""
+        cfg = self.cfg
         try:
             with self._http():
                 self.experiment_id = self._experiment()
@@ -372,6 +381,11 @@ def describe(study: optuna.Study, cfg: RunConfig) -> str:
     return f"MLflow: experiment {ml.experiment!r} at {redact(ml.tracking_uri)}, parent run {rid}{see}"
 
 
-def open_tracker(cfg: RunConfig, study: optuna.Study) -> Tracker | None:
-    """The study's tracker, or None when the config has no `tracking.mlflow` section."""
-    return Tracker(cfg, study) if cfg.tracking.mlflow is not None else None
+def callbacks(cfg: RunConfig) -> list[Tracker]:
+    """The run's tracking callbacks for `study.run(callbacks=...)`, `run_worker` or `run_parallel`: [the MLflow
+    tracker], checked here (server reachable, store writable: a ConfigError before any study exists), or [] when
+    the config has no `tracking.mlflow` section. The tracker opens its parent run when the study is open."""
+    if cfg.tracking.mlflow is None:
+        return []
+    check(cfg)
+    return [Tracker(cfg)]

@@ -1,5 +1,6 @@
 """Sampler and pruner (from samplers.py, pruners.py); checks before a study exists; create or resume the study;
-run it; `TuneResult`. The storage itself is storage.py's."""
+run it; `TuneResult`. The storage itself is storage.py's. Nothing here knows MLflow: a tracker reaches a run as a
+callback its caller passes in (a `RunCallback`, observe's)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import optuna
 from optuna.trial import FrozenTrial, TrialState
@@ -21,7 +22,6 @@ from autotune.core._version import __version__
 from autotune.fit._job import fit_name
 from autotune.fit._preflight import preflight
 from autotune.fit._trainer import Fit
-from autotune.observe import _tracking as tracking
 from autotune.search import _pruners as pruners
 from autotune.search import _results as results
 from autotune.search import _samplers as samplers
@@ -46,11 +46,11 @@ def _file(cfg: RunConfig) -> str:
 
 
 def validate(cfg: RunConfig) -> None:
-    """Everything `autotune validate` checks: preflight, the storage and the tracking server."""
+    """What `autotune validate` checks in this layer: preflight, the storage and a warm start's source (the
+    tracking server is checked where its callback is built, above)."""
     preflight(cfg)
     storage_mod.check_storage(cfg)
     warm.source(cfg)
-    tracking.check(cfg)
 
 
 def versions() -> dict[str, str]:
@@ -94,11 +94,6 @@ class TuneResult:
         except ImportError:
             return rows
         return pd.DataFrame(rows)
-
-    def report(self, path: str | Path) -> Path:
-        from autotune.observe import _report as report
-
-        return report.write(self.study, self.config, Path(path))
 
 
 def open_study(cfg: RunConfig, fresh: bool = False, create: bool = True,
@@ -221,6 +216,32 @@ def n_finished(study: optuna.Study) -> int:
 TrialCallback = Callable[[optuna.Study, FrozenTrial], None]
 
 
+@runtime_checkable
+class RunCallback(Protocol):
+    """A trial callback (Optuna's `callbacks=[fn(study, trial)]` shape) that also hears when a run starts and ends:
+    MLflow's tracker (observe) opens its parent run in `start` and ends it in `finish`. `status` is how this
+    process's run ended (FINISHED, FAILED, KILLED), or None when the study goes on without it (a worker leaves)."""
+
+    def start(self, study: optuna.Study) -> None: ...
+
+    def __call__(self, study: optuna.Study, trial: FrozenTrial) -> None: ...
+
+    def finish(self, study: optuna.Study, status: str | None = "FINISHED") -> None: ...
+
+
+def start_run(callbacks: list[TrialCallback] | None, study: optuna.Study) -> list[RunCallback]:
+    """Start the callbacks that have a start and an end; returns them, for `finish_run`."""
+    hooks = [cb for cb in callbacks or [] if isinstance(cb, RunCallback)]
+    for hook in hooks:
+        hook.start(study)
+    return hooks
+
+
+def finish_run(hooks: list[RunCallback], study: optuna.Study, status: str | None) -> None:
+    for hook in hooks:
+        hook.finish(study, status)
+
+
 class FinishedBudget:
     """Stop the study once it holds `n_trials` finished trials (Optuna's MaxTrialsCallback, without reading
     every trial back from the storage after each one): this process counts the trials it finishes, and reads
@@ -249,7 +270,9 @@ def run(cfg: RunConfig, fresh: bool = False, callbacks: list[TrialCallback] | No
         on_start: Callable[[optuna.Study, int], None] | None = None, fit: Fit | None = None,
         on_note: Callable[[str], None] | None = None) -> TuneResult:
     """Create or resume the study and run trials until it holds `n_trials` finished ones (or timeout).
-    `fit`: a training function (default: the config's `trainer:`, else the built-in trainer).
+    `fit`: a training function (default: the config's `trainer:`, else the built-in trainer). `callbacks`: Optuna
+    trial callbacks; a `RunCallback` among them (MLflow's tracker) also starts once the study is open and finishes
+    with the run.
 
     Trials left RUNNING by a run that died (SIGKILL, OOM killer, power) are failed as `orphaned` and
     retried once first; `on_note` (default: stderr) hears how many.
@@ -257,11 +280,10 @@ def run(cfg: RunConfig, fresh: bool = False, callbacks: list[TrialCallback] | No
     if fit is not None:
         check_fit_signature(fit, fit_name(cfg, fit), _file(cfg))
     preflight(cfg)
-    tracking.check(cfg)
     cfg = resolve_teacher(cfg)
     study = open_study(cfg, fresh=fresh)
     note_orphans(orphans.reap(study), on_note)
-    tracker = tracking.open_tracker(cfg, study)
+    hooks = start_run(callbacks, study)
     # Everything imported so far (torch, optuna, sympy...) lives for the whole run: frozen out of the garbage
     # collector for the run (accel.frozen_survivors), so the collection before each trial scans only what trials
     # made (0.5 s per collection otherwise, longer than a digits trial trains).
@@ -275,8 +297,6 @@ def run(cfg: RunConfig, fresh: bool = False, callbacks: list[TrialCallback] | No
     try:
         if todo != 0:
             cbs: list[TrialCallback] = list(callbacks or [])
-            if tracker is not None:
-                cbs.append(tracker)
             if cfg.study.n_trials is not None:
                 cbs.append(FinishedBudget(cfg.study.n_trials, study))
             with quiet_failures(), accel.frozen_survivors():
@@ -287,6 +307,5 @@ def run(cfg: RunConfig, fresh: bool = False, callbacks: list[TrialCallback] | No
         status = "KILLED"
         raise
     finally:
-        if tracker is not None:
-            tracker.finish(study, status)
+        finish_run(hooks, study, status)
     return TuneResult(study=study, config=cfg)

@@ -23,7 +23,6 @@ from autotune.core import _environ as environ
 from autotune.core import _lifetime as lifetime
 from autotune.core._errors import AutotuneError, ConfigError, describe_exception
 from autotune.core._optuna_compat import storage_of
-from autotune.observe import _tracking as tracking
 from autotune.search import _samplers as samplers
 from autotune.spec._schema import RunConfig
 from autotune.study import _orphans as orphans
@@ -209,14 +208,15 @@ class WorkerResult:
 
 def run_worker(cfg: RunConfig, sampler_seed_offset: int | None = 0, callbacks: list[TrialCallback] | None = None,
                objective: Callable[[optuna.Trial], Any] | None = None,
-               study: optuna.Study | None = None, track: bool = True) -> WorkerResult:
+               study: optuna.Study | None = None) -> WorkerResult:
     """Run trials of an existing study until it holds n_trials finished ones (or the timeout passes).
 
     `sampler_seed_offset`: 0 keeps the study's seed (one worker reproduces a one-process run); k > 0
     gives worker k its own stream, so parallel workers do not propose the same first settings; None
     reseeds at random (a worker that joined from elsewhere).
-    `track`: log this worker's trials to MLflow (`tracking.mlflow`); `--workers`' children do not,
-    their driver does.
+    `callbacks`: trial callbacks for this worker's trials; a `RunCallback` (MLflow's tracker) starts once the study
+    is open and finishes as the worker leaves (ending the parent run only when the study is done). `--workers`'
+    children get none: their driver logs.
     """
     import warnings
 
@@ -230,9 +230,9 @@ def run_worker(cfg: RunConfig, sampler_seed_offset: int | None = 0, callbacks: l
     cfg = study_mod.resolve_teacher(cfg, storage_of(study))
     n = cfg.study.n_trials
     claimed = ClaimedObjective(objective or Objective(cfg), n)
-    tracker = tracking.open_tracker(cfg, study) if track else None
+    hooks = study_mod.start_run(callbacks, study)
     # Callbacks see the trials this worker ran, not the ones that lost the race for a slot.
-    cbs = [unless_surplus(cb) for cb in [*(callbacks or []), *([tracker] if tracker else [])]]
+    cbs = [unless_surplus(cb) for cb in callbacks or []]
     deadline = None if cfg.study.timeout is None else time.monotonic() + cfg.study.timeout
     ran = 0
     step = "run"
@@ -251,8 +251,8 @@ def run_worker(cfg: RunConfig, sampler_seed_offset: int | None = 0, callbacks: l
             # No gc_after_trial: the objective already collects after each trial (accel.release_memory).
             study.optimize(claimed, n_trials=1, timeout=left, callbacks=cbs, catch=(*CATCH, SurplusTrial))
             ran += 1
-    if tracker is not None:  # the parent run ends with the study, not with one of its workers
-        tracker.finish(study, "FINISHED" if step == "done" else None)
+    # the parent run ends with the study, not with one of its workers
+    study_mod.finish_run(hooks, study, "FINISHED" if step == "done" else None)
     return WorkerResult(ran=ran, surplus=claimed.surplus, study=study)
 
 
@@ -273,7 +273,7 @@ def _child(cfg_dict: dict[str, Any], source: str, slot: Slot) -> None:
         # A terminated worker fails its trial through Optuna (KeyboardInterrupt) instead of leaving it RUNNING
         # (before this, SIGTERM ends the worker outright: it holds no trial yet).
         with lifetime.sigterm_interrupts():
-            run_worker(cfg, sampler_seed_offset=slot.index, track=False)  # the driver logs every trial once
+            run_worker(cfg, sampler_seed_offset=slot.index)  # no tracker: the driver logs every trial once
     except KeyboardInterrupt:
         sys.exit(130)
     except AutotuneError as e:
@@ -371,12 +371,12 @@ class _Pool:
 
 
 class _Feed:
-    """Hands each trial the workers finish, once, to the view and the tracker (never a surplus trial)."""
+    """Hands each trial the workers finish, once, to the view and the callbacks (never a surplus trial)."""
 
-    def __init__(self, study: optuna.Study, on_trial: TrialCallback | None, tracker: Any) -> None:
+    def __init__(self, study: optuna.Study, on_trial: TrialCallback | None, callbacks: list[TrialCallback]) -> None:
         self.study = study
         self.on_trial = on_trial
-        self.tracker = tracker
+        self.callbacks = callbacks
         self.shown = {t.number for t in study.get_trials(deepcopy=False) if t.state.is_finished()}
 
     def __call__(self) -> None:
@@ -387,13 +387,13 @@ class _Feed:
                     continue  # a lost race, not a trial anyone ran
                 if self.on_trial is not None:
                     self.on_trial(self.study, t)
-                if self.tracker is not None:
-                    self.tracker(self.study, t)
+                for cb in self.callbacks:
+                    cb(self.study, t)
 
 
 def _open_for_workers(cfg: RunConfig, slots: list[Slot], fresh: bool,
-                      note: Callable[[str], None]) -> tuple[optuna.Study, Any]:
-    """Checks, then the study (created or resumed) and the driver's tracker."""
+                      note: Callable[[str], None]) -> optuna.Study:
+    """Checks, then the study (created or resumed)."""
     storage.check_shared(cfg, len(slots))
     device = None
     if any(slot.gpu is not None for slot in slots):
@@ -402,29 +402,30 @@ def _open_for_workers(cfg: RunConfig, slots: list[Slot], fresh: bool,
     else:
         study_mod.preflight(cfg)
         study_mod.resolve_teacher(cfg)  # the teacher file exists before any worker needs it
-    tracking.check(cfg)
     study = study_mod.open_study(cfg, fresh=fresh, device_name=device)
     study_mod.note_orphans(orphans.reap(study), note)  # what a killed earlier run left RUNNING
-    # The driver logs to MLflow, not the workers: it sees every trial finish (_Feed), so each is logged
-    # exactly once, over one client, with one warning if the server fails; workers never import MLflow.
-    return study, tracking.open_tracker(cfg, study)
+    return study
 
 
 def run_parallel(cfg: RunConfig, slots: list[Slot], fresh: bool = False,
                  on_start: Callable[[optuna.Study, int], None] | None = None,
                  on_trial: TrialCallback | None = None, on_note: Callable[[str], None] | None = None,
-                 poll_s: float = POLL_S) -> study_mod.TuneResult:
-    """Create or resume the study, run one spawned worker per slot, show finished trials as they land."""
+                 poll_s: float = POLL_S, callbacks: list[TrialCallback] | None = None) -> study_mod.TuneResult:
+    """Create or resume the study, run one spawned worker per slot, show finished trials as they land.
+
+    `callbacks` (MLflow's tracker) run here in the driver, not in the workers: it sees every trial finish (_Feed),
+    so each is logged exactly once, over one client, with one warning if the server fails; workers never import
+    MLflow."""
     note = on_note or (lambda s: print(s, file=sys.stderr))
-    study, tracker = _open_for_workers(cfg, slots, fresh, note)
+    study = _open_for_workers(cfg, slots, fresh, note)
+    hooks = study_mod.start_run(callbacks, study)
     n = cfg.study.n_trials
-    feed = _Feed(study, on_trial, tracker)
+    feed = _Feed(study, on_trial, list(callbacks or []))
     todo = -1 if n is None else max(0, n - counts(study.get_trials(deepcopy=False)).finished)
     if on_start is not None:
         on_start(study, todo)
     if todo == 0:
-        if tracker is not None:
-            tracker.finish(study)
+        study_mod.finish_run(hooks, study, "FINISHED")
         return study_mod.TuneResult(study=study, config=cfg)
     pool = _Pool(cfg, slots)
     try:
@@ -434,27 +435,27 @@ def run_parallel(cfg: RunConfig, slots: list[Slot], fresh: bool = False,
             time.sleep(poll_s)
     except KeyboardInterrupt:
         pool.terminate()
-        if tracker is not None:
+        if hooks:
             feed()  # the trials the workers failed on their way out
-            tracker.finish(study, "KILLED")
+            study_mod.finish_run(hooks, study, "KILLED")
         raise
     pool.join()
     feed()
     pool.tell_exits(note)
-    _wrap_up(cfg, study, tracker, note)
+    _wrap_up(cfg, study, hooks, note)
     return study_mod.TuneResult(study=study, config=cfg)
 
 
-def _wrap_up(cfg: RunConfig, study: optuna.Study, tracker: Any, note: Callable[[str], None]) -> None:
-    """Every worker has exited: say what raced, end the tracker's run, and fail a study left short."""
+def _wrap_up(cfg: RunConfig, study: optuna.Study, hooks: list[study_mod.RunCallback],
+             note: Callable[[str], None]) -> None:
+    """Every worker has exited: say what raced, end the callbacks' run, and fail a study left short."""
     surplus = sum(1 for t in study.get_trials(deepcopy=False) if t.user_attrs.get("surplus"))
     if surplus:
         note(f"{surplus} FAIL trial(s) marked surplus: workers raced for the last slots and these never ran")
     n = cfg.study.n_trials
     finished = counts(study.get_trials(deepcopy=False)).finished
     short = n is not None and n != finished and cfg.study.timeout is None
-    if tracker is not None:
-        tracker.finish(study, "FAILED" if short else "FINISHED")
+    study_mod.finish_run(hooks, study, "FAILED" if short else "FINISHED")
     if short:
         raise AutotuneError(f"every worker stopped and the study holds {finished} of its {n} finished trials: see the "
                             f"workers' errors above; run again to resume")

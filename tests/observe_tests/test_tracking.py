@@ -23,12 +23,14 @@ import yaml
 from optuna.distributions import FloatDistribution
 from optuna.trial import TrialState
 
+import autotune
 from autotune import config
 from autotune.cli import _main as cli
 from autotune.core._errors import ConfigError
 from autotune.observe import _tracking as tracking
 from autotune.study import _study as study_mod
 from autotune.study import _workers as workers
+from autotune.study._storage import make_storage
 from tests.conftest import tiny
 
 mlflow = pytest.importorskip("mlflow")
@@ -90,7 +92,7 @@ def steps(client: MlflowClient, run: Any, key: str) -> list[int]:
 
 def test_study_logs_a_parent_and_a_nested_run_per_trial_and_a_resume_appends(tmp_path: Path, capsys: Any) -> None:
     cfg = tracked(tmp_path)
-    study = study_mod.run(cfg).study
+    study = autotune.run(cfg).study  # the facade passes the tracker to the study as a callback
     parent, children, client = runs(tmp_path)
     trials = sorted(study.get_trials(), key=lambda t: t.number)
     assert study.user_attrs[tracking.PARENT_ATTR] == parent.info.run_id
@@ -116,7 +118,7 @@ def test_study_logs_a_parent_and_a_nested_run_per_trial_and_a_resume_appends(tmp
     best_trial = trials[int(parent.data.tags["autotune.best_trial"])]
     assert best_cfg.space == {} and best_cfg.train["lr"] == pytest.approx(best_trial.params["lr"])
     assert best_cfg.study.name == "t-best" and best_cfg.tracking.mlflow is not None
-    study_mod.validate(best_cfg)
+    assert cli.main(["validate", str(best / "best.yaml")]) == 0  # its tracking server checked too
 
     # resume from the command line with a larger budget: the same parent gains the new trial
     (tmp_path / "tiny.yaml").write_text(yaml.safe_dump(cfg.to_dict()))
@@ -136,20 +138,20 @@ def test_workers_driver_and_a_joining_worker_log_each_trial_once(tmp_path: Path)
     """`--workers 2`: the driver logs what its workers finish; `autotune worker` logs its own trials."""
     cfg = tracked(tmp_path, study={"storage": f"journal:///{tmp_path}/w.log", "n_trials": 2},
                   train={"epochs": 2, "device": "cpu"})
-    slots = workers.plan(cfg, 2, None)
-    study = workers.run_parallel(cfg, slots).study
+    (tmp_path / "w.yaml").write_text(yaml.safe_dump(cfg.to_dict()))
+    assert cli.main(["run", str(tmp_path / "w.yaml"), "--workers", "2", "--plain"]) == 0
+    study = optuna.load_study(study_name=cfg.study.name, storage=make_storage(cfg))
     parent, children, client = runs(tmp_path)
     assert len(children) == 2 and parent.info.status == "FINISHED"
     ran_by = {str(t.number): t.user_attrs[workers.WORKER_ATTR] for t in study.get_trials()}
     assert all(r.data.tags["worker"] == ran_by[r.data.tags["trial_number"]] for r in children)
     assert all(steps(client, r, "val_accuracy") == [1, 2] for r in children)
 
-    joined = config.from_dict(cfg.to_dict(), overrides={"study.n_trials": 3}, source=cfg.source)
-    res = workers.run_worker(joined, sampler_seed_offset=None)  # what `autotune worker` runs
+    assert cli.main(["worker", "--storage", cfg.study.storage, "--study", cfg.study.name, "--n-trials", "3"]) == 0
     parent2, children2, _ = runs(tmp_path)
     assert parent2.info.run_id == parent.info.run_id
     numbers = sorted(int(r.data.tags["trial_number"]) for r in children2)
-    finished = sorted(t.number for t in res.study.get_trials() if t.state in study_mod.FINISHED)
+    finished = sorted(t.number for t in study.get_trials() if t.state in study_mod.FINISHED)
     assert numbers == finished and len(numbers) == 3
 
 

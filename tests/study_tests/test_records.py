@@ -137,7 +137,7 @@ def _plain_and_autotune(cfg: config.RunConfig, loop: str) -> tuple[WriteCounter,
         if loop == "worker":
             study = study_mod.open_study(cfg)
             opened[-1].reset()
-            workers.run_worker(cfg, objective=Objective(cfg, no_training), study=study, track=False)
+            workers.run_worker(cfg, objective=Objective(cfg, no_training), study=study)
         else:  # on_start: the study exists and holds its own attrs: trials next
             study = study_mod.run(cfg, fit=no_training, on_start=lambda s, todo: opened[-1].reset()).study
     finally:
@@ -203,7 +203,7 @@ def test_worker_loop_attrs_and_pruners_read_finished_trials(tmp_path: Path) -> N
     """The worker loop on a journal: per-epoch records of finished trials are there for the Pareto pruner."""
     cfg = cfg_for(tmp_path, f"journal:///{tmp_path}/w.log", n_trials=4, objectives=["val_accuracy", "train_time_s"])
     study = study_mod.open_study(cfg)
-    workers.run_worker(cfg, objective=Objective(cfg, no_training), study=study, track=False)
+    workers.run_worker(cfg, objective=Objective(cfg, no_training), study=study)
     done = study.get_trials(states=(TrialState.COMPLETE,))
     assert len(done) == 4
     assert all(len(t.user_attrs["epoch_values"]) == 3 for t in done)

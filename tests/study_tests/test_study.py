@@ -6,11 +6,13 @@ from pathlib import Path
 
 import optuna
 import pytest
+from optuna.trial import FrozenTrial
 
 import autotune
 from autotune.core._errors import ConfigError
 from autotune.search._pruners import PRUNERS
 from autotune.search._samplers import SAMPLERS
+from autotune.study import _study as study_mod
 from tests.conftest import tiny
 
 SMALL_SPACE = {
@@ -250,3 +252,37 @@ def test_a_run_leaves_the_process_as_it_was(tmp_path: Path) -> None:
     assert len(res.study.trials) == 2
     assert _process_state() == before
     assert before[0] == 0
+
+
+class Hook:
+    """A RunCallback, as MLflow's tracker is one: what the study layer tells it, in order."""
+
+    def __init__(self) -> None:
+        self.events: list[tuple[str, object]] = []
+
+    def start(self, study: optuna.Study) -> None:
+        self.events.append(("start", len(study.trials)))
+
+    def __call__(self, study: optuna.Study, trial: FrozenTrial) -> None:
+        self.events.append(("trial", trial.number))
+
+    def finish(self, study: optuna.Study, status: str | None = "FINISHED") -> None:
+        self.events.append(("finish", status))
+
+
+def test_run_callbacks_hear_the_start_each_trial_and_how_the_run_ended(tmp_path: Path) -> None:
+    hook, plain = Hook(), []
+    cfg = tiny(tmp_path, study={"n_trials": 2}, train={"epochs": 1})
+    study_mod.run(cfg, callbacks=[hook, lambda s, t: plain.append(t.number)])
+    assert hook.events == [("start", 0), ("trial", 0), ("trial", 1), ("finish", "FINISHED")]
+    assert plain == [0, 1]  # a plain Optuna callback has no start or finish, and still hears every trial
+    assert isinstance(hook, study_mod.RunCallback) and not isinstance(plain.append, study_mod.RunCallback)
+
+    def interrupt(study: optuna.Study, trial: FrozenTrial) -> None:
+        raise KeyboardInterrupt
+
+    killed = Hook()
+    with pytest.raises(KeyboardInterrupt):
+        study_mod.run(tiny(tmp_path, study={"name": "k", "n_trials": 3}, train={"epochs": 1}),
+                      callbacks=[killed, interrupt])
+    assert killed.events == [("start", 0), ("trial", 0), ("finish", "KILLED")]

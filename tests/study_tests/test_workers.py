@@ -32,6 +32,7 @@ from autotune.study import _orphans as orphans
 from autotune.study import _storage as storage_mod
 from autotune.study import _study as study_mod
 from autotune.study import _workers as workers
+from tests.conftest import tiny
 
 ROOT = Path(__file__).resolve().parents[2]
 optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -587,3 +588,28 @@ def test_a_worker_whose_driver_died_ends_even_without_the_parent_death_signal(tm
     finally:
         driver.kill()
         driver.communicate()
+
+
+def test_a_worker_starts_and_finishes_its_run_callbacks(tmp_path: Path) -> None:
+    """`autotune worker`'s tracker: started once the study is open, told each trial this worker ran, finished
+    as FINISHED when the study is done (None, the study goes on, when the worker only runs out of time)."""
+    events: list[tuple[str, object]] = []
+
+    class Hook:
+        def start(self, study: optuna.Study) -> None:
+            events.append(("start", len(study.trials)))
+
+        def __call__(self, study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
+            events.append(("trial", trial.number))
+
+        def finish(self, study: optuna.Study, status: str | None = "FINISHED") -> None:
+            events.append(("finish", status))
+
+    cfg = tiny(tmp_path, study={"storage": f"journal:///{tmp_path}/h.log", "n_trials": 2}, train={"epochs": 1})
+    study_mod.open_study(cfg)
+    workers.run_worker(cfg, callbacks=[Hook()])
+    assert events == [("start", 0), ("trial", 0), ("trial", 1), ("finish", "FINISHED")]
+    events.clear()
+    short = config.from_dict(cfg.to_dict(), overrides={"study.n_trials": 5, "study.timeout": 0.01}, source=cfg.source)
+    workers.run_worker(short, callbacks=[Hook()])
+    assert events[0] == ("start", 2) and events[-1] == ("finish", None)

@@ -1,0 +1,31 @@
+"""What several commands share: the study flags (`--n-trials`, `--storage`, ...) and the run file they load."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+
+def overrides(args: argparse.Namespace) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for flag, key in (("n_trials", "study.n_trials"), ("timeout", "study.timeout"), ("storage", "study.storage"),
+                      ("sampler", "study.sampler"), ("seed", "study.seed"), ("study_name", "study.name")):
+        value = getattr(args, flag, None)
+        if value is not None:
+            out[key] = value
+    return out
+
+
+def load(args: argparse.Namespace) -> Any:
+    from autotune.config._load import load
+
+    return load(args.file, overrides(args))
+
+
+def add_study_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--n-trials", type=int, help="finished trials the study should hold (overrides study.n_trials)")
+    p.add_argument("--timeout", type=float, help="seconds for this run (overrides study.timeout)")
+    p.add_argument("--storage", help="storage URL (overrides study.storage)")
+    p.add_argument("--sampler", help="tpe, random, gp, cmaes, nsga2, qmc or grid (overrides study.sampler)")
+    p.add_argument("--seed", type=int, help="sampler and training seed (overrides study.seed)")
+    p.add_argument("--study-name", help="study name (overrides study.name)")
