@@ -16,7 +16,8 @@ if TYPE_CHECKING:
     from autotune.observe._profiling import profile, read_params
     from autotune.observe._progress import RunView, print_best, print_pareto
     from autotune.observe._report import build, pareto_figure, write
-    from autotune.observe._tracking import Tracker, describe, open_tracker
+    from autotune.observe._result import TuneResult
+    from autotune.observe._tracking import Tracker, callbacks, describe
 
 _NAMES = {
     "export_best": "_export",
@@ -30,9 +31,10 @@ _NAMES = {
     "print_pareto": "_progress",
     "Tracker": "_tracking",
     "describe": "_tracking",
-    "open_tracker": "_tracking",
+    "callbacks": "_tracking",
+    "TuneResult": "_result",
     "serve": "_dashboard",
 }
 __getattr__ = exports(__name__, _NAMES)
-__all__ = ["RunView", "Tracker", "build", "describe", "export_best", "open_tracker", "pareto_figure", "print_best",
-           "print_pareto", "profile", "read_params", "serve", "write"]
+__all__ = ["RunView", "Tracker", "TuneResult", "build", "callbacks", "describe", "export_best", "pareto_figure",
+           "print_best", "print_pareto", "profile", "read_params", "serve", "write"]
