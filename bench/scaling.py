@@ -230,7 +230,7 @@ def _overhead_pair(label: str, url: str, n_trials: int, sampler: str, chunk: int
         stamps[:] = [time.perf_counter()]
         if study is not None:  # the worker loop (and the in-memory baseline, which study.run cannot open)
             started(study, n)
-            workers.run_worker(part, objective=objective, study=study, track=False, callbacks=mark)
+            workers.run_worker(part, objective=objective, study=study, callbacks=mark)
         else:
             res = study_mod.run(part, fresh=done == chunk, callbacks=mark, fit=trivial_fit, on_start=started)
             engine = getattr(getattr(res.study._storage, "_backend", None), "engine", None)
