@@ -60,10 +60,24 @@ class Seen:
     """What one read of a study showed: how many trials it held (numbered 0 .. total - 1) and how many alive."""
     total: int
     alive: int
+    running: int = 0
 
     @classmethod
     def of(cls, trials: list[FrozenTrial]) -> Seen:
-        return cls(total=len(trials), alive=sum(1 for t in trials if t.state in ALIVE))
+        return cls(total=len(trials), alive=sum(1 for t in trials if t.state in ALIVE),
+                   running=sum(1 for t in trials if t.state == TrialState.RUNNING))
+
+
+def batch(seen: Seen | None, n_trials: int | None) -> int:
+    """How many trials a worker may ask for before it reads the study again: half its share of the free slots
+    (the running trials are the other workers'), 1 near the budget's end, 16 without a budget. A read costs a
+    query that grows with the study (on PostgreSQL ~6 ms at 200 trials, ~15 at 1,000); the claim still guards
+    every trial, and the stale-trial watcher reaps between reads."""
+    if seen is None:
+        return 1
+    if n_trials is None:
+        return 16
+    return max(1, (n_trials - seen.alive) // (2 * (seen.running + 1)))
 
 
 def claim(study: optuna.Study, number: int, n_trials: int, seen: Seen | None = None) -> bool:
