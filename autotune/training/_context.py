@@ -23,6 +23,11 @@ No Optuna here: the stop rules reach the context as one callback (`on_epoch`), w
 `TrialStopped`. An epoch's training clock runs from its start (after a device synchronize) to the end of
 its last ctx.backward step, timed by a CUDA event per step on a GPU; the host never waits on the device
 inside an epoch except once every `FINITE_CHECK_EVERY` steps (a blow-up is stopped early).
+
+`TrialContext` keeps the user's API and delegates to its parts, each testable without a model: `_epoch_clock`
+(clocks, counters, compile time, the speed probe's hooks), `_stepper` (GradScaler, accumulation, clipping, the
+optimizer and schedule steps), `_stop_rules` (decisions, returned; the context raises them), `_loaders` (batches),
+`_collective` (what the ranks agree on; a no-op in one process) and `_misuse` (ContextMisuse and its checks).
 """
 
 from __future__ import annotations
