@@ -15,6 +15,7 @@ def cmd(args: argparse.Namespace) -> int:
     from autotune.observe import _progress as progress
     from autotune.observe import _tracking as tracking
     from autotune.study import _budget as budget
+    from autotune.study import _study as study_mod
     from autotune.study import _workers as workers
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -23,7 +24,7 @@ def cmd(args: argparse.Namespace) -> int:
         import torch
 
         torch.set_num_threads(args.threads)
-    for line in workers.version_notes(study):
+    for line in study_mod.version_notes(study):
         print(f"note: {line}", file=sys.stderr)
     if args.fail_stale:
         fail_stale(cfg)

@@ -96,6 +96,14 @@ class TuneResult:
         return pd.DataFrame(rows)
 
 
+
+def version_notes(study: optuna.Study) -> list[str]:
+    """Differences between the study's recorded versions and this process's (results may not compare)."""
+    stored = study.user_attrs.get("versions") or {}
+    here = versions()
+    return [f"{k} {stored[k]} in the study, {here[k]} here" for k in ("autotune", "torch", "optuna")
+            if k in stored and stored[k] != here.get(k)]
+
 def open_study(cfg: RunConfig, fresh: bool = False, create: bool = True,
                device_name: str | None = None) -> optuna.Study:
     """`device_name`: the device's name when already known (a `--workers` driver asks a child: never CUDA itself)."""

@@ -493,13 +493,5 @@ def fail_stale(cfg: RunConfig) -> list[int]:
     return orphans.reap(study_mod.open_study(cfg, create=False), everywhere=True)
 
 
-def version_notes(study: optuna.Study) -> list[str]:
-    """Differences between the study's recorded versions and this process's (results may not compare)."""
-    stored = study.user_attrs.get("versions") or {}
-    here = study_mod.versions()
-    return [f"{k} {stored[k]} in the study, {here[k]} here" for k in ("autotune", "torch", "optuna")
-            if k in stored and stored[k] != here.get(k)]
-
-
 __all__ = ["Slot", "WorkerResult", "checked_in_child", "fail_stale", "join", "join_config", "place", "plan",
-           "run_parallel", "run_worker", "version_notes", "worker_config", "worker_id"]
+           "run_parallel", "run_worker", "worker_config", "worker_id"]

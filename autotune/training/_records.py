@@ -1,0 +1,80 @@
+"""What a trial measured: one record per epoch (`EpochRecord`) and the run's result (`TrainResult`)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from torch import nn
+
+
+@dataclass
+class EpochRecord:
+    """One epoch as the context measured it, with the metrics the training function reported."""
+
+    epoch: int
+    train_loss: float  # mean training loss (reported `train_loss`, else measured from ctx.backward); NaN if none
+    epoch_time_s: float  # training time of this epoch (evaluation left out)
+    train_time_s: float  # cumulative, compile included unless time_excludes_compile
+    samples_per_s: float
+    data_wait_fraction: float
+    lr: float
+    metrics: dict[str, float] = field(default_factory=dict)  # what ctx.report received (val_accuracy, val_f1...)
+
+    def __getattr__(self, name: str) -> float:  # rec.val_accuracy reads a reported metric
+        metrics = self.__dict__.get("metrics", {})
+        if name in metrics:
+            return metrics[name]
+        raise AttributeError(name)
+
+    def as_dict(self) -> dict[str, Any]:
+        """Flat: what the trial's `history` user attr stores (the report and pruners read these keys)."""
+        return {"epoch": self.epoch, "train_loss": self.train_loss, **self.metrics, "epoch_time_s": self.epoch_time_s,
+                "train_time_s": self.train_time_s, "samples_per_s": self.samples_per_s,
+                "data_wait_fraction": self.data_wait_fraction, "lr": self.lr}
+
+
+OnEpoch = Callable[[EpochRecord], None]
+
+
+@dataclass
+class TrainResult:
+    """What one training run measured: final metrics, clocks, per-epoch history, the trained model."""
+
+    final: dict[str, float]  # the last epoch's reported metrics, then what fit returned, then post-training steps
+    train_time_s: float
+    samples_per_s: float
+    compile_time_s: float
+    data_wait_fraction: float
+    epochs_run: int
+    device: str
+    precision: str
+    history: list[EpochRecord] = field(default_factory=list)
+    stopped_early_at: int | None = None  # epoch at which early stopping ended training
+    loss_scale: float | None = None  # the GradScaler's final scale (fp16 only)
+    not_applied: dict[str, str] = field(default_factory=dict)  # setting -> why it could not take effect here
+    model_params: int = 0  # parameters of the trained model (the architecture's size, for model.* searches)
+    model: nn.Module | None = field(default=None, repr=False)
+    extra: dict[str, Any] = field(default_factory=dict)  # post-training metrics (compression)
+    compressed_model: nn.Module | None = field(default=None, repr=False)
+
+    @property
+    def val_accuracy(self) -> float:
+        return float(self.final.get("val_accuracy", math.nan))
+
+    @property
+    def val_loss(self) -> float:
+        return float(self.final.get("val_loss", math.nan))
+
+    def metrics(self) -> dict[str, float]:
+        out = {**self.final, "train_time_s": self.train_time_s, "samples_per_s": self.samples_per_s,
+               "compile_time_s": self.compile_time_s, "data_wait_fraction": self.data_wait_fraction}
+        if self.model_params:
+            out["model_params"] = float(self.model_params)
+        out.update(self.extra)
+        return out
+
+
+__all__ = ["EpochRecord", "OnEpoch", "TrainResult"]
