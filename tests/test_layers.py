@@ -111,6 +111,6 @@ def test_the_faces_keep_light_modules_light() -> None:
             "autotune.study._storage, autotune.training._stops\n"
             "assert 'torch' not in sys.modules, 'report, export, storage'\n"
             "from autotune.training import Limits, EpochRecord\n"
-            "assert 'torch' in sys.modules and EpochRecord.__module__ == 'autotune.training._context'\n")
+            "assert 'torch' in sys.modules and EpochRecord.__module__ == 'autotune.training._records'\n")
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr

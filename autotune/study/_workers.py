@@ -236,7 +236,7 @@ def run_worker(cfg: RunConfig, sampler_seed_offset: int | None = 0, callbacks: l
     cbs = [unless_surplus(cb) for cb in callbacks or []]
     deadline = None if cfg.study.timeout is None else time.monotonic() + cfg.study.timeout
     ran = 0
-    counted: list[object] = []  # a callback's note per trial this worker ran (a batch runs several)
+    counted: list[int] = []  # the trials this worker ran (a batch runs several)
     step = "run"
     with warnings.catch_warnings(), StaleWatcher(study, cfg), quiet_failures(), claimed.quiet(), \
             accel.frozen_survivors():
@@ -252,8 +252,8 @@ def run_worker(cfg: RunConfig, sampler_seed_offset: int | None = 0, callbacks: l
             left = None if deadline is None else max(0.0, deadline - time.monotonic())
             before = len(counted)
             # No gc_after_trial: the objective already collects after each trial (accel.release_memory).
-            study.optimize(claimed, n_trials=batch(claimed.seen, n), timeout=left, callbacks=[*cbs, counted.append],
-                           catch=(*CATCH, SurplusTrial))
+            study.optimize(claimed, n_trials=batch(claimed.seen, n), timeout=left, catch=(*CATCH, SurplusTrial),
+                           callbacks=[*cbs, lambda _s, t: counted.append(t.number)])
             ran += max(1, len(counted) - before)
     # the parent run ends with the study, not with one of its workers
     study_mod.finish_run(hooks, study, "FINISHED" if step == "done" else None)

@@ -11,7 +11,8 @@ from pydantic import ValidationError
 
 from autotune import config
 from autotune.core._errors import ConfigError
-from autotune.study._study import validate
+from autotune.observe import _tracking as tracking
+from autotune.study import _study as study_mod
 
 CONFIGS = sorted((Path(__file__).parents[1] / "configs").glob("*.yaml"))
 
@@ -24,6 +25,12 @@ def expected(path: Path) -> str:
 
 def test_enough_bad_configs() -> None:
     assert len(CONFIGS) >= 20
+
+
+def validate(cfg: config.RunConfig) -> None:
+    """What `autotune validate` checks (the study layer's checks, then the tracking server's)."""
+    study_mod.validate(cfg)
+    tracking.check(cfg)
 
 
 @pytest.mark.parametrize("path", CONFIGS, ids=[p.stem for p in CONFIGS])

@@ -277,7 +277,7 @@ def test_runs_leave_optunas_logger_without_autotune_filters(tmp_path: Path) -> N
     assert _autotune_filters() == []
     during_run = during[:]
     worker = cfg("worker")
-    workers.run_worker(worker, objective=Objective(worker, fit), study=study_mod.open_study(worker), track=False)
+    workers.run_worker(worker, objective=Objective(worker, fit), study=study_mod.open_study(worker))
     assert _autotune_filters() == []
     assert during_run == [["_NoTraceback"]] * 2
     assert during[2:] == [["_NoTraceback", "_SurplusLogFilter"]] * 2
