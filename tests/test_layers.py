@@ -114,3 +114,47 @@ def test_the_faces_keep_light_modules_light() -> None:
             "assert 'torch' in sys.modules and EpochRecord.__module__ == 'autotune.training._records'\n")
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
+
+
+def _module_imports() -> dict[str, set[str]]:
+    """Each module's imports of other autotune modules, anywhere in it (functions and TYPE_CHECKING too); `from
+    pkg import submodule` is an edge to the submodule only (the package's __init__ runs for any of its modules)."""
+    mods = {}
+    for p in PACKAGE.rglob("*.py"):
+        name = ".".join(p.relative_to(ROOT).with_suffix("").parts)
+        mods[name.removesuffix(".__init__")] = p
+    edges: dict[str, set[str]] = {m: set() for m in mods}
+    for name, p in mods.items():
+        pkg = name if p.name == "__init__.py" else name.rsplit(".", 1)[0]
+        for node in ast.walk(ast.parse(p.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    parts = pkg.split(".")[: len(pkg.split(".")) - node.level + 1]
+                    base = ".".join(parts + ([node.module] if node.module else []))
+                subs = [f"{base}.{a.name}" for a in node.names if f"{base}.{a.name}" in mods]
+                targets = subs if len(subs) == len(node.names) else [base, *subs]
+            elif isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            else:
+                continue
+            edges[name] |= {t for t in targets if t in mods and t != name}
+    return edges
+
+
+def test_no_import_cycle_between_modules() -> None:
+    edges = _module_imports()
+    assert edges["autotune.cli._main"] >= {"autotune.cli._launch"}  # the graph sees the command registry
+    done: set[str] = set()
+
+    def visit(m: str, path: list[str]) -> None:
+        if m in path:
+            raise AssertionError("import cycle: " + " -> ".join([*path[path.index(m):], m]))
+        if m in done:
+            return
+        for n in sorted(edges[m]):
+            visit(n, [*path, m])
+        done.add(m)
+
+    for m in sorted(edges):
+        visit(m, [])

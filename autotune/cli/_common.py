@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import sys
+from collections.abc import Callable
 from typing import Any
+
+from autotune.core._errors import AutotuneError, redact
 
 
 def overrides(args: argparse.Namespace) -> dict[str, Any]:
@@ -29,3 +33,13 @@ def add_study_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--sampler", help="tpe, random, gp, cmaes, nsga2, qmc or grid (overrides study.sampler)")
     p.add_argument("--seed", type=int, help="sampler and training seed (overrides study.seed)")
     p.add_argument("--study-name", help="study name (overrides study.name)")
+
+
+def run_command(cmd: Callable[[argparse.Namespace], int], args: argparse.Namespace) -> int:
+    """A command's exit status; a user mistake (AutotuneError, ConfigError included) is one line and status 2 (no
+    password of a storage URL reaches the terminal)."""
+    try:
+        return cmd(args)
+    except AutotuneError as e:
+        print(f"error: {redact(str(e))}", file=sys.stderr)
+        return 2

@@ -122,13 +122,17 @@ def create(cfg: RunConfig, req: Request, fresh: bool = False) -> RunConfig:
 def job(storage: str | None, study_name: str, threads: int | None) -> str:
     """One job: `autotune worker` on the study (storage None: the URL is in $AUTOTUNE_STORAGE). A module-level
     function, so submitit can pickle it; raises when the worker fails, so the scheduler marks the job failed."""
-    from autotune.cli import _main as cli
+    import argparse
+
+    from autotune.cli import _worker
 
     url = storage or os.environ.get(STORAGE_ENV)
     if not url:
         raise AutotuneError(f"no storage: the job's ${STORAGE_ENV} is empty")
-    argv = ["worker", "--storage", url, "--study", study_name, *(["--threads", str(threads)] if threads else [])]
-    rc = cli.main(argv)
+    argv = ["--storage", url, "--study", study_name, *(["--threads", str(threads)] if threads else [])]
+    parser = argparse.ArgumentParser(prog="autotune worker")
+    _worker.add_args(parser)
+    rc = common.run_command(_worker.cmd, parser.parse_args(argv))  # `autotune worker ...`, as its command runs
     sys.stdout.flush()
     if rc != 0:
         raise AutotuneError(f"autotune worker exited with status {rc}: see this job's log")

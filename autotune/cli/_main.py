@@ -21,7 +21,7 @@ from autotune.cli import (
     _validate,
     _worker,
 )
-from autotune.core._errors import AutotuneError, redact
+from autotune.cli import _common as common
 
 # ---------------------------------------------------------------- entry point
 
@@ -66,11 +66,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    try:
-        return COMMANDS[args.command][0](args)
-    except AutotuneError as e:  # ConfigError included; no password of a storage URL reaches the terminal
-        print(f"error: {redact(str(e))}", file=sys.stderr)
-        return 2
+    return common.run_command(COMMANDS[args.command][0], args)
 
 
 if __name__ == "__main__":
