@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from autotune.training._context import ContextMisuse, EpochRecord, TrainResult, TrialContext
 
 from autotune.core._errors import AutotuneError, ConfigError, TrialStopped
+from autotune.core._lazy import exports
 from autotune.core._version import __version__
 
 File = str | os.PathLike[str]  # a run file's path
@@ -56,19 +57,11 @@ def train(cfg: RunConfig | File, params: dict[str, Any] | None = None, *, fit: F
     return _train(_config(cfg), params, fit=fit, seed=seed)
 
 
-_LAZY = {  # imported on first use: `import autotune` stays light (no torch, no Optuna)
-    "TuneResult": "autotune.observe._result", "TrainResult": "autotune.training._context",
-    "TrialContext": "autotune.training._context", "EpochRecord": "autotune.training._context",
-    "ContextMisuse": "autotune.training._context", "TrialSummary": "autotune.search._results",
-}
-
-
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        import importlib
-
-        return getattr(importlib.import_module(_LAZY[name]), name)
-    raise AttributeError(f"module 'autotune' has no attribute {name!r}")
+# imported on first use (core/_lazy.py): `import autotune` stays light (no torch, no Optuna)
+__getattr__ = exports(__name__, {
+    "TuneResult": "observe._result", "TrainResult": "training._context", "TrialContext": "training._context",
+    "EpochRecord": "training._context", "ContextMisuse": "training._context", "TrialSummary": "search._results",
+})
 
 
 __all__ = ["AutotuneError", "ConfigError", "ContextMisuse", "EpochRecord", "TrainResult", "TrialContext",

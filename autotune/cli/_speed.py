@@ -10,8 +10,8 @@ from autotune.cli import _common as common
 
 
 def cmd(args: argparse.Namespace) -> int:
+    from autotune.fit._job import load_fit
     from autotune.speed import _speed as speed
-    from autotune.study._objective import load_fit
     from autotune.study._study import preflight
 
     cfg = common.load(args)
