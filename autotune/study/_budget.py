@@ -69,15 +69,20 @@ class Seen:
 
 
 def batch(seen: Seen | None, n_trials: int | None) -> int:
-    """How many trials a worker may ask for before it reads the study again: half its share of the free slots
-    (the running trials are the other workers'), 1 near the budget's end, 16 without a budget. A read costs a
-    query that grows with the study (on PostgreSQL ~6 ms at 200 trials, ~15 at 1,000); the claim still guards
-    every trial, and the stale-trial watcher reaps between reads."""
+    """How many trials a worker may ask for before it reads the study again. Alone (no trial running elsewhere
+    when it read): every free slot, since the claim's bound (`claim`) is exact for the trials it creates itself,
+    so one read lasts to the budget's end. Beside other workers: half its share of the free slots, 1 near the
+    end, so that the end is decided by a read ('wait' or 'done') rather than by a trial lost as surplus. 16
+    without a budget. A read costs a few queries (Optuna's cached storage reads only the trials that changed);
+    the claim still guards every trial, and the stale-trial watcher reaps between reads."""
     if seen is None:
         return 1
     if n_trials is None:
         return 16
-    return max(1, (n_trials - seen.alive) // (2 * (seen.running + 1)))
+    free = n_trials - seen.alive
+    if seen.running == 0:
+        return max(1, free)
+    return max(1, free // (2 * (seen.running + 1)))
 
 
 def claim(study: optuna.Study, number: int, n_trials: int, seen: Seen | None = None) -> bool:
@@ -131,6 +136,8 @@ class ClaimedObjective:
             self.surplus += 1
             self._filter.numbers.add(trial.number)
             trial.set_user_attr("surplus", True)
+            # The budget is claimed: end this batch here (no more surplus trials in it); the loop reads the study.
+            trial.study.stop()
             raise SurplusTrial(f"trial {trial.number}: the study's {self.n_trials} trials were already claimed")
         return self.inner(trial)
 

@@ -56,6 +56,21 @@ def test_a_trial_that_lost_the_race_fails_as_surplus_before_sampling(tmp_path: P
     assert seen == []  # callbacks never hear of a lost race
 
 
+def test_a_lost_race_ends_the_batch_and_a_lone_worker_reads_once(tmp_path: Path) -> None:
+    """One surplus trial ends `optimize` (the loop then reads the study) instead of failing the rest of the batch
+    as surplus too; a worker alone takes every free slot in one batch (its claims need no read: the bound is
+    exact for its own trials), one beside running workers half its share."""
+    study = journal(tmp_path)
+    [study.ask() for _ in range(2)]  # two workers hold the whole budget of 2
+    claimed = budget.ClaimedObjective(lambda t: t.suggest_float("x", 0, 1), n_trials=2)
+    study.optimize(claimed, n_trials=5, catch=(budget.SurplusTrial,))
+    assert len(study.trials) == 3 and claimed.surplus == 1
+    assert budget.batch(budget.Seen(total=10, alive=10, running=0), 1000) == 990
+    assert budget.batch(budget.Seen(total=10, alive=10, running=3), 1000) == 990 // 8
+    assert budget.batch(budget.Seen(total=999, alive=999, running=1), 1000) == 1
+    assert budget.batch(budget.Seen(total=5, alive=5), None) == 16 and budget.batch(None, 10) == 1
+
+
 def test_next_step_runs_waits_and_stops(tmp_path: Path) -> None:
     study = journal(tmp_path)
     assert budget.next_step(study, None) == "run"  # no budget: run until the timeout
