@@ -122,6 +122,7 @@ class ClaimedObjective:
     def __init__(self, inner: Callable[[optuna.Trial], Any], n_trials: int | None) -> None:
         self.inner = inner
         self.n_trials = n_trials
+        self.ran = 0  # trials this objective started (surplus ones included)
         self.surplus = 0
         self.seen: Seen | None = None  # the worker loop's last read of the study (`next_step`)
         self._filter = _SurplusLogFilter()
@@ -132,6 +133,7 @@ class ClaimedObjective:
         return optimize_log_filter(self._filter)
 
     def __call__(self, trial: optuna.Trial) -> Any:
+        self.ran += 1
         if self.n_trials is not None and not claim(trial.study, trial.number, self.n_trials, self.seen):
             self.surplus += 1
             self._filter.numbers.add(trial.number)

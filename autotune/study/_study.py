@@ -5,6 +5,7 @@ callback its caller passes in (a `RunCallback`, observe's)."""
 from __future__ import annotations
 
 import gc
+import math
 import platform
 import sys
 import warnings
@@ -251,27 +252,46 @@ def finish_run(hooks: list[RunCallback], study: optuna.Study, status: str | None
 
 
 class FinishedBudget:
-    """Stop the study once it holds `n_trials` finished trials (Optuna's MaxTrialsCallback, without reading
-    every trial back from the storage after each one): this process counts the trials it finishes, and reads
-    the study's own count again every `refresh_s` seconds, when other processes may have added some."""
+    """The objective that stops the study once it holds `n_trials` finished trials (Optuna's MaxTrialsCallback,
+    without being a callback: for callbacks Optuna reads every trial back from the storage after it ends, a
+    full read per trial on an RDB storage, a third of plain ask/tell's cost on PostgreSQL). This process counts
+    the trials its objective finishes (returned values Optuna takes, or pruned), and reads the study's own count again
+    when that count reaches `n_trials` and every `refresh_s` seconds, when other processes may have added some."""
 
-    def __init__(self, n_trials: int, study: optuna.Study, refresh_s: float = 10.0) -> None:
+    def __init__(self, inner: Callable[[optuna.Trial], Any], n_trials: int, study: optuna.Study,
+                 refresh_s: float = 10.0) -> None:
         import time
 
+        self.inner = inner
         self.n_trials = n_trials
         self.refresh_s = refresh_s
         self._clock = time.monotonic
         self.finished = n_finished(study)
         self._read_at = self._clock()
 
-    def __call__(self, study: optuna.Study, trial: FrozenTrial) -> None:
-        if trial.state in FINISHED:
-            self.finished += 1
-        if self.finished < self.n_trials and self._clock() - self._read_at > self.refresh_s:
-            self.finished = n_finished(study)
+    def __call__(self, trial: optuna.Trial) -> Any:
+        try:
+            out = self.inner(trial)
+        except optuna.TrialPruned:
+            self._finished(trial.study)
+            raise
+        values = list(out) if isinstance(out, (list, tuple)) else [out]
+        try:  # Optuna's own test (_tell._check_values_are_feasible): else it fails the trial
+            told = len(values) == len(trial.study.directions) and not any(math.isnan(float(v)) for v in values)
+        except (TypeError, ValueError):
+            told = False
+        if told:
+            self._finished(trial.study)
+        return out
+
+    def _finished(self, study: optuna.Study) -> None:
+        """One more trial finished (this one: the storage holds it as RUNNING until Optuna tells its end)."""
+        self.finished += 1
+        if self.finished >= self.n_trials or self._clock() - self._read_at > self.refresh_s:
+            self.finished = n_finished(study) + 1
             self._read_at = self._clock()
         if self.finished >= self.n_trials:
-            study.stop()
+            study.stop()  # takes effect once this trial is told: no trial beyond the budget is asked for
 
 
 def run(cfg: RunConfig, fresh: bool = False, callbacks: list[TrialCallback] | None = None,
@@ -304,12 +324,13 @@ def run(cfg: RunConfig, fresh: bool = False, callbacks: list[TrialCallback] | No
     status = "FAILED"  # how the parent run ends if the study does not
     try:
         if todo != 0:
-            cbs: list[TrialCallback] = list(callbacks or [])
+            objective: Callable[[optuna.Trial], Any] = Objective(cfg, fit)
             if cfg.study.n_trials is not None:
-                cbs.append(FinishedBudget(cfg.study.n_trials, study))
+                objective = FinishedBudget(objective, cfg.study.n_trials, study)
             with quiet_failures(), accel.frozen_survivors():
-                study.optimize(Objective(cfg, fit), n_trials=todo, timeout=cfg.study.timeout, callbacks=cbs,
-                               catch=CATCH, gc_after_trial=False)  # the objective releases memory itself
+                # callbacks=None without the caller's: Optuna then reads no trial back for them (see FinishedBudget)
+                study.optimize(objective, n_trials=todo, timeout=cfg.study.timeout, callbacks=list(callbacks or [])
+                               or None, catch=CATCH, gc_after_trial=False)  # the objective releases memory itself
         status = "FINISHED"
     except KeyboardInterrupt:
         status = "KILLED"

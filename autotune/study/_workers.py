@@ -235,7 +235,6 @@ def run_worker(cfg: RunConfig, sampler_seed_offset: int | None = 0, callbacks: l
     # Callbacks see the trials this worker ran, not the ones that lost the race for a slot.
     cbs = [unless_surplus(cb) for cb in callbacks or []]
     deadline = None if cfg.study.timeout is None else time.monotonic() + cfg.study.timeout
-    ran: list[int] = []  # the trials this worker ran (surplus ones too; a batch runs several)
     step = "run"
     with warnings.catch_warnings(), StaleWatcher(study, cfg), quiet_failures(), claimed.quiet(), \
             accel.frozen_survivors():
@@ -250,11 +249,12 @@ def run_worker(cfg: RunConfig, sampler_seed_offset: int | None = 0, callbacks: l
                 continue
             left = None if deadline is None else max(0.0, deadline - time.monotonic())
             # No gc_after_trial: the objective already collects after each trial (accel.release_memory).
+            # callbacks=None without the caller's: Optuna then reads no trial back for them (a full read per trial)
             study.optimize(claimed, n_trials=batch(claimed.seen, n), timeout=left, catch=(*CATCH, SurplusTrial),
-                           callbacks=[*cbs, lambda _s, t: ran.append(t.number)])
+                           callbacks=cbs or None)
     # the parent run ends with the study, not with one of its workers
     study_mod.finish_run(hooks, study, "FINISHED" if step == "done" else None)
-    return WorkerResult(ran=len(ran), surplus=claimed.surplus, study=study)
+    return WorkerResult(ran=claimed.ran, surplus=claimed.surplus, study=study)
 
 
 # ---------------------------------------------------------------- worker processes on this machine

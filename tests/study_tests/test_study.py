@@ -286,3 +286,33 @@ def test_run_callbacks_hear_the_start_each_trial_and_how_the_run_ended(tmp_path:
         study_mod.run(tiny(tmp_path, study={"name": "k", "n_trials": 3}, train={"epochs": 1}),
                       callbacks=[killed, interrupt])
     assert killed.events == [("start", 0), ("trial", 0), ("finish", "KILLED")]
+
+
+def test_the_budget_stops_a_shared_study_without_callbacks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """FinishedBudget counts what its objective finishes (pruned too, NaN not: Optuna fails it) and stops the
+    study when the storage holds n_trials finished, others' trials included; `run` hands Optuna no callbacks of
+    its own (for callbacks Optuna reads each trial back from the storage)."""
+    study = optuna.create_study(directions=["maximize", "minimize"])
+    calls = iter([[0.5, 1.0], [float("nan"), 1.0], "pruned", [0.6, 1.0], [0.7, 1.0], [0.8, 1.0]])
+
+    def inner(trial: optuna.Trial) -> list[float]:
+        out = next(calls)
+        if trial.number == 3:  # another process finishes two trials meanwhile
+            for _ in range(2):
+                study.add_trial(optuna.trial.create_trial(values=[0.1, 1.0]))
+        if out == "pruned":
+            raise optuna.TrialPruned()
+        return out
+
+    budget = study_mod.FinishedBudget(inner, 6, study, refresh_s=0.0)
+    study.optimize(budget, n_trials=20)
+    states = [t.state.name for t in study.trials]
+    assert states.count("COMPLETE") + states.count("PRUNED") == 6 and states.count("FAIL") == 1
+    assert len(states) == 7  # 5 of its own (the NaN one failed) and the other process's 2: none past the budget
+
+    seen: list[object] = []
+    real = optuna.Study.optimize
+    monkeypatch.setattr(optuna.Study, "optimize",
+                        lambda self, *a, **k: seen.append(k["callbacks"]) or real(self, *a, **k))
+    study_mod.run(tiny(tmp_path, study={"n_trials": 1}))
+    assert seen == [None]
