@@ -7,7 +7,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from autotune.core._errors import AutotuneError, redact
+from autotune.core._errors import AutotuneError, ConfigWarning, redact
 
 
 def overrides(args: argparse.Namespace) -> dict[str, Any]:
@@ -38,8 +38,15 @@ def add_study_flags(p: argparse.ArgumentParser) -> None:
 def run_command(cmd: Callable[[argparse.Namespace], int], args: argparse.Namespace) -> int:
     """A command's exit status; a user mistake (AutotuneError, ConfigError included) is one line and status 2 (no
     password of a storage URL reaches the terminal)."""
-    try:
-        return cmd(args)
-    except AutotuneError as e:
-        print(f"error: {redact(str(e))}", file=sys.stderr)
-        return 2
+    import warnings
+
+    with warnings.catch_warnings():  # restores showwarning as it was (main() may run inside a user's process)
+        shown = warnings.showwarning
+        warnings.showwarning = lambda message, category, *rest: \
+            print(f"warning: {message}", file=sys.stderr) if issubclass(category, ConfigWarning) else \
+            shown(message, category, *rest)
+        try:
+            return cmd(args)
+        except AutotuneError as e:
+            print(f"error: {redact(str(e))}", file=sys.stderr)
+            return 2

@@ -115,3 +115,27 @@ def test_npz_relative_to_config(tmp_path: Path) -> None:
 def test_missing_file() -> None:
     with pytest.raises(ConfigError, match="no such file"):
         config.load("does-not-exist.yaml")
+
+
+@pytest.mark.parametrize(("fixed", "when", "dep"), [
+    ({}, {"optimizer": "sgd"}, "optimizer"),  # not searched: the default adam, never sgd
+    ({"optimizer": "adamw"}, {"optimizer": ["sgd", "rmsprop"]}, "optimizer"),
+    ({"channels_last": False}, {"channels_last": True}, "channels_last"),
+])
+def test_a_condition_that_can_never_hold_warns(fixed: dict, when: dict, dep: str, tmp_path: Path) -> None:
+    from autotune.core._errors import ConfigWarning
+
+    raw = {"train": fixed, "space": {"momentum": {"type": "float", "low": 0.0, "high": 0.9, "when": when}}}
+    with pytest.warns(ConfigWarning, match=rf"^cnn\.yaml: space\.momentum\.when\.{dep}: can never hold: {dep} is not "
+                                           r"searched and is fixed at .*, so momentum is never sampled"):
+        config.from_dict(raw, source=str(tmp_path / "cnn.yaml"))
+
+
+def test_a_condition_that_can_hold_does_not_warn(tmp_path: Path) -> None:
+    import warnings
+
+    raw = {"train": {"optimizer": "sgd"}, "space": {"momentum": {"type": "float", "low": 0.0, "high": 0.9,
+                                                                 "when": {"optimizer": ["sgd", "rmsprop"]}}}}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        config.from_dict(raw, source=str(tmp_path / "cnn.yaml"))
