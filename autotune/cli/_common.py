@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from autotune.core._errors import AutotuneError, ConfigWarning, redact
@@ -35,12 +36,27 @@ def add_study_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--study-name", help="study name (overrides study.name)")
 
 
+@contextlib.contextmanager
+def optuna_quiet() -> Iterator[None]:
+    """Optuna's logs at WARNING and above while a command runs; the caller's verbosity back afterwards."""
+    import optuna
+
+    before = optuna.logging.get_verbosity()
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    try:
+        yield
+    finally:
+        optuna.logging.set_verbosity(before)
+
+
 def run_command(cmd: Callable[[argparse.Namespace], int], args: argparse.Namespace) -> int:
     """A command's exit status; a user mistake (AutotuneError, ConfigError included) is one line and status 2 (no
     password of a storage URL reaches the terminal)."""
     import warnings
 
-    with warnings.catch_warnings():  # restores showwarning as it was (main() may run inside a user's process)
+    # Optuna's INFO lines ("Using an existing study...") are not autotune's output; the verbosity, like
+    # showwarning, is restored on the way out (main() may run inside a user's process).
+    with warnings.catch_warnings(), optuna_quiet():
         shown = warnings.showwarning
         warnings.showwarning = lambda message, category, *rest: \
             print(f"warning: {message}", file=sys.stderr) if issubclass(category, ConfigWarning) else \

@@ -234,8 +234,9 @@ def test_a_journal_append_after_a_worker_was_killed_holding_the_lock(tmp_path: P
                                    r"install PyMySQL and write the URL as mysql\+pymysql://"),
     ("mysql+pymysql://u:pw@127.0.0.1:1/x", r"no MySQL driver \(pymysql\) can be imported"),
 ])
-def test_a_storage_whose_driver_cannot_be_imported_names_what_to_install(
-        url: str, hint: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_storage_whose_driver_cannot_be_imported_names_what_to_install(url: str, hint: str, tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch,
+                                                                        capsys: pytest.CaptureFixture[str]) -> None:
     for module in ("psycopg", "psycopg2", "MySQLdb", "pymysql"):  # `import X` raises ImportError
         monkeypatch.setitem(__import__("sys").modules, module, None)
     path = tmp_path / "cnn.yaml"
