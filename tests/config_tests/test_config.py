@@ -139,3 +139,17 @@ def test_a_condition_that_can_hold_does_not_warn(tmp_path: Path) -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         config.from_dict(raw, source=str(tmp_path / "cnn.yaml"))
+
+
+@pytest.mark.parametrize("raw", [
+    {"select": list(range(1_000_000))},
+    {"metrics": [[list(range(1000))] * 1000]},
+    {"train": {"lr": "x" * 1_000_000}},
+    {"model": {"channels": [8] * 100_000 + [0]}},
+    {"study": {"name": " " + "y" * 100_000}},
+], ids=["select", "metrics", "train", "channels", "study.name"])
+def test_a_huge_value_is_quoted_short(raw: dict, tmp_path: Path) -> None:
+    """A message quotes a user's value bounded in length (and in the time its repr takes)."""
+    with pytest.raises(ConfigError) as info:
+        config.from_dict(raw, source=str(tmp_path / "cnn.yaml"))
+    assert len(str(info.value)) < 600, str(info.value)[:1000]
