@@ -8,7 +8,7 @@ import sys
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from autotune.core._errors import AutotuneError, ConfigWarning, redact
+from autotune.core._errors import AutotuneError, config_warnings_as_lines, redact
 
 
 def overrides(args: argparse.Namespace) -> dict[str, Any]:
@@ -52,15 +52,9 @@ def optuna_quiet() -> Iterator[None]:
 def run_command(cmd: Callable[[argparse.Namespace], int], args: argparse.Namespace) -> int:
     """A command's exit status; a user mistake (AutotuneError, ConfigError included) is one line and status 2 (no
     password of a storage URL reaches the terminal)."""
-    import warnings
-
-    # Optuna's INFO lines ("Using an existing study...") are not autotune's output; the verbosity, like
-    # showwarning, is restored on the way out (main() may run inside a user's process).
-    with warnings.catch_warnings(), optuna_quiet():
-        shown = warnings.showwarning
-        warnings.showwarning = lambda message, category, *rest: \
-            print(f"warning: {message}", file=sys.stderr) if issubclass(category, ConfigWarning) else \
-            shown(message, category, *rest)
+    # Optuna's INFO lines ("Using an existing study...") are not autotune's output; its verbosity, like the
+    # warnings machinery, is restored on the way out (main() may run inside a user's process).
+    with config_warnings_as_lines(), optuna_quiet():
         try:
             return cmd(args)
         except AutotuneError as e:

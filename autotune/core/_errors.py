@@ -7,11 +7,12 @@ as a traceback for bad input.
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import re
 import reprlib
-from collections.abc import Iterable, Mapping
-from typing import TypeVar
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Any, TypeVar
 
 T = TypeVar("T")
 
@@ -49,6 +50,26 @@ def warn_config(file: str | None, key_path: str, message: str) -> None:
     import warnings
 
     warnings.warn(ConfigWarning(str(ConfigError(file, key_path, message))), stacklevel=3)
+
+
+@contextlib.contextmanager
+def config_warnings_as_lines() -> Iterator[None]:
+    """Inside: a ConfigWarning prints as one `warning: ...` line on stderr (others as Python shows them); the
+    warnings machinery is restored on the way out (a command may run inside a user's process)."""
+    import sys
+    import warnings
+
+    with warnings.catch_warnings():
+        shown = warnings.showwarning
+
+        def show(message: Warning | str, category: type[Warning], *rest: Any) -> None:
+            if issubclass(category, ConfigWarning):
+                print(f"warning: {message}", file=sys.stderr)
+            else:
+                shown(message, category, *rest)
+
+        warnings.showwarning = show
+        yield
 
 
 class TrialStopped(AutotuneError):

@@ -122,3 +122,21 @@ def test_read_only_commands_print_no_optuna_logs_and_leave_its_verbosity(tmp_pat
         logging.getLogger("optuna").removeHandler(handler)
         optuna.logging.set_verbosity(optuna.logging.WARNING)
     assert [r.getMessage() for r in heard if r.levelno < logging.WARNING] == []
+
+
+def test_a_config_warning_is_one_line_and_the_warnings_machinery_is_restored(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    import warnings
+
+    from autotune.cli import _main as cli
+
+    monkeypatch.chdir(tmp_path)
+    path = tmp_path / "cnn.yaml"
+    path.write_text("train: {optimizer: adam}\nspace:\n  momentum: {type: float, low: 0.0, high: 0.9, "
+                    "when: {optimizer: sgd}}\n")
+    before = warnings.showwarning
+    assert cli.main(["validate", str(path)]) == 0
+    assert warnings.showwarning is before
+    err = capsys.readouterr().err
+    assert err == ("warning: cnn.yaml: space.momentum.when.optimizer: can never hold: optimizer is not searched and "
+                   "is fixed at 'adam', so momentum is never sampled (search optimizer or drop the condition)\n"), err
