@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
-from autotune.core._errors import AutotuneError, redact
+from autotune.core._errors import AutotuneError, config_warnings_as_lines, redact
 
 
 def overrides(args: argparse.Namespace) -> dict[str, Any]:
@@ -35,11 +36,27 @@ def add_study_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--study-name", help="study name (overrides study.name)")
 
 
+@contextlib.contextmanager
+def optuna_quiet() -> Iterator[None]:
+    """Optuna's logs at WARNING and above while a command runs; the caller's verbosity back afterwards."""
+    import optuna
+
+    before = optuna.logging.get_verbosity()
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    try:
+        yield
+    finally:
+        optuna.logging.set_verbosity(before)
+
+
 def run_command(cmd: Callable[[argparse.Namespace], int], args: argparse.Namespace) -> int:
     """A command's exit status; a user mistake (AutotuneError, ConfigError included) is one line and status 2 (no
     password of a storage URL reaches the terminal)."""
-    try:
-        return cmd(args)
-    except AutotuneError as e:
-        print(f"error: {redact(str(e))}", file=sys.stderr)
-        return 2
+    # Optuna's INFO lines ("Using an existing study...") are not autotune's output; its verbosity, like the
+    # warnings machinery, is restored on the way out (main() may run inside a user's process).
+    with config_warnings_as_lines(), optuna_quiet():
+        try:
+            return cmd(args)
+        except AutotuneError as e:
+            print(f"error: {redact(str(e))}", file=sys.stderr)
+            return 2

@@ -232,9 +232,7 @@ __all__ = ["EXECUTORS", "Request", "check", "create", "follow", "job", "parse_ti
 
 
 def cmd(args: argparse.Namespace) -> int:
-    import optuna
 
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
     cfg = common.load(args)
     req = Request(executor=args.executor, workers=args.workers, partition=args.partition,
                   time_min=parse_time(args.time), gpus_per_task=args.gpus_per_task,

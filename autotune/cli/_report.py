@@ -26,11 +26,9 @@ def _study_and_config(target: str | None, storage: str | None, name: str | None)
 
 
 def cmd(args: argparse.Namespace) -> int:
-    import optuna
 
     from autotune.observe import _report as report
 
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
 
     if args.target is None and args.storage is None:
         raise ConfigError("autotune report", "FILE_OR_STUDY", "give the YAML run file, or --storage URL --study NAME")

@@ -13,7 +13,6 @@ from autotune.core._errors import redact
 
 
 def cmd(args: argparse.Namespace) -> int:
-    import optuna
 
     from autotune.observe import _progress as progress
     from autotune.observe import _tracking as tracking
@@ -22,7 +21,6 @@ def cmd(args: argparse.Namespace) -> int:
     cfg = common.load(args)
     if getattr(args, "workers", None) is not None or getattr(args, "gpus", None) is not None:
         return _run_workers(args, cfg)
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
     trackers = tracking.callbacks(cfg)  # MLflow, checked before the study exists
     view = progress.RunView(cfg, plain=args.plain or not sys.stdout.isatty())
     return _show_run(cfg, view, lambda: run(cfg, fresh=args.fresh, callbacks=[view.on_trial, *trackers],
@@ -63,14 +61,12 @@ def add_args(p: argparse.ArgumentParser) -> None:
 
 
 def _run_workers(args: argparse.Namespace, cfg: Any) -> int:
-    import optuna
 
     from autotune.observe import _progress as progress
     from autotune.observe import _tracking as tracking
     from autotune.study import _workers as workers
 
     slots = workers.plan(cfg, args.workers, args.gpus)
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
     if args.fail_stale:
         fail_stale(cfg)
     trackers = tracking.callbacks(cfg)  # the driver logs every trial to MLflow, not the workers

@@ -10,7 +10,6 @@ from autotune.core._errors import redact
 
 
 def cmd(args: argparse.Namespace) -> int:
-    import optuna
 
     from autotune.observe import _progress as progress
     from autotune.observe import _tracking as tracking
@@ -18,7 +17,6 @@ def cmd(args: argparse.Namespace) -> int:
     from autotune.study import _study as study_mod
     from autotune.study import _workers as workers
 
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
     cfg, study = workers.join(args.storage, args.study, args.n_trials, args.timeout)
     if args.threads:
         import torch

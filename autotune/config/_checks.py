@@ -6,7 +6,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from autotune.core._errors import ConfigError, one_of, suggest, unknown
+from autotune.core._errors import ConfigError, one_of, shown, suggest, unknown, warn_config
 from autotune.core._metrics import CLOCKS, INFERENCE
 from autotune.core._userref import check_fit_signature, load_factory, resolve_path
 from autotune.spec._schema import METRICS, MODEL_PREFIX, TASK_METRICS, USER_PREFIX, ModelConfig, ParamSpec, RunConfig
@@ -247,23 +247,44 @@ def _check_spec(key: str, spec: ParamSpec, cfg: RunConfig, file: str) -> None:
 
 
 def _check_when(key: str, spec: ParamSpec, cfg: RunConfig, file: str) -> None:
+    """Each condition names a known key and only values that key can take; one that can never hold (a fixed
+    key's value is not among them) is a warning: the parameter is never sampled."""
     where = f"space.{key}"
-    if spec.when:
-        for dep, val in spec.when.items():
-            if dep not in cfg.space and dep not in SETTINGS and dep not in cfg.train:
-                raise ConfigError(file, f"{where}.when.{dep}", f"unknown setting{suggest(dep, SETTINGS)}")
-            if dep == key:
-                raise ConfigError(file, f"{where}.when", "a parameter cannot depend on itself")
-            if dep in cfg.space:
-                choices = cfg.space[dep].choices
-                vals = val if isinstance(val, list) else [val]
-                if choices is None:
-                    raise ConfigError(file, f"{where}.when.{dep}", f"{dep} must be categorical or bool to be a "
-                                                                   "condition")
-                for v in vals:
-                    if v not in choices:
-                        raise ConfigError(file, f"{where}.when.{dep}", f"{v!r} is not among {dep}'s choices "
-                                                                       f"{list(choices)}")
+    for dep, val in (spec.when or {}).items():
+        if dep not in cfg.space and dep not in SETTINGS and dep not in cfg.train:
+            raise ConfigError(file, f"{where}.when.{dep}", f"unknown setting{suggest(dep, SETTINGS)}")
+        if dep == key:
+            raise ConfigError(file, f"{where}.when", "a parameter cannot depend on itself")
+        vals = val if isinstance(val, list) else [val]
+        takes = _condition_values(dep, cfg, file, f"{where}.when.{dep}")
+        for v in vals:
+            if takes is not None and v not in takes:
+                names = [str(c) for c in takes]
+                raise ConfigError(file, f"{where}.when.{dep}", f"{shown(v)} is not among {dep}'s choices"
+                                                               f"{suggest(str(v), names)}; allowed: "
+                                                               f"{', '.join(names)}")
+        if dep not in cfg.space:
+            fixed = cfg.train[dep] if dep in cfg.train else cfg.fixed().get(dep)
+            if fixed not in vals:
+                warn_config(file, f"{where}.when.{dep}", f"can never hold: {dep} is not searched and is fixed at "
+                                                         f"{shown(fixed)}, so {key} is never sampled (search {dep} "
+                                                         f"or drop the condition)")
+
+
+def _condition_values(dep: str, cfg: RunConfig, file: str, where: str) -> tuple[Any, ...] | None:
+    """The values a condition on `dep` may name: a searched key's choices, a choice or bool setting's values
+    (None: any value, a user parameter or a number fixed in train)."""
+    if dep in cfg.space:
+        choices = cfg.space[dep].choices
+        if choices is None:
+            raise ConfigError(file, where, f"{dep} must be categorical or bool to be a condition")
+        return tuple(choices)
+    setting = SETTINGS.get(dep)
+    if setting is None:
+        return None
+    if setting.kind == "choice":
+        return setting.choices
+    return (False, True) if setting.kind == "bool" else None
 
 
 # ---------------------------------------------------------------- prefixed space keys and the model section

@@ -17,7 +17,8 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from autotune.config._checks import _check_semantics
-from autotune.core._errors import ConfigError, one_of, suggest
+from autotune.config._yaml import safe_load
+from autotune.core._errors import ConfigError, one_of, shown, suggest
 from autotune.spec._schema import MODEL_PREFIX, USER_PREFIX, ParamSpec, RunConfig
 from autotune.spec._settings import SETTINGS
 
@@ -57,7 +58,7 @@ def read_yaml(path: Path) -> Any:
         raise ConfigError(name, "", f"not UTF-8 text: byte 0x{data[e.start]:02x} at line {line}, column {col}; "
                                     "save the file as UTF-8") from None
     try:
-        return yaml.safe_load(text)
+        return safe_load(text, name)
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
@@ -197,5 +198,5 @@ def _first_error(e: ValidationError, file: str) -> ConfigError:
             loc.append(sub.group(1))
             msg = msg[sub.end():]
     elif "input" in err and err["type"] not in ("missing",):
-        msg = f"{msg}; got {err['input']!r}"
+        msg = f"{msg}; got {shown(err['input'])}"
     return ConfigError(file, ".".join(loc), msg)

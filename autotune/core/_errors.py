@@ -7,16 +7,21 @@ as a traceback for bad input.
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import re
-from collections.abc import Iterable, Mapping
-from typing import TypeVar
+import reprlib
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Any, TypeVar
 
 T = TypeVar("T")
 
 # Why a trial stopped before its last epoch (stored as the trial's `stop_reason`).
 STOP_REASONS = ("diverged", "slow", "oom", "dominated", "early_stopped", "pruned", "unsupported", "error",
                 "orphaned")
+
+
+MESSAGE_LIMIT = 2000  # characters of one ConfigError's message (the allowed names of a registry fit)
 
 
 class AutotuneError(Exception):
@@ -28,10 +33,43 @@ class ConfigError(AutotuneError):
 
     def __init__(self, file: str | None, key_path: str, message: str) -> None:
         self.file = file or "<config>"
-        self.key_path = key_path
-        self.message = message = redact(message)
+        # What the file holds, shown as it is: a zero-width space in a key is `lr\u200b`, not a key that looks
+        # right; and a message stays one readable line whatever the input's size.
+        self.key_path = key_path = shorten(printable(key_path), 200)
+        self.message = message = shorten(printable(redact(message)), MESSAGE_LIMIT)
         where = f"{self.file}: {key_path}: " if key_path else f"{self.file}: "
         super().__init__(where + message)
+
+
+class ConfigWarning(UserWarning):
+    """A config that runs but does not do what it says (a condition that can never hold)."""
+
+
+def warn_config(file: str | None, key_path: str, message: str) -> None:
+    """Warn, in ConfigError's one-line shape, about a config that is accepted but likely not meant."""
+    import warnings
+
+    warnings.warn(ConfigWarning(str(ConfigError(file, key_path, message))), stacklevel=3)
+
+
+@contextlib.contextmanager
+def config_warnings_as_lines() -> Iterator[None]:
+    """Inside: a ConfigWarning prints as one `warning: ...` line on stderr (others as Python shows them); the
+    warnings machinery is restored on the way out (a command may run inside a user's process)."""
+    import sys
+    import warnings
+
+    with warnings.catch_warnings():
+        shown = warnings.showwarning
+
+        def show(message: Warning | str, category: type[Warning], *rest: Any) -> None:
+            if issubclass(category, ConfigWarning):
+                print(f"warning: {message}", file=sys.stderr)
+            else:
+                shown(message, category, *rest)
+
+        warnings.showwarning = show
+        yield
 
 
 class TrialStopped(AutotuneError):
@@ -108,6 +146,25 @@ def shorten(text: str, limit: int) -> str:
     room = max(1, limit - 3)
     cut = text[:room + 1].rsplit(" ", 1)[0] if " " in text[room // 2:room + 1] else text[:room]
     return cut.rstrip(" ,;:") + "..."
+
+
+def printable(text: str) -> str:
+    """`text` with every invisible or control character escaped (`lr\u200b`, `\t`, `\xa0`): a message that
+    quotes a user's key or value shows what the file holds, not text that looks like something else."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text)
+
+
+_SHOWN = reprlib.Repr()
+_SHOWN.maxstring, _SHOWN.maxother, _SHOWN.maxlevel = 60, 60, 3
+_SHOWN.maxlist = _SHOWN.maxtuple = _SHOWN.maxdict = _SHOWN.maxset = 6
+
+
+def shown(value: object, limit: int = 120) -> str:
+    """A user's value quoted in a message: its repr, bounded in time and length whatever its size or nesting (a
+    few items per level, a few levels), invisible characters escaped."""
+    return shorten(printable(_SHOWN.repr(value)), limit)
 
 
 def describe_exception(exc: BaseException, limit: int = 300) -> str:

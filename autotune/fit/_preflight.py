@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from autotune.core._errors import AutotuneError, ConfigError, describe_exception
+from autotune.core._errors import AutotuneError, ConfigError, describe_exception, warn_config
 from autotune.search import _pruners as pruners
 from autotune.search import _samplers as samplers
 from autotune.search import _space as space
@@ -48,6 +48,7 @@ def preflight(cfg: RunConfig) -> None:
             ("data.path", f"cannot read {cfg.data.path}:") if cfg.data.path else ("data", f"{cfg.data.name}:")
         raise ConfigError(file, key, f"{what} {describe_exception(e)}") from None
     _check_augment(cfg, ds.input_shape, file)
+    _check_batch_size(cfg, len(ds.y_train), file)
     try:
         models.build_for(cfg.model, space.fixed_point(cfg, {}), ds.input_shape, ds.n_outputs, 0.0, "default", file)
     except AutotuneError:
@@ -73,6 +74,30 @@ def _check_augment(cfg: RunConfig, input_shape: tuple[int, ...], file: str) -> N
         if why is not None:
             raise ConfigError(file, f"space.{key}" if spec else f"train.{key}", why)
 
+
+def _check_batch_size(cfg: RunConfig, n_train: int, file: str) -> None:
+    """A batch larger than the training split trains every epoch on one short batch (on several devices with
+    drop_last, on none): refused when fixed or when every searched value is; a warning when some searched are."""
+    fixed = cfg.fixed()
+    fraction = float(fixed.get("data_fraction", 1.0)) if "data_fraction" not in cfg.space else 1.0
+    n = max(1, int(round(n_train * fraction)))
+    of = f"{n_train} samples" + (f" x data_fraction {fraction:g} = {n}" if fraction < 1.0 else "")
+    spec = cfg.space.get("batch_size")
+    if spec is None:
+        bs = int(fixed["batch_size"])
+        if bs > n:
+            raise ConfigError(file, "train.batch_size", f"{bs} is larger than the training set ({of}): every epoch "
+                                                        f"would be one short batch; use at most {n}")
+        return
+    values = list(spec.choices or ()) if spec.type == "categorical" else [spec.low, spec.high]
+    over = [int(v) for v in values if v is not None and v > n]
+    if not over:
+        return
+    if len(over) == len(values) and (spec.type == "categorical" or values[0] is not None and values[0] > n):
+        raise ConfigError(file, "space.batch_size", f"every value searched is larger than the training set ({of}); "
+                                                    f"search values up to {n}")
+    warn_config(file, "space.batch_size", f"{', '.join(map(str, over))} larger than the training set ({of}): a trial "
+                                          "that samples it trains on one short batch per epoch")
 
 
 __all__ = ["preflight"]

@@ -6,11 +6,11 @@ contract test keeps equal to the registries; the rules that span fields or need 
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
 
-from autotune.core._errors import unknown
+from autotune.core._errors import shown, unknown
 from autotune.core._metrics import DIRECTIONS, REPORTED, task_metrics
 from autotune.spec._names import DATASET_NAMES, MODEL_NAMES, PRUNER_NAMES, SAMPLER_NAMES
 from autotune.spec._settings import merge
@@ -26,6 +26,18 @@ TASK_METRICS: dict[str, tuple[str, ...]] = {t: task_metrics(t) for t in TASKS}
 MODEL_PREFIX = "model."
 
 
+def _not_bool(v: Any) -> Any:
+    """YAML's true/false are Python bools, which are ints: `n_trials: true` would be 1 trial. Never a number."""
+    if isinstance(v, bool):
+        raise ValueError(f"must be a number, not a boolean; got {str(v).lower()}")
+    return v
+
+
+# Every number of the schema: a bool is refused; otherwise pydantic's usual coercion (3.0 -> 3, "1e-3" -> 0.001).
+Int = Annotated[int, BeforeValidator(_not_bool)]
+Float = Annotated[float, BeforeValidator(_not_bool)]
+
+
 class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -35,7 +47,7 @@ class WarmStart(_Model):
 
     storage: str = ""  # default: this study's storage
     study: str
-    top_k: int = Field(5, ge=1)
+    top_k: Int = Field(5, ge=1)
 
 
 class StudyConfig(_Model):
@@ -43,15 +55,26 @@ class StudyConfig(_Model):
     storage: str = ""
     sampler: str = "tpe"
     sampler_args: dict[str, Any] = Field(default_factory=dict)
-    n_trials: int | None = Field(30, ge=1)
-    timeout: float | None = Field(None, gt=0)
-    seed: int | None = 0
-    trial_seed: int | None = None  # trial n trains with trial_seed + n (unset: seed x 100003 + n); set by export
-    heartbeat_interval: int | None = Field(None, ge=1)
-    grace_period: int | None = Field(None, ge=1)
-    max_repeated_errors: int = Field(3, ge=1)  # this many trials in a row failing the same way stop the run
+    n_trials: Int | None = Field(30, ge=1)
+    timeout: Float | None = Field(None, gt=0)
+    seed: Int | None = 0
+    trial_seed: Int | None = None  # trial n trains with trial_seed + n (unset: seed x 100003 + n); set by export
+    heartbeat_interval: Int | None = Field(None, ge=1)
+    grace_period: Int | None = Field(None, ge=1)
+    max_repeated_errors: Int = Field(3, ge=1)  # this many trials in a row failing the same way stop the run
     strategy: str = "joint"  # joint | probe_then_tune: how the search uses the speed probe (strategy.py)
     warm_start: WarmStart | None = None
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        """'' is the default (the file's name); a blank one or one padded with spaces names a study nobody can
+        tell from another when it is listed."""
+        if v and not v.strip():
+            raise ValueError(f"must not be blank; got {shown(v)} (leave it out to use the file's name)")
+        if v != v.strip():
+            raise ValueError(f"must not start or end with whitespace; got {shown(v)}")
+        return v
 
     @field_validator("strategy")
     @classmethod
@@ -86,15 +109,15 @@ class Objective(_Model):
 class DataConfig(_Model):
     name: str | None = "digits"
     factory: str | None = None
-    val_fraction: float = Field(0.2, gt=0, lt=1)
-    split_seed: int = 0
+    val_fraction: Float = Field(0.2, gt=0, lt=1)
+    split_seed: Int = 0
     path: str | None = None  # npz: a file with arrays x and y; image_folder, cifar10, cifar100: a folder
-    image_size: int | None = Field(None, ge=1)  # image_folder: resize every image to this square size
+    image_size: Int | None = Field(None, ge=1)  # image_folder: resize every image to this square size
     cache_dir: str | None = None  # image_folder, mnist1d: where arrays are kept (default studies/.cache)
-    n_samples: int = Field(4000, ge=10)  # synthetic
-    shape: tuple[int, ...] = (3, 16, 16)  # synthetic: C, H, W (or a flat feature count)
-    n_classes: int = Field(10, ge=2)  # synthetic
-    label_noise: float = Field(0.0, ge=0, lt=1)  # synthetic
+    n_samples: Int = Field(4000, ge=10)  # synthetic
+    shape: tuple[Int, ...] = (3, 16, 16)  # synthetic: C, H, W (or a flat feature count)
+    n_classes: Int = Field(10, ge=2)  # synthetic
+    label_noise: Float = Field(0.0, ge=0, lt=1)  # synthetic
     kwargs: dict[str, Any] = Field(default_factory=dict)  # factory: its arguments; mnist1d: generation arguments
 
     @field_validator("name")
@@ -111,10 +134,10 @@ class ModelConfig(_Model):
 
     name: str | None = "cnn"
     factory: str | None = None
-    channels: tuple[int, ...] | None = None  # cnn: conv block widths (default 32, 64)
-    hidden: int | None = Field(None, ge=1)  # cnn: head width; mlp: layer width (default 128)
-    depth: int | None = Field(None, ge=1)  # mlp: hidden layers (2); resnet: 6n+2 layers (20); cnn1d: conv blocks (3)
-    width: int | None = Field(None, ge=1)  # resnet: first stage's channels, doubled per stage (16); cnn1d: channels
+    channels: tuple[Int, ...] | None = None  # cnn: conv block widths (default 32, 64)
+    hidden: Int | None = Field(None, ge=1)  # cnn: head width; mlp: layer width (default 128)
+    depth: Int | None = Field(None, ge=1)  # mlp: hidden layers (2); resnet: 6n+2 layers (20); cnn1d: conv blocks (3)
+    width: Int | None = Field(None, ge=1)  # resnet: first stage's channels, doubled per stage (16); cnn1d: channels
     arch: str | None = None  # torchvision: a model name of torchvision.models, e.g. resnet18
     kwargs: dict[str, Any] = Field(default_factory=dict)
     checkpoint: str | None = None
@@ -130,7 +153,7 @@ class ModelConfig(_Model):
     @classmethod
     def _channels(cls, v: tuple[int, ...] | None) -> tuple[int, ...] | None:
         if v is not None and (not v or any(c < 1 for c in v)):
-            raise ValueError(f"must be a non-empty list of positive integers; got {list(v)}")
+            raise ValueError(f"must be a non-empty list of positive integers; got {shown(list(v))}")
         return v
 
 
@@ -138,10 +161,10 @@ class ParamSpec(_Model):
     """One searched setting: float/int ranges, categorical choices, or bool; optional `when`."""
 
     type: Literal["float", "int", "categorical", "bool"]
-    low: float | None = None
-    high: float | None = None
+    low: Float | None = None
+    high: Float | None = None
     log: bool = False
-    step: float | None = None
+    step: Float | None = None
     choices: tuple[Any, ...] | None = None
     when: dict[str, Any] | None = None
 
@@ -188,23 +211,23 @@ class ParamSpec(_Model):
         if not self.choices:
             raise ValueError("choices: must be a non-empty list")
         if len(set(map(repr, self.choices))) != len(self.choices):
-            raise ValueError(f"choices: must be distinct; got {list(self.choices)}")
+            raise ValueError(f"choices: must be distinct; got {shown(list(self.choices))}")
         if any(k is not None for k in (self.low, self.high, self.step)) or self.log:
             raise ValueError("type: low/high/step/log are for float and int, not categorical")
 
 
 class Divergence(_Model):
-    loss_factor: float = Field(4.0, gt=1)
+    loss_factor: Float = Field(4.0, gt=1)
 
 
 class Slow(_Model):
-    max_trial_seconds: float | None = Field(None, gt=0)
-    vs_front: float | None = Field(None, gt=1)
-    hang_seconds: float | None = Field(None, gt=0)
+    max_trial_seconds: Float | None = Field(None, gt=0)
+    vs_front: Float | None = Field(None, gt=1)
+    hang_seconds: Float | None = Field(None, gt=0)
     # before training: stop a trial whose predicted time adds < this share of the front's hypervolume even at
     # the front's best quality + front_margin (pruners.check_front_gain)
-    min_front_gain: float | None = Field(None, gt=0, lt=1)
-    front_margin: float = Field(0.02, ge=0)
+    min_front_gain: Float | None = Field(None, gt=0, lt=1)
+    front_margin: Float = Field(0.02, ge=0)
 
 
 class PruningConfig(_Model):
@@ -223,15 +246,15 @@ class PruningConfig(_Model):
 
 
 class FastestWithin(_Model):
-    fastest_within: float = Field(ge=0, lt=1)
+    fastest_within: Float = Field(ge=0, lt=1)
 
 
 class MostAccurateUnder(_Model):
-    most_accurate_under_s: float = Field(gt=0)
+    most_accurate_under_s: Float = Field(gt=0)
 
 
 class Constraints(_Model):
-    max_accuracy_drop: float | None = Field(None, ge=0, lt=1)
+    max_accuracy_drop: Float | None = Field(None, ge=0, lt=1)
 
 
 class DistillConfig(_Model):
@@ -240,8 +263,8 @@ class DistillConfig(_Model):
     teacher: str  # a state dict (e.g. from `autotune best FILE --save-model PATH`), or "best"
     teacher_study: str | None = None  # with teacher: best, the study whose recommended trial teaches
     teacher_model: ModelConfig | None = None  # the teacher's architecture; default: the `model` section
-    alpha: float = Field(0.5, ge=0, le=1)  # weight of the distillation term (1 - alpha: the label loss)
-    temperature: float = Field(4.0, gt=0)
+    alpha: Float = Field(0.5, ge=0, le=1)  # weight of the distillation term (1 - alpha: the label loss)
+    temperature: Float = Field(4.0, gt=0)
 
 
 class MlflowConfig(_Model):
@@ -286,7 +309,7 @@ class RunConfig(_Model):
                 return FastestWithin.model_validate(v)
             if key == "most_accurate_under_s":
                 return MostAccurateUnder.model_validate(v)
-        raise ValueError(f"must be knee, {{fastest_within: F}} or {{most_accurate_under_s: S}}; got {v!r}")
+        raise ValueError(f"must be knee, {{fastest_within: F}} or {{most_accurate_under_s: S}}; got {shown(v)}")
 
     @property
     def multi_objective(self) -> bool:

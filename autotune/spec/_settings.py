@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
-from autotune.core._errors import ConfigError, one_of, suggest
+from autotune.core._errors import ConfigError, one_of, shown, suggest
 from autotune.spec._names import (
     FREEZER_NAMES,
     INIT_NAMES,
@@ -48,28 +48,28 @@ class Setting:
         """Return the value coerced to this setting's type, or raise ValueError with the rule."""
         if self.kind == "bool":
             if not isinstance(value, bool):
-                raise ValueError(f"must be true or false; got {value!r}")
+                raise ValueError(f"must be true or false; got {shown(value)}")
             return value
         if self.kind == "choice":
             if value not in self.choices:
-                raise ValueError(f"must be one of {', '.join(self.choices)}; got {value!r}")
+                raise ValueError(f"must be one of {', '.join(self.choices)}; got {shown(value)}")
             return value
         if self.kind == "str":
             if not isinstance(value, str) or not value:
-                raise ValueError(f"must be a non-empty string; got {value!r}")
+                raise ValueError(f"must be a non-empty string; got {shown(value)}")
             return value
         if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise ValueError(f"must be a number; got {value!r}")
+            raise ValueError(f"must be a number; got {shown(value)}")
         if self.kind == "int":
             if float(value) != int(value):
-                raise ValueError(f"must be an integer; got {value!r}")
+                raise ValueError(f"must be an integer; got {shown(value)}")
             value = int(value)
         else:
             value = float(value)
         if self.low is not None and (value <= self.low if self.low_open else value < self.low):
-            raise ValueError(f"must be {'>' if self.low_open else '>='} {self.low:g}; got {value!r}")
+            raise ValueError(f"must be {'>' if self.low_open else '>='} {self.low:g}; got {shown(value)}")
         if self.high is not None and (value >= self.high if self.high_open else value > self.high):
-            raise ValueError(f"must be {'<' if self.high_open else '<='} {self.high:g}; got {value!r}")
+            raise ValueError(f"must be {'<' if self.high_open else '<='} {self.high:g}; got {shown(value)}")
         return value
 
     def rule(self) -> str:

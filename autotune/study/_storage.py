@@ -72,6 +72,8 @@ def make_storage(cfg: RunConfig) -> optuna.storages.BaseStorage:
             _sqlite_wal(storage)
         records.attach(storage)  # a trial's user attrs are written in the transaction that ends it
         return storage
+    except ImportError:  # Optuna's "Failed to import DB access module ... Please install appropriate one"
+        raise ConfigError(file, "study.storage", missing_driver(url)) from None
     except Exception as e:  # sqlalchemy's errors differ by driver
         msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise ConfigError(file, "study.storage", f"cannot reach {redact(url)}: {msg}") from None
@@ -101,7 +103,20 @@ def _sql_driver(url: str, file: str) -> str:
         return url
     if importlib.util.find_spec("psycopg") is not None:
         return "postgresql+psycopg://" + url[len("postgresql://"):]
-    raise ConfigError(file, "study.storage", "no PostgreSQL driver installed: pip install 'autotune[postgres]'")
+    raise ConfigError(file, "study.storage", missing_driver(url))
+
+
+def missing_driver(url: str) -> str:
+    """What to install when a SQL URL's driver cannot be imported (the one it names, or SQLAlchemy's default)."""
+    scheme = url.split("://", 1)[0]
+    dialect, _, driver = scheme.partition("+")
+    if dialect == "postgresql":
+        return (f"no PostgreSQL driver{f' ({driver})' if driver else ''} can be imported: pip install "
+                "'autotune[postgres]' (psycopg 3, which postgresql:// and postgresql+psycopg:// URLs use)")
+    if dialect == "mysql":
+        return (f"no MySQL driver ({driver or 'mysqlclient, what mysql:// means'}) can be imported: pip install "
+                "PyMySQL and write the URL as mysql+pymysql://USER:PASSWORD@HOST/DB")
+    return f"the database driver {scheme}:// needs cannot be imported: install it (see SQLAlchemy's dialects)"
 
 
 def _sqlite_wal(storage: optuna.storages.RDBStorage) -> None:

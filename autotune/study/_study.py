@@ -51,6 +51,7 @@ def validate(cfg: RunConfig) -> None:
     tracking server is checked where its callback is built, above)."""
     preflight(cfg)
     storage_mod.check_storage(cfg)
+    check_existing(cfg)
     warm.source(cfg)
 
 
@@ -105,6 +106,48 @@ def version_notes(study: optuna.Study) -> list[str]:
     return [f"{k} {stored[k]} in the study, {here[k]} here" for k in ("autotune", "torch", "optuna")
             if k in stored and stored[k] != here.get(k)]
 
+def stored_metrics(summary: optuna.study.StudySummary) -> list[str] | None:
+    """The objectives' metrics a study stores, in order: its `metrics` user attr, else its stored config's
+    objectives (None: neither, a study not made by autotune, or by one that kept neither)."""
+    attrs = summary.user_attrs
+    if isinstance(attrs.get("metrics"), list):
+        return [str(m) for m in attrs["metrics"]]
+    objectives = (attrs.get("config") or {}).get("objectives") if isinstance(attrs.get("config"), dict) else None
+    if isinstance(objectives, list) and all(isinstance(o, dict) and "metric" in o for o in objectives):
+        return [str(o["metric"]) for o in objectives]
+    return None
+
+
+def check_same_objectives(cfg: RunConfig, summary: optuna.study.StudySummary) -> None:
+    """A study resumed with other objectives would store one metric's values where it keeps another's (a front
+    of accuracy against val_loss read as accuracy against time): the metrics, their order and directions must be
+    the study's. Nothing is written before this passes."""
+    dirs = [d.name.lower() for d in summary.directions]
+    metrics = stored_metrics(summary)
+    here = [o.metric for o in cfg.objectives]
+    if dirs == cfg.directions and metrics in (None, here):
+        return
+    theirs = [f"{m} ({d})" for m, d in zip(metrics or ["?"] * len(dirs), dirs)]
+    ours = [f"{m} ({d})" for m, d in zip(here, cfg.directions)]
+    raise ConfigError(_file(cfg), "objectives", f"study {cfg.study.name!r} in {redact(cfg.study.storage)} has "
+                                                f"objectives [{', '.join(theirs)}], this config [{', '.join(ours)}]"
+                                                "; its trials would be compared on other metrics: use --fresh or "
+                                                "another study.name")
+
+
+def check_existing(cfg: RunConfig) -> None:
+    """`autotune validate`: what `run` would refuse about the study already in the storage (other objectives),
+    without creating the storage, the study or anything in it."""
+    url = cfg.study.storage
+    for prefix in ("sqlite:///", "journal://"):
+        if url.startswith(prefix) and not Path(url[len(prefix):]).is_file():
+            return  # nothing stored yet
+    storage = storage_mod.make_storage(cfg)
+    for summary in optuna.get_all_study_summaries(storage, include_best_trial=False):
+        if summary.study_name == cfg.study.name:
+            check_same_objectives(cfg, summary)
+
+
 def open_study(cfg: RunConfig, fresh: bool = False, create: bool = True,
                device_name: str | None = None) -> optuna.Study:
     """`device_name`: the device's name when already known (a `--workers` driver asks a child: never CUDA itself)."""
@@ -117,11 +160,7 @@ def open_study(cfg: RunConfig, fresh: bool = False, create: bool = True,
             pass
     existing = {s.study_name: s for s in optuna.get_all_study_summaries(storage, include_best_trial=False)}
     if name in existing:
-        dirs = [d.name.lower() for d in existing[name].directions]
-        if dirs != cfg.directions:
-            raise ConfigError(_file(cfg), "objectives", f"study {name!r} in {redact(cfg.study.storage)} has "
-                                                        f"directions {dirs}, this config {cfg.directions}; use "
-                                                        f"--fresh or another study.name")
+        check_same_objectives(cfg, existing[name])
     elif not create:
         raise ConfigError(_file(cfg), "study.name", f"no study {name!r} in {redact(cfg.study.storage)}; known: "
                                                     f"{', '.join(sorted(existing)) or 'none'}")
@@ -130,6 +169,8 @@ def open_study(cfg: RunConfig, fresh: bool = False, create: bool = True,
         study_name=name, storage=storage, sampler=samplers.make_sampler(cfg), pruner=pruners.optuna_pruner(cfg),
         directions=cfg.directions, load_if_exists=True,
     )
+    if name in existing and create and stored_metrics(existing[name]) is None:
+        study.set_user_attr("metrics", [o.metric for o in cfg.objectives])  # made without them: these from now on
     if name not in existing:
         import torch
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import sys
 import time
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,7 +22,13 @@ from autotune.config._load import from_dict
 from autotune.core import _contention as contention
 from autotune.core import _environ as environ
 from autotune.core import _lifetime as lifetime
-from autotune.core._errors import AutotuneError, ConfigError, describe_exception
+from autotune.core._errors import (
+    AutotuneError,
+    ConfigError,
+    ConfigWarning,
+    config_warnings_as_lines,
+    describe_exception,
+)
 from autotune.core._optuna_compat import storage_of
 from autotune.search import _samplers as samplers
 from autotune.spec._schema import RunConfig
@@ -269,6 +276,7 @@ def _child(cfg_dict: dict[str, Any], source: str, slot: Slot) -> None:
 
     torch.set_num_threads(slot.threads)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
+    warnings.simplefilter("ignore", ConfigWarning)  # this process's own: the driver has shown them once
     cfg = from_dict(cfg_dict, source=source)
     try:
         # A terminated worker fails its trial through Optuna (KeyboardInterrupt) instead of leaving it RUNNING
@@ -318,8 +326,9 @@ def _preflight_child(cfg_dict: dict[str, Any], source: str, conn: Any) -> None:
     ("error", one line)."""
     lifetime.die_with_parent()
     try:
-        cfg = from_dict(cfg_dict, source=source)
-        study_mod.preflight(cfg)
+        with config_warnings_as_lines():  # the checks' warnings (a batch past the data) as the driver's are
+            cfg = from_dict(cfg_dict, source=source)
+            study_mod.preflight(cfg)
         study_mod.resolve_teacher(cfg)  # the teacher file exists before any worker needs it
         conn.send(("ok", study_mod.device_label(cfg)))
     except ConfigError as e:

@@ -91,3 +91,52 @@ def test_best_without_study(tmp_path: Path) -> None:
     (tmp_path / "s.yaml").write_text(SMALL)
     r = autotune("best", "s.yaml", cwd=tmp_path)
     assert r.returncode == 2 and "no study 'cli'" in r.stderr
+
+
+def test_read_only_commands_print_no_optuna_logs_and_leave_its_verbosity(tmp_path: Path) -> None:
+    """`best`, `report`, `validate` on an existing study: Optuna's "Using an existing study" and the like are not
+    the command's output; a library user's own Optuna verbosity is theirs again afterwards."""
+    import logging
+
+    import yaml
+
+    import autotune
+    from autotune.cli import _main as cli
+    from tests.conftest import tiny
+
+    cfg = tiny(tmp_path, study={"n_trials": 1}, train={"epochs": 1})
+    autotune.run(cfg)
+    path = tmp_path / "tiny.yaml"
+    path.write_text(yaml.safe_dump(cfg.to_dict()))
+    heard: list[logging.LogRecord] = []
+    handler = logging.Handler()
+    handler.emit = heard.append  # type: ignore[method-assign]
+    logging.getLogger("optuna").addHandler(handler)
+    optuna.logging.set_verbosity(optuna.logging.INFO)
+    try:
+        for argv in (["best", str(path)], ["report", str(path), "-o", str(tmp_path / "r.html")],
+                     ["validate", str(path)]):
+            assert cli.main(argv) == 0, argv
+            assert optuna.logging.get_verbosity() == optuna.logging.INFO, argv
+    finally:
+        logging.getLogger("optuna").removeHandler(handler)
+        optuna.logging.set_verbosity(optuna.logging.WARNING)
+    assert [r.getMessage() for r in heard if r.levelno < logging.WARNING] == []
+
+
+def test_a_config_warning_is_one_line_and_the_warnings_machinery_is_restored(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    import warnings
+
+    from autotune.cli import _main as cli
+
+    monkeypatch.chdir(tmp_path)
+    path = tmp_path / "cnn.yaml"
+    path.write_text("train: {optimizer: adam}\nspace:\n  momentum: {type: float, low: 0.0, high: 0.9, "
+                    "when: {optimizer: sgd}}\n")
+    before = warnings.showwarning
+    assert cli.main(["validate", str(path)]) == 0
+    assert warnings.showwarning is before
+    err = capsys.readouterr().err
+    assert err == ("warning: cnn.yaml: space.momentum.when.optimizer: can never hold: optimizer is not searched and "
+                   "is fixed at 'adam', so momentum is never sampled (search optimizer or drop the condition)\n"), err

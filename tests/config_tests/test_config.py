@@ -115,3 +115,41 @@ def test_npz_relative_to_config(tmp_path: Path) -> None:
 def test_missing_file() -> None:
     with pytest.raises(ConfigError, match="no such file"):
         config.load("does-not-exist.yaml")
+
+
+@pytest.mark.parametrize(("fixed", "when", "dep"), [
+    ({}, {"optimizer": "sgd"}, "optimizer"),  # not searched: the default adam, never sgd
+    ({"optimizer": "adamw"}, {"optimizer": ["sgd", "rmsprop"]}, "optimizer"),
+    ({"channels_last": False}, {"channels_last": True}, "channels_last"),
+])
+def test_a_condition_that_can_never_hold_warns(fixed: dict, when: dict, dep: str, tmp_path: Path) -> None:
+    from autotune.core._errors import ConfigWarning
+
+    raw = {"train": fixed, "space": {"momentum": {"type": "float", "low": 0.0, "high": 0.9, "when": when}}}
+    with pytest.warns(ConfigWarning, match=rf"^cnn\.yaml: space\.momentum\.when\.{dep}: can never hold: {dep} is not "
+                                           r"searched and is fixed at .*, so momentum is never sampled"):
+        config.from_dict(raw, source=str(tmp_path / "cnn.yaml"))
+
+
+def test_a_condition_that_can_hold_does_not_warn(tmp_path: Path) -> None:
+    import warnings
+
+    raw = {"train": {"optimizer": "sgd"}, "space": {"momentum": {"type": "float", "low": 0.0, "high": 0.9,
+                                                                 "when": {"optimizer": ["sgd", "rmsprop"]}}}}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        config.from_dict(raw, source=str(tmp_path / "cnn.yaml"))
+
+
+@pytest.mark.parametrize("raw", [
+    {"select": list(range(1_000_000))},
+    {"metrics": [[list(range(1000))] * 1000]},
+    {"train": {"lr": "x" * 1_000_000}},
+    {"model": {"channels": [8] * 100_000 + [0]}},
+    {"study": {"name": " " + "y" * 100_000}},
+], ids=["select", "metrics", "train", "channels", "study.name"])
+def test_a_huge_value_is_quoted_short(raw: dict, tmp_path: Path) -> None:
+    """A message quotes a user's value bounded in length (and in the time its repr takes)."""
+    with pytest.raises(ConfigError) as info:
+        config.from_dict(raw, source=str(tmp_path / "cnn.yaml"))
+    assert len(str(info.value)) < 600, str(info.value)[:1000]

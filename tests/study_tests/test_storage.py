@@ -4,6 +4,7 @@ read back. An unreachable storage is one line naming the key, never a traceback.
 
 from __future__ import annotations
 
+import re
 import sqlite3
 import uuid
 from collections.abc import Iterator
@@ -221,3 +222,26 @@ def test_a_journal_append_after_a_worker_was_killed_holding_the_lock(tmp_path: P
     finally:
         child.kill()
     assert optuna.load_study(study_name="j", storage=storage.make_storage(cfg)).user_attrs["after"] == 1
+
+
+@pytest.mark.parametrize(("url", "hint"), [
+    ("postgresql://u:pw@127.0.0.1:1/x", r"no PostgreSQL driver can be imported: pip install 'autotune\[postgres\]'"),
+    ("postgresql+psycopg://u:pw@127.0.0.1:1/x", r"no PostgreSQL driver \(psycopg\) can be imported: pip install "
+                                                r"'autotune\[postgres\]'"),
+    ("postgresql+psycopg2://u:pw@127.0.0.1:1/x", r"no PostgreSQL driver \(psycopg2\) can be imported: pip install "
+                                                 r"'autotune\[postgres\]'"),
+    ("mysql://u:pw@127.0.0.1:1/x", r"no MySQL driver \(mysqlclient, what mysql:// means\) can be imported: pip "
+                                   r"install PyMySQL and write the URL as mysql\+pymysql://"),
+    ("mysql+pymysql://u:pw@127.0.0.1:1/x", r"no MySQL driver \(pymysql\) can be imported"),
+])
+def test_a_storage_whose_driver_cannot_be_imported_names_what_to_install(url: str, hint: str, tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch,
+                                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    for module in ("psycopg", "psycopg2", "MySQLdb", "pymysql"):  # `import X` raises ImportError
+        monkeypatch.setitem(__import__("sys").modules, module, None)
+    path = tmp_path / "cnn.yaml"
+    path.write_text(yaml.safe_dump({"study": {"storage": url}}))
+    assert cli.main(["validate", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err and "pw" not in err, err
+    assert re.search(rf"^error: cnn\.yaml: study\.storage: {hint}", err), err

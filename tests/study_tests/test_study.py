@@ -139,7 +139,8 @@ def test_unreachable_storage_is_config_error(tmp_path: Path) -> None:
 
 def test_direction_mismatch_on_resume(tmp_path: Path) -> None:
     autotune.run(tiny(tmp_path, study={"n_trials": 1}, train={"epochs": 1}))
-    with pytest.raises(ConfigError, match="has directions"):
+    with pytest.raises(ConfigError, match=r"has objectives \[val_accuracy \(maximize\), train_time_s \(minimize\)\], "
+                                          r"this config \[val_loss \(minimize\)\]"):
         autotune.run(tiny(tmp_path, objectives=["val_loss"], study={"n_trials": 1}, train={"epochs": 1}))
 
 
