@@ -154,6 +154,9 @@ def print_best(result: Any, console: Console | None = None) -> None:
     print(f"\nRecommended configuration (trial {best.number}, select: {rule_s}): {measured}")
     for k, v in best.params.items():
         print(f"  {k}: {fmt_value(v) if not isinstance(v, float) else repr(v)}")
+    if best.cpu_threads_used is not None:  # autotune chose its threads: said, and exported
+        why = "capped after an oversubscribed trial" if best.cpu_threads_capped else "one less per DataLoader worker"
+        print(f"  cpu_threads: {best.cpu_threads_used} (trained on {best.cpu_threads_used} torch thread(s): {why})")
     for k, why in best.not_applied.items():  # searched, but nothing in the trial used it
         print(f"  ({k}: not applied, left out: {why})")
     print(f"  (export every setting with: autotune best {result.config.source} --export best.yaml)")

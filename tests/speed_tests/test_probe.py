@@ -164,7 +164,8 @@ def test_too_slow_combination_stops_before_its_first_epoch(tmp_path: Path) -> No
     assert [t.state for t in trials] == [TrialState.PRUNED] * 3
     for t in trials:
         assert t.user_attrs["stop_reason"] == "slow" and t.user_attrs["stop_epoch"] == 0
-        assert "(speed probe) > max_trial_seconds 1" in t.user_attrs["stop_detail"]
+        assert "(speed probe: trial 0, " in t.user_attrs["stop_detail"]  # the reading it rests on
+        assert ") > max_trial_seconds 1" in t.user_attrs["stop_detail"]
         assert not t.user_attrs.get("history")  # no epoch ran to its end
         assert t.user_attrs["probe"]["source"] == "trial 0"
     assert len(user_fits.CALLS) == 1  # trials 1 and 2 were stopped before their training function ran
