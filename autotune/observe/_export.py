@@ -16,8 +16,9 @@ from autotune.spec._settings import SETTINGS
 
 def best_yaml(cfg: RunConfig, best: TrialSummary) -> dict[str, Any]:
     """The config with the trial's settings fixed in `train:` and its searched model keys (`model.KEY`)
-    fixed in `model:`; `space:` empty; `study.trial_seed` the trial's seed and `cpu_threads` the torch threads autotune chose for it (a cap
-    after an oversubscribed trial, less one per loader worker): its one trial trains as it did.
+    fixed in `model:`; `space:` empty; `study.trial_seed` the trial's seed and `cpu_threads` the torch threads
+    autotune chose for it (a cap after an oversubscribed trial, less one per loader worker): its one trial trains
+    as it did.
     Searched settings the trial did not apply are left out (they keep their defaults), and so are the `data:`
     and `model:` sections a training function of the user's (`trainer:`) does not read, unless the file set them."""
     settings = space.of_trial(cfg, best.settings, best.params)
