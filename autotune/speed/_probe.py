@@ -55,7 +55,6 @@ from typing import Any
 import optuna
 import torch
 
-from autotune.core import _contention as contention
 from autotune.core._errors import TrialStopped, _library_file, describe_exception
 from autotune.spec._schema import MODEL_PREFIX, USER_PREFIX, RunConfig
 from autotune.training import _accel as accel
@@ -277,17 +276,16 @@ class Gate:
         rec = self.trusted(cache.get(k))
         if rec is not None and (rec.get("error") or usable(rec)):
             return None
-        cpu = contention.Window()
-
         def measured(m: Measurement) -> None:
-            # others held the cores: said, so no trial takes it as a reference and the next one measures again
+            # others held the cores while it timed: said, so no trial takes it as a reference and the next measures
             rec = record(combo, device_name(str(values["device"])), m, source=f"trial {trial.number}",
-                         contended=contention.contended(cpu.share()))
+                         contended=window.contended)
             cache.put(k, rec)
             trial.set_user_attr("probe", _summary(rec))
             self.check_projection(trial, values, rec)
 
-        return ProbeWindow(on_measured=measured, compiled=bool(values.get("compile")))
+        window = ProbeWindow(on_measured=measured, compiled=bool(values.get("compile")))
+        return window
 
     def failed(self, trial: optuna.Trial, values: Mapping[str, Any], window: ProbeWindow | None,
                exc: BaseException) -> str | None:
