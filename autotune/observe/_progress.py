@@ -56,7 +56,8 @@ class RunView:
         self.metrics = [o.metric for o in cfg.objectives]
 
     def on_start(self, study: optuna.Study, todo: int) -> None:
-        done = len(study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED)))
+        done = sum(1 for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED))
+                   if not t.user_attrs.get("surplus"))  # (a lost race never ran)
         device = study.user_attrs.get("device", "?")
         goal = "until the timeout" if todo < 0 else f"{todo} more"
         self._print(f"study {self.cfg.study.name} ({redact(self.cfg.study.storage)}): {done} finished, running {goal}; "
