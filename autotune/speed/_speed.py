@@ -209,11 +209,12 @@ def busy_note(rows: list[Row], threads: int) -> str | None:
     flagged = [r for r in rows if r.flagged]
     if not flagged:
         return None
+    measured = sum(1 for r in rows if r.measurement is not None)
     contended = sum(1 for r in flagged if r.contended)
     fix = "run it with fewer threads (--threads 1) or on a quiet machine" if threads > 1 else \
         "run it on a quiet machine (stop other busy processes)"
     what = "noisy" if not contended else "contended" if contended == len(flagged) else "contended or noisy"
-    return (f"{len(flagged)} of {len(rows)} row(s) stayed {what} after "
+    return (f"{len(flagged)} of {measured} measured row(s) stayed {what} after "
             f"{RETAKES} retake(s) ({contended} waited for cores held by other processes, {len(flagged) - contended} "
             f"spread over {PROBE_TOLERANCE:.0%}) and are listed apart, unranked: the machine was busy at {threads} "
             f"thread(s); {fix}")

@@ -175,5 +175,6 @@ def test_the_table_ranks_clean_rows_and_lists_flagged_ones_apart() -> None:
     assert lines[2].split()[3] == "0.38x"  # against the fastest clean row
     assert lines[2].split()[1] == "1,000" and lines[1].split()[1] == "2,661"
     note = speed.busy_note(rows, threads=2)
-    assert note is not None and note.startswith("2 of 4 row(s) stayed contended or noisy after 2 retake(s) (1 waited")
+    assert note is not None
+    assert note.startswith("2 of 4 measured row(s) stayed contended or noisy after 2 retake(s) (1 waited")
     assert "--threads 1" in note and speed.busy_note(rows[:2], threads=2) is None
