@@ -21,6 +21,7 @@ from typing import Any
 
 from autotune.cli import _common as common
 from autotune.config._load import from_dict
+from autotune.core import _contention as contention
 from autotune.core import _environ as environ
 from autotune.core._errors import AutotuneError, ConfigError, redact
 from autotune.spec._schema import RunConfig
@@ -94,10 +95,27 @@ def check(cfg: RunConfig, req: Request) -> list[str]:
 
 
 def gpus(cfg: RunConfig, req: Request) -> int:
-    """GPUs each job asks for: --gpus-per-task, else the trial's devices; none for a CPU config."""
-    if str(cfg.fixed()["device"]) in ("cpu", "mps"):
+    """GPUs each job asks for: --gpus-per-task, else the trial's devices; none for a CPU config, nor for `device:
+    auto` run on this machine (local, debug) when it has no GPU: those jobs are CPU workers, as `--workers` runs."""
+    device = str(cfg.fixed()["device"])
+    if device in ("cpu", "mps"):
         return 0
-    return req.gpus_per_task if req.gpus_per_task is not None else devices_wanted(cfg)
+    if req.gpus_per_task is not None:
+        return req.gpus_per_task
+    if device == "auto" and req.executor in ("local", "debug"):
+        from autotune.study._workers import _visible_gpus
+
+        if not _visible_gpus():
+            return 0
+    return devices_wanted(cfg)
+
+
+def job_threads(req: Request) -> int | None:
+    """Each job's torch threads: --cpus-per-task, else (jobs on this machine) the cores split among them as
+    `--workers` splits them; None: the scheduler's node decides."""
+    if req.cpus_per_task:
+        return req.cpus_per_task
+    return contention.default_threads(req.workers, n_cores=cpu_cores()) if req.executor == "local" else None
 
 
 def worker_url(cfg: RunConfig) -> str:
@@ -113,7 +131,8 @@ def create(cfg: RunConfig, req: Request, fresh: bool = False) -> RunConfig:
     no GPU); each job checks its own node as `autotune worker` does."""
     cfg = from_dict(cfg.to_dict(), overrides={"study.storage": worker_url(cfg)}, source=cfg.source)
     device = str(cfg.fixed()["device"])
-    label = None if device in ("cpu", "mps") else f"{device}: {gpus(cfg, req)} GPU(s) per {req.executor} job" \
+    label = None if device in ("cpu", "mps") or not gpus(cfg, req) else \
+        f"{device}: {gpus(cfg, req)} GPU(s) per {req.executor} job" \
         if EXECUTORS[req.executor] else f"{device}: each worker's own"
     study_mod.open_study(cfg, fresh=fresh, device_name=label)
     return cfg
@@ -163,7 +182,7 @@ def submit(cfg: RunConfig, req: Request) -> list[Any]:
     n_gpus = gpus(cfg, req)
     url = cfg.study.storage
     hidden = redact(url) != url  # the password travels in the jobs' environment, not in the logs folder
-    threads = req.cpus_per_task or (max(1, cpu_cores() // req.workers) if req.executor == "local" else None)
+    threads = job_threads(req)
     executor = _executor(req, cfg, n_gpus)
     args = (None if hidden else url, cfg.study.name, threads)
     with environ.setenv({STORAGE_ENV: url} if hidden else {}):
@@ -224,8 +243,8 @@ def wait(jobs: list[Any]) -> list[str]:
     return failed
 
 
-__all__ = ["EXECUTORS", "Request", "check", "create", "follow", "job", "parse_time", "quoted", "submit", "wait",
-           "worker_url"]
+__all__ = ["EXECUTORS", "Request", "check", "create", "follow", "gpus", "job", "job_threads", "parse_time", "quoted",
+           "submit", "wait", "worker_url"]
 
 
 # ---------------------------------------------------------------- the command

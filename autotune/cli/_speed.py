@@ -16,9 +16,9 @@ def cmd(args: argparse.Namespace) -> int:
 
     cfg = common.load(args)
     preflight(cfg)  # device, data, model: a mistake is one line before any probe runs
-    if args.threads:
-        import torch
+    import torch
 
+    if args.threads:
         torch.set_num_threads(args.threads)
     combos = speed.combinations(cfg)
     print(speed.header(cfg, len(combos)), flush=True)
@@ -33,6 +33,9 @@ def cmd(args: argparse.Namespace) -> int:
 
     rows = speed.run(cfg, load_fit(cfg), include_compile=not args.no_compile, budget_s=args.budget, on_row=progress)
     print(speed.table(rows))
+    busy = speed.busy_note(rows, torch.get_num_threads())
+    if busy:
+        print(f"warning: {busy}", file=sys.stderr, flush=True)
     return 0
 
 

@@ -46,6 +46,19 @@ def default_threads(workers: int = 1, loader_workers: int = 0, n_cores: int | No
     return max(1, n // max(1, workers) - max(0, loader_workers))
 
 
+def trial_threads(settings: Any, cap: int | None = None, torch_default: int | None = None) -> int:
+    """The torch threads a CPU trial with these settings trains on: its `cpu_threads` when set; else the
+    process's threads (`torch_default`, torch's now when None) or the `cap` after an oversubscribed trial, less
+    one per DataLoader worker process (each keeps a core busy). accel.backend_flags applies it; the trial's
+    `device` record and `best --export` say it."""
+    if settings["cpu_threads"]:
+        return int(settings["cpu_threads"])
+    base = cap or torch_default or torch.get_num_threads()
+    if not settings["data_on_device"] and settings["num_workers"]:
+        return default_threads(1, int(settings["num_workers"]), n_cores=base)
+    return base
+
+
 def _schedstat() -> tuple[float, float] | None:
     """(seconds run, seconds waiting for a core) summed over this process's threads; None where not readable."""
     run = wait = 0

@@ -16,13 +16,17 @@ from autotune.spec._settings import SETTINGS
 
 def best_yaml(cfg: RunConfig, best: TrialSummary) -> dict[str, Any]:
     """The config with the trial's settings fixed in `train:` and its searched model keys (`model.KEY`)
-    fixed in `model:`; `space:` empty; `study.trial_seed` the trial's seed (its one trial trains as it did).
+    fixed in `model:`; `space:` empty; `study.trial_seed` the trial's seed and `cpu_threads` the torch threads
+    autotune chose for it (a cap after an oversubscribed trial, less one per loader worker): its one trial trains
+    as it did.
     Searched settings the trial did not apply are left out (they keep their defaults), and so are the `data:`
     and `model:` sections a training function of the user's (`trainer:`) does not read, unless the file set them."""
     settings = space.of_trial(cfg, best.settings, best.params)
     train = {k: v for k, v in settings.items()
              if (k in SETTINGS and v != SETTINGS[k].default or k in cfg.train or k.startswith(USER_PREFIX))
              and k not in best.not_applied}
+    if best.cpu_threads_used is not None:  # the threads it really trained on (a cap, loader workers): as it did
+        train["cpu_threads"] = best.cpu_threads_used
     doc = cfg.to_dict()
     doc["study"] = {**doc["study"], "name": f"{cfg.study.name}-best", "n_trials": 1}
     if best.seed is not None:

@@ -56,7 +56,8 @@ class RunView:
         self.metrics = [o.metric for o in cfg.objectives]
 
     def on_start(self, study: optuna.Study, todo: int) -> None:
-        done = len(study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED)))
+        done = sum(1 for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED))
+                   if not t.user_attrs.get("surplus"))  # (a lost race never ran)
         device = study.user_attrs.get("device", "?")
         goal = "until the timeout" if todo < 0 else f"{todo} more"
         self._print(f"study {self.cfg.study.name} ({redact(self.cfg.study.storage)}): {done} finished, running {goal}; "
@@ -154,6 +155,9 @@ def print_best(result: Any, console: Console | None = None) -> None:
     print(f"\nRecommended configuration (trial {best.number}, select: {rule_s}): {measured}")
     for k, v in best.params.items():
         print(f"  {k}: {fmt_value(v) if not isinstance(v, float) else repr(v)}")
+    if best.cpu_threads_used is not None:  # autotune chose its threads: said, and exported
+        why = "capped after an oversubscribed trial" if best.cpu_threads_capped else "one less per DataLoader worker"
+        print(f"  cpu_threads: {best.cpu_threads_used} (trained on {best.cpu_threads_used} torch thread(s): {why})")
     for k, why in best.not_applied.items():  # searched, but nothing in the trial used it
         print(f"  ({k}: not applied, left out: {why})")
     print(f"  (export every setting with: autotune best {result.config.source} --export best.yaml)")

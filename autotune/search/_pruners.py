@@ -98,7 +98,7 @@ def check_front_gain(cfg: RunConfig, front: list[FrozenTrial], proj_s: float, at
     if gain >= slow.min_front_gain * hv:
         return
     shown = ", ".join(f"{q:.4g} in {t:.1f}s" for t, q in sorted(pts)[:4]) + (" ..." if len(pts) > 4 else "")
-    raise TrialStopped("dominated", 0, f"predicted {proj_s:.1f}s at {at} (speed probe) behind the front: even at "
+    raise TrialStopped("dominated", 0, f"predicted {proj_s:.1f}s at {at} behind the front: even at "
                                        f"{metric} {hoped:.4g} (the front's best {best:.4g} + {slow.front_margin:g}) "
                                        f"it would add {gain / hv:.1%} to its hypervolume (< {slow.min_front_gain:.1%});"
                                        f" front: {shown}")

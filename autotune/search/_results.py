@@ -39,6 +39,10 @@ class TrialSummary:
     not_applied: dict[str, str] = field(default_factory=dict)  # searched settings that took no effect, and why
     # (left out of `params`, of the printed recommendation and of `best --export`)
     seed: int | None = None  # the training seed (what reproduces it)
+    # torch threads autotune chose for it (a cap after an oversubscribed trial, less one per loader worker; None:
+    # its own cpu_threads, or torch's default): `best` shows it and `best --export` writes it as cpu_threads
+    cpu_threads_used: int | None = None
+    cpu_threads_capped: bool = False
 
     def records(self) -> list[EpochRecord]:
         """`history` as EpochRecords, the type of `TrainResult.history` (`rec.epoch`, `rec.val_accuracy`); a clock
@@ -71,6 +75,8 @@ def summarize(t: FrozenTrial, metrics: list[str]) -> TrialSummary:
         history=list(ua.get("history", [])), stop_reason=ua.get("stop_reason"), stop_epoch=ua.get("stop_epoch"),
         settings=dict(ua.get("settings", {})),
         feasible=feasible(t), not_applied=unused, seed=ua.get("seed"),
+        cpu_threads_used=ua.get("cpu_threads_used", ua.get("cpu_threads_capped")),  # (older: only the cap)
+        cpu_threads_capped="cpu_threads_capped" in ua,
     )
 
 

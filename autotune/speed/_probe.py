@@ -16,7 +16,11 @@ Before a trial trains (`Gate.check`), what the study knows about its combination
   stops it before its first epoch (`stop_reason: slow`, `stop_epoch: 0`).
 Otherwise the trial measures itself (`Gate.window`): its first steps after warm-up are timed
 (throughput.ProbeWindow), the measurement is stored, and the same projection may stop it right there
-(still `stop_epoch: 0`). A probe costs two device synchronizations and one study write per combination,
+(still `stop_epoch: 0`). A measurement taken while this process waited for cores (`contention.contended`: other
+busy processes held them) is stored with `contended: true` and decides nothing (`usable`): no projection, no
+vs_front, no oversubscription ratio, no strategy plan rests on it, and the next trial with that combination
+measures again (its reading replaces it). A decision's message names the reading it rests on (`reading`:
+"speed probe: trial 3, uncontended"). A probe costs two device synchronizations and one study write per combination,
 and a stopped trial saves the rest of its first epoch (and later trials of that combination all of theirs).
 
 Which failures mark a combination unsupported (`blame`): a wrong "unsupported" poisons every later trial
@@ -51,7 +55,6 @@ from typing import Any
 import optuna
 import torch
 
-from autotune.core import _contention as contention
 from autotune.core._errors import TrialStopped, _library_file, describe_exception
 from autotune.spec._schema import MODEL_PREFIX, USER_PREFIX, RunConfig
 from autotune.training import _accel as accel
@@ -100,7 +103,8 @@ class Cache:
         self._read_at = -math.inf
 
     def get(self, k: str) -> dict[str, Any] | None:
-        if k not in self.records and self.study is not None and time.monotonic() - self._read_at >= REREAD_S:
+        stale = k not in self.records or self.records[k].get("contended")  # another worker may have re-measured
+        if stale and self.study is not None and time.monotonic() - self._read_at >= REREAD_S:
             self._read_at = time.monotonic()
             self.records.update({a: v for a, v in self.study.user_attrs.items() if a.startswith(ATTR_PREFIX)})
         return self.records.get(k)
@@ -112,13 +116,17 @@ class Cache:
 
 
 def record(combo: Mapping[str, Any], device: str, measurement: Measurement | None = None, error: str | None = None,
-           source: str = "", blame: str | None = None, code: str | None = None) -> dict[str, Any]:
-    """A study's probe record: the combination, where it ran, and its measurement or its error (with the setting
-    it is blamed on and the fingerprint of the code it ran: an error is trusted only with both, see `trusted`)."""
+           source: str = "", blame: str | None = None, code: str | None = None,
+           contended: bool | None = None) -> dict[str, Any]:
+    """A study's probe record: the combination, where it ran, and its measurement (with `contended`: whether this
+    process waited for cores while it was taken) or its error (with the setting it is blamed on and the
+    fingerprint of the code it ran: an error is trusted only with both, see `trusted`)."""
     out: dict[str, Any] = {"combination": dict(combo), "device": device, "torch": torch.__version__, "source": source}
     if measurement is not None:  # unknowns (NaN) are stored as null
         out.update({k: v if not (isinstance(v, float) and not math.isfinite(v)) else None
                     for k, v in measurement.as_dict().items()})
+        if contended is not None:
+            out["contended"] = contended
     if error is not None:
         out["error"] = error
         if blame is not None:
@@ -174,6 +182,18 @@ def code_fingerprint(fit: Any) -> str:
         return ""
 
 
+def usable(rec: Mapping[str, Any] | None) -> bool:
+    """A measurement a decision may rest on: samples/s taken while this process had its cores. A contended one
+    (others held the cores: the machine's speed, not the combination's) steers nothing and is measured again."""
+    return rec is not None and bool(rec.get("samples_per_s")) and not rec.get("contended")
+
+
+def reading(rec: Mapping[str, Any]) -> str:
+    """Which reading a decision was taken from, for its message: 'speed probe: trial 3, uncontended'."""
+    how = "" if "contended" not in rec else ", contended" if rec["contended"] else ", uncontended"  # (older: unsaid)
+    return f"speed probe: {rec.get('source') or 'unknown source'}{how}"
+
+
 def projected_time_s(rec: Mapping[str, Any], values: Mapping[str, Any]) -> float | None:
     """Training time of a trial with these values at the recorded samples/s (None: the epoch's size is unknown):
     epochs x samples per epoch (at its data_fraction) / samples/s, plus compile unless time excludes it."""
@@ -211,8 +231,8 @@ class Gate:
         """Stop the trial now if the study already knows its combination fails here or is too slow."""
         combo, k = self._where(values)
         rec = self.trusted(self._cache(trial).get(k))
-        if rec is None:
-            return
+        if rec is None or (not rec.get("error") and not usable(rec)):
+            return  # unknown, or contended: this trial measures it again (`window`)
         trial.set_user_attr("probe", _summary(rec))
         if rec.get("error"):
             raise TrialStopped("unsupported", 0, f"{describe(combo)} failed here before ({rec.get('source')}): "
@@ -226,14 +246,14 @@ class Gate:
 
     def check_projection(self, trial: optuna.Trial, values: Mapping[str, Any], rec: Mapping[str, Any]) -> None:
         """`max_trial_seconds`, `vs_front` and `min_front_gain` on the projected training time, before the first
-        epoch ends."""
-        proj = projected_time_s(rec, values)
+        epoch ends. A contended reading decides nothing (`usable`); the message names the reading it used."""
+        proj = projected_time_s(rec, values) if usable(rec) else None
         if proj is None:
             return
         slow = self.cfg.pruning.slow
-        at = f"{float(rec['samples_per_s']):,.0f} samples/s"
+        at = f"{float(rec['samples_per_s']):,.0f} samples/s ({reading(rec)})"
         if slow.max_trial_seconds is not None and proj > slow.max_trial_seconds:
-            raise TrialStopped("slow", 0, f"projected {proj:.1f}s at {at} (speed probe) > max_trial_seconds "
+            raise TrialStopped("slow", 0, f"projected {proj:.1f}s at {at} > max_trial_seconds "
                                           f"{slow.max_trial_seconds:g}")
         if slow.vs_front is not None:
             from autotune.search._pruners import front_of
@@ -241,7 +261,7 @@ class Gate:
             times = [float(t.user_attrs["train_time_s"]) for t in front_of(trial.study, self.cfg)
                      if "train_time_s" in t.user_attrs]
             if times and proj > slow.vs_front * max(times):
-                raise TrialStopped("slow", 0, f"projected {proj:.1f}s at {at} (speed probe) > {slow.vs_front:g} x "
+                raise TrialStopped("slow", 0, f"projected {proj:.1f}s at {at} > {slow.vs_front:g} x "
                                               f"slowest Pareto trial ({max(times):.1f}s)")
         if slow.min_front_gain is not None:  # its best case would barely move the front
             from autotune.search._pruners import check_front_gain_in
@@ -249,23 +269,23 @@ class Gate:
             check_front_gain_in(trial.study, self.cfg, proj, at)
 
     def window(self, trial: optuna.Trial, values: Mapping[str, Any]) -> ProbeWindow | None:
-        """A window that measures this trial's first steps when the study has no measurement of its combination."""
+        """A window that measures this trial's first steps when the study has no measurement of its combination, or
+        only a contended one (which the new reading replaces, contended or not: the latest says most)."""
         combo, k = self._where(values)
         cache = self._cache(trial)
-        if self.trusted(cache.get(k)) is not None:
+        rec = self.trusted(cache.get(k))
+        if rec is not None and (rec.get("error") or usable(rec)):
             return None
-        cpu = contention.Window()
-
         def measured(m: Measurement) -> None:
-            rec = record(combo, device_name(str(values["device"])), m,
-                         source=f"trial {trial.number}")
-            if contention.contended(cpu.share()):  # others held the cores: said, so no trial takes it as a reference
-                rec["contended"] = True
+            # others held the cores while it timed: said, so no trial takes it as a reference and the next measures
+            rec = record(combo, device_name(str(values["device"])), m, source=f"trial {trial.number}",
+                         contended=window.contended)
             cache.put(k, rec)
             trial.set_user_attr("probe", _summary(rec))
             self.check_projection(trial, values, rec)
 
-        return ProbeWindow(on_measured=measured, compiled=bool(values.get("compile")))
+        window = ProbeWindow(on_measured=measured, compiled=bool(values.get("compile")))
+        return window
 
     def failed(self, trial: optuna.Trial, values: Mapping[str, Any], window: ProbeWindow | None,
                exc: BaseException) -> str | None:
@@ -284,8 +304,9 @@ class Gate:
         return why
 
     def finished(self, trial: optuna.Trial, values: Mapping[str, Any], window: ProbeWindow | None,
-                 result: TrainResult) -> None:
-        """A trial too short for its window to finish: its own steady samples/s are the measurement."""
+                 result: TrainResult, contended: bool = False) -> None:
+        """A trial too short for its window to finish: its own steady samples/s are the measurement (`contended`:
+        its threads waited for cores over the run)."""
         if window is None or window.done or result.samples_per_s <= 0:
             return
         samples = sum(r.samples_per_s * r.epoch_time_s for r in result.history[:1])
@@ -295,7 +316,7 @@ class Gate:
                         epoch_samples=samples / fraction if samples > 0 else None, peak_memory_bytes=None)
         combo, k = self._where(values)
         self._cache(trial).put(k, record(combo, device_name(str(values["device"])), m,
-                                         source=f"trial {trial.number} (whole run)"))
+                                         source=f"trial {trial.number} (whole run)", contended=contended))
 
 
 def trusted(rec: Mapping[str, Any] | None, code: str) -> Mapping[str, Any] | None:
@@ -313,4 +334,4 @@ def _summary(rec: Mapping[str, Any]) -> dict[str, Any]:
     return {k: (round(v, 4) if isinstance(v, float) else v) for k, v in out.items()}
 
 __all__ = ["ATTR_PREFIX", "THROUGHPUT", "Cache", "Gate", "blame", "code_fingerprint", "combination", "key",
-           "projected_time_s", "record"]
+           "projected_time_s", "reading", "record", "usable"]

@@ -58,12 +58,12 @@ def _at_least_as_exact(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
 
 def make_plan(cfg: RunConfig, rows: list[speed.Row]) -> dict[str, Any]:
     """From measured rows: the kept combinations, and for each kept numeric combination its neutral settings."""
-    ok = [r for r in rows if r.measurement is not None]
+    ok = [r for r in rows if r.measurement is not None and not r.contended]  # a contended reading decides nothing
     kept: list[speed.Row] = []
     dropped: list[dict[str, Any]] = []
     for r in rows:
-        if r.measurement is None and r.error is not None and r.blame is None:
-            kept.append(r)  # the user's code failed, not a setting: no verdict on this combination's speed
+        if r.measurement is None and r.error is not None and r.blame is None or r.contended:
+            kept.append(r)  # the user's code failed, not a setting, or others held the cores: no verdict on its speed
             continue
         if r.measurement is None:
             dropped.append({"combination": r.combination, "why": r.error or r.skipped or "not measured"})
@@ -79,7 +79,7 @@ def make_plan(cfg: RunConfig, rows: list[speed.Row]) -> dict[str, Any]:
         else:
             kept.append(r)
     groups: dict[str, dict[str, Any]] = {}
-    for r in sorted(kept, key=lambda r: -r.samples_per_s):  # the fastest of each numeric group sets its neutrals
+    for r in sorted(kept, key=lambda r: (r.contended, -r.samples_per_s)):  # the fastest clean one sets the neutrals
         g = _numeric(r.combination)
         groups.setdefault(repr(sorted(g.items())), {"numeric": g, "neutral": {k: v for k, v in r.combination.items()
                                                                              if k in NEUTRAL},
@@ -179,16 +179,16 @@ def probe_all(study: optuna.Study | None, cfg: RunConfig, fit: trainer.Fit | Non
         values = {**space.fixed_point(cfg, combo), **speed.PROBE_FIXED}
         k = probe.key(probe.combination(values), probe.device_name(str(values["device"])))
         rec = probe.trusted(cache.get(k), code)  # an error of the user's code (or of older code) is measured again
-        if rec is not None and rec.get("samples_per_s"):
-            rows.append(speed.Row(combo, Measurement.from_dict(rec)))
+        if probe.usable(rec):  # (a contended reading is measured again)
+            rows.append(speed.Row(combo, Measurement.from_dict(rec)))  # type: ignore[arg-type]
             continue
         if rec is not None and rec.get("error"):
             rows.append(speed.Row(combo, error=rec["error"], blame=rec.get("blame")))
             continue
-        row = speed.measure(cfg, combo, fit)  # (an error not blamed on a setting is recorded, not trusted by trials)
+        row = speed.measure_clean(cfg, combo, fit)  # (an error not blamed on a setting is recorded, not trusted)
         cache.put(k, probe.record(probe.combination(values), probe.device_name(str(values["device"])),
                                   row.measurement, row.error, source="probe_then_tune", blame=row.blame,
-                                  code=probe.code_fingerprint(fit)))
+                                  code=probe.code_fingerprint(fit), contended=row.contended))
         rows.append(row)
     return rows
 

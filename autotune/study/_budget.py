@@ -2,10 +2,12 @@
 the storage is the only shared state. Three rules keep a shared study honest:
 
 - Exact budget. A worker starts a trial only while finished + running < n_trials, and a trial that
-  lost a race (more workers passed that check than slots were left) fails itself as `surplus` before
-  it samples anything: a trial runs only if fewer than n_trials trials numbered below it are still
-  alive (finished, running or waiting). Trial numbers come from the storage in creation order, so
-  this is exact on RDB and journal storages alike (`claim`, `ClaimedObjective`).
+  lost a race (more workers passed that check than slots were left) ends itself before it samples
+  anything: a trial runs only if fewer than n_trials trials numbered below it are still alive
+  (finished, running or waiting). Trial numbers come from the storage in creation order, so this is
+  exact on RDB and journal storages alike (`claim`, `ClaimedObjective`). A lost race is bookkeeping, not
+  a failure: the trial ends PRUNED with `stop_reason: surplus` (Optuna's dashboard shows it pruned, the
+  report under "surplus"), holds no slot and is left out of every count (`is_surplus`, `counts`).
 - Stale trials. A trial whose worker is provably gone (a dead process on this host; on RDB storages
   with heartbeats, SQLite included, a heartbeat older than `grace_period`) is failed as `orphaned` and
   retried once with the same params (orphans.py); every worker looks every grace_period / 2 seconds
@@ -28,7 +30,6 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from autotune.core._errors import AutotuneError
 from autotune.core._optuna_compat import optimize_log_filter
 from autotune.spec._schema import RunConfig
 from autotune.study import _orphans as orphans
@@ -39,20 +40,37 @@ ALIVE = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.RUNNING, TrialState.
 TrialCallback = Callable[[optuna.Study, FrozenTrial], None]
 
 
+SURPLUS = "surplus"  # user attr (True) and stop_reason of a trial that lost the race for the last slots
+
+
+def is_surplus(t: FrozenTrial) -> bool:
+    """A trial that lost the race for the last slots: it never ran, holds no slot and counts nowhere."""
+    return bool(t.user_attrs.get(SURPLUS))
+
+
+def holds_slot(t: FrozenTrial) -> bool:
+    return t.state in ALIVE and not (t.state == TrialState.PRUNED and is_surplus(t))
+
+
 @dataclass(frozen=True)
 class Counts:
     finished: int
     running: int
     waiting: int
     failed: int
+    surplus: int = 0  # lost races (PRUNED, stop_reason surplus): in none of the others
 
 
 def counts(trials: list[FrozenTrial]) -> Counts:
     by = {s: 0 for s in TrialState}
+    surplus = 0
     for t in trials:
-        by[t.state] += 1
+        if t.state == TrialState.PRUNED and is_surplus(t):
+            surplus += 1
+        else:
+            by[t.state] += 1
     return Counts(finished=by[TrialState.COMPLETE] + by[TrialState.PRUNED], running=by[TrialState.RUNNING],
-                  waiting=by[TrialState.WAITING], failed=by[TrialState.FAIL])
+                  waiting=by[TrialState.WAITING], failed=by[TrialState.FAIL], surplus=surplus)
 
 
 @dataclass(frozen=True)
@@ -64,7 +82,7 @@ class Seen:
 
     @classmethod
     def of(cls, trials: list[FrozenTrial]) -> Seen:
-        return cls(total=len(trials), alive=sum(1 for t in trials if t.state in ALIVE),
+        return cls(total=len(trials), alive=sum(1 for t in trials if holds_slot(t)),
                    running=sum(1 for t in trials if t.state == TrialState.RUNNING))
 
 
@@ -96,16 +114,17 @@ def claim(study: optuna.Study, number: int, n_trials: int, seen: Seen | None = N
     """
     if seen is not None and seen.alive + max(0, number - seen.total) < n_trials:
         return True
-    ahead = sum(1 for t in study.get_trials(deepcopy=False, states=ALIVE) if t.number < number)
+    ahead = sum(1 for t in study.get_trials(deepcopy=False, states=ALIVE) if t.number < number and holds_slot(t))
     return ahead < n_trials
 
 
-class SurplusTrial(AutotuneError):
-    """A trial that lost the race for the last slots: it fails at once, before sampling anything."""
+class SurplusTrial(optuna.TrialPruned):
+    """A trial that lost the race for the last slots: it ends at once, PRUNED (stop_reason surplus), before
+    sampling anything."""
 
 
 class _SurplusLogFilter(logging.Filter):
-    """Optuna logs every failed trial with a traceback; a surplus trial is bookkeeping, not an error."""
+    """Optuna logs every ended trial; a surplus trial is bookkeeping, not a result."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -113,7 +132,7 @@ class _SurplusLogFilter(logging.Filter):
 
     def filter(self, record: logging.LogRecord) -> bool:
         msg = record.getMessage()
-        return not any(msg.startswith(f"Trial {n} failed") for n in self.numbers)
+        return not any(msg.startswith((f"Trial {n} failed", f"Trial {n} pruned")) for n in self.numbers)
 
 
 class ClaimedObjective:
@@ -137,10 +156,14 @@ class ClaimedObjective:
         if self.n_trials is not None and not claim(trial.study, trial.number, self.n_trials, self.seen):
             self.surplus += 1
             self._filter.numbers.add(trial.number)
-            trial.set_user_attr("surplus", True)
+            why = f"the study's {self.n_trials} trials were already claimed by other workers (a lost race, not run)"
+            trial.set_user_attr(SURPLUS, True)
+            trial.set_user_attr("stop_reason", SURPLUS)
+            trial.set_user_attr("stop_epoch", 0)
+            trial.set_user_attr("stop_detail", why)
             # The budget is claimed: end this batch here (no more surplus trials in it); the loop reads the study.
             trial.study.stop()
-            raise SurplusTrial(f"trial {trial.number}: the study's {self.n_trials} trials were already claimed")
+            raise SurplusTrial(f"trial {trial.number}: {why}")
         return self.inner(trial)
 
 

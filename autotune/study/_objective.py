@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
-import warnings
 from typing import Any
 
 import optuna
@@ -109,7 +108,6 @@ class Objective:
         self.streak = FailureStreak(cfg.study.max_repeated_errors)
         self.gate = probe.Gate(cfg, self.fit)  # the speed probe: what the study knows of each throughput combination
         self.cpu_cap: int | None = None  # torch threads for the next CPU trials, once one ran oversubscribed
-        self.warned = False
         self.search = strategy.Search(cfg, self.fit)  # study.strategy: the space joint, or narrowed by probes
         self._said: set[str] = set()  # warnings logged in this run (once each)
 
@@ -223,6 +221,7 @@ class Objective:
         capped = self._capped(values)
         if capped is not None:
             trial.set_user_attr("cpu_threads_capped", capped)
+        self._record_threads(trial, values, capped)
         try:
             with contention.torch_threads(capped):
                 cpu = contention.Window(int(values["cpu_threads"]) or torch.get_num_threads())
@@ -230,7 +229,7 @@ class Objective:
                               searched=searched_keys(self.cfg, values))
                 result = trainer.train(job, on_epoch=on_epoch, on_record=on_record, keep_model=False)
             if not self._oversubscribed(trial, values, result, cpu):
-                self.gate.finished(trial, values, window, result)
+                self.gate.finished(trial, values, window, result, contended=contention.contended(cpu.share()))
             return result
         except TrialStopped as e:
             stop = TrialStopped(e.reason, e.epoch, e.detail)  # a fresh one: no traceback, no frames
@@ -294,8 +293,14 @@ class Objective:
         text = (f"{what} is off for this trial: {names} {'is' if len(unreported) == 1 else 'are'} not reported "
                 f"every epoch (ctx.report({unreported[0]}=...) in each epoch turns it on)")
         trial.set_user_attr(PRUNING_OFF, text)
-        if text not in self._said:
-            self._said.add(text)
+        self._say(text)
+
+    def _say(self, text: str, once: str | None = None) -> None:
+        """A run message, logged once per run (per `once` key, else per text) as one plain line: `warning: NAME:
+        text` on the run's console (not Python's warnings, which print autotune's own file and line)."""
+        key = once or text
+        if key not in self._said:
+            self._said.add(key)
             log.warning(f"warning: {self.name}: {text}")
 
     def _oversubscribed(self, trial: optuna.Trial, values: dict[str, Any], result: TrainResult,
@@ -317,10 +322,22 @@ class Objective:
         trial.set_user_attr("oversubscribed", found)
         if not values["cpu_threads"]:  # a user's cpu_threads is theirs to measure
             self.cpu_cap = contention.lower_cap(self.cpu_cap, threads)
-        if not self.warned:
-            self.warned = True
-            warnings.warn(contention.warning(trial.number, found, self.cpu_cap), stacklevel=2)
+        self._say(contention.warning(trial.number, found, self.cpu_cap), once="oversubscribed")
         return True
+
+    @staticmethod
+    def _record_threads(trial: optuna.Trial, values: dict[str, Any], capped: int | None) -> None:
+        """A CPU trial's `device` says the threads it really trains on; where autotune chose them (a cap after an
+        oversubscribed trial, one less per DataLoader worker) user attr `cpu_threads_used` keeps the count, and
+        `best --export` writes it as `cpu_threads` so the export trains as the trial did."""
+        dev = accel.resolve_device(values["device"])
+        if dev.type != "cpu":
+            return
+        default = torch.get_num_threads()
+        used = contention.trial_threads(values, capped, torch_default=default)
+        trial.set_user_attr("device", accel.device_name(dev, used))
+        if not values["cpu_threads"] and used != default:
+            trial.set_user_attr("cpu_threads_used", used)
 
     def _capped(self, values: dict[str, Any]) -> int | None:
         """After an oversubscribed trial, the next CPU trials run on fewer torch threads (where the user left

@@ -31,6 +31,7 @@ from autotune.spec._schema import RunConfig
 from autotune.study import _orphans as orphans
 from autotune.study import _storage as storage_mod
 from autotune.study import _warm as warm
+from autotune.study._budget import is_surplus
 from autotune.study._objective import CATCH, Objective, quiet_failures
 from autotune.training import _accel as accel
 
@@ -260,7 +261,8 @@ def note_orphans(numbers: list[int], on_note: Callable[[str], None] | None = Non
 
 
 def n_finished(study: optuna.Study) -> int:
-    return len(study.get_trials(deepcopy=False, states=FINISHED))
+    """Finished trials (a surplus one, a lost race that never ran, is not one)."""
+    return sum(1 for t in study.get_trials(deepcopy=False, states=FINISHED) if not is_surplus(t))
 
 
 TrialCallback = Callable[[optuna.Study, FrozenTrial], None]

@@ -461,7 +461,8 @@ def _wrap_up(cfg: RunConfig, study: optuna.Study, hooks: list[study_mod.RunCallb
     """Every worker has exited: say what raced, end the callbacks' run, and fail a study left short."""
     surplus = sum(1 for t in study.get_trials(deepcopy=False) if t.user_attrs.get("surplus"))
     if surplus:
-        note(f"{surplus} FAIL trial(s) marked surplus: workers raced for the last slots and these never ran")
+        note(f"{surplus} trial(s) ended PRUNED as surplus: workers raced for the last slots and these never ran "
+             "(not failures; left out of the counts)")
     n = cfg.study.n_trials
     finished = counts(study.get_trials(deepcopy=False)).finished
     short = n is not None and n != finished and cfg.study.timeout is None

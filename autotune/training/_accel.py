@@ -99,10 +99,9 @@ def backend_flags(settings: dict[str, Any]) -> Iterator[None]:
         torch.set_float32_matmul_precision(settings["matmul_precision"])
         # cuDNN's own TF32 switch defaults to True: without this, an "fp32" conv net runs TF32 convolutions.
         torch.backends.cudnn.allow_tf32 = settings["matmul_precision"] != "highest"
-        if settings["cpu_threads"]:
-            torch.set_num_threads(int(settings["cpu_threads"]))
-        elif not settings["data_on_device"] and settings["num_workers"]:  # each loader process keeps a core busy
-            torch.set_num_threads(contention.default_threads(1, int(settings["num_workers"]), n_cores=old_threads))
+        threads = contention.trial_threads(settings, torch_default=old_threads)  # less one per loader process
+        if threads != old_threads:
+            torch.set_num_threads(threads)
         yield
     finally:
         torch.backends.cudnn.benchmark = old_bench

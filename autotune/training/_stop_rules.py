@@ -5,15 +5,21 @@ In an epoch: a non-finite loss (checked every few steps) and the hang limit (`ha
 an epoch's end (rank 0): the record goes out, early stopping is counted, then non-finite losses, divergence,
 projected time and the study's own rules (`on_epoch`: pruners, vs_front). An epoch that ends the training is
 judged only for non-finite values: no rule discards training that is complete.
+
+The projected-time rule rests on the trial's own epoch times; epochs whose threads waited for cores (other busy
+processes here, `contention.contended` over the trial so far) ran at the machine's speed, not the trial's: the
+rule does not stop the trial then but looks again after the next epoch (the last is never stopped; the hang limit
+still holds). A slow stop says that its epochs had their cores.
 """
 
 from __future__ import annotations
 
 import math
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from autotune.core import _contention as contention
 from autotune.core._errors import TrialStopped
 from autotune.training._collective import Alone
 from autotune.training._records import EpochRecord, OnEpoch
@@ -25,7 +31,8 @@ class StopRules:
 
     def __init__(self, settings: Mapping[str, Any], limits: Limits, on_record: OnEpoch | None = None,
                  on_epoch: OnEpoch | None = None,
-                 early_stopping_on: Sequence[tuple[str, str]] = (("val_loss", "minimize"),)) -> None:
+                 early_stopping_on: Sequence[tuple[str, str]] = (("val_loss", "minimize"),),
+                 cpu: Callable[[], contention.Share] | None = None) -> None:
         self.settings = settings
         self.limits = limits
         self.on_record = on_record  # sees every epoch's record first (the objective stores it)
@@ -36,6 +43,8 @@ class StopRules:
         self.best_es = math.inf
         self.since_best = 0
         self.stopped_early_at: int | None = None  # epoch at which early stopping ended training
+        self.cpu = cpu or contention.Window().share  # the CPU this trial got since it started
+        self.slow_deferred: list[int] = []  # epochs whose slow projection waited for cores: not acted on
 
     # ------------------------------------------------------------ in an epoch
 
@@ -106,8 +115,17 @@ class StopRules:
                 check_divergence(losses, self.limits.loss_factor, rec.epoch, chance_loss)
             check_slow(rec.train_time_s, rec.epoch, epochs, self.limits.max_trial_seconds)
         except TrialStopped as e:
-            return e
+            return self._unless_contended(e) if e.reason == "slow" else e
         return None
+
+    def _unless_contended(self, stop: TrialStopped) -> TrialStopped | None:
+        """A slow projection from epochs that waited for cores decides nothing (looked at again next epoch)."""
+        share = self.cpu()
+        if contention.contended(share):
+            self.slow_deferred.append(stop.epoch)
+            return None
+        return TrialStopped(stop.reason, stop.epoch, f"{stop.detail} (its epochs had their cores: waited "
+                                                     f"{share.waiting:.0%})")
 
     def early_stopping(self, values: Mapping[str, float], epoch: int, epochs: int) -> None:
         """`early_stopping_patience` epochs without an improvement of the watched metric (val_loss by default)."""

@@ -25,6 +25,7 @@ from typing import Any
 
 import torch
 
+from autotune.core import _contention as contention
 from autotune.core._errors import TrialStopped
 from autotune.training import _accel as accel
 
@@ -83,6 +84,8 @@ class ProbeWindow:
         self._timed_steps = 0
         self._samples = 0
         self._epoch: tuple[int | None, int, float] = (None, 1, 1.0)  # (batches per epoch, batch size, data_fraction)
+        self._cpu: contention.Window | None = None  # the CPU this process gets while the window times
+        self.share: contention.Share | None = None  # what it got over the measured window (None: not measured)
 
     @property
     def done(self) -> bool:
@@ -125,6 +128,7 @@ class ProbeWindow:
             self._first_step_s = accel.clock(dev) - self._first_t0
         if self._count == self.warmup:
             self._start = accel.clock(dev)
+            self._cpu = contention.Window()
             return
         if self._count <= self.warmup or self._start is None:
             return
@@ -139,7 +143,13 @@ class ProbeWindow:
         self._measure(timed)
 
     def _measure(self, timed: float) -> None:
+        self.share = self._cpu.share() if self._cpu is not None else None
         self._finish(self._measurement(timed))
+
+    @property
+    def contended(self) -> bool:
+        """This process waited for cores while the window timed (others held them): not the settings' speed."""
+        return self.share is not None and contention.contended(self.share)
 
     def _finish(self, measurement: Measurement) -> None:
         self.measurement = measurement
@@ -174,11 +184,14 @@ class RepeatedWindow(ProbeWindow):
         super().__init__(*args, **kwargs)
         self.agree, self.tolerance, self.max_windows = agree, tolerance, max_windows
         self.windows: list[Measurement] = []
+        self.shares: list[contention.Share | None] = []  # the CPU this process got over each window
         self.spread = math.nan
         self._restart = False  # a window just closed after a step: the next one starts now
 
     def _measure(self, timed: float) -> None:
         self.windows.append(self._measurement(timed))
+        self.shares.append(self._cpu.share() if self._cpu is not None else None)
+        self._cpu = contention.Window()  # the next window's
         last = sorted(self.windows[-self.agree:], key=lambda m: m.samples_per_s)
         mid = last[len(last) // 2]
         rates = [m.samples_per_s for m in last]
@@ -186,6 +199,7 @@ class RepeatedWindow(ProbeWindow):
         if len(self.windows) < self.max_windows and (len(last) < self.agree or self.spread > self.tolerance):
             self._timed_s, self._timed_steps, self._samples, self._restart = 0.0, 0, 0, True
             return
+        self.share = _merged([s for s in self.shares[-self.agree:] if s is not None])
         self._finish(mid)
 
     def after_step(self, dev: torch.device, batch_samples: int, epoch_batches: int | None,
@@ -198,6 +212,14 @@ class RepeatedWindow(ProbeWindow):
     def epoch_end(self, t: float) -> None:
         super().epoch_end(t)
         self._restart = False  # closed at the epoch's end: the next epoch's start resumes the timing
+
+
+def _merged(shares: list[contention.Share]) -> contention.Share | None:
+    """The CPU got over several windows together."""
+    if not shares:
+        return None
+    run, wait = sum(s.run_s for s in shares), sum(s.wait_s for s in shares)
+    return contention.Share(sum(s.wall_s for s in shares), run, wait, wait / (run + wait) if run + wait > 0 else 0.0)
 
 
 __all__ = ["MAX_STEPS", "MIN_SECONDS", "Measurement", "ProbeDone", "ProbeWindow", "RepeatedWindow", "TIMED_STEPS",

@@ -139,3 +139,39 @@ def test_debug_jobs_run_in_this_process_one_after_the_other(tmp_path: Path, caps
     out = capsys.readouterr().out
     assert_exact(load(path), 3)
     assert "ran 3 trial(s)" in out and "ran 0 trial(s)" in out and "2 of 2 job(s) ended well" in out
+
+
+def test_device_auto_on_a_machine_without_gpus_launches_cpu_workers(tmp_path: Path) -> None:
+    """29.10: `--executor local --workers 2` with device auto and no GPU here: CPU workers, the cores split among
+    them as --workers splits them (it refused with "need 2 GPUs but 0 visible" unless --gpus-per-task 0)."""
+    import torch
+
+    from autotune import config
+    from autotune.core import _contention as contention
+    from autotune.training._distributed import cpu_cores
+
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is visible here: device auto means GPU workers")
+    cfg = config.load(write_cfg(tmp_path, f"journal:///{tmp_path}/a.log", 4, name="a", device="auto"))
+    req = launch.Request(executor="local", workers=2)
+    assert launch.gpus(cfg, req) == 0 and launch.job_threads(req) == contention.default_threads(2, n_cores=cpu_cores())
+    assert launch.gpus(cfg, launch.Request(executor="slurm", workers=2)) == 1  # a cluster's nodes have their own
+    assert launch.gpus(cfg, launch.Request(executor="local", workers=2, gpus_per_task=1)) == 1  # asked: kept
+    assert launch.gpus(config.load(write_cfg(tmp_path, f"journal:///{tmp_path}/c.log", 4, name="c", device="cuda")),
+                       req) == 1  # cuda asked by name: its refusal stays
+    launch.create(cfg, req)
+    assert load(tmp_path / "a.yaml").user_attrs["device"].startswith("cpu")  # not "auto: 1 GPU(s) per local job"
+
+
+def test_two_local_cpu_jobs_with_device_auto_finish_the_study(tmp_path: Path, capsys: Any) -> None:
+    pytest.importorskip("submitit")
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is visible here")
+    path = write_cfg(tmp_path, f"journal:///{tmp_path}/l.log", 4, name="l", device="auto")
+    rc = cli.main(["launch", str(path), "--executor", "local", "--workers", "2", "--logs", str(tmp_path / "logs"),
+                   "--wait"])
+    out, err = capsys.readouterr()
+    assert rc == 0, out + err
+    assert_exact(load(path), 4)

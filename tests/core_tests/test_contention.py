@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import subprocess
 import sys
 import time
@@ -122,7 +123,8 @@ def study_cfg(tmp_path: Path, n_trials: int) -> config.RunConfig:
 
 
 @pytest.mark.slow
-def test_a_trial_on_oversubscribed_cores_is_recorded_and_the_next_ones_use_fewer_threads(tmp_path: Path) -> None:
+def test_a_trial_on_oversubscribed_cores_is_recorded_and_the_next_ones_use_fewer_threads(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     old = torch.get_num_threads()
     threads = contention.cores()
     torch.set_num_threads(threads)
@@ -132,15 +134,14 @@ def test_a_trial_on_oversubscribed_cores_is_recorded_and_the_next_ones_use_fewer
         quiet = autotune.run(study_cfg(tmp_path, 1)).study.trials[0]
         assert "oversubscribed" not in quiet.user_attrs, quiet.user_attrs  # quiet: it had its cores
         assert quiet.user_attrs["probe"]["samples_per_s"] > 0
-        with busy(seconds=60), warnings.catch_warnings(record=True) as seen:
-            warnings.simplefilter("always")
+        with busy(seconds=60), caplog.at_level(logging.WARNING):
             study = autotune.run(study_cfg(tmp_path, 3)).study
         loaded, after = study.trials[1], study.trials[2]
         found = loaded.user_attrs["oversubscribed"]
         assert found["ratio"] < contention.COLLAPSE and found["threads"] == threads
         assert found["waiting"] >= contention.WAITING
-        said = [str(w.message) for w in seen if "oversubscribed" in str(w.message)]
-        assert len(said) == 1 and said[0].startswith("trial 1 ran oversubscribed: ")  # once
+        said = [r.getMessage() for r in caplog.records if "oversubscribed" in r.getMessage()]
+        assert len(said) == 1 and said[0].startswith("warning: the built-in trainer: trial 1 ran oversubscribed: ")
         assert "cpu_threads_capped" not in loaded.user_attrs
         assert after.user_attrs["cpu_threads_capped"] == max(1, threads // 2)  # the next trial: fewer threads
         assert torch.get_num_threads() == threads  # only inside the trials
@@ -149,3 +150,27 @@ def test_a_trial_on_oversubscribed_cores_is_recorded_and_the_next_ones_use_fewer
         assert round(quiet_probe["samples_per_s"], 4) == quiet.user_attrs["probe"]["samples_per_s"]  # not overwritten
     finally:
         torch.set_num_threads(old)
+
+
+def test_the_oversubscribed_warning_is_one_plain_run_line_once(tmp_path: Path,
+                                                               caplog: pytest.LogCaptureFixture) -> None:
+    """34.7: said as autotune's other run messages are (`warning: NAME: ...`, once a run), not as a Python warning
+    with autotune's own file and line."""
+    old = torch.get_num_threads()
+    torch.set_num_threads(contention.cores())
+    try:
+        with busy(seconds=60, n=2 * contention.cores()), caplog.at_level(logging.WARNING), \
+                warnings.catch_warnings(record=True) as raised:
+            warnings.simplefilter("always")
+            small = {**study_cfg(tmp_path, 2).to_dict(), "trainer": "tests.user_fits:fit"}  # an MLP on blobs
+            study = autotune.run(config.from_dict(small)).study
+    finally:
+        torch.set_num_threads(old)
+    flagged = [t.number for t in study.trials if "oversubscribed" in t.user_attrs]
+    if not flagged:
+        pytest.skip("no trial was found oversubscribed under the busy processes (nothing to say)")
+    assert not [w for w in raised if "oversubscribed" in str(w.message)]  # no `.../_objective.py:123: UserWarning`
+    said = [r.getMessage() for r in caplog.records if "oversubscribed" in r.getMessage()]
+    assert len(said) == 1
+    assert said[0].startswith(f"warning: tests.user_fits:fit: trial {flagged[0]} ran oversubscribed: ")
+    assert "\n" not in said[0]

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import optuna
 import pytest
+import torch
 import yaml
 
 import autotune
@@ -94,3 +95,50 @@ def test_a_user_trainer_export_has_no_data_or_model_section_unless_the_file_had_
     with_model = config.from_dict({"trainer": "tests.user_fits:fit", "model": {"name": "mlp"}}, source=cfg.source)
     assert export.best_yaml(with_model, best)["model"]["name"] == "mlp" and "data" not in \
         export.best_yaml(with_model, best)
+
+
+def _threads_trial(tmp_path: Path, cap: int | None, **train: object) -> optuna.trial.FrozenTrial:
+    """One digits trial on 2 torch threads, after an oversubscribed trial left this process's cap at `cap`."""
+    from autotune.study import _objective as objective_mod
+    from autotune.study import _study as study_mod
+
+    cfg = _two_trials(tmp_path, builtin=True)
+    cfg = config.from_dict({**cfg.to_dict(), "train": {**cfg.to_dict()["train"], **train}}, source=cfg.source)
+    obj = objective_mod.Objective(cfg)
+    obj.cpu_cap = cap  # what `_oversubscribed` leaves after a trial whose threads waited for busy cores
+    study = study_mod.open_study(cfg)
+    old = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        study.optimize(obj, n_trials=1)
+    finally:
+        torch.set_num_threads(old)
+    return study.trials[0]
+
+
+def test_a_capped_trials_threads_are_recorded_shown_and_exported(tmp_path: Path,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    """A trial capped at 1 thread after an oversubscribed one: its device says 1 thread, `best` shows the cap, and
+    the export trains on 1 thread (without it the export ran on torch's default, 8-18 s instead of 1.2 s)."""
+    from autotune.observe import _progress as progress
+    from autotune.study._study import TuneResult, open_study
+
+    trial = _threads_trial(tmp_path, cap=1)
+    assert trial.state.name == "COMPLETE" and trial.user_attrs["cpu_threads_capped"] == 1
+    assert trial.user_attrs["device"].endswith(", 1 threads)"), trial.user_attrs["device"]  # not the process's 2
+    cfg = _two_trials(tmp_path, builtin=True)
+    result = TuneResult(study=open_study(cfg, create=False), config=cfg)
+    progress.print_best(result)
+    assert "  cpu_threads: 1 (trained on 1 torch thread(s): capped after an oversubscribed trial)" in \
+        capsys.readouterr().out
+    again = config.load(export.export_best(cfg, result.best, tmp_path / "best.yaml"))
+    assert again.train["cpu_threads"] == 1 and again.study.trial_seed == trial.user_attrs["seed"]
+    assert autotune.run(again).study.trials[0].user_attrs["device"].endswith(", 1 threads)")  # trains as it did
+
+
+def test_threads_left_to_loader_workers_are_exported(tmp_path: Path) -> None:
+    """cpu_threads 0 with a DataLoader worker: the trial trains on one thread less than the process's, and says so."""
+    trial = _threads_trial(tmp_path, cap=None, data_on_device=False, num_workers=1)
+    assert trial.user_attrs["cpu_threads_used"] == 1 and trial.user_attrs["device"].endswith(", 1 threads)")
+    best = results.summarize(trial, ["val_accuracy"])
+    assert export.best_yaml(_two_trials(tmp_path, builtin=True), best)["train"]["cpu_threads"] == 1

@@ -372,10 +372,11 @@ def test_front_gain_stops_a_candidate_whose_best_case_barely_moves_the_front(tmp
     cfg = tiny(tmp_path, pruning={"slow": {"min_front_gain": 0.01, "front_margin": 0.02}})
     front = [_front_trial(0.90, 1.0), _front_trial(0.95, 3.0)]  # time box 2 x 3 s; hypervolume 4.65
     with pytest.raises(TrialStopped) as e:  # best case 0.97 in 5 s adds 0.02 x 1 s: 0.4%
-        pruners.check_front_gain(cfg, front, 5.0, "100 samples/s")
+        pruners.check_front_gain(cfg, front, 5.0, "100 samples/s (speed probe: trial 0, uncontended)")
     assert e.value.reason == "dominated" and e.value.epoch == 0
-    assert e.value.detail.startswith("predicted 5.0s at 100 samples/s (speed probe) behind the front: even at "
-                                     "val_accuracy 0.97 (the front's best 0.95 + 0.02) it would add 0.4%")
+    assert e.value.detail.startswith("predicted 5.0s at 100 samples/s (speed probe: trial 0, uncontended) behind "
+                                     "the front: even at val_accuracy 0.97 (the front's best 0.95 + 0.02) it would "
+                                     "add 0.4%")
     with pytest.raises(TrialStopped):  # beyond the time box: nothing to add
         pruners.check_front_gain(cfg, front, 7.0, "x")
     pruners.check_front_gain(cfg, front, 2.0, "x")  # between the front's points: adds 0.13 (2.8%)

@@ -164,7 +164,8 @@ def test_too_slow_combination_stops_before_its_first_epoch(tmp_path: Path) -> No
     assert [t.state for t in trials] == [TrialState.PRUNED] * 3
     for t in trials:
         assert t.user_attrs["stop_reason"] == "slow" and t.user_attrs["stop_epoch"] == 0
-        assert "(speed probe) > max_trial_seconds 1" in t.user_attrs["stop_detail"]
+        assert "(speed probe: trial 0, " in t.user_attrs["stop_detail"]  # the reading it rests on
+        assert ") > max_trial_seconds 1" in t.user_attrs["stop_detail"]
         assert not t.user_attrs.get("history")  # no epoch ran to its end
         assert t.user_attrs["probe"]["source"] == "trial 0"
     assert len(user_fits.CALLS) == 1  # trials 1 and 2 were stopped before their training function ran
@@ -305,3 +306,44 @@ def test_a_shape_bug_traced_by_the_compiler_is_the_users_not_compiles() -> None:
         assert probe_mod.blame(e, {"compile": True, "precision": "fp32"}) is None, type(e).__name__
     else:
         raise AssertionError("the shape bug did not raise")
+
+
+def _probe_records(study: optuna.Study) -> dict[str, dict[str, Any]]:
+    return {k: v for k, v in study.user_attrs.items() if k.startswith(probe.ATTR_PREFIX)}
+
+
+def test_a_contended_reading_steers_nothing_and_is_measured_again(tmp_path: Path) -> None:
+    """29.1: a combination measured while busy processes held the cores (stored `contended: true`, here at a
+    hundredth of its speed or less) stops no quiet trial as slow, on a resumed run too: the next trial measures it
+    again and its reading replaces the contended one."""
+    cfg = user(tmp_path, "fit", study={"n_trials": 1})
+    study = study_mod.run(cfg).study
+    (k, quiet), = _probe_records(study).items()
+    assert quiet["source"] == "trial 0"
+    limit = 60.0  # the trials here train in well under a second; the planted figure projects 120 s
+    planted = {**quiet, "samples_per_s": 2 * quiet["epoch_samples"] / (2 * limit), "contended": True,
+               "source": "trial 0"}
+    study.set_user_attr(k, planted)
+    resumed = config.from_dict(cfg.to_dict(), overrides={"study.n_trials": 3,
+                                                        "pruning.slow.max_trial_seconds": limit}, source=cfg.source)
+    trials = study_mod.run(resumed).study.trials
+    assert [t.state for t in trials] == [TrialState.COMPLETE] * 3, [t.user_attrs.get("stop_detail") for t in trials]
+    again = _probe_records(study)[k]
+    assert again["contended"] in (False, True)  # said either way
+    assert again["source"] in ("trial 1", "trial 1 (whole run)") and again["samples_per_s"] > planted["samples_per_s"]
+    assert trials[1].user_attrs["probe"]["source"] == again["source"]  # its reference: its own reading
+    if not again["contended"]:  # (the machine was quiet enough): trial 2 took it as its reference, measured nothing
+        assert trials[2].user_attrs["probe"]["source"] == again["source"]
+
+
+def test_a_probe_stop_names_the_reading_it_rests_on(tmp_path: Path) -> None:
+    cfg = user(tmp_path, "fit", study={"n_trials": 1})
+    study = study_mod.run(cfg).study
+    (k, rec), = _probe_records(study).items()
+    study.set_user_attr(k, {**rec, "samples_per_s": 1.0, "contended": False, "source": "trial 0"})
+    resumed = config.from_dict(cfg.to_dict(), overrides={"study.n_trials": 2, "pruning.slow.max_trial_seconds": 5},
+                               source=cfg.source)
+    t = study_mod.run(resumed).study.trials[1]
+    assert t.user_attrs["stop_reason"] == "slow" and t.user_attrs["stop_epoch"] == 0
+    assert t.user_attrs["stop_detail"].startswith("projected ")
+    assert " at 1 samples/s (speed probe: trial 0, uncontended) > max_trial_seconds 5" in t.user_attrs["stop_detail"]

@@ -12,9 +12,11 @@ from typing import Any
 import yaml
 
 from autotune import config
+from autotune.core import _contention as contention
 from autotune.speed import _speed as speed
 
 ROOT = Path(__file__).resolve().parents[2]
+TAKES = r"(?: (?:contended|noisy) after \d+ take\(s\)|, take \d+)?"  # a progress line's retakes, if any
 
 
 def env() -> dict[str, str]:
@@ -38,7 +40,7 @@ def test_cnn_yaml_table_on_cpu() -> None:
     out = speed_cli("search_spaces/cnn.yaml", "--threads", "1", timeout=300)
     assert out.returncode == 0, out.stderr
     # bounded work: one probe per combination, each the median of PROBE_AGREE..PROBE_WINDOWS short windows
-    progress = re.findall(r"\[(\d+)/32\] .*: [\d,]+ samples/s ±\d+% \((\d+) windows\)", out.stderr)
+    progress = re.findall(r"\[(\d+)/32\] .*: [\d,]+ samples/s ±\d+%" + TAKES + r" \((\d+) windows\)", out.stderr)
     assert [int(n) for n, _ in progress] == list(range(1, 33))
     assert all(speed.PROBE_AGREE <= int(w) <= speed.PROBE_WINDOWS for _, w in progress)
     assert "not measured" not in out.stdout
@@ -48,10 +50,13 @@ def test_cnn_yaml_table_on_cpu() -> None:
     assert head[:6] == ["#", "samples/s", "±%", "vs", "best", "compile"]
     rows = [ln.split() for ln in lines[2:] if ln.strip() and ln.split()[0].isdigit()]
     assert len(rows) == 32
-    rates = [float(r[1].replace(",", "")) for r in rows]
-    assert rates == sorted(rates, reverse=True) and rates[-1] > 0  # fastest first, every one measured
-    assert rows[0][3] == "1.00x"
+    flagged = [r[3] in ("contended", "noisy") for r in rows]  # (a busy machine's rows: listed apart, after)
+    assert flagged == sorted(flagged)
+    rates = [float(r[1].replace(",", "")) for r, f in zip(rows, flagged) if not f]
+    assert rates == sorted(rates, reverse=True) and all(float(r[1].replace(",", "")) > 0 for r in rows)
+    assert not rates or rows[0][3] == "1.00x"  # fastest clean row first, every one measured
     assert all(r[2].isdigit() for r in rows)  # every row's spread over its windows
+    assert ("warning: " in out.stderr) == any(flagged)
     assert {r[-4] for r in rows} == {"32", "64", "128", "256"}  # batch_size column
     assert "[32/32]" in out.stderr  # progress, one line per combination, on stderr
 
@@ -71,7 +76,7 @@ def test_rows_are_medians_with_their_spread_and_the_header_names_what_is_held(tm
     assert lines[1].split()[:3] == ["#", "samples/s", "±%"]
     rows = [ln.split() for ln in lines[2:] if ln.strip() and ln.split()[0].isdigit()]
     assert len(rows) == 2 and all(r[2].isdigit() for r in rows)
-    windows = [int(w) for w in re.findall(r"samples/s ±\d+% \((\d+) windows\)", out.stderr)]
+    windows = [int(w) for w in re.findall(r"samples/s ±\d+%" + TAKES + r" \((\d+) windows\)", out.stderr)]
     assert len(windows) == 2 and all(speed.PROBE_AGREE <= w <= speed.PROBE_WINDOWS for w in windows)
 
 
@@ -126,3 +131,50 @@ def test_a_config_mistake_is_one_line(tmp_path: Path) -> None:
     assert out.stderr.strip().splitlines() == [
         "error: bad.yaml: space.precision.choices: unknown precision 'fp64' (did you mean 'fp16'?); "
         "allowed: bf16, fp16, fp32"]
+
+
+def test_rows_timed_on_busy_cores_are_taken_again_then_flagged_apart_with_one_warning(tmp_path: Path) -> None:
+    """29.2: at 2 threads with busy processes on every core, a row's windows wait for cores: it is taken again (at
+    most RETAKES more times) and, still contended or noisy, marked in the table, listed after the clean rows with no
+    `vs best`, and one warning line says what to do."""
+    from tests.core_tests.test_contention import busy
+
+    path = user_file(tmp_path, {"batch_size": {"type": "categorical", "choices": [32, 64]}})
+    with busy(seconds=60, n=2 * contention.cores()):
+        out = speed_cli(str(path), "--threads", "2", cwd=tmp_path, timeout=180)
+    assert out.returncode == 0, out.stderr
+    takes = re.findall(r"samples/s ±\d+%(?: (contended|noisy) after (\d+) take\(s\)|, take (\d+))? \(", out.stderr)
+    assert len(takes) == 2
+    assert any(flag or again for flag, _, again in takes), out.stderr  # the load was seen: retaken or flagged
+    assert all(int(n) == speed.RETAKES + 1 for flag, n, _ in takes if flag)  # flagged only after every retake
+    rows = [ln.split() for ln in out.stdout.splitlines()[2:] if ln.strip() and ln.split()[0].isdigit()]
+    flagged = [r for r in rows if r[3] in ("contended", "noisy")]
+    assert len(flagged) == sum(1 for flag, _, _ in takes if flag)
+    assert all(r[4] == "-" for r in flagged)  # not ranked against the clean rows
+    assert [r in flagged for r in rows] == sorted(r in flagged for r in rows)  # apart: after the clean ones
+    warning = [ln for ln in out.stderr.splitlines() if ln.startswith("warning: ")]
+    if flagged:
+        assert len(warning) == 1 and "--threads 1" in warning[0] and "the machine was busy at 2 thread(s)" in warning[0]
+    else:
+        assert not warning
+
+
+def test_the_table_ranks_clean_rows_and_lists_flagged_ones_apart() -> None:
+    from autotune.training._throughput import Measurement
+
+    def row(sps: float, spread: float, contended: bool = False) -> speed.Row:
+        m = Measurement(samples_per_s=sps, steps_per_s=1.0, timed_steps=2, timed_s=1.0, first_step_s=0.1,
+                        compile_time_s=0.0, epoch_samples=100.0, peak_memory_bytes=None)
+        return speed.Row({"batch_size": int(sps)}, m, spread=spread, contended=contended, takes=3)
+
+    rows = speed.sort([row(100, 3.26, contended=True), row(2661, 0.04), row(900, 0.5), row(1000, 0.02)])
+    assert [r.samples_per_s for r in rows] == [2661, 1000, 900, 100]  # clean fastest first, then the flagged
+    lines = speed.table(rows).splitlines()
+    assert lines[3].split()[1:5] == ["900", "25", "noisy", "-"]
+    assert lines[4].split()[1:5] == ["100", "163", "contended", "-"]
+    assert lines[2].split()[3] == "0.38x"  # against the fastest clean row
+    assert lines[2].split()[1] == "1,000" and lines[1].split()[1] == "2,661"
+    note = speed.busy_note(rows, threads=2)
+    assert note is not None
+    assert note.startswith("2 of 4 measured row(s) stayed contended or noisy after 2 retake(s) (1 waited")
+    assert "--threads 1" in note and speed.busy_note(rows[:2], threads=2) is None

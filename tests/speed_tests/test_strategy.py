@@ -10,6 +10,7 @@ from optuna.trial import TrialState
 
 from autotune import config
 from autotune.core._errors import ConfigError
+from autotune.speed import _speed as speed_mod
 from autotune.speed import _strategy as strategy
 from autotune.speed._speed import Row
 from autotune.study import _study as study_mod
@@ -98,7 +99,7 @@ def test_study_probes_once_and_searches_the_kept_combinations(tmp_path: Path) ->
     assert plan["combinations"] == 4 and plan["measured"] == 2
     assert all(g["neutral"] == {"channels_last": False} for g in plan["groups"])
     probes = [c for c in user_fits.CALLS if c["epochs"] == 1_000_000]  # probes run the fit with endless epochs
-    assert len(probes) == 4
+    assert 4 <= len(probes) <= 4 + 2 * speed_mod.RETAKES  # a contended or noisy measured row is taken again
     trials = res.study.trials
     assert len(trials) == 4 and all(t.state == TrialState.COMPLETE for t in trials)
     assert all("channels_last" not in t.params and t.user_attrs["settings"]["channels_last"] is False for t in trials)

@@ -1,5 +1,6 @@
-"""The budget of a shared study: claims are exact when workers race, a lost race fails as `surplus` before it
-samples anything, and a worker waits while trials it could still see die hold the last slots."""
+"""The budget of a shared study: claims are exact when workers race, a lost race ends PRUNED as `surplus` (not a
+failure, in no count) before it samples anything, and a worker waits while trials it could still see die hold the
+last slots."""
 
 from __future__ import annotations
 
@@ -39,7 +40,7 @@ def test_claim_lets_exactly_n_trials_run_when_workers_race(tmp_path: Path) -> No
     assert not budget.claim(study, extra.number, 3)  # 0, 2 and the retry 5 ahead of it
 
 
-def test_a_trial_that_lost_the_race_fails_as_surplus_before_sampling(tmp_path: Path) -> None:
+def test_a_trial_that_lost_the_race_ends_surplus_before_sampling_and_is_no_failure(tmp_path: Path) -> None:
     study = journal(tmp_path)
     ahead = [study.ask() for _ in range(2)]  # two workers hold the whole budget of 2
     ran: list[int] = []
@@ -47,7 +48,9 @@ def test_a_trial_that_lost_the_race_fails_as_surplus_before_sampling(tmp_path: P
     study.optimize(claimed, n_trials=1, catch=(budget.SurplusTrial,))
     late = study.trials[-1]
     assert ran == [] and late.params == {}  # nothing sampled, nothing trained
-    assert late.state == TrialState.FAIL and late.user_attrs["surplus"] is True and claimed.surplus == 1
+    assert late.state == TrialState.PRUNED and late.user_attrs["surplus"] is True and claimed.surplus == 1
+    assert late.user_attrs["stop_reason"] == "surplus" and "lost race" in late.user_attrs["stop_detail"]
+    assert budget.counts(study.trials) == budget.Counts(finished=0, running=2, waiting=0, failed=0, surplus=1)
     study.tell(ahead[0], state=TrialState.FAIL)  # one of the two dies: its slot is free again
     study.optimize(claimed, n_trials=1, catch=(budget.SurplusTrial,))
     assert ran == [study.trials[-1].number] and study.trials[-1].state == TrialState.COMPLETE
@@ -128,3 +131,38 @@ def test_the_stale_watcher_says_once_why_it_could_not_look(tmp_path: Path, monke
     said = [r.getMessage() for r in caplog.records if "stale-trial watcher" in r.getMessage()]
     assert said == ["the stale-trial watcher could not read the study (OSError: database is locked); it keeps "
                     "trying, and the worker loop looks between trials too"]
+
+
+def test_workers_racing_for_the_last_slot_leave_no_failure_and_exact_counts(tmp_path: Path) -> None:
+    """29.10: three workers (threads, each its own ClaimedObjective, as `autotune worker` processes have) pass the
+    'room left?' check together for the last slot of a 4-trial budget: one trains, the others end PRUNED as
+    surplus; the study shows 4 finished and no failure (Optuna's FAIL read as an error by users), and the report
+    files them under 'surplus'."""
+    import threading
+
+    from autotune.observe._report_data import stop_group
+    from autotune.study._study import n_finished
+
+    study = journal(tmp_path)
+    for _ in range(3):
+        study.tell(study.ask(), 1.0)
+    gate = threading.Barrier(3)
+
+    def worker() -> None:
+        claimed = budget.ClaimedObjective(lambda t: t.suggest_float("x", 0, 1), n_trials=4)
+        gate.wait()  # all three saw one free slot
+        study.optimize(claimed, n_trials=1, catch=(budget.SurplusTrial,))
+
+    threads = [threading.Thread(target=worker) for _ in range(3)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    trials = study.get_trials()
+    assert len(trials) == 6 and not [t for t in trials if t.state == TrialState.FAIL]
+    surplus = [t for t in trials if t.user_attrs.get("surplus")]
+    assert len(surplus) == 2 and all(t.state == TrialState.PRUNED and t.params == {} for t in surplus)
+    assert {stop_group(t) for t in surplus} == {"surplus"}
+    c = budget.counts(trials)
+    assert (c.finished, c.failed, c.surplus) == (4, 0, 2) and n_finished(study) == 4
+    assert budget.next_step(study, 4) == "done"

@@ -102,11 +102,11 @@ def pid_of(t: optuna.trial.FrozenTrial) -> int:
 
 def assert_exact(study: optuna.Study, n: int) -> list[optuna.trial.FrozenTrial]:
     trials = study.get_trials()
-    done = [t for t in trials if t.state in FINISHED]
+    done = [t for t in trials if t.state in FINISHED and not t.user_attrs.get("surplus")]  # (a lost race: PRUNED)
     assert len(done) == n, [(t.number, t.state.name, t.user_attrs.get("surplus")) for t in trials]
     numbers = [t.number for t in trials]
     assert len(set(numbers)) == len(numbers)
-    # Any FAIL is accounted for: a lost race (surplus) or a retried/killed trial; nothing stays RUNNING.
+    # Any FAIL is accounted for (a retried/killed trial; a lost race ends PRUNED as surplus); nothing stays RUNNING.
     assert not [t for t in trials if t.state in (TrialState.RUNNING, TrialState.WAITING)]
     return done
 

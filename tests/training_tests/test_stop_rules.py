@@ -5,6 +5,8 @@ from __future__ import annotations
 import math
 import time
 
+from autotune.core import _contention as contention
+from autotune.core._contention import Share
 from autotune.core._errors import TrialStopped
 from autotune.training._collective import Alone
 from autotune.training._records import EpochRecord
@@ -95,3 +97,20 @@ def test_verdict_in_one_process_is_rank_0s_decision() -> None:
     history = [rec(1, 1.0), rec(2, 5.0)]
     stop = rules.verdict(history[-1], history, True, 5, math.inf, Alone())
     assert stop is not None and stop.reason == "diverged"
+
+
+def test_a_slow_projection_from_epochs_that_waited_for_cores_does_not_stop() -> None:
+    """The epochs ran while busy processes held the cores: their time is the machine's, so the projection is looked
+    at again next epoch instead of stopping the trial; with the cores its own, the stop says so."""
+    from tests.core_tests.test_contention import busy, spin_share
+
+    slow = rec(1, train_time_s=5.0)  # 5 s per epoch x 4 epochs > 10 s
+    with busy(seconds=10, n=2 * contention.cores()):
+        rules = StopRules(SETTINGS, Limits(max_trial_seconds=10.0))  # its window: the trial so far
+        spin_share(seconds=1.0, threads=2)  # the trial's epochs, on cores others hold
+        assert rules.decide(slow, [slow], True, 4, math.inf) is None
+    assert rules.slow_deferred == [1]
+    quiet = StopRules(SETTINGS, Limits(max_trial_seconds=10.0), cpu=lambda: Share(1.0, 1.0, 0.02, 0.02))
+    stop = quiet.decide(slow, [slow], True, 4, math.inf)
+    assert stop is not None and stop.reason == "slow" and quiet.slow_deferred == []
+    assert stop.detail == "projected 20.0s > max_trial_seconds 10 (its epochs had their cores: waited 2%)"
