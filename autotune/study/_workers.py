@@ -38,7 +38,7 @@ from autotune.study._budget import (
     next_step,
     unless_surplus,
 )
-from autotune.study._objective import CATCH, Objective, quiet_failures
+from autotune.study._objective import CATCH, Objective, quiet_failures, watching
 from autotune.training import _accel as accel
 from autotune.training._distributed import cpu_cores, devices_wanted
 
@@ -237,7 +237,7 @@ def run_worker(cfg: RunConfig, sampler_seed_offset: int | None = 0, callbacks: l
     deadline = None if cfg.study.timeout is None else time.monotonic() + cfg.study.timeout
     step = "run"
     with warnings.catch_warnings(), StaleWatcher(study, cfg), quiet_failures(), claimed.quiet(), \
-            accel.frozen_survivors():
+            accel.frozen_survivors(), watching(claimed, cfg.study.timeout):
         # fail_stale_trials and the retry callback are "experimental" since Optuna 2.8: said once, in the docs.
         warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
         while deadline is None or time.monotonic() < deadline:

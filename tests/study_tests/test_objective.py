@@ -6,11 +6,12 @@ import math
 from pathlib import Path
 from typing import Any
 
+import optuna
 import pytest
 
 import autotune
 from autotune import config
-from autotune.study._objective import FailureStreak, Objective
+from autotune.study._objective import FailureStreak, Objective, RepeatedFailure
 
 
 def user_study(tmp_path: Path, fit: str, **sections: Any) -> config.RunConfig:
@@ -75,3 +76,22 @@ def test_objective_metrics_split_into_per_epoch_and_final(tmp_path: Path) -> Non
     assert obj.epoch_metrics == ["val_accuracy", "train_time_s"]
     assert obj.pareto is not None and obj.pareto.directions == ["maximize", "minimize"]
     assert obj.quality == ("val_accuracy", "maximize")
+
+
+@pytest.mark.parametrize("objectives", [["val_accuracy"], ["val_accuracy", "train_time_s"]])
+def test_a_fit_that_never_reports_counts_towards_repeated_errors(tmp_path: Path, objectives: list[str],
+                                                                 caplog: pytest.LogCaptureFixture) -> None:
+    """The same ContextMisuse every trial is a repeated error (3 in a row stop the run), and a trial that reported
+    nothing is not told its pruning is off."""
+    cfg = user_study(tmp_path, "fit_never_reports", objectives=objectives, train={"epochs": 2, "batch_size": 64},
+                     study={"name": "o", "storage": f"sqlite:///{tmp_path}/o.db", "n_trials": 6,
+                            "max_repeated_errors": 3})
+    with caplog.at_level("WARNING", logger="autotune.study._objective"), \
+            pytest.raises(RepeatedFailure, match=r"^tests\.user_fits:fit_never_reports: 3 trials in a row failed "
+                                                 r"with ContextMisuse: tests\.user_fits:fit_never_reports never "
+                                                 r"called ctx\.report"):
+        autotune.run(cfg)
+    trials = optuna.load_study(study_name="o", storage=f"sqlite:///{tmp_path}/o.db").trials
+    assert [t.state.name for t in trials] == ["FAIL"] * 3
+    assert not any("pruning_off" in t.user_attrs for t in trials)
+    assert not [r for r in caplog.records if "is off for this trial" in r.getMessage()]
