@@ -249,7 +249,8 @@ class Objective:
                 job = job_for(self.cfg, values, seed, fit=self.fit, probe=window,
                               searched=searched_keys(self.cfg, values))
                 result = self._watched(trial, lambda: trainer.train(job, on_epoch=on_epoch, on_record=on_record,
-                                                                    keep_model=False), lambda: len(history))
+                                                                    keep_model=False), lambda: len(history),
+                                       int(values.get("devices", 1)))
             if not self._oversubscribed(trial, values, result, cpu):
                 self.gate.finished(trial, values, window, result)
             return result
@@ -278,14 +279,17 @@ class Objective:
         assert oom is not None
         return oom, len(history)
 
-    def _watched(self, trial: optuna.Trial, train: Callable[[], TrainResult], epochs: Callable[[], int]) -> TrainResult:
+    def _watched(self, trial: optuna.Trial, train: Callable[[], TrainResult], epochs: Callable[[], int],
+                 devices: int) -> TrainResult:
         """`train()` under the run's watch: past hang_seconds, past the run's deadline or on Ctrl-C the trial stops
         (TrialStopped: hang, timeout, interrupted; the last two end the run), wherever its code is; host memory
         running short is an out-of-memory (MemoryError)."""
         if self.watch is None:
             return train()
+        # several devices: the ranks check the hang limit together, and their launcher ends them past it (_ranks.py)
+        hang_s = self.cfg.pruning.slow.hang_seconds if devices == 1 else None
         try:
-            with self.watch.trial(self.cfg.pruning.slow.hang_seconds, functools.partial(self._stuck, trial, epochs)):
+            with self.watch.trial(hang_s, functools.partial(self._stuck, trial, epochs)):
                 return train()
         except watchdog.Interrupted as e:
             where = user_where(e)
