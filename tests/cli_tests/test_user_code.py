@@ -75,7 +75,8 @@ def test_sys_exit_in_the_fit_fails_the_trial_and_the_run_goes_on(tmp_path: Path)
     r = run("-m", "autotune", "run", str(write(tmp_path, "fit_exits")), "--plain", cwd=ROOT)
     assert r.returncode == 0, r.stderr
     assert "Traceback" not in r.stderr
-    line = next(i for i, s in enumerate(Path(user_fits.__file__).read_text().splitlines(), 1) if "lambda: sys.exit(3)" in s)
+    lines = Path(user_fits.__file__).read_text().splitlines()
+    line = next(i for i, s in enumerate(lines, 1) if "lambda: sys.exit(3)" in s)
     assert [t.state.name for t in trials(tmp_path)] == ["FAIL", "FAIL"]
     assert trials(tmp_path)[0].user_attrs["error"] == f"SystemExit: 3 (at user_fits.py:{line} in <lambda>)"
 
