@@ -41,6 +41,15 @@ class TrialFailed(Exception):
     """A trial's training raised: the trial ends FAIL with this one-line text and the study goes on."""
 
 
+class RunEnded(TrialFailed):
+    """The run ended around a trial (Ctrl-C, SIGTERM, the run's timeout): FAIL, not a verdict on its settings (it
+    is not counted among the finished trials, and teaches the sampler nothing); said by the run, not per trial."""
+
+
+# Stopped by the run, not by a rule about the trial: such a trial ends FAIL (RunEnded) with its stop_reason.
+RUN_ENDED = ("timeout", "interrupted")
+
+
 class RepeatedFailure(AutotuneError):
     """The same error ended several trials in a row: the run stops instead of failing trial after trial."""
 
@@ -57,10 +66,22 @@ CATCH = (TrialFailed, RuntimeError, ValueError, TypeError, ArithmeticError, Memo
 
 
 class _NoTraceback(logging.Filter):
-    """Optuna logs a failed trial with its traceback; ours already carry their one-line story."""
+    """Optuna logs a failed trial with its traceback; ours already carry their one-line story. A trial the run
+    ended (RunEnded) is not logged at all: the run says why it ended, once (both of Optuna's lines dropped)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.silent: set[str] = set()  # "Trial N " of trials whose failure is not news
 
     def filter(self, record: logging.LogRecord) -> bool:
         exc = record.exc_info[1] if record.exc_info else None
+        head = " ".join(record.getMessage().split(" ", 2)[:2]) + " "
+        if isinstance(exc, RunEnded):
+            self.silent.add(head)
+            return False
+        if exc is None and head in self.silent:  # Optuna's second line: "Trial N failed with value None."
+            self.silent.discard(head)
+            return False
         if isinstance(exc, (TrialFailed, AutotuneError)):
             record.exc_info = None
             record.exc_text = None
@@ -307,9 +328,11 @@ class Objective:
         with the reason), one line, and the process ends (watchdog.Watch._stuck)."""
         text = f"{self.name}: trial {trial.number} stopped ({reason}): {detail}"
         try:
-            trial.end_now(TrialState.PRUNED, {"stop_reason": reason, "stop_epoch": epochs(),  # type: ignore[attr-defined]
-                                              "stop_detail": detail[:500]})
-            text += f"; recorded it PRUNED ({reason}) and ended the process (finished trials are kept)"
+            state = TrialState.FAIL if reason in RUN_ENDED else TrialState.PRUNED
+            attrs = {"stop_reason": reason, "stop_epoch": epochs(), "stop_detail": detail[:500],
+                     **({"error": f"{reason}: {detail}"[:500]} if state == TrialState.FAIL else {})}
+            trial.end_now(state, attrs)  # type: ignore[attr-defined]
+            text += f"; recorded it {state.name} ({reason}) and ended the process (finished trials are kept)"
         except Exception as e:  # the storage itself failed: the orphan reaper of the next run fails the trial
             text += f"; could not record it ({describe_exception(e)}); ended the process"
         print(f"error: {text}", file=sys.stderr, flush=True)
@@ -418,7 +441,11 @@ class Objective:
         trial.set_user_attr("stop_epoch", epoch)
         if detail:
             trial.set_user_attr("stop_detail", detail[:500])
-        raise optuna.TrialPruned(f"{reason} at epoch {epoch}: {detail}" if detail else reason)
+        text = f"{reason} at epoch {epoch}: {detail}" if detail else reason
+        if reason in RUN_ENDED:
+            trial.set_user_attr("error", text)
+            raise RunEnded(text)
+        raise optuna.TrialPruned(text)
 
 
 def watching(objective: Any, timeout_s: float | None) -> contextlib.AbstractContextManager[None]:
@@ -440,4 +467,5 @@ def _without_frames(exc: BaseException) -> BaseException:
     return exc
 
 
-__all__ = ["CATCH", "FailureStreak", "FatalDeviceError", "Objective", "RepeatedFailure", "TrialFailed", "watching"]
+__all__ = ["CATCH", "RUN_ENDED", "FailureStreak", "FatalDeviceError", "Objective", "RepeatedFailure", "RunEnded",
+           "TrialFailed", "watching"]

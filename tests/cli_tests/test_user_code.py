@@ -42,7 +42,7 @@ def test_ctrl_c_twice_records_the_running_trial_and_exits_130(tmp_path: Path) ->
         while time.monotonic() < deadline and not (tmp_path / "u.db").exists() or not _running(tmp_path):
             assert time.monotonic() < deadline and proc.poll() is None, proc.communicate()
             time.sleep(0.2)
-        time.sleep(1.0)  # inside the fit's sleep
+        time.sleep(2.0)  # inside the fit's sleep
         proc.send_signal(signal.SIGINT)
         time.sleep(0.1)
         proc.send_signal(signal.SIGINT)  # impatient: again, during the cleanup
@@ -54,7 +54,8 @@ def test_ctrl_c_twice_records_the_running_trial_and_exits_130(tmp_path: Path) ->
         f"interrupted: finished trials are kept in sqlite:///{tmp_path}/u.db; run again to resume"]
     assert "Traceback" not in out
     (t,) = trials(tmp_path)
-    assert t.state.name == "PRUNED" and t.user_attrs["stop_reason"] == "interrupted", t.user_attrs
+    assert t.state.name == "FAIL" and t.user_attrs["stop_reason"] == "interrupted", t.user_attrs
+    assert t.user_attrs["error"].startswith("interrupted at epoch 0: interrupted (SIGINT) (at user_fits.py:")
 
 
 def _running(tmp_path: Path) -> bool:
