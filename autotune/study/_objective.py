@@ -455,6 +455,14 @@ def watching(objective: Any, timeout_s: float | None) -> contextlib.AbstractCont
     return objective.watching(timeout_s) if isinstance(objective, Objective) else contextlib.nullcontext()
 
 
+def interrupted(objective: Any) -> bool:
+    """The run an Objective (or one wrapped in `.inner`) serves was interrupted (Ctrl-C, SIGTERM)."""
+    while not isinstance(objective, Objective) and hasattr(objective, "inner"):
+        objective = objective.inner
+    return isinstance(objective, Objective) and (objective.interrupted or (objective.watch is not None and
+                                                                         objective.watch.interrupted))
+
+
 def _without_frames(exc: BaseException) -> BaseException:
     """The exception with only the traceback's innermost user frame summary kept as text: the frames
     themselves (and the tensors their locals hold) are released."""
@@ -468,4 +476,4 @@ def _without_frames(exc: BaseException) -> BaseException:
 
 
 __all__ = ["CATCH", "RUN_ENDED", "FailureStreak", "FatalDeviceError", "Objective", "RepeatedFailure", "RunEnded",
-           "TrialFailed", "watching"]
+           "TrialFailed", "interrupted", "watching"]
