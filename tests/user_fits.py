@@ -402,3 +402,82 @@ def fit_own_loss_reads_smoothing(ctx: autotune.TrialContext) -> None:
             ctx.backward(nn.functional.cross_entropy(model(x), y, label_smoothing=ctx.settings.label_smoothing))
         acc, val_loss = accuracy(ctx.model, ctx)
         ctx.report(val_accuracy=acc, val_loss=val_loss)
+
+
+def fit_sleeps_forever(ctx: autotune.TrialContext) -> None:
+    """Hangs where no ctx call runs: in a training step (`user.where: step`) or in evaluation between epochs."""
+    model, _ = ctx.prepare(MLP())
+    train = ctx.loader((X, Y))
+    for _ in ctx.epochs():
+        for x, y in train:
+            if ctx.params.get("where") == "step":
+                time.sleep(10_000)  # a step that never returns
+            ctx.backward(nn.functional.cross_entropy(model(x), y))
+        time.sleep(10_000)  # an evaluation that never returns
+        ctx.report(val_accuracy=0.0, val_loss=1.0)
+
+
+def fit_swallows_everything(ctx: autotune.TrialContext) -> None:
+    """Stuck for good: catches every exception, whatever stops it (a stand-in for code stuck in native code)."""
+    ctx.prepare(MLP())
+    for _ in ctx.epochs():
+        while True:
+            try:
+                time.sleep(10_000)
+            except BaseException:  # noqa: B036 (the user's bug, on purpose)
+                pass
+
+
+def fit_exits(ctx: autotune.TrialContext) -> None:
+    """Ends the program from inside training: sys.exit(3) (`user.how: exit` calls exit() instead)."""
+    import sys
+
+    fit_quick(ctx, epochs_then=lambda: sys.exit(3) if ctx.params.get("how") != "exit" else exit())
+
+
+def fit_quick(ctx: autotune.TrialContext, epochs_then: Any = None) -> None:
+    model, _ = ctx.prepare(MLP())
+    train = ctx.loader((X, Y))
+    for _ in ctx.epochs():
+        for x, y in train:
+            ctx.backward(nn.functional.cross_entropy(model(x), y))
+        if epochs_then is not None:
+            epochs_then()
+        acc, val_loss = accuracy(model, ctx)
+        ctx.report(val_accuracy=acc, val_loss=val_loss)
+
+
+def fit_leaves_a_thread(ctx: autotune.TrialContext) -> None:
+    """Starts a non-daemon thread that never ends (a user's background logger), then trains normally."""
+    import threading
+
+    threading.Thread(target=time.sleep, args=(10_000,), name="users-logger").start()
+    fit_quick(ctx)
+
+
+def fit_host_oom_above_32(ctx: autotune.TrialContext) -> None:
+    """A real CPU out-of-memory (torch's DefaultCPUAllocator) when the training batch is over 32."""
+    model, _ = ctx.prepare(MLP())
+    train = ctx.loader((X, Y))
+    for _ in ctx.epochs():
+        for x, y in train:
+            if x.shape[0] > 32:
+                torch.empty(2**45)  # 128 TiB: "can't allocate memory"
+            ctx.backward(nn.functional.cross_entropy(model(x), y))
+        acc, val_loss = accuracy(model, ctx)
+        ctx.report(val_accuracy=acc, val_loss=val_loss)
+
+
+def fit_hoards_memory(ctx: autotune.TrialContext) -> None:
+    """Keeps 16 MB more host memory every step, never letting go (a leak that would end in the kernel's OOM killer)."""
+    model, _ = ctx.prepare(MLP())
+    train = ctx.loader((X, Y))
+    hoard = []
+    for _ in ctx.epochs():
+        for x, y in train:
+            hoard.append(torch.ones(4 * 2**20))  # written: resident, not just reserved
+            time.sleep(0.02)
+            if len(hoard) > 64:  # 1 GB: the test's cap is far below (a safety net for this shared machine)
+                raise RuntimeError("fit_hoards_memory was never stopped")
+            ctx.backward(nn.functional.cross_entropy(model(x), y))
+        ctx.report(val_accuracy=0.0, val_loss=1.0)

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 import sys
+import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -60,3 +62,17 @@ def run_command(cmd: Callable[[argparse.Namespace], int], args: argparse.Namespa
         except AutotuneError as e:
             print(f"error: {redact(str(e))}", file=sys.stderr)
             return 2
+
+
+def exit_now(code: int) -> None:
+    """End the process with `code` once its output is flushed, when a thread a user's code started (not a daemon)
+    would keep it alive after the command is done: said in one note naming the threads. Without such a thread,
+    return (the interpreter exits as usual)."""
+    left = [t.name for t in threading.enumerate() if t is not threading.main_thread() and not t.daemon and t.is_alive()]
+    if not left:
+        return
+    print(f"note: exiting with {len(left)} thread(s) your code started still running: {', '.join(sorted(left))}",
+          file=sys.stderr)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)

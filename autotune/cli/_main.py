@@ -64,9 +64,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run a command. As the program itself (`argv` None: the `autotune` command, `python -m autotune`), the process
+    then ends with the command's status even if a user's code left threads running (`common.exit_now`)."""
     parser = build_parser()
     args = parser.parse_args(argv)
-    return common.run_command(COMMANDS[args.command][0], args)
+    code = common.run_command(COMMANDS[args.command][0], args)
+    if argv is None:
+        common.exit_now(code)
+    return code
 
 
 if __name__ == "__main__":

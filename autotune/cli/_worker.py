@@ -34,7 +34,7 @@ def cmd(args: argparse.Namespace) -> int:
     try:
         res = workers.run_worker(cfg, sampler_seed_offset=None, callbacks=[view.on_trial, *trackers], study=study)
     except KeyboardInterrupt:
-        print("interrupted: this worker's finished trials are kept; its running one was marked FAIL",
+        print("interrupted: this worker's finished trials are kept; its running one was stopped (interrupted)",
               file=sys.stderr)
         return 130
     c = budget.counts(res.study.get_trials(deepcopy=False))

@@ -18,7 +18,7 @@ T = TypeVar("T")
 
 # Why a trial stopped before its last epoch (stored as the trial's `stop_reason`).
 STOP_REASONS = ("diverged", "slow", "oom", "dominated", "early_stopped", "pruned", "unsupported", "error",
-                "orphaned")
+                "orphaned", "hang", "timeout", "interrupted")
 
 
 MESSAGE_LIMIT = 2000  # characters of one ConfigError's message (the allowed names of a registry fit)
@@ -171,7 +171,7 @@ def describe_exception(exc: BaseException, limit: int = 300) -> str:
     """`Type: first line of the message (at file.py:LINE in func)`: one line for a user's exception."""
     text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
     where = user_where(exc)
-    out = shorten(f"{type(exc).__name__}: {text}", limit)
+    out = shorten(f"{type(exc).__name__}: {text}" if text else type(exc).__name__, limit)
     return out + (f" (at {where})" if where else "")
 
 

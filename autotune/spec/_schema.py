@@ -236,6 +236,9 @@ class PruningConfig(_Model):
     divergence: Divergence | None = Divergence()
     slow: Slow = Slow()
     oom: Literal["prune", "retry_smaller_batch"] = "prune"
+    # host memory the training process may hold (resident, MB); past it the trial stops as oom (null: only the
+    # machine's own limit, less a safety margin)
+    max_host_memory_mb: float | None = Field(None, gt=0)
 
     @field_validator("pruner")
     @classmethod

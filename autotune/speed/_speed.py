@@ -141,7 +141,7 @@ def measure(cfg: RunConfig, combo: dict[str, Any], fit: trainer.Fit | None = Non
     except ProbeDone as done:
         row.measurement, row.spread, row.contended = done.measurement, window.spread, window.contended
     except TrialStopped as e:  # unsupported here, or over its time
-        if e.reason == "slow":
+        if e.reason in ("slow", "hang"):
             row.skipped = f"not measured: still running after {seconds:.3g} s (the time budget)"
         else:
             row.error = e.detail or str(e)

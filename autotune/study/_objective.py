@@ -8,8 +8,11 @@ goes on, and `study.max_repeated_errors` failures in a row with the same error s
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import math
+import sys
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import optuna
@@ -17,6 +20,7 @@ import torch
 from optuna.trial import TrialState
 
 from autotune.core import _contention as contention
+from autotune.core import _watchdog as watchdog
 from autotune.core._errors import AutotuneError, ConfigError, TrialStopped, describe_exception, user_where
 from autotune.core._metrics import is_quality, per_epoch
 from autotune.core._optuna_compat import optimize_log_filter
@@ -36,6 +40,15 @@ class TrialFailed(Exception):
     """A trial's training raised: the trial ends FAIL with this one-line text and the study goes on."""
 
 
+class RunEnded(TrialFailed):
+    """The run ended around a trial (Ctrl-C, SIGTERM, the run's timeout): FAIL, not a verdict on its settings (it
+    is not counted among the finished trials, and teaches the sampler nothing); said by the run, not per trial."""
+
+
+# Stopped by the run, not by a rule about the trial: such a trial ends FAIL (RunEnded) with its stop_reason.
+RUN_ENDED = ("timeout", "interrupted")
+
+
 class RepeatedFailure(AutotuneError):
     """The same error ended several trials in a row: the run stops instead of failing trial after trial."""
 
@@ -52,10 +65,22 @@ CATCH = (TrialFailed, RuntimeError, ValueError, TypeError, ArithmeticError, Memo
 
 
 class _NoTraceback(logging.Filter):
-    """Optuna logs a failed trial with its traceback; ours already carry their one-line story."""
+    """Optuna logs a failed trial with its traceback; ours already carry their one-line story. A trial the run
+    ended (RunEnded) is not logged at all: the run says why it ended, once (both of Optuna's lines dropped)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.silent: set[str] = set()  # "Trial N " of trials whose failure is not news
 
     def filter(self, record: logging.LogRecord) -> bool:
         exc = record.exc_info[1] if record.exc_info else None
+        head = " ".join(record.getMessage().split(" ", 2)[:2]) + " "
+        if isinstance(exc, RunEnded):
+            self.silent.add(head)
+            return False
+        if exc is None and head in self.silent:  # Optuna's second line: "Trial N failed with value None."
+            self.silent.discard(head)
+            return False
         if isinstance(exc, (TrialFailed, AutotuneError)):
             record.exc_info = None
             record.exc_text = None
@@ -110,6 +135,22 @@ class Objective:
         self.cpu_cap: int | None = None  # torch threads for the next CPU trials, once one ran oversubscribed
         self.search = strategy.Search(cfg, self.fit)  # study.strategy: the space joint, or narrowed by probes
         self._said: set[str] = set()  # warnings logged in this run (once each)
+        self.watch: watchdog.Watch | None = None  # the run's watchdog, while `watching`
+        self.interrupted = False  # Ctrl-C (or SIGTERM) stopped a trial: the run ends after recording it
+
+    @contextlib.contextmanager
+    def watching(self, timeout_s: float | None) -> Iterator[None]:
+        """Around `study.optimize`: hang_seconds, the run's timeout and host memory hold inside every trial
+        (watchdog.py), and Ctrl-C ends the run after its trial is recorded; it is then raised here as
+        KeyboardInterrupt, once Optuna has told every trial's end."""
+        with watchdog.Watch(timeout_s, watchdog.MemoryGuard(self.cfg.pruning.max_host_memory_mb)) as watch:
+            self.watch = watch
+            try:
+                yield
+            finally:
+                self.watch = None
+        if watch.interrupted or self.interrupted:
+            raise KeyboardInterrupt
 
     def __call__(self, trial: optuna.Trial) -> float | list[float]:
         # The trial's user attrs are written once, when it ends, whichever way it ends (records.py).
@@ -145,7 +186,6 @@ class Objective:
             result = self._train(trial, values, seed)
         finally:
             accel.after_trial()
-        self.streak.reset()
         metrics = result.metrics()
         missing = [m for m in self.metrics if m not in metrics]
         if missing and not any(r.metrics for r in result.history):
@@ -157,6 +197,7 @@ class Objective:
             self._fail(trial, ContextMisuse(f"{self.name} never reported {', '.join(missing)} (an objective): "
                                             f"ctx.report({missing[0]}=...) each epoch, or return {{{missing[0]!r}: "
                                             "...}"), result.epochs_run)
+        self.streak.reset()  # (after the checks above: a fit that never reports fails the same way every trial)
         out = [float(metrics[m]) for m in self.metrics]
         if not all(math.isfinite(v) for v in out):  # an objective never returns NaN
             self._stop(trial, "diverged", result.epochs_run, "non-finite objective value")
@@ -227,7 +268,9 @@ class Objective:
                 cpu = contention.Window(int(values["cpu_threads"]) or torch.get_num_threads())
                 job = job_for(self.cfg, values, seed, fit=self.fit, probe=window,
                               searched=searched_keys(self.cfg, values))
-                result = trainer.train(job, on_epoch=on_epoch, on_record=on_record, keep_model=False)
+                result = self._watched(trial, lambda: trainer.train(job, on_epoch=on_epoch, on_record=on_record,
+                                                                    keep_model=False), lambda: len(history),
+                                       int(values.get("devices", 1)))
             if not self._oversubscribed(trial, values, result, cpu):
                 self.gate.finished(trial, values, window, result, contended=contention.contended(cpu.share()))
             return result
@@ -235,7 +278,7 @@ class Objective:
             stop = TrialStopped(e.reason, e.epoch, e.detail)  # a fresh one: no traceback, no frames
         except ConfigError:
             raise  # the configuration itself is wrong: no trial can run
-        except Exception as e:
+        except (Exception, SystemExit) as e:  # sys.exit() or exit() in the fit: that trial fails, the study goes on
             if accel.is_oom(e):
                 oom = f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"
             else:
@@ -256,6 +299,43 @@ class Objective:
         assert oom is not None
         return oom, len(history)
 
+    def _watched(self, trial: optuna.Trial, train: Callable[[], TrainResult], epochs: Callable[[], int],
+                 devices: int) -> TrainResult:
+        """`train()` under the run's watch: past hang_seconds, past the run's deadline or on Ctrl-C the trial stops
+        (TrialStopped: hang, timeout, interrupted; the last two end the run), wherever its code is; host memory
+        running short is an out-of-memory (MemoryError)."""
+        if self.watch is None:
+            return train()
+        # several devices: the ranks check the hang limit together, and their launcher ends them past it (_ranks.py)
+        hang_s = self.cfg.pruning.slow.hang_seconds if devices == 1 else None
+        try:
+            with self.watch.trial(hang_s, functools.partial(self._stuck, trial, epochs)):
+                return train()
+        except watchdog.Interrupted as e:
+            where = user_where(e)
+            reason, detail = e.reason, e.detail + (f" (at {where})" if where else "")
+        # (raised outside the except block: no traceback keeps the trial's tensors alive)
+        if reason == "oom":
+            raise MemoryError(detail)
+        if reason in ("timeout", "interrupted"):
+            trial.study.stop()  # takes effect once this trial is told
+            self.interrupted = self.interrupted or reason == "interrupted"
+        raise TrialStopped(reason, epochs(), detail)
+
+    def _stuck(self, trial: optuna.Trial, epochs: Callable[[], int], reason: str, detail: str) -> None:
+        """The watch thread's last resort for a trial that did not stop when interrupted: its end recorded (PRUNED,
+        with the reason), one line, and the process ends (watchdog.Watch._stuck)."""
+        text = f"{self.name}: trial {trial.number} stopped ({reason}): {detail}"
+        try:
+            state = TrialState.FAIL if reason in RUN_ENDED else TrialState.PRUNED
+            attrs = {"stop_reason": reason, "stop_epoch": epochs(), "stop_detail": detail[:500],
+                     **({"error": f"{reason}: {detail}"[:500]} if state == TrialState.FAIL else {})}
+            trial.end_now(state, attrs)  # type: ignore[attr-defined]
+            text += f"; recorded it {state.name} ({reason}) and ended the process (finished trials are kept)"
+        except Exception as e:  # the storage itself failed: the orphan reaper of the next run fails the trial
+            text += f"; could not record it ({describe_exception(e)}); ended the process"
+        print(f"error: {text}", file=sys.stderr, flush=True)
+
     def _study_rules(self, trial: optuna.Trial, rec: EpochRecord, history: list[dict[str, Any]],
                      epoch_values: list[list[float]], epochs: int) -> None:
         """The stop rules that need the study: vs_front, Optuna's pruner (one objective), Pareto pruning."""
@@ -267,14 +347,18 @@ class Objective:
                                    pruners.front_of(trial.study, self.cfg), metric, direction)
         if rec.epoch >= epochs:
             return
+        # an epoch the fit reported nothing in: not a pruning question (a fit that never reports fails at its end)
+        reported = bool(rec.metrics)
         if not self.cfg.multi_objective:
             if self.metrics[0] in d:
                 trial.report(float(d[self.metrics[0]]), rec.epoch)
                 if trial.should_prune():
                     raise TrialStopped("pruned", rec.epoch, "Optuna pruner")
-            elif per_epoch(self.metrics[0]) and pruners.resolved_name(self.cfg) != "none":
+            elif reported and per_epoch(self.metrics[0]) and pruners.resolved_name(self.cfg) != "none":
                 self._pruning_off(trial, "pruning", [self.metrics[0]])
         elif self.pareto is not None and (unreported := [m for m in self.epoch_metrics if m not in d]):
+            if not reported:
+                return
             # dominance on the other objectives alone would throw away a trial better on the one not known yet
             self._pruning_off(trial, "Pareto pruning", unreported)
         elif self.pareto is not None and all(math.isfinite(v) for v in epoch_values[-1]):
@@ -374,7 +458,26 @@ class Objective:
         trial.set_user_attr("stop_epoch", epoch)
         if detail:
             trial.set_user_attr("stop_detail", detail[:500])
-        raise optuna.TrialPruned(f"{reason} at epoch {epoch}: {detail}" if detail else reason)
+        text = f"{reason} at epoch {epoch}: {detail}" if detail else reason
+        if reason in RUN_ENDED:
+            trial.set_user_attr("error", text)
+            raise RunEnded(text)
+        raise optuna.TrialPruned(text)
+
+
+def watching(objective: Any, timeout_s: float | None) -> contextlib.AbstractContextManager[None]:
+    """`Objective.watching` for an Objective (or one wrapped in `.inner`), else nothing (a caller's own callable)."""
+    while not isinstance(objective, Objective) and hasattr(objective, "inner"):
+        objective = objective.inner
+    return objective.watching(timeout_s) if isinstance(objective, Objective) else contextlib.nullcontext()
+
+
+def interrupted(objective: Any) -> bool:
+    """The run an Objective (or one wrapped in `.inner`) serves was interrupted (Ctrl-C, SIGTERM)."""
+    while not isinstance(objective, Objective) and hasattr(objective, "inner"):
+        objective = objective.inner
+    return isinstance(objective, Objective) and (objective.interrupted or (objective.watch is not None and
+                                                                         objective.watch.interrupted))
 
 
 def _without_frames(exc: BaseException) -> BaseException:
@@ -389,4 +492,5 @@ def _without_frames(exc: BaseException) -> BaseException:
     return exc
 
 
-__all__ = ["CATCH", "FailureStreak", "FatalDeviceError", "Objective", "RepeatedFailure", "TrialFailed"]
+__all__ = ["CATCH", "RUN_ENDED", "FailureStreak", "FatalDeviceError", "Objective", "RepeatedFailure", "RunEnded",
+           "TrialFailed", "interrupted", "watching"]

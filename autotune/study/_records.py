@@ -62,6 +62,14 @@ class BufferedTrial:
         if cached is not None:
             cached.user_attrs.update(attrs)
 
+    def end_now(self, state: optuna.trial.TrialState, attrs: dict[str, Any]) -> None:
+        """Write what was set, with `attrs`, and the trial's final `state` straight to the storage: for the watchdog's
+        thread when the objective cannot return (its process ends next)."""
+        pending, self._pending = {**self._pending, **attrs}, {}
+        trial_id = compat.trial_id(self._trial)
+        write_user_attrs(self._trial.storage, trial_id, pending)
+        self._trial.storage.set_trial_state_values(trial_id, state)
+
 
 # storage -> {trial_id: user attrs waiting for the trial's final transaction}
 _STAGED: weakref.WeakKeyDictionary[Any, dict[int, dict[str, Any]]] = weakref.WeakKeyDictionary()

@@ -32,7 +32,7 @@ from autotune.study import _orphans as orphans
 from autotune.study import _storage as storage_mod
 from autotune.study import _warm as warm
 from autotune.study._budget import is_surplus
-from autotune.study._objective import CATCH, Objective, quiet_failures
+from autotune.study._objective import CATCH, Objective, quiet_failures, watching
 from autotune.training import _accel as accel
 
 FINISHED = (TrialState.COMPLETE, TrialState.PRUNED)
@@ -371,7 +371,7 @@ def run(cfg: RunConfig, fresh: bool = False, callbacks: list[TrialCallback] | No
             objective: Callable[[optuna.Trial], Any] = Objective(cfg, fit)
             if cfg.study.n_trials is not None:
                 objective = FinishedBudget(objective, cfg.study.n_trials, study)
-            with quiet_failures(), accel.frozen_survivors():
+            with quiet_failures(), accel.frozen_survivors(), watching(objective, cfg.study.timeout):
                 # callbacks=None without the caller's: Optuna then reads no trial back for them (see FinishedBudget)
                 study.optimize(objective, n_trials=todo, timeout=cfg.study.timeout, callbacks=callbacks or None,
                                catch=CATCH, gc_after_trial=False)  # the objective releases memory itself

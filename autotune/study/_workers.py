@@ -45,7 +45,7 @@ from autotune.study._budget import (
     next_step,
     unless_surplus,
 )
-from autotune.study._objective import CATCH, Objective, quiet_failures
+from autotune.study._objective import CATCH, Objective, interrupted, quiet_failures, watching
 from autotune.training import _accel as accel
 from autotune.training._distributed import cpu_cores, devices_wanted
 
@@ -244,7 +244,7 @@ def run_worker(cfg: RunConfig, sampler_seed_offset: int | None = 0, callbacks: l
     deadline = None if cfg.study.timeout is None else time.monotonic() + cfg.study.timeout
     step = "run"
     with warnings.catch_warnings(), StaleWatcher(study, cfg), quiet_failures(), claimed.quiet(), \
-            accel.frozen_survivors():
+            accel.frozen_survivors(), watching(claimed, cfg.study.timeout):
         # fail_stale_trials and the retry callback are "experimental" since Optuna 2.8: said once, in the docs.
         warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
         while deadline is None or time.monotonic() < deadline:
@@ -259,6 +259,8 @@ def run_worker(cfg: RunConfig, sampler_seed_offset: int | None = 0, callbacks: l
             # callbacks=None without the caller's: Optuna then reads no trial back for them (a full read per trial)
             study.optimize(claimed, n_trials=batch(claimed.seen, n), timeout=left, catch=(*CATCH, SurplusTrial),
                            callbacks=cbs or None)
+            if interrupted(claimed):  # Ctrl-C or SIGTERM: no next batch (watching raises KeyboardInterrupt)
+                break
     # the parent run ends with the study, not with one of its workers
     study_mod.finish_run(hooks, study, "FINISHED" if step == "done" else None)
     return WorkerResult(ran=claimed.ran, surplus=claimed.surplus, study=study)

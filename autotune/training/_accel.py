@@ -254,7 +254,10 @@ def after_trial() -> None:
 # "cuDNN error: CUDNN_STATUS_ALLOC_FAILED" (cuDNN 8) / "...CUDNN_STATUS_INTERNAL_ERROR_DEVICE_ALLOCATION_FAILED" (9).
 OOM_MARKERS = ("out of memory", "cublas_status_alloc_failed", "cudnn_status_alloc_failed",
                "cudnn_status_internal_error_device_allocation_failed", "cudnn_status_not_enough_workspace",
-               "cusolver_status_alloc_failed", "cufft_alloc_failed")
+               "cusolver_status_alloc_failed", "cufft_alloc_failed",
+               # the host: torch's CPU allocator ("DefaultCPUAllocator: can't allocate memory", Windows' "not
+               # enough memory"), and the C library's ENOMEM text
+               "defaultcpuallocator", "can't allocate memory", "cannot allocate memory", "not enough memory")
 # CUDA's "sticky" errors: the context is corrupt and every later CUDA call in the process fails the same way, so
 # the process must stop (cudaGetErrorString's words; torch prefixes "CUDA error: ", Triton "Triton Error [CUDA]: ").
 FATAL_CUDA_MARKERS = ("an illegal memory access was encountered", "device-side assert triggered",

@@ -234,7 +234,7 @@ class _Supervisor:
         if main is not None and main[0] == "result":
             return main[1]
         if self.hung:
-            raise TrialStopped("slow", self.epoch, f"trial wall time over hang_seconds {self.hang_seconds:g} (its "
+            raise TrialStopped("hang", self.epoch, f"trial wall time over hang_seconds {self.hang_seconds:g} (its "
                                                    f"ranks stopped answering; killed {HANG_GRACE_S} s later)")
         comm = [rk for rk in self.ranks if rk.final is not None and rk.final[0] == "error"]
         if comm:

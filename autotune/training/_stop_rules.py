@@ -49,7 +49,7 @@ class StopRules:
     # ------------------------------------------------------------ in an epoch
 
     def hung(self, epoch: int) -> TrialStopped:
-        return TrialStopped("slow", epoch - 1, f"trial wall time over hang_seconds {self.limits.hang_seconds:g} "
+        return TrialStopped("hang", epoch - 1, f"trial wall time over hang_seconds {self.limits.hang_seconds:g} "
                                                "(hung or far too slow)")
 
     def late(self) -> bool:

@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import math
+import time
 from pathlib import Path
 from typing import Any
 
+import optuna
 import pytest
 
 import autotune
 from autotune import config
-from autotune.study._objective import FailureStreak, Objective
+from autotune.core._watchdog import rss_mb
+from autotune.study._objective import FailureStreak, Objective, RepeatedFailure
+from tests import user_fits
 
 
 def user_study(tmp_path: Path, fit: str, **sections: Any) -> config.RunConfig:
@@ -75,3 +79,88 @@ def test_objective_metrics_split_into_per_epoch_and_final(tmp_path: Path) -> Non
     assert obj.epoch_metrics == ["val_accuracy", "train_time_s"]
     assert obj.pareto is not None and obj.pareto.directions == ["maximize", "minimize"]
     assert obj.quality == ("val_accuracy", "maximize")
+
+
+@pytest.mark.parametrize("objectives", [["val_accuracy"], ["val_accuracy", "train_time_s"]])
+def test_a_fit_that_never_reports_counts_towards_repeated_errors(tmp_path: Path, objectives: list[str],
+                                                                 caplog: pytest.LogCaptureFixture) -> None:
+    """The same ContextMisuse every trial is a repeated error (3 in a row stop the run), and a trial that reported
+    nothing is not told its pruning is off."""
+    cfg = user_study(tmp_path, "fit_never_reports", objectives=objectives, train={"epochs": 2, "batch_size": 64},
+                     study={"name": "o", "storage": f"sqlite:///{tmp_path}/o.db", "n_trials": 6,
+                            "max_repeated_errors": 3})
+    with caplog.at_level("WARNING", logger="autotune.study._objective"), \
+            pytest.raises(RepeatedFailure, match=r"^tests\.user_fits:fit_never_reports: 3 trials in a row failed "
+                                                 r"with ContextMisuse: tests\.user_fits:fit_never_reports never "
+                                                 r"called ctx\.report"):
+        autotune.run(cfg)
+    trials = optuna.load_study(study_name="o", storage=f"sqlite:///{tmp_path}/o.db").trials
+    assert [t.state.name for t in trials] == ["FAIL"] * 3
+    assert not any("pruning_off" in t.user_attrs for t in trials)
+    assert not [r for r in caplog.records if "is off for this trial" in r.getMessage()]
+
+
+@pytest.mark.parametrize("where", ["step", "evaluation"])
+def test_a_fit_that_sleeps_forever_is_stopped_at_hang_seconds(tmp_path: Path, where: str) -> None:
+    """No ctx call runs while the fit sleeps (in a step, or evaluating between epochs): the watchdog stops it."""
+    cfg = user_study(tmp_path, "fit_sleeps_forever", train={"epochs": 2, "batch_size": 64, "user.where": where},
+                     pruning={"slow": {"hang_seconds": 1.5}},
+                     study={"name": "o", "storage": f"sqlite:///{tmp_path}/o.db", "n_trials": 2, "timeout": 60})
+    t0 = time.monotonic()
+    trials = autotune.run(cfg).study.trials
+    assert time.monotonic() - t0 < 2 * 1.5 + 10  # each trial ends at its hang limit (+ start-up, a loaded machine)
+    line = next(i for i, s in enumerate(Path(user_fits.__file__).read_text().splitlines(), 1)
+                if "time.sleep(10_000)" in s and ("step" in s) == (where == "step"))
+    for t in trials:
+        assert t.state.name == "PRUNED" and t.user_attrs["stop_reason"] == "hang", t.user_attrs
+        assert t.user_attrs["stop_epoch"] == 0
+        assert t.user_attrs["stop_detail"] == ("trial wall time over hang_seconds 1.5 (hung or far too slow) "
+                                               f"(at user_fits.py:{line} in fit_sleeps_forever)")
+
+
+def test_the_run_timeout_holds_inside_a_trial(tmp_path: Path) -> None:
+    cfg = user_study(tmp_path, "fit_sleeps_forever", train={"epochs": 2, "batch_size": 64, "user.where": "step"},
+                     study={"name": "o", "storage": f"sqlite:///{tmp_path}/o.db", "n_trials": 5, "timeout": 2})
+    t0 = time.monotonic()
+    trials = autotune.run(cfg).study.trials
+    assert time.monotonic() - t0 < 2 + 8
+    # the run ended at its timeout, no trial after it; the trial it cut short FAILs (not a verdict on its settings)
+    assert [t.state.name for t in trials] == ["FAIL"]
+    assert trials[0].user_attrs["stop_reason"] == "timeout"
+    assert trials[0].user_attrs["stop_detail"].startswith("the run's study.timeout (2 s) passed (at user_fits.py:")
+
+
+@pytest.mark.parametrize("how", ["sys.exit", "exit"])
+def test_sys_exit_in_a_fit_fails_its_trial_and_the_study_goes_on(tmp_path: Path, how: str) -> None:
+    cfg = user_study(tmp_path, "fit_exits", train={"epochs": 1, "batch_size": 64, "user.how": how},
+                     study={"name": "o", "storage": f"sqlite:///{tmp_path}/o.db", "n_trials": 2})
+    trials = autotune.run(cfg).study.trials
+    assert [t.state.name for t in trials] == ["FAIL", "FAIL"]
+    error = trials[0].user_attrs["error"]
+    code = "3" if how == "sys.exit" else "None"  # exit() is SystemExit(None)
+    assert error.startswith(f"SystemExit: {code} (at user_fits.py:")
+    assert error.endswith("in <lambda>)")  # the user's line that exited
+
+
+@pytest.mark.parametrize("oom", ["prune", "retry_smaller_batch"])
+def test_a_cpu_out_of_memory_is_pruned_oom(tmp_path: Path, oom: str) -> None:
+    """torch's own CPU allocation failure (a request no machine can meet) is an out-of-memory, as on CUDA."""
+    cfg = user_study(tmp_path, "fit_host_oom_above_32", train={"epochs": 1, "batch_size": 64},
+                     pruning={"oom": oom})
+    t = autotune.run(cfg).study.trials[0]
+    if oom == "prune":
+        assert t.state.name == "PRUNED" and t.user_attrs["stop_reason"] == "oom", t.user_attrs
+        assert "DefaultCPUAllocator: can't allocate memory" in t.user_attrs["stop_detail"]
+    else:  # half the batch (32) fits
+        assert t.state.name == "COMPLETE" and t.user_attrs["oom_retried"] and t.user_attrs["batch_size_used"] == 32
+
+
+def test_host_memory_growing_past_the_cap_stops_the_trial_oom(tmp_path: Path) -> None:
+    cap = (rss_mb() or 0) + 200
+    cfg = user_study(tmp_path, "fit_hoards_memory", train={"epochs": 50, "batch_size": 64},
+                     pruning={"max_host_memory_mb": cap})
+    t = autotune.run(cfg).study.trials[0]
+    assert t.state.name == "PRUNED" and t.user_attrs["stop_reason"] == "oom", t.user_attrs
+    assert f"over pruning.max_host_memory_mb {cap:g}" in t.user_attrs["stop_detail"]
+    assert "in fit_hoards_memory" in t.user_attrs["stop_detail"]
+    assert (rss_mb() or 0) < cap  # the hoard was released with the trial

@@ -433,7 +433,7 @@ def test_divergence_and_hang_stop_user_trials(tmp_path: Path) -> None:
     cfg = user(tmp_path, "fit_sleepy", train={"epochs": 3, "user.sleep_ms": 100}, study={"n_trials": 1},
                pruning={"slow": {"hang_seconds": 0.5}})
     t = autotune.run(cfg).study.trials[0]
-    assert t.state.name == "PRUNED" and t.user_attrs["stop_reason"] == "slow"
+    assert t.state.name == "PRUNED" and t.user_attrs["stop_reason"] == "hang"
     assert "hang_seconds" in t.user_attrs["stop_detail"]
     ctx = TrialContext({**DEFAULTS, "device": "cpu", "epochs": 3}, limits=context.Limits(loss_factor=4.0))
     model, _ = ctx.prepare(torch.nn.Linear(1, 1))

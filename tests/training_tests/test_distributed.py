@@ -130,7 +130,7 @@ def test_compiled_ddp_trial(tmp_path: Path) -> None:
 @pytest.mark.parametrize(("sections", "state", "reason", "epoch"), [
     ({"pruning": {"pruner": "threshold", "pruner_args": {"lower": 1.01}}}, "PRUNED", "pruned", 1),
     ({"pruning": {"slow": {"max_trial_seconds": 1e-4}}}, "PRUNED", "slow", 1),
-    ({"pruning": {"slow": {"hang_seconds": 0.01}}, "train": {"batch_size": 8}}, "PRUNED", "slow", 0),
+    ({"pruning": {"slow": {"hang_seconds": 0.01}}, "train": {"batch_size": 8}}, "PRUNED", "hang", 0),
     ({"train": {"early_stopping": {"patience": 1, "min_delta": 100.0}}}, "COMPLETE", "early_stopped", 2),
 ], ids=["threshold-pruner", "max_trial_seconds", "hang_seconds", "early-stopping"])
 def test_both_ranks_stop_at_the_same_step(tmp_path: Path, sections: dict[str, Any], state: str, reason: str,
@@ -143,7 +143,7 @@ def test_both_ranks_stop_at_the_same_step(tmp_path: Path, sections: dict[str, An
     log = ranks_log(tmp_path)
     last = {rank: rows[-1][1:3] for rank, rows in log.items()}
     assert last[0] == last[1]  # the same epoch and step on both ranks
-    if reason == "slow" and epoch == 0:  # the hang limit is checked together every 64 steps: both ranks stopped
+    if reason == "hang" and epoch == 0:  # the hang limit is checked together every 64 steps: both ranks stopped
         assert last[0] == (1, 63)  # inside the 64th step's ctx.backward, before fit_ranks logged it
     else:
         assert last[0] == (epoch, epoch * 10)  # 600 samples, global batch 64: 10 steps an epoch

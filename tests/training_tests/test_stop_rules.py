@@ -84,7 +84,7 @@ def test_in_epoch_checks_and_the_hang_limit() -> None:
     assert rules.late()
     assert rules.in_epoch(True, True, 2).reason == "diverged"
     hung = rules.in_epoch(False, True, 2)
-    assert hung is not None and hung.reason == "slow" and hung.epoch == 1
+    assert hung is not None and hung.reason == "hang" and hung.epoch == 1
     assert rules.in_epoch(False, False, 2) is None
     assert StopRules(SETTINGS, Limits()).deadline == math.inf
     # in one process the periodic check sees only the loss: the hang is checked at each step instead

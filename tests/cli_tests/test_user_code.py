@@ -1,0 +1,101 @@
+"""`autotune run` when a user's code misbehaves: Ctrl-C, threads left running, sys.exit, code stuck for good.
+Real subprocesses, as a user runs them."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import optuna
+
+from tests import user_fits
+
+ROOT = Path(__file__).resolve().parents[2]
+ENV = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+
+
+def write(tmp_path: Path, fit: str, train: str = "{epochs: 1, batch_size: 64}", more: str = "") -> Path:
+    src = tmp_path / "u.yaml"
+    src.write_text(f"study: {{name: u, storage: 'sqlite:///{tmp_path}/u.db', n_trials: 2}}\n"
+                   f"trainer: tests.user_fits:{fit}\ntrain: {train}\n{more}")
+    return src
+
+
+def trials(tmp_path: Path) -> list[optuna.trial.FrozenTrial]:
+    return optuna.load_study(study_name="u", storage=f"sqlite:///{tmp_path}/u.db").trials
+
+
+def run(*args: str, cwd: Path, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, *args], cwd=cwd, env=ENV, capture_output=True, text=True, timeout=timeout)
+
+
+def test_ctrl_c_twice_records_the_running_trial_and_exits_130(tmp_path: Path) -> None:
+    src = write(tmp_path, "fit_sleeps_forever", "{epochs: 2, batch_size: 64, user.where: step}")
+    proc = subprocess.Popen([sys.executable, "-m", "autotune", "run", str(src), "--plain"], cwd=ROOT, env=ENV,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline and not (tmp_path / "u.db").exists() or not _running(tmp_path):
+            assert time.monotonic() < deadline and proc.poll() is None, proc.communicate()
+            time.sleep(0.2)
+        time.sleep(2.0)  # inside the fit's sleep
+        proc.send_signal(signal.SIGINT)
+        time.sleep(0.1)
+        proc.send_signal(signal.SIGINT)  # impatient: again, during the cleanup
+        out, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130, err
+    assert [ln for ln in err.splitlines() if ln.strip()] == [
+        f"interrupted: finished trials are kept in sqlite:///{tmp_path}/u.db; run again to resume"]
+    assert "Traceback" not in out
+    (t,) = trials(tmp_path)
+    assert t.state.name == "FAIL" and t.user_attrs["stop_reason"] == "interrupted", t.user_attrs
+    assert t.user_attrs["error"].startswith("interrupted at epoch 0: interrupted (SIGINT) (at user_fits.py:")
+
+
+def _running(tmp_path: Path) -> bool:
+    try:
+        return any(t.state.name == "RUNNING" for t in trials(tmp_path))
+    except (KeyError, Exception):  # the study is not created yet
+        return False
+
+
+def test_a_thread_left_running_by_the_fit_does_not_keep_the_command_alive(tmp_path: Path) -> None:
+    r = run("-m", "autotune", "run", str(write(tmp_path, "fit_leaves_a_thread")), "--plain", cwd=ROOT)
+    assert r.returncode == 0, r.stderr
+    assert "note: exiting with 2 thread(s) your code started still running: users-logger, users-logger" in r.stderr
+    assert "2 trials in the study (2 complete" in r.stdout  # the summary came first
+
+
+def test_sys_exit_in_the_fit_fails_the_trial_and_the_run_goes_on(tmp_path: Path) -> None:
+    r = run("-m", "autotune", "run", str(write(tmp_path, "fit_exits")), "--plain", cwd=ROOT)
+    assert r.returncode == 0, r.stderr
+    assert "Traceback" not in r.stderr
+    lines = Path(user_fits.__file__).read_text().splitlines()
+    line = next(i for i, s in enumerate(lines, 1) if "lambda: sys.exit(3)" in s)
+    assert [t.state.name for t in trials(tmp_path)] == ["FAIL", "FAIL"]
+    assert trials(tmp_path)[0].user_attrs["error"] == f"SystemExit: 3 (at user_fits.py:{line} in <lambda>)"
+
+
+def test_a_fit_that_will_not_stop_is_recorded_and_its_process_ends(tmp_path: Path) -> None:
+    """The last resort: interrupted at hang_seconds, still running a grace period later (it swallows every
+    exception, as code stuck in C would not return): its trial is recorded PRUNED and the process ends."""
+    src = write(tmp_path, "fit_swallows_everything", more="pruning: {slow: {hang_seconds: 1}}\n")
+    t0 = time.monotonic()
+    r = run("-c", "import sys; from autotune.core import _watchdog as w; w.GRACE_S = 1.0; "
+                  f"from autotune.cli._main import main; sys.exit(main(['run', {str(src)!r}, '--plain']))", cwd=ROOT)
+    assert time.monotonic() - t0 < 60
+    assert r.returncode == 2, r.stderr
+    errors = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert errors == ["error: tests.user_fits:fit_swallows_everything: trial 0 stopped (hang): trial wall time over "
+                      "hang_seconds 1 (hung or far too slow); still running 1 s after it was interrupted (stuck in "
+                      "native code, or catching every exception); recorded it PRUNED (hang) and ended the process "
+                      "(finished trials are kept)"]
+    (t,) = trials(tmp_path)
+    assert t.state.name == "PRUNED" and t.user_attrs["stop_reason"] == "hang" and t.user_attrs["stop_epoch"] == 0
+    assert "settings" in t.user_attrs  # what was buffered for the trial was written too
