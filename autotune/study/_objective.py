@@ -21,6 +21,7 @@ from autotune.core import _contention as contention
 from autotune.core._errors import AutotuneError, ConfigError, TrialStopped, describe_exception, user_where
 from autotune.core._metrics import is_quality, per_epoch
 from autotune.core._optuna_compat import optimize_log_filter
+from autotune.core._userref import code_where
 from autotune.fit import _trainer as trainer
 from autotune.fit._job import fit_name, job_for, load_fit, searched_keys, trial_seed
 from autotune.search import _pruners as pruners
@@ -154,14 +155,16 @@ class Objective:
             self._fail(trial, ContextMisuse(
                 f"{self.name} never called ctx.report(...) with a metric in its {result.epochs_run} epoch(s) and "
                 f"returned no {', '.join(missing)}: report the objectives ({', '.join(missing)}) once per epoch, "
-                f"inside `for epoch in ctx.epochs()`: ctx.report({missing[0]}=...)"), result.epochs_run)
+                f"inside `for epoch in ctx.epochs()`: ctx.report({missing[0]}=...)", at=code_where(self.fit)),
+                result.epochs_run)
         if missing:
             self._fail(trial, ContextMisuse(f"{self.name} never reported {', '.join(missing)} (an objective): "
                                             f"ctx.report({missing[0]}=...) each epoch, or return {{{missing[0]!r}: "
-                                            "...}"), result.epochs_run)
+                                            "...}", at=code_where(self.fit)), result.epochs_run)
         out = [float(metrics[m]) for m in self.metrics]
-        if not all(math.isfinite(v) for v in out):  # an objective never returns NaN
-            self._stop(trial, "diverged", result.epochs_run, "non-finite objective value")
+        bad = [m for m, v in zip(self.metrics, out) if not math.isfinite(v)]
+        if bad:  # an objective never returns NaN (one fit returned at the end: per-epoch ones stopped there)
+            self._stop(trial, "diverged", result.epochs_run, f"non-finite {bad[0]} (an objective)")
         for key, value in metrics.items():
             trial.set_user_attr(key, value)
         trial.set_user_attr("epochs_run", result.epochs_run)
