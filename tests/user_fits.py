@@ -460,3 +460,23 @@ def fit_returns_a_list(ctx: autotune.TrialContext) -> list[float]:
     for _ in ctx.epochs():
         ctx.report(val_accuracy=0.5)
     return [0.5]
+
+
+LOGGED: list[dict[str, Any]] = []  # fit_logs_settings: what each trial logged
+
+
+def fit_logs_settings(ctx: autotune.TrialContext) -> None:
+    """Ported training that logs the trial's settings at start-up (every key read), then trains its own way: its own
+    SGD over two groups, its own LambdaLR, its own loss without label smoothing."""
+    LOGGED.append({k: ctx.settings[k] for k in ("optimizer", "lr", "momentum", "weight_decay", "lr_schedule",
+                                                "label_smoothing")})
+    net = MLP()
+    model, opt = ctx.prepare(net, torch.optim.SGD(two_groups(net), momentum=0.9))
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda step: 1.0 / (1 + 0.01 * step))
+    train = ctx.loader((X, Y))
+    for _ in ctx.epochs():
+        for x, y in train:
+            ctx.backward(nn.functional.cross_entropy(model(x), y))
+            sched.step()
+        acc, val_loss = accuracy(ctx.model, ctx)
+        ctx.report(val_accuracy=acc, val_loss=val_loss)

@@ -154,6 +154,9 @@ def print_best(result: Any, console: Console | None = None) -> None:
     print(f"\nRecommended configuration (trial {best.number}, select: {rule_s}): {measured}")
     for k, v in best.params.items():
         print(f"  {k}: {fmt_value(v) if not isinstance(v, float) else repr(v)}")
+    note = best.lr_note()
+    if note is not None:  # a searched lr on the fit's own optimizer: the rates it trained at
+        print(f"  ({note})")
     for k, why in best.not_applied.items():  # searched, but nothing in the trial used it
         print(f"  ({k}: not applied, left out: {why})")
     print(f"  (export every setting with: autotune best {result.config.source} --export best.yaml)")

@@ -26,6 +26,7 @@ from autotune.fit import _trainer as trainer
 from autotune.fit._job import fit_name, job_for, load_fit, searched_keys, trial_seed
 from autotune.search import _pruners as pruners
 from autotune.search._pruners import EPOCH_VALUES
+from autotune.search._results import lr_scaling_text
 from autotune.spec._schema import RunConfig
 from autotune.speed import _probe as probe
 from autotune.speed import _strategy as strategy
@@ -168,8 +169,7 @@ class Objective:
         for key, value in metrics.items():
             trial.set_user_attr(key, value)
         trial.set_user_attr("epochs_run", result.epochs_run)
-        if result.not_applied:
-            trial.set_user_attr("not_applied", result.not_applied)
+        self._record_applied(trial, values, result)
         if result.stopped_early_at is not None:  # a finished trial: values are its last epoch's
             trial.set_user_attr("stop_reason", "early_stopped")
             trial.set_user_attr("stop_epoch", result.stopped_early_at)
@@ -300,6 +300,24 @@ class Objective:
         if text not in self._said:
             self._said.add(text)
             log.warning(f"warning: {self.name}: {text}")
+
+    def _record_applied(self, trial: optuna.Trial, values: dict[str, Any], result: TrainResult) -> None:
+        """What shaped the trial: searched settings that did not (`not_applied`); the stored settings without any
+        that did not (a default optimizer adam nothing stepped); the rates a chosen lr gave the fit's own groups."""
+        if result.not_applied:
+            trial.set_user_attr("not_applied", result.not_applied)
+        if result.unused:
+            trial.set_user_attr("settings", {k: v for k, v in values.items() if k not in result.unused})
+        if result.effective_lrs is None:
+            return
+        own, effective = result.effective_lrs
+        trial.set_user_attr("effective_lrs", effective)  # (user attrs: stored with the trial, read by best/export)
+        trial.set_user_attr("own_group_lrs", own)
+        lr = float(values["lr"])
+        if "effective_lrs" not in self._said:
+            self._said.add("effective_lrs")
+            log.warning(f"warning: {self.name}: {lr_scaling_text(lr, own, effective)} (trial {trial.number}; each "
+                        "trial's rates are its user attr effective_lrs)")
 
     def _oversubscribed(self, trial: optuna.Trial, values: dict[str, Any], result: TrainResult,
                         cpu: contention.Window) -> bool:

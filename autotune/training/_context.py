@@ -192,8 +192,9 @@ class TrialContext:
         self.model = model = _place(model, s, self.device, init, self.not_applied)
         opt = misuse.optimizer_of(self.optimizer_factory if optimizer is None else optimizer, model)
         own = self._own_optimizer = opt not in self._built
-        if own:  # what the fit read before and built its optimizer with (a read for logging is not that)
-            self._built_with = {k for k in unread.BUILT_WITH if k in self._reads and unread.in_groups(opt, k, s[k])}
+        if own:  # what the fit read and built its optimizer with (a read for logging is not; a default is not chosen)
+            self._built_with = {k for k in unread.BUILT_WITH if k in self._chosen and k in self._reads
+                                and unread.in_groups(opt, k, s[k])}
         # a chosen lr scales a fit-built optimizer's lrs, unless the fit read lr (it built with it: not twice)
         scaled = own and "lr" in self._chosen and "lr" not in self._reads
         self._stepper.use(opt, float(s["lr"]) if scaled else None, own)

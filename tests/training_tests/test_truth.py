@@ -131,3 +131,167 @@ def test_a_bool_objective_fails_the_trial_instead_of_sitting_on_the_front(tmp_pa
     (t,) = res.study.trials
     assert t.state.name == "FAIL" and "got bool" in t.user_attrs["error"] and "val_accuracy" in t.user_attrs["error"]
     assert res.pareto == [] and optuna.load_study(study_name="t", storage=f"sqlite:///{tmp_path}/t.db").trials
+
+
+# ---------------------------------------------------------------- "applied" means it shaped training (29.4)
+
+OWN_OPTIMIZER_SPACE = {
+    "optimizer": {"type": "categorical", "choices": ["rmsprop", "adam"]},
+    "lr_schedule": {"type": "categorical", "choices": ["cosine", "onecycle"]},
+    "weight_decay": {"type": "float", "low": 1e-5, "high": 1e-2, "log": True},
+    "lr": {"type": "float", "low": 1e-3, "high": 1e-2, "log": True},
+    "label_smoothing": {"type": "float", "low": 0.0, "high": 0.2},
+}
+
+
+def test_settings_a_fit_reads_for_logging_are_not_applied_by_their_reads(tmp_path: Path) -> None:
+    from autotune.observe import _export as export
+
+    user_fits.LOGGED.clear()
+    res = autotune.run(study(tmp_path, "fit_logs_settings", space=OWN_OPTIMIZER_SPACE))
+    (t,) = res.study.trials
+    assert t.state.name == "COMPLETE" and set(user_fits.LOGGED[0]) >= {"optimizer", "lr_schedule"}  # all read
+    na = t.user_attrs["not_applied"]
+    assert set(na) == {"optimizer", "lr_schedule", "weight_decay", "lr"}
+    assert na["optimizer"] == na["weight_decay"] == "your fit built its own optimizer: optimizer, weight_decay were " \
+                                                    "not used"
+    assert "own learning-rate scheduler" in na["lr_schedule"]
+    assert na["lr"].startswith("your fit read lr before ctx.prepare, but no group of its own optimizer has that lr")
+    # stored, recommended and exported: only what shaped the training (the loss setting: read, the only evidence)
+    stored = t.user_attrs["settings"]
+    assert not {"optimizer", "lr_schedule", "weight_decay", "lr", "momentum"} & set(stored), stored
+    assert res.best is not None and set(res.best.params) == {"label_smoothing"}
+    doc = export.best_yaml(res.config, res.best)
+    assert not {"optimizer", "lr_schedule", "weight_decay", "lr", "momentum"} & set(doc["train"])
+
+
+def test_never_used_defaults_are_not_stored_as_the_trials_settings(tmp_path: Path) -> None:
+    cfg = study(tmp_path, "fit_own_optimizer", space={"lr": {"type": "float", "low": 0.5, "high": 2.0}})
+    (t,) = autotune.run(cfg).study.trials
+    stored = t.user_attrs["settings"]
+    assert "lr" in stored and "not_applied" not in t.user_attrs  # the multiplier acted
+    assert not {"optimizer", "momentum", "weight_decay", "lr_schedule"} & set(stored), stored  # never used
+
+
+def test_the_builtin_optimizer_counts_only_once_it_steps_whoever_reads_its_settings() -> None:
+    keys = ("optimizer", "lr", "momentum", "weight_decay", "lr_schedule")
+    searched = {"device": "cpu", "epochs": 1, "batch_size": 100, "optimizer": "sgd", "lr": 0.1, "momentum": 0.5,
+                "weight_decay": 1e-4, "lr_schedule": "cosine"}
+    # built and never stepped (the loop evaluates only): nothing of it acted, though the fit read every key
+    ctx = TrialContext(searched, searched=keys)
+    model, opt = ctx.prepare(user_fits.MLP())
+    _ = [ctx.settings[k] for k in keys]
+    for _ in ctx.epochs():
+        ctx.report(val_loss=1.0)
+    assert set(ctx.unapplied()) == set(keys)
+    assert ctx.unapplied()["optimizer"] == "the optimizer the context built never stepped"
+    # stepped by the fit's own opt.step() (no ctx.backward): the optimizer's settings acted, the schedule did not
+    ctx = TrialContext(searched, searched=keys)
+    model, opt = ctx.prepare(user_fits.MLP())
+    for _ in ctx.epochs():
+        for x, y in ctx.loader((user_fits.X, user_fits.Y)):
+            torch.nn.functional.cross_entropy(model(x), y).backward()
+            opt.step()
+            opt.zero_grad()
+        ctx.report(val_loss=1.0)
+    assert set(ctx.unapplied()) == {"lr_schedule"}
+
+
+def test_an_own_optimizer_built_with_the_values_read_applies_them() -> None:
+    ctx = TrialContext({"device": "cpu", "epochs": 1, "batch_size": 100, "lr": 0.05, "momentum": 0.7,
+                        "weight_decay": 1e-3, "optimizer": "adam"}, searched=("lr", "momentum", "weight_decay",
+                                                                              "optimizer"))
+    s = ctx.settings
+    net = user_fits.MLP()
+    model, opt = ctx.prepare(net, torch.optim.SGD(net.parameters(), lr=s.lr, momentum=s.momentum,
+                                                  weight_decay=s.weight_decay))
+    for _ in ctx.epochs():
+        for x, y in ctx.loader((user_fits.X, user_fits.Y)):
+            ctx.backward(torch.nn.functional.cross_entropy(model(x), y))
+        ctx.report(val_loss=1.0)
+    assert [g["lr"] for g in opt.param_groups] == [0.05]  # built with it: not scaled by it again
+    assert set(ctx.unapplied()) == {"optimizer"}  # the family is the fit's (SGD), whatever it read
+
+
+# ---------------------------------------------------------------- a searched lr on the fit's own optimizer (29.8)
+
+
+def test_a_searched_lr_on_the_fits_own_optimizer_says_what_it_became(tmp_path: Path,
+                                                                     caplog: pytest.LogCaptureFixture) -> None:
+    import io
+    import logging
+    from contextlib import redirect_stdout
+
+    from autotune.fit._preflight import notes
+    from autotune.observe import _export as export
+    from autotune.observe import _progress as progress
+
+    cfg = study(tmp_path, "fit_own_optimizer", study={"n_trials": 2},
+                space={"lr": {"type": "float", "low": 1e-3, "high": 1e-2, "log": True}})  # written as absolute rates
+    (note,) = notes(cfg)  # at validation and at the run's start
+    assert note.startswith("t.yaml: space.lr: with trainer: tests.user_fits:fit_own_optimizer, lr is the learning "
+                           "rate only when") and "multiplies each parameter group's own lr" in note
+    with caplog.at_level(logging.WARNING):
+        res = autotune.run(cfg)
+    said = [r.getMessage() for r in caplog.records if "multiplies your optimizer's group lrs" in r.getMessage()]
+    assert len(said) == 1  # once per run
+    t0 = res.study.trials[0]
+    assert f"lr {t0.params['lr']:.3g} multiplies your optimizer's group lrs (0.01, 0.64) → (" in said[0]
+    for t in res.study.trials:
+        assert t.user_attrs["own_group_lrs"] == [0.01, 0.64]
+        assert t.user_attrs["effective_lrs"] == pytest.approx([0.01 * t.params["lr"], 0.64 * t.params["lr"]])
+    best = res.best
+    assert best is not None and best.effective_lrs is not None
+    out = io.StringIO()
+    with redirect_stdout(out):
+        progress.print_best(res)  # `autotune best`
+    lr = best.params["lr"]
+    shown = f"lr {lr:.3g} multiplies your optimizer's group lrs (0.01, 0.64) → ({0.01 * lr:.3g}, {0.64 * lr:.3g})"
+    assert f"  ({shown})" in out.getvalue()
+    text = export.render(cfg, best, export.best_yaml(cfg, best))  # `best --export`
+    assert f"# {shown}: lr below is that multiplier, not a rate" in text
+    assert export.best_yaml(cfg, best)["train"]["lr"] == lr  # the export trains at the same rates
+
+
+def test_validate_notes_a_searched_lr_only_where_it_may_mislead(tmp_path: Path) -> None:
+    from autotune.fit._preflight import notes
+
+    multiplier = study(tmp_path, "fit_own_optimizer", space={"lr": {"type": "float", "low": 0.25, "high": 4.0}})
+    builtin = config.from_dict({"study": {"name": "b"}, "space": {"lr": {"type": "float", "low": 1e-3,
+                                                                         "high": 1e-2}}})
+    assert notes(multiplier) == [] and notes(builtin) == []
+
+
+# ---------------------------------------------------------------- an epoch's lr is the one it trained at (29.9)
+
+
+def test_an_epochs_lr_is_the_one_its_steps_took_not_the_one_after_the_fits_scheduler() -> None:
+    """pytorch/examples mnist: StepLR stepped at the end of each epoch; the epoch trained at the lr before it."""
+    ctx = TrialContext({"device": "cpu", "epochs": 3, "batch_size": 100})
+    net = user_fits.MLP()
+    model, opt = ctx.prepare(net, torch.optim.SGD(net.parameters(), lr=0.8))
+    sched = torch.optim.lr_scheduler.StepLR(opt, step_size=1, gamma=0.5)
+    train = ctx.loader((user_fits.X, user_fits.Y))
+    for _ in ctx.epochs():
+        for x, y in train:
+            ctx.backward(torch.nn.functional.cross_entropy(model(x), y))
+        sched.step()  # before the report, as a loop may do
+        ctx.report(val_loss=1.0)
+    assert [h.lr for h in ctx.history] == pytest.approx([0.8, 0.4, 0.2])
+
+
+def test_an_epochs_lr_counts_the_steps_of_a_loop_that_steps_its_own_optimizer() -> None:
+    ctx = TrialContext({"device": "cpu", "epochs": 2, "batch_size": 300})
+    net = user_fits.MLP()
+    model, opt = ctx.prepare(net, torch.optim.SGD(net.parameters(), lr=1.0))
+    for epoch in ctx.epochs():
+        for i, (x, y) in enumerate(ctx.loader((user_fits.X, user_fits.Y))):  # 2 steps: lr 1.0 then 0.5 (epoch 1)
+            for g in opt.param_groups:
+                g["lr"] = 1.0 / (1 + i) / epoch
+            torch.nn.functional.cross_entropy(model(x), y).backward()
+            opt.step()
+            opt.zero_grad()
+        for g in opt.param_groups:
+            g["lr"] = 99.0  # set for what comes next: not what this epoch trained at
+        ctx.report(val_loss=1.0)
+    assert [h.lr for h in ctx.history] == pytest.approx([0.75, 0.375])
