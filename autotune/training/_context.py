@@ -165,8 +165,9 @@ class TrialContext:
             s = self._raw.watched(took)
             opt = make_optimizer(s["optimizer"], params, s, self.device)
             self._built.add(opt)
-            # applied once it steps (whoever steps it), not when built
-            opt.register_step_post_hook(lambda *_: self._effects.update(took))
+            # applied once it steps (whoever steps it), not when built; (a weak reference: no cycle through it)
+            me = weakref.ref(self)
+            opt.register_step_post_hook(lambda *_: (ctx := me()) is not None and ctx._effects.update(took))
             return opt
 
         return build

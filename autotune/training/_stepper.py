@@ -9,6 +9,7 @@ A searched lr on an optimizer the fit built scales its groups' lrs; a fit that t
 from __future__ import annotations
 
 import math
+import weakref
 from collections.abc import Mapping
 from typing import Any
 
@@ -81,9 +82,10 @@ class Stepper:
         if self.lr_watch:
             self.lr_set = group_lrs(opt)
         self.opt = opt
-        opt.register_step_post_hook(self._stepped)
+        seen = weakref.WeakMethod(self._stepped)  # (the optimizer may outlive the trial: it keeps no context alive)
+        opt.register_step_post_hook(lambda o, *_: (m := seen()) is not None and m(o))
 
-    def _stepped(self, opt: torch.optim.Optimizer, *_: Any) -> None:
+    def _stepped(self, opt: torch.optim.Optimizer) -> None:
         """After each step of the optimizer (ctx.backward's or the fit's own opt.step()): counted, and the lr it
         took noted (no host sync: a tensor lr is summed where it is)."""
         self.opt_steps += 1
