@@ -481,3 +481,81 @@ def fit_hoards_memory(ctx: autotune.TrialContext) -> None:
                 raise RuntimeError("fit_hoards_memory was never stopped")
             ctx.backward(nn.functional.cross_entropy(model(x), y))
         ctx.report(val_accuracy=0.0, val_loss=1.0)
+
+
+def fit_nan_perplexity(ctx: autotune.TrialContext) -> None:
+    """A language model's shape: its objective is val_ppl (not named `*loss`), NaN from epoch 2 on; a metric that is
+    no objective (grad_norm) is NaN in epoch 1."""
+    model, _ = ctx.prepare(MLP())
+    train = ctx.loader((X, Y))
+    for epoch in ctx.epochs():
+        for x, y in train:
+            ctx.backward(nn.functional.cross_entropy(model(x), y))
+        _, val_loss = accuracy(ctx.model, ctx)
+        ctx.report(val_ppl=float("nan") if epoch >= 2 else float(np.exp(val_loss)),
+                   grad_norm=float("nan") if epoch == 1 else 1.0)
+
+
+def fit_reports(value: Any) -> Any:
+    """A fit that reports `value` as its val_accuracy in epoch 1 (a bool, a string, None, a tensor...)."""
+    def fit(ctx: autotune.TrialContext) -> None:
+        model, _ = ctx.prepare(MLP())
+        for _ in ctx.epochs():
+            ctx.report(val_accuracy=value)  # the line a misuse names
+    return fit
+
+
+def fit_reports_a_bool(ctx: autotune.TrialContext) -> None:
+    """`ctx.report(val_accuracy=acc > 0.5)`: a bool where the number belongs."""
+    model, _ = ctx.prepare(MLP())
+    train = ctx.loader((X, Y))
+    for _ in ctx.epochs():
+        for x, y in train:
+            ctx.backward(nn.functional.cross_entropy(model(x), y))
+        acc, _ = accuracy(ctx.model, ctx)
+        ctx.report(val_accuracy=acc > 0.5)
+
+
+def fit_scheduler_before_prepare(ctx: autotune.TrialContext) -> None:
+    """airbench's groups with its LambdaLR built before ctx.prepare: a searched lr cannot scale them."""
+    net = MLP()
+    opt = torch.optim.SGD(two_groups(net), momentum=0.9)
+    torch.optim.lr_scheduler.LambdaLR(opt, lambda step: 1.0)
+    ctx.prepare(net, opt)  # misuse: the scheduler came first
+
+
+def fit_factory_returns_junk(ctx: autotune.TrialContext) -> None:
+    ctx.prepare(MLP(), lambda params: list(params))  # misuse: not an optimizer
+
+
+def fit_own_batches_no_samples(ctx: autotune.TrialContext) -> None:
+    model, _ = ctx.prepare(MLP())
+    for _ in ctx.epochs():
+        ctx.backward(nn.functional.cross_entropy(model(X[:32]), Y[:32]))  # misuse: samples unknown
+
+
+def fit_returns_a_list(ctx: autotune.TrialContext) -> list[float]:
+    model, _ = ctx.prepare(MLP())
+    for _ in ctx.epochs():
+        ctx.report(val_accuracy=0.5)
+    return [0.5]
+
+
+LOGGED: list[dict[str, Any]] = []  # fit_logs_settings: what each trial logged
+
+
+def fit_logs_settings(ctx: autotune.TrialContext) -> None:
+    """Ported training that logs the trial's settings at start-up (every key read), then trains its own way: its own
+    SGD over two groups, its own LambdaLR, its own loss without label smoothing."""
+    LOGGED.append({k: ctx.settings[k] for k in ("optimizer", "lr", "momentum", "weight_decay", "lr_schedule",
+                                                "label_smoothing")})
+    net = MLP()
+    model, opt = ctx.prepare(net, torch.optim.SGD(two_groups(net), momentum=0.9))
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda step: 1.0 / (1 + 0.01 * step))
+    train = ctx.loader((X, Y))
+    for _ in ctx.epochs():
+        for x, y in train:
+            ctx.backward(nn.functional.cross_entropy(model(x), y))
+            sched.step()
+        acc, val_loss = accuracy(ctx.model, ctx)
+        ctx.report(val_accuracy=acc, val_loss=val_loss)

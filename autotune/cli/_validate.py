@@ -3,18 +3,22 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
 from autotune.cli import _common as common
 from autotune.core._errors import redact
 
 
 def cmd(args: argparse.Namespace) -> int:
+    from autotune.fit._preflight import notes
     from autotune.observe import _tracking as tracking
     from autotune.study._study import validate
 
     cfg = common.load(args)
     validate(cfg)
     tracking.check(cfg)
+    for note in notes(cfg):  # valid, but maybe not what it seems to mean
+        print(f"note: {note}", file=sys.stderr)
     n = len(cfg.space)
     print(f"{args.file}: ok: {len(cfg.objectives)} objective(s), {n} searched setting(s), sampler "
           f"{cfg.study.sampler}, storage {redact(cfg.study.storage)}")

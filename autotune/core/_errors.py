@@ -111,11 +111,12 @@ def lookup(registry: Mapping[str, T], name: str, file: str | None, key_path: str
 
 
 def _library_file(filename: str) -> bool:
-    """Frames in autotune itself, installed packages or the standard library are not the user's code."""
+    """Frames in autotune itself (the whole package, not only core/), installed packages or the standard library
+    are not the user's code."""
     import os
     import sysconfig
 
-    here = os.path.dirname(os.path.abspath(__file__))
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the autotune package
     path = os.path.abspath(filename)
     if path.startswith(here + os.sep) or "site-packages" in path or "dist-packages" in path:
         return True
@@ -137,6 +138,28 @@ def user_where(exc: BaseException) -> str:
         if not _library_file(fr.filename):
             return f"{os.path.basename(fr.filename)}:{fr.lineno} in {fr.name}"
     return ""
+
+
+def user_frame() -> str:
+    """`file.py:LINE in func` of the innermost frame of the running stack in the user's own code ('' if none):
+    where a user's call into autotune (ctx.report, ctx.prepare...) came from, while it runs."""
+    import os
+    import sys
+
+    frame = sys._getframe(1)
+    while frame is not None:
+        if not _library_file(frame.f_code.co_filename):
+            return f"{os.path.basename(frame.f_code.co_filename)}:{frame.f_lineno} in {frame.f_code.co_name}"
+        frame = frame.f_back
+    return ""
+
+
+def message_and_where(exc: BaseException) -> tuple[str, str]:
+    """(the first line of the exception's message, where in the user's code it was raised); a message that
+    already ends with ` (at WHERE)` (ContextMisuse's) is given without it."""
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    where = user_where(exc)
+    return (text.removesuffix(f" (at {where})") if where else text), where
 
 
 def shorten(text: str, limit: int) -> str:
@@ -169,8 +192,7 @@ def shown(value: object, limit: int = 120) -> str:
 
 def describe_exception(exc: BaseException, limit: int = 300) -> str:
     """`Type: first line of the message (at file.py:LINE in func)`: one line for a user's exception."""
-    text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-    where = user_where(exc)
+    text, where = message_and_where(exc)
     out = shorten(f"{type(exc).__name__}: {text}" if text else type(exc).__name__, limit)
     return out + (f" (at {where})" if where else "")
 

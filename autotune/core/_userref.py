@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from autotune.core._errors import ConfigError, describe_exception
+from autotune.core._errors import ConfigError, _library_file, describe_exception
 
 
 def check_fit_signature(fn: Any, ref: str, file: str) -> None:
@@ -28,6 +28,15 @@ def check_fit_signature(fn: Any, ref: str, file: str) -> None:
         shown = ", ".join(p.name for p in params) or "nothing"
         raise ConfigError(file, "trainer", f"{ref} must take the trial context as its one argument, fit(ctx); it "
                                            f"takes ({shown})")
+
+
+def code_where(fn: Any) -> str:
+    """`file.py:LINE in name` where a user's function is defined ('' for a callable without Python code): the
+    place an error about what the function did as a whole (returned, never reported) points at."""
+    code = getattr(fn, "__code__", None) or getattr(type(fn).__dict__.get("__call__"), "__code__", None)
+    if code is None or _library_file(code.co_filename):  # (the built-in trainer is not the user's)
+        return ""
+    return f"{os.path.basename(code.co_filename)}:{code.co_firstlineno} in {code.co_name}"
 
 
 # Folders a user's module was imported from that are not on sys.path: processes started to run the user's code

@@ -62,6 +62,26 @@ def preflight(cfg: RunConfig) -> None:
     compress.preflight(cfg)
 
 
+def notes(cfg: RunConfig) -> list[str]:
+    """What a valid config may not mean what it seems to, said at validation and at a run's start (not errors).
+
+    A searched `lr` with `trainer:` is the learning rate only for the searched optimizer (`ctx.prepare(model)`);
+    on an optimizer the fit builds itself it multiplies each group's own lr. Which one a fit does is known only
+    once it runs, so the note comes when the range does not hold 1.0 (a multiplier's range holds it; 1e-3..1e-2
+    as a multiplier would shrink the fit's own rates a hundred- to a thousand-fold)."""
+    spec = cfg.space.get("lr")
+    if cfg.trainer is None or spec is None:
+        return []
+    values = list(spec.choices) if spec.choices is not None else [spec.low, spec.high]
+    numbers = [float(v) for v in values if isinstance(v, (int, float)) and not isinstance(v, bool)]
+    if numbers and min(numbers) <= 1.0 <= max(numbers):
+        return []
+    return [f"{Path(cfg.source).name}: space.lr: with trainer: {cfg.trainer}, lr is the learning rate only when "
+            "your fit trains with the searched optimizer (ctx.prepare(model)); on an optimizer your fit builds and "
+            "passes to ctx.prepare it multiplies each parameter group's own lr (search it around 1.0 then, e.g. "
+            "0.25 to 4.0); each trial's rates are stored as user attr effective_lrs"]
+
+
 def _check_augment(cfg: RunConfig, input_shape: tuple[int, ...], file: str) -> None:
     """Augmentation settings the data cannot take (image-only, a crop pad past the image side), fixed or
     at the largest value searched."""
@@ -100,4 +120,4 @@ def _check_batch_size(cfg: RunConfig, n_train: int, file: str) -> None:
                                           "that samples it trains on one short batch per epoch")
 
 
-__all__ = ["preflight"]
+__all__ = ["notes", "preflight"]

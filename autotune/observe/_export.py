@@ -54,6 +54,9 @@ def render(cfg: RunConfig, best: TrialSummary, doc: dict[str, Any]) -> str:
     if "storage" not in doc["study"]:
         header += (f"# study.storage ({redact(cfg.study.storage)}) holds a password and is left out: this file "
                    "runs on the default SQLite file; give --storage URL to use the server\n")
+    note = best.lr_note()
+    if note is not None:  # the lr written below is that multiplier: the export trains at these same rates
+        header += f"# {note}: lr below is that multiplier, not a rate\n"
     if cfg.trainer is not None and cfg.source != "<config>":  # a module found next to the original YAML
         header += f"# trainer {cfg.trainer}: found next to {cfg.source}, in the working folder or on the path\n"
     return header + yaml.safe_dump(doc, sort_keys=False)

@@ -158,6 +158,9 @@ def print_best(result: Any, console: Console | None = None) -> None:
     if best.cpu_threads_used is not None:  # autotune chose its threads: said, and exported
         why = "capped after an oversubscribed trial" if best.cpu_threads_capped else "one less per DataLoader worker"
         print(f"  cpu_threads: {best.cpu_threads_used} (trained on {best.cpu_threads_used} torch thread(s): {why})")
+    note = best.lr_note()
+    if note is not None:  # a searched lr on the fit's own optimizer: the rates it trained at
+        print(f"  ({note})")
     for k, why in best.not_applied.items():  # searched, but nothing in the trial used it
         print(f"  ({k}: not applied, left out: {why})")
     print(f"  (export every setting with: autotune best {result.config.source} --export best.yaml)")

@@ -43,6 +43,15 @@ class TrialSummary:
     # its own cpu_threads, or torch's default): `best` shows it and `best --export` writes it as cpu_threads
     cpu_threads_used: int | None = None
     cpu_threads_capped: bool = False
+    # a chosen lr multiplied the fit's own optimizer's group lrs: (those lrs, the rates it trained at), else None
+    effective_lrs: tuple[list[float], list[float]] | None = None
+
+    def lr_note(self) -> str | None:
+        """What a searched lr meant on the fit's own optimizer (its multiplier), or None."""
+        lr = self.params.get("lr", self.settings.get("lr"))  # searched, or fixed in train:
+        if self.effective_lrs is None or lr is None:
+            return None
+        return lr_scaling_text(float(lr), *self.effective_lrs)
 
     def records(self) -> list[EpochRecord]:
         """`history` as EpochRecords, the type of `TrainResult.history` (`rec.epoch`, `rec.val_accuracy`); a clock
@@ -63,6 +72,14 @@ class TrialSummary:
         return out
 
 
+def lr_scaling_text(lr: float, own: list[float], effective: list[float]) -> str:
+    """`lr 0.0031 multiplies your optimizer's group lrs (6.4, 0.1) → (0.0198, 0.00031)`."""
+    def shown(lrs: list[float]) -> str:
+        return ", ".join(f"{v:.3g}" for v in lrs)
+
+    return f"lr {lr:.3g} multiplies your optimizer's group lrs ({shown(own)}) → ({shown(effective)})"
+
+
 def summarize(t: FrozenTrial, metrics: list[str]) -> TrialSummary:
     ua = t.user_attrs
     unused = {k: why for k, why in (ua.get("not_applied") or {}).items() if k in t.params}  # searched, no effect
@@ -77,6 +94,8 @@ def summarize(t: FrozenTrial, metrics: list[str]) -> TrialSummary:
         feasible=feasible(t), not_applied=unused, seed=ua.get("seed"),
         cpu_threads_used=ua.get("cpu_threads_used", ua.get("cpu_threads_capped")),  # (older: only the cap)
         cpu_threads_capped="cpu_threads_capped" in ua,
+        effective_lrs=(list(ua["own_group_lrs"]), list(ua["effective_lrs"])) if "effective_lrs" in ua and
+        "own_group_lrs" in ua else None,
     )
 
 

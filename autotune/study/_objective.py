@@ -24,10 +24,12 @@ from autotune.core import _watchdog as watchdog
 from autotune.core._errors import AutotuneError, ConfigError, TrialStopped, describe_exception, user_where
 from autotune.core._metrics import is_quality, per_epoch
 from autotune.core._optuna_compat import optimize_log_filter
+from autotune.core._userref import code_where
 from autotune.fit import _trainer as trainer
 from autotune.fit._job import fit_name, job_for, load_fit, searched_keys, trial_seed
 from autotune.search import _pruners as pruners
 from autotune.search._pruners import EPOCH_VALUES
+from autotune.search._results import lr_scaling_text
 from autotune.spec._schema import RunConfig
 from autotune.speed import _probe as probe
 from autotune.speed import _strategy as strategy
@@ -192,20 +194,21 @@ class Objective:
             self._fail(trial, ContextMisuse(
                 f"{self.name} never called ctx.report(...) with a metric in its {result.epochs_run} epoch(s) and "
                 f"returned no {', '.join(missing)}: report the objectives ({', '.join(missing)}) once per epoch, "
-                f"inside `for epoch in ctx.epochs()`: ctx.report({missing[0]}=...)"), result.epochs_run)
+                f"inside `for epoch in ctx.epochs()`: ctx.report({missing[0]}=...)", at=code_where(self.fit)),
+                result.epochs_run)
         if missing:
             self._fail(trial, ContextMisuse(f"{self.name} never reported {', '.join(missing)} (an objective): "
                                             f"ctx.report({missing[0]}=...) each epoch, or return {{{missing[0]!r}: "
-                                            "...}"), result.epochs_run)
+                                            "...}", at=code_where(self.fit)), result.epochs_run)
         self.streak.reset()  # (after the checks above: a fit that never reports fails the same way every trial)
         out = [float(metrics[m]) for m in self.metrics]
-        if not all(math.isfinite(v) for v in out):  # an objective never returns NaN
-            self._stop(trial, "diverged", result.epochs_run, "non-finite objective value")
+        bad = [m for m, v in zip(self.metrics, out) if not math.isfinite(v)]
+        if bad:  # an objective never returns NaN (one fit returned at the end: per-epoch ones stopped there)
+            self._stop(trial, "diverged", result.epochs_run, f"non-finite {bad[0]} (an objective)")
         for key, value in metrics.items():
             trial.set_user_attr(key, value)
         trial.set_user_attr("epochs_run", result.epochs_run)
-        if result.not_applied:
-            trial.set_user_attr("not_applied", result.not_applied)
+        self._record_applied(trial, values, result)
         if result.stopped_early_at is not None:  # a finished trial: values are its last epoch's
             trial.set_user_attr("stop_reason", "early_stopped")
             trial.set_user_attr("stop_epoch", result.stopped_early_at)
@@ -386,6 +389,24 @@ class Objective:
         if key not in self._said:
             self._said.add(key)
             log.warning(f"warning: {self.name}: {text}")
+
+    def _record_applied(self, trial: optuna.Trial, values: dict[str, Any], result: TrainResult) -> None:
+        """What shaped the trial: searched settings that did not (`not_applied`); the stored settings without any
+        that did not (a default optimizer adam nothing stepped); the rates a chosen lr gave the fit's own groups."""
+        if result.not_applied:
+            trial.set_user_attr("not_applied", result.not_applied)
+        if result.unused:
+            trial.set_user_attr("settings", {k: v for k, v in values.items() if k not in result.unused})
+        if result.effective_lrs is None:
+            return
+        own, effective = result.effective_lrs
+        trial.set_user_attr("effective_lrs", effective)  # (user attrs: stored with the trial, read by best/export)
+        trial.set_user_attr("own_group_lrs", own)
+        lr = float(values["lr"])
+        if "effective_lrs" not in self._said:
+            self._said.add("effective_lrs")
+            log.warning(f"warning: {self.name}: {lr_scaling_text(lr, own, effective)} (trial {trial.number}; each "
+                        "trial's rates are its user attr effective_lrs)")
 
     def _oversubscribed(self, trial: optuna.Trial, values: dict[str, Any], result: TrainResult,
                         cpu: contention.Window) -> bool:

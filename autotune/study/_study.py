@@ -21,6 +21,7 @@ from autotune.core._errors import ConfigError, redact
 from autotune.core._userref import check_fit_signature
 from autotune.core._version import __version__
 from autotune.fit._job import fit_name
+from autotune.fit._preflight import notes as preflight_notes
 from autotune.fit._preflight import preflight
 from autotune.fit._trainer import Fit
 from autotune.search import _pruners as pruners
@@ -253,11 +254,15 @@ def resolve_teacher(cfg: RunConfig, storage: optuna.storages.BaseStorage | None 
     return cfg.model_copy(update={"distill": d.model_copy(update={"teacher": str(path.resolve())})})
 
 
+def _stderr(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
 def note_orphans(numbers: list[int], on_note: Callable[[str], None] | None = None) -> None:
     if numbers:
         text = (f"{len(numbers)} trial(s) left RUNNING by a process that is gone marked FAIL (orphaned) and "
                 f"queued for one retry each: {', '.join(map(str, numbers))}")
-        (on_note or (lambda line: print(line, file=sys.stderr, flush=True)))(text)
+        (on_note or _stderr)(text)
 
 
 def n_finished(study: optuna.Study) -> int:
@@ -354,6 +359,8 @@ def run(cfg: RunConfig, fresh: bool = False, callbacks: list[TrialCallback] | No
     preflight(cfg)
     cfg = resolve_teacher(cfg)
     study = open_study(cfg, fresh=fresh)
+    for note in preflight_notes(cfg):
+        (on_note or _stderr)(f"note: {note}")
     note_orphans(orphans.reap(study), on_note)
     hooks = start_run(callbacks, study)
     # Everything imported so far (torch, optuna, sympy...) lives for the whole run: frozen out of the garbage

@@ -36,6 +36,7 @@ import contextlib
 import functools
 import math
 import time
+import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
@@ -43,6 +44,7 @@ import torch
 from torch import nn
 
 from autotune.core._errors import TrialStopped
+from autotune.core._userref import code_where
 from autotune.spec._settings import Settings
 from autotune.training import _accel as accel
 from autotune.training import _misuse as misuse
@@ -115,7 +117,9 @@ class TrialContext:
         self.device = accel.resolve_device(str(raw["device"]))
         self.chance_loss = chance_loss  # divergence: a loss above loss_factor x this is never "learning"
         self.limits = limits = limits or Limits()
-        self._rules = StopRules(self.settings, limits, on_record, on_epoch, early_stopping_on)
+        objectives = [o.metric for o in getattr(config, "objectives", ())]  # (a study's; none without a config)
+        self._rules = StopRules(self.settings, limits, on_record, on_epoch, early_stopping_on,
+                                objectives=objectives)
         self._known = None if metrics is None else set(metrics)
         self.not_applied: dict[str, str] = {}
         self.history: list[EpochRecord] = []
@@ -127,7 +131,11 @@ class TrialContext:
         self._clock = EpochClock(self.device, self.settings, coll, probe if coll.world == 1 else None,
                                  float(raw["data_fraction"]))
         self._own_optimizer: bool | None = None  # None: no ctx.prepare yet; True: the fit built its optimizer
-        self._factory_used = False  # ctx.optimizer built an optimizer (the searched one)
+        self._built: weakref.WeakSet[torch.optim.Optimizer] = weakref.WeakSet()  # the optimizers autotune built
+        # Settings that shaped training by their effect (unread.EFFECT_KEYS: reads of these prove nothing): the
+        # settings an optimizer autotune built took, once it stepped; see `_effects_now` for the rest.
+        self._effects: set[str] = set()
+        self._built_with: set[str] = set()  # lr, momentum, weight_decay the fit read and built its optimizer with
         self._init_asked: bool | None = None  # ctx.prepare's init (None: not called)
         self._train_on_device: bool | None = None  # the training loader's batches: on the device (None: no loader)
         self.stop: TrialStopped | None = None
@@ -153,11 +161,15 @@ class TrialContext:
     @property
     def optimizer_factory(self) -> Callable[[Any], torch.optim.Optimizer]:
         """The trial's optimizer (name, lr, momentum, weight decay, fused kernels) as a factory of parameters."""
-        s = self.settings
-
         def build(params: Any) -> torch.optim.Optimizer:
-            self._factory_used = True
-            return make_optimizer(s["optimizer"], params, s, self.device)
+            took: set[str] = set()  # what this optimizer's builder read: the settings it takes
+            s = self._raw.watched(took)
+            opt = make_optimizer(s["optimizer"], params, s, self.device)
+            self._built.add(opt)
+            # applied once it steps (whoever steps it), not when built; (a weak reference: no cycle through it)
+            me = weakref.ref(self)
+            opt.register_step_post_hook(lambda *_: (ctx := me()) is not None and ctx._effects.update(took))
+            return opt
 
         return build
 
@@ -181,10 +193,13 @@ class TrialContext:
         self._init_asked = init
         self.model = model = _place(model, s, self.device, init, self.not_applied)
         opt = misuse.optimizer_of(self.optimizer_factory if optimizer is None else optimizer, model)
-        self._own_optimizer = not self._factory_used
+        own = self._own_optimizer = opt not in self._built
+        if own:  # what the fit read and built its optimizer with (a read for logging is not; a default is not chosen)
+            self._built_with = {k for k in unread.BUILT_WITH if k in self._chosen and k in self._reads
+                                and unread.in_groups(opt, k, s[k])}
         # a chosen lr scales a fit-built optimizer's lrs, unless the fit read lr (it built with it: not twice)
-        scaled = self._own_optimizer and "lr" in self._chosen and "lr" not in self._reads
-        self._stepper.use(opt, float(s["lr"]) if scaled else None)
+        scaled = own and "lr" in self._chosen and "lr" not in self._reads
+        self._stepper.use(opt, float(s["lr"]) if scaled else None, own)
         ddp = self._stepper.ddp = self._collective.wrap(model)  # (None in one process)
         train_model = model if ddp is None else ddp
         if s["compile"]:  # (around the DDP wrapper: torch's DDPOptimizer splits the graph at its buckets)
@@ -236,6 +251,7 @@ class TrialContext:
         for epoch in range(1, self.epochs_total + 1):
             self._in_epoch = True
             self._clock.open(epoch)
+            self._stepper.epoch_lr()  # (the lr count starts with the epoch)
             yield epoch
             try:
                 if self.stop is not None:
@@ -278,11 +294,11 @@ class TrialContext:
         misuse.check_live(self.stop, "ctx.report")
         misuse.check_report(self._in_epoch, not self._clock.running, self.epoch)
         values = self._metrics(metrics)
-        clock, opt = self._clock, self._stepper.opt
+        clock = self._clock
         seconds, stop = clock.end(clock.epoch >= self.epochs_total)
         if stop is not None:
             raise self._stopped(stop) from None
-        rec = clock.record(values, seconds, float(opt.param_groups[0]["lr"]) if opt is not None else math.nan)
+        rec = clock.record(values, seconds, self._stepper.epoch_lr())  # the lr its steps took, not the one after
         self.history.append(rec)
         clock.running = False  # (reported)
         stop = self._rules.verdict(rec, self.history, clock.loss_n > 0, self.epochs_total, self.chance_loss,
@@ -298,14 +314,43 @@ class TrialContext:
         self._clock.running = False
         return stop
 
+    def _effects_now(self) -> set[str]:
+        """The optimizer settings and lr_schedule that shaped training (unread.EFFECT_KEYS), by what happened: the
+        optimizer autotune built stepped (its settings), or the fit's own stepped with its lrs scaled by a chosen
+        lr or built with the values it read; the context's schedule decided the lr (no scheduler of the fit's own,
+        no lrs the fit set itself)."""
+        st = self._stepper
+        out = set(self._effects) & set(unread.EFFECT_KEYS)
+        if self._own_optimizer and st.opt_steps:
+            out |= self._built_with | ({"lr"} if st.scaled is not None else set())
+        if st.decided and not st.own_scheduler:
+            out.add("lr_schedule")
+        return out - {"lr", "lr_schedule"} if st.overwritten else out
+
+    def _applied(self, key: str, effects: set[str]) -> bool:
+        return key in effects if key in unread.EFFECT_KEYS else key in self._reads
+
     def unapplied(self) -> dict[str, str]:
-        """Settings that took no effect in this trial, with the reason: what the context could not apply, and every
-        searched setting (or `user.` parameter) nothing read (unread.py says why)."""
+        """Settings that took no effect in this trial, with the reason: what the context could not apply, every
+        searched optimizer setting or lr_schedule that did not act (whoever read it), and every other searched
+        setting (or `user.` parameter) nothing read (unread.py says why)."""
         out = dict(self.not_applied)
-        missed = [k for k in self._searched if k not in self._reads and k not in out]
+        effects = self._effects_now()
+        missed = [k for k in self._searched if not self._applied(k, effects) and k not in out]
         for key in missed:
             out[key] = unread.why(self, key, missed)
         return out
+
+    def unused(self) -> list[str]:
+        """Settings whose values did not shape this trial, searched or not (a default optimizer adam under the fit's
+        own SGD): the trial's stored settings leave them out."""
+        effects = self._effects_now()
+        return sorted(set(self.unapplied()) | {k for k in unread.EFFECT_KEYS if k not in effects})
+
+    def effective_lrs(self) -> tuple[list[float], list[float]] | None:
+        """(the fit's optimizer's own group lrs, what a chosen lr scaled them to), when that took effect."""
+        scaled = self._stepper.scaled
+        return None if scaled is None or "lr" not in self._effects_now() else (scaled[1], scaled[2])
 
     def result(self, returned: Any = None) -> TrainResult:
         """The run's result once `fit` returned: the last epoch's metrics, then whatever fit returned (a dict)."""
@@ -319,7 +364,7 @@ class TrialContext:
             epochs_run=len(self.history), device=accel.device_name(self.device), precision=self._raw["precision"],
             history=list(self.history), stopped_early_at=self.stopped_early_at,
             loss_scale=float(self.scaler.get_scale()) if self.scaler is not None else None,
-            not_applied=self.unapplied(), model=self.model,
+            not_applied=self.unapplied(), unused=self.unused(), effective_lrs=self.effective_lrs(), model=self.model,
             model_params=sum(p.numel() for p in self.model.parameters()) if self.model is not None else 0,
         )
 
@@ -372,7 +417,11 @@ def run(fit: Callable[[TrialContext], Any], ctx: TrialContext) -> TrainResult:
     returned = fit(ctx)
     if ctx.stop is not None:  # the function caught a stop and returned: the trial still stopped
         raise ctx.stop
-    return ctx.result(returned)
+    try:
+        return ctx.result(returned)
+    except ContextMisuse as e:  # found once fit returned (no epoch, a bad return value): the fit is the place
+        e._autotune_where = code_where(fit)
+        raise
 
 
 # (CLOCK_METRICS, DeviceBatches, FINITE_CHECK_EVERY, Limits, LoaderBatches, fraction_indices: importable from here as

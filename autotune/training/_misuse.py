@@ -9,10 +9,11 @@ import numbers
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+import numpy as np
 import torch
 from torch import nn
 
-from autotune.core._errors import AutotuneError, TrialStopped, one_of
+from autotune.core._errors import AutotuneError, TrialStopped, one_of, user_frame
 from autotune.core._metrics import CATALOGUE, CLOCKS
 
 # Measured by the context: a training function reports what it evaluates, never these.
@@ -20,7 +21,18 @@ CLOCK_METRICS = CLOCKS
 
 
 class ContextMisuse(AutotuneError):
-    """A training function used the trial context in a way that cannot work (a clear message, never a guess)."""
+    """A training function used the trial context in a way that cannot work (a clear message, never a guess),
+    naming the user's file:line: the innermost frame outside autotune when it is raised (the call that misused
+    the context), or `at` (a misuse found after the fit returned: the fit itself)."""
+
+    def __init__(self, message: str, at: str | None = None) -> None:
+        super().__init__(message)
+        # where the user's code misused the context; describe_exception and the ranks read it as the error's place
+        self._autotune_where = user_frame() if at is None else at
+
+    def __str__(self) -> str:
+        where = self.__dict__.get("_autotune_where")
+        return f"{super().__str__()} (at {where})" if where else super().__str__()
 
 
 def check_live(stop: TrialStopped | None, what: str) -> None:
@@ -126,15 +138,24 @@ def check_metrics(metrics: Mapping[str, Any], known: set[str] | None, offered: C
         if known is not None and key not in known and key != "train_loss":
             raise ContextMisuse(f"{at}: {key!r} is not an objective or a declared metric; "
                                 f"{one_of(offered())} (declare more under `metrics:` in the YAML)")
-        if isinstance(value, torch.Tensor):
-            if value.numel() != 1:
-                raise ContextMisuse(f"{at}: a metric is one number; got a tensor of shape {tuple(value.shape)}")
-            value = value.item()
-        try:
-            out[key] = float(value)
-        except (TypeError, ValueError):
-            raise ContextMisuse(f"{at}: a metric is a number; got {type(value).__name__}") from None
+        out[key] = _number(value, at)
     return out
+
+
+def _number(value: Any, at: str) -> float:
+    """A reported value as a float: an int or float, a numpy scalar, or a tensor (or array) of one number. A
+    bool (True stored as 1.0 would rank on the front), a string, None or anything else is refused."""
+    if isinstance(value, (torch.Tensor, np.ndarray)):
+        if value.size != 1 if isinstance(value, np.ndarray) else value.numel() != 1:
+            kind = "an array" if isinstance(value, np.ndarray) else "a tensor"
+            raise ContextMisuse(f"{at}: a metric is one number; got {kind} of shape {tuple(value.shape)}")
+        value = value.item()  # (then checked as the Python number it holds: a bool tensor is a bool)
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
+        plain = bool(value) if isinstance(value, np.bool_) else value
+        what = type(value).__name__ + (f" {repr(plain)[:40]}" if isinstance(plain, (bool, str)) else "")
+        raise ContextMisuse(f"{at}: a metric is a number (an int, a float, a numpy scalar or a one-element "
+                            f"tensor); got {what}")
+    return float(value)
 
 
 def check_returned(returned: Any, epochs_run: int) -> None:

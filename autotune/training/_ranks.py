@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from autotune.core._errors import AutotuneError, ConfigError, TrialStopped, user_where
+from autotune.core._errors import AutotuneError, ConfigError, TrialStopped, message_and_where
 from autotune.core._lifetime import exit_text
 from autotune.core._userref import importable
 from autotune.training._group import Group, backend_for
@@ -327,8 +327,7 @@ def _error(e: BaseException, rank: int, world: int) -> tuple[Any, ...]:
     launcher's own context is fine)."""
     from autotune.training import _accel as accel
 
-    where = user_where(e)
-    first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+    first, where = message_and_where(e)
     comm = isinstance(e, getattr(torch.distributed, "DistError", ())) or \
         any(m in f"{type(e).__name__} {first}".lower() for m in COMM_MARKERS)
     oom = accel.is_oom(e)

@@ -55,6 +55,9 @@ class TrainResult:
     stopped_early_at: int | None = None  # epoch at which early stopping ended training
     loss_scale: float | None = None  # the GradScaler's final scale (fp16 only)
     not_applied: dict[str, str] = field(default_factory=dict)  # setting -> why it could not take effect here
+    unused: list[str] = field(default_factory=list)  # settings (searched or not) whose values did not shape training
+    # (the fit's optimizer's own group lrs, those lrs times a chosen lr) when that multiplier took effect
+    effective_lrs: tuple[list[float], list[float]] | None = None
     model_params: int = 0  # parameters of the trained model (the architecture's size, for model.* searches)
     model: nn.Module | None = field(default=None, repr=False)
     extra: dict[str, Any] = field(default_factory=dict)  # post-training metrics (compression)

@@ -9,6 +9,7 @@ A searched lr on an optimizer the fit built scales its groups' lrs; a fit that t
 from __future__ import annotations
 
 import math
+import weakref
 from collections.abc import Mapping
 from typing import Any
 
@@ -62,16 +63,46 @@ class Stepper:
         self.lr_set: list[float] | None = None  # the group lrs the context last set (scaled, or its schedule's)
         # watched for a fit that overwrites them only while a searched lr / lr_schedule could be found not applied
         self.lr_watch = bool({"lr", "lr_schedule"} & set(searched))
+        self.overwritten = False  # the fit set the group lrs itself (seen while watched): lr, lr_schedule took none
         self.not_applied = not_applied  # the trial's: setting -> why it took no effect
         self.steps_per_epoch: int | None = None  # the batches (ctx.backward calls) of an epoch, when known
+        self.opt_steps = 0  # steps the optimizer took, whoever called opt.step() (its post-hook counts them)
+        self.scaled: tuple[float, list[float], list[float]] | None = None  # (lr, the groups' own lrs, scaled)
+        self.lr_sum: Any = 0.0  # group 0's lr at each optimizer step of the epoch (a tensor lr stays on its device)
+        self.lr_n = 0
 
-    def use(self, opt: torch.optim.Optimizer, scale: float | None) -> None:
-        """The optimizer to step; `scale`: a chosen lr multiplying a fit-built optimizer's group lrs."""
+    def use(self, opt: torch.optim.Optimizer, scale: float | None, own: bool = False) -> None:
+        """The optimizer to step; `scale`: a chosen lr multiplying a fit-built optimizer's group lrs (`own`: the
+        fit built it; its lrs are watched for the fit setting them itself)."""
         if scale is not None:
+            before = group_lrs(opt)
             scale_lrs(opt, scale)
-            if self.lr_watch:
-                self.lr_set = group_lrs(opt)
+            self.scaled = (scale, before, group_lrs(opt))
+        self.lr_watch = self.lr_watch or own
+        if self.lr_watch:
+            self.lr_set = group_lrs(opt)
         self.opt = opt
+        seen = weakref.WeakMethod(self._stepped)  # (the optimizer may outlive the trial: it keeps no context alive)
+        opt.register_step_post_hook(lambda o, *_: (m := seen()) is not None and m(o))
+
+    def _stepped(self, opt: torch.optim.Optimizer) -> None:
+        """After each step of the optimizer (ctx.backward's or the fit's own opt.step()): counted, and the lr it
+        took noted (no host sync: a tensor lr is summed where it is)."""
+        self.opt_steps += 1
+        lr = opt.param_groups[0]["lr"]
+        self.lr_sum = self.lr_sum + (lr.detach() if isinstance(lr, torch.Tensor) else lr)
+        self.lr_n += 1
+
+    def epoch_lr(self) -> float:
+        """The lr the epoch trained at: group 0's mean over the epoch's optimizer steps, read as each stepped (a
+        scheduler stepped at the epoch's end moves the next epoch's); without a step, the lr now. Starts the
+        next epoch's count."""
+        if self.lr_n:
+            lr = float(self.lr_sum) / self.lr_n
+        else:
+            lr = float(self.opt.param_groups[0]["lr"]) if self.opt is not None else math.nan
+        self.lr_sum, self.lr_n = 0.0, 0
+        return lr
 
     def sync_when_due(self, last_batch: bool) -> None:
         """DDP with accumulation: the next backward all-reduces only where the accumulation ends (no_sync)."""
@@ -131,6 +162,7 @@ class Stepper:
         for key in ("lr", "lr_schedule"):
             if key in self.searched:
                 self.not_applied.setdefault(key, why)
+        self.overwritten = True
         self.lr_set, self.lr_watch = None, False  # seen once: no more work per step
 
     def make_schedule(self) -> torch.optim.lr_scheduler.LRScheduler | None:

@@ -2,9 +2,10 @@
 itself; the trial context raises what they return.
 
 In an epoch: a non-finite loss (checked every few steps) and the hang limit (`hang_seconds` of wall time). At
-an epoch's end (rank 0): the record goes out, early stopping is counted, then non-finite losses, divergence,
-projected time and the study's own rules (`on_epoch`: pruners, vs_front). An epoch that ends the training is
-judged only for non-finite values: no rule discards training that is complete.
+an epoch's end (rank 0): the record goes out, early stopping is counted, then non-finite losses and objectives,
+divergence, projected time and the study's own rules (`on_epoch`: pruners, vs_front). An epoch that ends the
+training is judged only for non-finite values: no rule discards training that is complete. A non-finite value of
+a reported metric that is neither an objective nor a loss is recorded as it is.
 
 The projected-time rule rests on the trial's own epoch times; epochs whose threads waited for cores (other busy
 processes here, `contention.contended` over the trial so far) ran at the machine's speed, not the trial's: the
@@ -32,8 +33,9 @@ class StopRules:
     def __init__(self, settings: Mapping[str, Any], limits: Limits, on_record: OnEpoch | None = None,
                  on_epoch: OnEpoch | None = None,
                  early_stopping_on: Sequence[tuple[str, str]] = (("val_loss", "minimize"),),
-                 cpu: Callable[[], contention.Share] | None = None) -> None:
+                 cpu: Callable[[], contention.Share] | None = None, objectives: Sequence[str] = ()) -> None:
         self.settings = settings
+        self.objectives = frozenset(objectives)  # a non-finite value of any of these is divergence, whatever its name
         self.limits = limits
         self.on_record = on_record  # sees every epoch's record first (the objective stores it)
         self.on_epoch = on_epoch  # the study's own stop rules (pruners, vs_front); may raise TrialStopped
@@ -104,9 +106,10 @@ class StopRules:
         projected time."""
         if measured_loss and not math.isfinite(rec.train_loss):
             return TrialStopped("diverged", rec.epoch, "non-finite training loss")
-        for key, v in rec.metrics.items():
-            if key.endswith("loss") and not math.isfinite(v):
-                return TrialStopped("diverged", rec.epoch, f"non-finite {key}")
+        for key, v in rec.metrics.items():  # an objective (val_ppl, val_accuracy...) or any loss; another metric
+            if not math.isfinite(v) and (key in self.objectives or key.endswith("loss")):  # is recorded as it is
+                return TrialStopped("diverged", rec.epoch, f"non-finite {key}"
+                                    + (" (an objective)" if key in self.objectives else ""))
         if final:
             return None
         losses = [r.train_loss for r in history]

@@ -6,10 +6,17 @@ batch_size and the DataLoader's settings; `ctx.autocast` precision...) and the t
 through `ctx.settings` and `ctx.params` (its own loss reading `ctx.settings.label_smoothing`). A searched
 setting that nothing read cannot have changed the trial: it is recorded as not applied, with the reason
 `why` gives here, and left out of the recommendation and of `best --export`.
+
+A read is the only evidence there is for a setting autotune has no hand in (the fit's own loss taking
+label_smoothing, `user.` parameters). The settings autotune applies itself (`EFFECT_KEYS`: the optimizer family,
+lr, momentum, weight_decay, lr_schedule) count by their effect instead, whatever the fit read (see
+TrialContext._effects_now); those that did not act are also left out of the trial's stored settings, searched or
+not (a default optimizer adam under the fit's own SGD was never used).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator, Mapping
 from typing import Any, Protocol
 
@@ -25,6 +32,24 @@ STEP_KEYS = ("grad_clip", "grad_accum_steps", "lr_schedule")
 LOADER_KEYS = ("batch_size", "data_fraction", "data_on_device")
 DATALOADER_KEYS = ("num_workers", "pin_memory", "prefetch_factor", "persistent_workers")
 PREPARE_KEYS = ("init", "channels_last", "compile", "compile_mode")
+
+# Settings autotune applies itself: applied by their effect (the optimizer that stepped is the one autotune built,
+# or the fit's own with its lrs scaled by a chosen lr; autotune's schedule set the lr), never because a fit read
+# them (a fit logging ctx.settings reads them all). `BUILT_WITH`: those a fit may read to build its own optimizer
+# with: applied when one of its groups holds the value read (not when a read was for logging).
+EFFECT_KEYS = (*OPTIMIZER_KEYS, "lr_schedule")
+BUILT_WITH = ("lr", "momentum", "weight_decay")
+
+
+def in_groups(opt: Any, key: str, value: Any) -> bool:
+    """Some parameter group of `opt` holds `value` for `key` (the fit built its optimizer with what it read)."""
+    for g in opt.param_groups:
+        v = g.get(key)
+        if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isclose(v, float(value), rel_tol=1e-9,
+                                                                                     abs_tol=1e-12):
+            return True
+    return False
+
 
 # What reads a setting in the built-in trainer, which a training function of its own replaces.
 OWN = {
@@ -42,6 +67,8 @@ class Trial(Protocol):
 
     opt: Any
     _own_optimizer: bool | None
+    _reads: set[str]
+    _stepper: Any
     _init_asked: bool | None
     _own_scheduler: bool
     _stepped: bool
@@ -98,10 +125,19 @@ def why(ctx: Trial, key: str, missed: list[str]) -> str:
 
 
 def _why_optimizer(ctx: Trial, key: str, missed: list[str]) -> str:
+    st = ctx._stepper
     if ctx._own_optimizer is None:
         return "ctx.prepare(model) was never called: the context built no optimizer"
+    if ctx._own_optimizer and key == "lr" and "lr" in ctx._reads and st.scaled is None:
+        return ("your fit read lr before ctx.prepare, but no group of its own optimizer has that lr: it was not "
+                "used (build the optimizer with it, or leave it unread and ctx.prepare scales your groups' lrs by "
+                "it)")
+    if ctx._own_optimizer and key == "lr" and st.scaled is not None:
+        return "your optimizer never stepped with the lrs the searched lr scaled"
     if ctx._own_optimizer:
-        return f"your fit built its own optimizer: {_were([k for k in OPTIMIZER_KEYS if k in missed])}"
+        return f"your fit built its own optimizer: {_were([k for k in OPTIMIZER_KEYS if k in missed and k != 'lr'])}"
+    if st.opt_steps == 0:
+        return "the optimizer the context built never stepped"
     return f"optimizer {ctx._raw['optimizer']} takes no {key}"
 
 
@@ -110,6 +146,8 @@ def _why_step(ctx: Trial, key: str) -> str | None:
         return None
     if key == "lr_schedule" and ctx._own_scheduler:
         return "your fit's own learning-rate scheduler steps the lr: the searched lr_schedule was not used"
+    if key == "lr_schedule" and ctx._stepper.overwritten:
+        return "your fit sets the optimizer's group lrs itself, overwriting what the context set"
     if not ctx._stepped:
         return "ctx.backward(loss) was never called: your loop steps the optimizer itself"
     return None
@@ -138,4 +176,4 @@ def _why_loader(ctx: Trial, key: str) -> str | None:
     return None
 
 
-__all__ = ["APPLIED_AROUND", "WatchedParams", "why"]
+__all__ = ["APPLIED_AROUND", "BUILT_WITH", "EFFECT_KEYS", "WatchedParams", "in_groups", "why"]

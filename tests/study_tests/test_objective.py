@@ -32,7 +32,7 @@ def test_non_finite_objective_on_the_last_epoch_stops_the_trial_diverged(tmp_pat
     # never a NaN in the study (Optuna keeps a pruned single-objective trial's last reported value: epoch 1's)
     assert t.values is None or all(math.isfinite(v) for v in t.values)
     assert t.user_attrs["stop_reason"] == "diverged" and t.user_attrs["stop_epoch"] == 2
-    assert t.user_attrs["stop_detail"] == "non-finite objective value"
+    assert t.user_attrs["stop_detail"] == "non-finite val_accuracy (an objective)"
     assert len(t.user_attrs["history"]) == 2  # both epochs recorded: the stop came after training
 
 
