@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import signal
 import sys
 import threading
 from collections.abc import Callable, Iterator
@@ -62,6 +63,16 @@ def run_command(cmd: Callable[[argparse.Namespace], int], args: argparse.Namespa
         except AutotuneError as e:
             print(f"error: {redact(str(e))}", file=sys.stderr)
             return 2
+
+
+AS_PROGRAM = False  # main() runs as the `autotune` program itself (not called from a user's Python process)
+
+
+def ignore_more_interrupts() -> None:
+    """The run was interrupted and the program is ending: a second Ctrl-C while it says so changes nothing (no
+    KeyboardInterrupt escaping at exit). Only as the program itself: a caller's own process keeps its handler."""
+    if AS_PROGRAM and threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def exit_now(code: int) -> None:

@@ -68,6 +68,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     then ends with the command's status even if a user's code left threads running (`common.exit_now`)."""
     parser = build_parser()
     args = parser.parse_args(argv)
+    common.AS_PROGRAM = argv is None
     code = common.run_command(COMMANDS[args.command][0], args)
     if argv is None:
         common.exit_now(code)

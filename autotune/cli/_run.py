@@ -33,6 +33,7 @@ def _show_run(cfg: Any, view: Any, start: Callable[[], Any]) -> int:
     try:
         result = start()
     except KeyboardInterrupt:
+        common.ignore_more_interrupts()
         view.close()
         print(f"interrupted: finished trials are kept in {redact(cfg.study.storage)}; run again to resume",
               file=sys.stderr)

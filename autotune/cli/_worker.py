@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from autotune.cli import _common as common
 from autotune.cli._run import fail_stale
 from autotune.core._errors import redact
 
@@ -34,6 +35,7 @@ def cmd(args: argparse.Namespace) -> int:
     try:
         res = workers.run_worker(cfg, sampler_seed_offset=None, callbacks=[view.on_trial, *trackers], study=study)
     except KeyboardInterrupt:
+        common.ignore_more_interrupts()
         print("interrupted: this worker's finished trials are kept; its running one was stopped (interrupted)",
               file=sys.stderr)
         return 130

@@ -20,6 +20,7 @@ from autotune.core._metrics import fmt as fmt_metric
 from autotune.core._metrics import short, shown_with
 from autotune.search._results import feasible
 from autotune.spec._schema import RunConfig
+from autotune.study._budget import is_surplus
 
 
 def fmt_value(v: Any) -> str:
@@ -101,7 +102,8 @@ class RunView:
             self.progress = None
 
     def summary(self, result: Any, wall_s: float) -> None:
-        trials = result.study.get_trials(deepcopy=False)
+        # (a surplus trial lost the race for the last slot and never ran: not the study's, said by the run apart)
+        trials = [t for t in result.study.get_trials(deepcopy=False) if not is_surplus(t)]
         counts = {s: sum(1 for t in trials if t.state.name == s) for s in ("COMPLETE", "PRUNED", "FAIL")}
         self._print(f"\n{len(trials)} trials in the study ({counts['COMPLETE']} complete, {counts['PRUNED']} pruned, "
                     f"{counts['FAIL']} failed); this run took {wall_s:.1f}s")

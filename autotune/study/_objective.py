@@ -201,6 +201,8 @@ class Objective:
                                             f"ctx.report({missing[0]}=...) each epoch, or return {{{missing[0]!r}: "
                                             "...}", at=code_where(self.fit)), result.epochs_run)
         self.streak.reset()  # (after the checks above: a fit that never reports fails the same way every trial)
+        if not any(r.metrics for r in result.history):
+            self._returned_only(trial, result)
         out = [float(metrics[m]) for m in self.metrics]
         bad = [m for m, v in zip(self.metrics, out) if not math.isfinite(v)]
         if bad:  # an objective never returns NaN (one fit returned at the end: per-epoch ones stopped there)
@@ -370,6 +372,18 @@ class Objective:
             why = self.pareto.stop(epoch_values[-1], step, finished, epochs, curve=epoch_values)
             if why is not None:
                 raise TrialStopped("dominated", step, why)
+
+    def _returned_only(self, trial: optuna.Trial, result: TrainResult) -> None:
+        """A fit that reported nothing in its epochs and returned its objectives at the end: the per-epoch pruner
+        never saw them. Said here, not at the epochs (a fit that never reports at all fails instead)."""
+        if result.epochs_run < 2 or not result.history:
+            return
+        clocks = result.history[-1].as_dict()  # train_time_s and the other clocks: known every epoch
+        if not self.cfg.multi_objective:
+            if per_epoch(self.metrics[0]) and pruners.resolved_name(self.cfg) != "none":
+                self._pruning_off(trial, "pruning", [self.metrics[0]])
+        elif self.pareto is not None and (unreported := [m for m in self.epoch_metrics if m not in clocks]):
+            self._pruning_off(trial, "Pareto pruning", unreported)
 
     def _pruning_off(self, trial: optuna.Trial, what: str, unreported: list[str]) -> None:
         """Said once, at the trial's first epoch without them (user attr `pruning_off`), and logged once per run:

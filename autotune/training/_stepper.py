@@ -70,6 +70,7 @@ class Stepper:
         self.scaled: tuple[float, list[float], list[float]] | None = None  # (lr, the groups' own lrs, scaled)
         self.lr_sum: Any = 0.0  # group 0's lr at each optimizer step of the epoch (a tensor lr stays on its device)
         self.lr_n = 0
+        self.lr_first: Any = None  # the epoch's first step's lr while it has not moved
 
     def use(self, opt: torch.optim.Optimizer, scale: float | None, own: bool = False) -> None:
         """The optimizer to step; `scale`: a chosen lr multiplying a fit-built optimizer's group lrs (`own`: the
@@ -91,13 +92,19 @@ class Stepper:
         self.opt_steps += 1
         lr = opt.param_groups[0]["lr"]
         self.lr_sum = self.lr_sum + (lr.detach() if isinstance(lr, torch.Tensor) else lr)
+        if self.lr_n == 0:
+            self.lr_first = lr
+        elif isinstance(lr, torch.Tensor) or lr != self.lr_first:
+            self.lr_first = None  # it moved: the mean (a constant lr is given exactly, not as a rounded mean)
         self.lr_n += 1
 
     def epoch_lr(self) -> float:
         """The lr the epoch trained at: group 0's mean over the epoch's optimizer steps, read as each stepped (a
         scheduler stepped at the epoch's end moves the next epoch's); without a step, the lr now. Starts the
         next epoch's count."""
-        if self.lr_n:
+        if self.lr_n and isinstance(self.lr_first, float):
+            lr = self.lr_first
+        elif self.lr_n:
             lr = float(self.lr_sum) / self.lr_n
         else:
             lr = float(self.opt.param_groups[0]["lr"]) if self.opt is not None else math.nan

@@ -24,7 +24,11 @@ from autotune.core import _contention as contention
 from autotune.core._errors import TrialStopped
 from autotune.training._collective import Alone
 from autotune.training._records import EpochRecord, OnEpoch
-from autotune.training._stops import Limits, check_divergence, check_slow
+from autotune.training._stops import Limits, check_divergence, check_slow, projected_time_s
+
+# Waiting for cores made a 2-thread torch run up to 5x slower on these machines (OpenMP spinning): a projection
+# further over its limit than twice that is slow whatever the machine's load.
+CONTENDED_SLACK = 10.0
 
 
 class StopRules:
@@ -118,13 +122,20 @@ class StopRules:
                 check_divergence(losses, self.limits.loss_factor, rec.epoch, chance_loss)
             check_slow(rec.train_time_s, rec.epoch, epochs, self.limits.max_trial_seconds)
         except TrialStopped as e:
-            return self._unless_contended(e) if e.reason == "slow" else e
+            if e.reason != "slow":
+                return e
+            projected = projected_time_s(rec.train_time_s, rec.epoch, epochs)
+            return self._unless_contended(e, projected / float(self.limits.max_trial_seconds or math.inf))
         return None
 
-    def _unless_contended(self, stop: TrialStopped) -> TrialStopped | None:
-        """A slow projection from epochs that waited for cores decides nothing (looked at again next epoch)."""
+    def _unless_contended(self, stop: TrialStopped, over: float) -> TrialStopped | None:
+        """A slow projection from epochs that waited for cores decides nothing (looked at again next epoch), unless
+        it breaks the limit by more than waiting for cores could explain (`CONTENDED_SLACK` times)."""
         share = self.cpu()
         if contention.contended(share):
+            if over > CONTENDED_SLACK:
+                return TrialStopped(stop.reason, stop.epoch, f"{stop.detail} (its epochs waited for cores "
+                                    f"{share.waiting:.0%}, but {over:.0f}x the limit is more than that explains)")
             self.slow_deferred.append(stop.epoch)
             return None
         return TrialStopped(stop.reason, stop.epoch, f"{stop.detail} (its epochs had their cores: waited "

@@ -114,3 +114,6 @@ def test_a_slow_projection_from_epochs_that_waited_for_cores_does_not_stop() -> 
     stop = quiet.decide(slow, [slow], True, 4, math.inf)
     assert stop is not None and stop.reason == "slow" and quiet.slow_deferred == []
     assert stop.detail == "projected 20.0s > max_trial_seconds 10 (its epochs had their cores: waited 2%)"
+    hopeless = StopRules(SETTINGS, Limits(max_trial_seconds=0.1), cpu=lambda: Share(1.0, 0.5, 0.5, 0.5))
+    stop = hopeless.decide(slow, [slow], True, 4, math.inf)  # 200x its limit: more than waiting for cores explains
+    assert stop is not None and stop.reason == "slow" and "200x the limit is more than that explains" in stop.detail
