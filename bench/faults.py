@@ -55,6 +55,12 @@ optuna.logging.set_verbosity(optuna.logging.WARNING)
 FINISHED = (TrialState.COMPLETE, TrialState.PRUNED)
 
 
+def counted(t: Any) -> bool:
+    """A finished trial of the study's budget: a surplus one (PRUNED, it lost the race for the last slot and never
+    ran) is not."""
+    return t.state in FINISHED and not t.user_attrs.get("surplus")
+
+
 def write_config(folder: Path, url: str, n_trials: int, heartbeats: bool) -> Path:
     study: dict[str, Any] = {"name": "faults", "storage": url, "n_trials": n_trials, "seed": 0}
     if heartbeats:  # generous: 8 workers share 2 cores here, and a starved heartbeat thread must not look dead
@@ -118,7 +124,7 @@ def run(url: str, folder: Path, n_workers: int, n_trials: int, kill_every: float
         while pool.alive() and time.monotonic() - t0 < timeout:
             time.sleep(0.05 if next_kill_at else 0.2)
             trials = study.get_trials(deepcopy=False) if next_kill_at else []
-            done = sum(t.state in FINISHED for t in trials)
+            done = sum(counted(t) for t in trials)
             if next_kill_at is not None:
                 if done < next_kill_at or not any(t.state == TrialState.RUNNING for t in trials):
                     continue
@@ -128,7 +134,7 @@ def run(url: str, folder: Path, n_workers: int, n_trials: int, kill_every: float
                     continue
                 next_kill += kill_every
                 trials = study.get_trials(deepcopy=False)
-                done = sum(t.state in FINISHED for t in trials)
+                done = sum(counted(t) for t in trials)
             if done >= n_trials:
                 continue  # done: let the workers see it and exit
             # Any live worker, starting up or mid-trial; until one has died mid-trial, one mid-trial if there is one
@@ -159,7 +165,7 @@ def check(study: optuna.Study, n_trials: int, kills: list[dict[str, Any]], snaps
     trials = study.get_trials(deepcopy=False)
     by_number = {t.number: t for t in trials}
     problems: list[str] = []
-    finished = [t for t in trials if t.state in FINISHED]
+    finished = [t for t in trials if counted(t)]
     if timed_out:
         problems.append(f"workers still running after the timeout ({wall:.0f}s)")
     if len(finished) != n_trials:
@@ -195,7 +201,7 @@ def check(study: optuna.Study, n_trials: int, kills: list[dict[str, Any]], snaps
     # Seen RUNNING just before a SIGKILL: failed as orphaned, or finished in the instant between the look
     # and the kill (its result was stored; nothing to retry).
     seen_running = {n for k in kills for n in k["running"]}
-    raced = sorted(n for n in seen_running if by_number[n].state in FINISHED)
+    raced = sorted(n for n in seen_running if counted(by_number[n]))
     missing = sorted(seen_running - set(orphaned) - set(raced))
     if missing:
         problems.append("trials running at a kill, neither finished nor failed as orphaned: "
