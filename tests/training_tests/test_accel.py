@@ -150,7 +150,7 @@ def test_a_run_freezes_nothing_when_the_caller_had_frozen_objects() -> None:
         theirs = gc.get_freeze_count()
         with accel.frozen_survivors():
             accel.freeze_survivors()
-            assert gc.get_freeze_count() <= theirs  # (frozen objects freed meanwhile, by refcount, lower it: nothing was added)
+            assert gc.get_freeze_count() <= theirs  # (freed frozen objects lower it)
         assert gc.get_freeze_count() <= theirs
     finally:
         gc.unfreeze()
