@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import time
 import warnings
 from pathlib import Path
 from typing import Any
@@ -65,9 +66,7 @@ def make_storage(cfg: RunConfig) -> optuna.storages.BaseStorage:
         kwargs["grace_period"] = cfg.study.grace_period or 2 * cfg.study.heartbeat_interval
         kwargs["heartbeat_stale_trial_callback"] = orphans.retry_once
     try:
-        with warnings.catch_warnings():  # heartbeat_interval is "experimental" in Optuna since 2.9
-            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-            storage = orphans.RDBStorage(url, engine_kwargs=engine, **kwargs)
+        storage = _rdb(url, engine, kwargs)
         if url.startswith("sqlite:///"):
             _sqlite_wal(storage)
         records.attach(storage)  # a trial's user attrs are written in the transaction that ends it
@@ -77,6 +76,32 @@ def make_storage(cfg: RunConfig) -> optuna.storages.BaseStorage:
     except Exception as e:  # sqlalchemy's errors differ by driver
         msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise ConfigError(file, "study.storage", f"cannot reach {redact(url)}: {msg}") from None
+
+
+def _rdb(url: str, engine: dict[str, Any], kwargs: dict[str, Any]) -> optuna.storages.RDBStorage:
+    """Optuna's RDBStorage. Workers started together on a new database race to create its tables: the losers
+    see the winner's rows (a UNIQUE or "already exists" error) and simply open it again."""
+    for attempt in range(CREATE_TRIES):
+        try:
+            with warnings.catch_warnings():  # heartbeat_interval is "experimental" in Optuna since 2.9
+                warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+                return orphans.RDBStorage(url, engine_kwargs=engine, **kwargs)
+        except Exception as e:
+            if attempt == CREATE_TRIES - 1 or not _lost_create_race(e):
+                raise
+            time.sleep(0.2 * (attempt + 1))
+    raise AssertionError("unreachable")
+
+
+CREATE_TRIES = 5
+
+
+def _lost_create_race(e: BaseException) -> bool:
+    from sqlalchemy.exc import IntegrityError, OperationalError, ProgrammingError
+
+    text = str(e).lower()
+    return isinstance(e, IntegrityError) or (isinstance(e, (OperationalError, ProgrammingError))
+                                             and ("already exists" in text or "duplicate" in text))
 
 
 def _journal(cfg: RunConfig, url: str, file: str) -> optuna.storages.BaseStorage:

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import re
 import sqlite3
+import subprocess
+import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,6 +25,8 @@ from autotune.study import _records as records
 from autotune.study import _storage as storage
 from autotune.study import _study as study_mod
 from tests.conftest import tiny
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def bare(url: str, **study: Any) -> config.RunConfig:
@@ -61,6 +65,35 @@ def test_sqlite_file_is_created_in_wal_mode_with_a_busy_timeout(tmp_path: Path) 
         assert conn.execute(text("PRAGMA busy_timeout")).scalar() == 60_000
     again = optuna.load_study(study_name="s", storage=storage.make_storage(bare(f"sqlite:///{db}")))
     assert len(again.trials) == 2 and all(orphans.OWNER_ATTR in t.user_attrs for t in again.trials)
+
+
+_OPEN = ("import sys\nfrom autotune import config\nfrom autotune.study import _storage as s\n"
+         "cfg = config.from_dict({'study': {'storage': sys.argv[1]}}, source='/x/s.yaml')\n"
+         "print('ready', flush=True)\nsys.stdin.readline()\ns.make_storage(cfg)\n")
+
+
+def _open_together(url: str, n: int = 4) -> list[tuple[int, str]]:
+    """n processes that open one new database at the same instant, as `--workers n` or n `autotune worker`s do."""
+    procs = [subprocess.Popen([sys.executable, "-c", _OPEN, url], cwd=ROOT, stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(n)]
+    for p in procs:  # every interpreter has imported autotune
+        assert p.stdout is not None and p.stdout.readline() == "ready\n", p.communicate()
+    for p in procs:
+        assert p.stdin is not None
+        p.stdin.write("go\n")
+        p.stdin.flush()
+    return [(p.wait(60), p.communicate()[1]) for p in procs]
+
+
+def test_workers_that_create_one_new_sqlite_file_at_once_all_open_it(tmp_path: Path) -> None:
+    for rc, err in _open_together(f"sqlite:///{tmp_path}/new.db"):
+        assert rc == 0, err
+
+
+def test_workers_that_create_one_new_postgres_schema_at_once_all_open_it(pg_db: str) -> None:
+    for rc, err in _open_together(pg_db):
+        assert rc == 0, err
+    optuna.create_study(study_name="s", storage=pg_db.replace("postgresql://", "postgresql+psycopg://"))
 
 
 def test_sqlite_heartbeats_are_passed_to_optuna(tmp_path: Path) -> None:
