@@ -1,5 +1,5 @@
 import sys
 
-from autotune.cli._main import main
+from autotune.cli import main
 
 sys.exit(main())

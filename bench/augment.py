@@ -24,9 +24,8 @@ from collections.abc import Callable
 import torch
 import torch.nn.functional as F
 
-from autotune.training import _accel as accel
-from autotune.training import _augment as augment
-from autotune.training import _models as models
+from autotune.training import accel, models
+from autotune.training.data import augment
 
 ALL = {"aug_crop_padding": 4, "aug_flip": True, "aug_cutout": 8}
 ARMS = {

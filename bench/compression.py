@@ -28,10 +28,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import autotune  # noqa: E402
 from autotune import compress, config
 from autotune.compress import measure, prune, quantize, support  # noqa: E402
-from autotune.fit._trainer import train_epoch  # noqa: E402
-from autotune.spec._settings import DEFAULTS  # noqa: E402
-from autotune.training import _data as data  # noqa: E402
-from autotune.training._context import TrialContext  # noqa: E402
+from autotune.fit.trainer import train_epoch  # noqa: E402
+from autotune.spec.settings import DEFAULTS  # noqa: E402
+from autotune.training.context.trial import TrialContext  # noqa: E402
+from autotune.training.data import registry as data  # noqa: E402
 
 
 def cpu_flags() -> str:

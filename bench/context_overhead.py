@@ -25,12 +25,14 @@ from torch import nn
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from autotune import config
-from autotune.spec._settings import DEFAULTS  # noqa: E402
-from autotune.training import _accel as accel
-from autotune.training import _data as data
-from autotune.training import _models as models  # noqa: E402
-from autotune.training._context import TrialContext  # noqa: E402
-from autotune.training._optimizers import fast_kwargs  # noqa: E402
+from autotune.spec.settings import DEFAULTS  # noqa: E402
+from autotune.training import (
+    accel,
+    models,  # noqa: E402
+)
+from autotune.training.context.trial import TrialContext  # noqa: E402
+from autotune.training.data import registry as data
+from autotune.training.optimizers import fast_kwargs  # noqa: E402
 
 BATCH, LR = 64, 1e-3
 

@@ -30,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import autotune  # noqa: E402
 from autotune import config  # noqa: E402
-from autotune.training._distributed import cpu_cores  # noqa: E402
+from autotune.training.distributed.devices import cpu_cores  # noqa: E402
 
 MODELS = {"cnn": {"name": "cnn", "channels": [32, 64], "hidden": 128},
           "mlp": {"name": "mlp", "hidden": 256}}

@@ -47,9 +47,9 @@ import yaml  # noqa: E402
 from optuna.trial import TrialState  # noqa: E402
 
 from autotune import config  # noqa: E402
-from autotune.study import _orphans as orphans  # noqa: E402
-from autotune.study import _storage as storage_mod  # noqa: E402
-from autotune.study import _study as study_mod  # noqa: E402
+from autotune.study import orphans  # noqa: E402
+from autotune.study import runner as study_mod  # noqa: E402
+from autotune.study import storage as storage_mod  # noqa: E402
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 FINISHED = (TrialState.COMPLETE, TrialState.PRUNED)
@@ -225,7 +225,7 @@ def check(study: optuna.Study, n_trials: int, kills: list[dict[str, Any]], snaps
 LOCK_HOLDER = """
 import sys, time
 from optuna.storages.journal import JournalFileSymlinkLock
-from autotune.study._journal_lock import OwnedJournalLock
+from autotune.study.journal_lock import OwnedJournalLock
 path, kind = sys.argv[1], sys.argv[2]
 (OwnedJournalLock(path) if kind == "autotune" else JournalFileSymlinkLock(path)).acquire()
 print("held", flush=True)

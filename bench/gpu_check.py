@@ -43,13 +43,15 @@ sys.path.insert(0, str(ROOT))  # autotune from this checkout
 
 import autotune  # noqa: E402
 from autotune import config  # noqa: E402
-from autotune.fit import _job as job_mod  # noqa: E402
-from autotune.fit import _trainer as trainer  # noqa: E402
-from autotune.spec._settings import DEFAULTS  # noqa: E402
-from autotune.study import _study as study_mod  # noqa: E402
-from autotune.training import _accel as accel  # noqa: E402
-from autotune.training import _models as models  # noqa: E402
-from autotune.training._distributed import cpu_cores  # noqa: E402
+from autotune.fit import job as job_mod  # noqa: E402
+from autotune.fit import trainer  # noqa: E402
+from autotune.spec.settings import DEFAULTS  # noqa: E402
+from autotune.study import runner as study_mod  # noqa: E402
+from autotune.training import (
+    accel,  # noqa: E402
+    models,  # noqa: E402
+)
+from autotune.training.distributed.devices import cpu_cores  # noqa: E402
 
 
 @dataclass(frozen=True)

@@ -42,7 +42,7 @@ import optuna  # noqa: E402
 import torch  # noqa: E402
 
 from autotune import config  # noqa: E402
-from autotune.study import _study as study_mod  # noqa: E402
+from autotune.study import runner as study_mod  # noqa: E402
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 PROJECT_TO = 180  # post-warm-up trials of the 200-trial goal

@@ -26,7 +26,7 @@ import torch  # noqa: E402
 
 import autotune  # noqa: E402
 from autotune import config  # noqa: E402
-from autotune.core import _contention as contention  # noqa: E402
+from autotune.core import contention  # noqa: E402
 
 SPIN = "import time\nt = time.time()\nwhile time.time() - t < {s}: pass\n"
 

@@ -37,12 +37,16 @@ sys.path.insert(0, str(ROOT))
 import optuna  # noqa: E402
 
 from autotune import config  # noqa: E402
-from autotune.search import _samplers as samplers  # noqa: E402
-from autotune.search import _space as space  # noqa: E402
-from autotune.study import _budget as budget  # noqa: E402
-from autotune.study import _storage as storage_mod  # noqa: E402
-from autotune.study import _study as study_mod  # noqa: E402
-from autotune.study import _workers as workers  # noqa: E402
+from autotune.search import (
+    samplers,  # noqa: E402
+    space,  # noqa: E402
+)
+from autotune.study import (
+    budget,  # noqa: E402
+    workers,  # noqa: E402
+)
+from autotune.study import runner as study_mod  # noqa: E402
+from autotune.study import storage as storage_mod  # noqa: E402
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
@@ -223,7 +227,7 @@ def _overhead_pair(label: str, url: str, n_trials: int, sampler: str, chunk: int
         study = study_mod.open_study(cfg, fresh=True) if url else optuna.create_study(
             study_name=cfg.study.name, storage=optuna.storages.InMemoryStorage(), sampler=samplers.make_sampler(cfg),
             directions=cfg.directions)
-    from autotune.study._objective import Objective
+    from autotune.study.objective import Objective
 
     objective = Objective(cfg, trivial_fit)
     for done in range(chunk, n_trials + chunk, chunk):

@@ -16,8 +16,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from autotune.spec._settings import DEFAULTS
-from autotune.training._context import TrialContext
+from autotune.spec.settings import DEFAULTS
+from autotune.training.context.trial import TrialContext
 
 
 def main() -> None:

@@ -40,7 +40,7 @@ sys.path.insert(0, str(ROOT))
 
 import autotune  # noqa: E402
 from autotune import config  # noqa: E402
-from autotune.search import _space as space  # noqa: E402
+from autotune.search import space  # noqa: E402
 
 SPACE: dict[str, Any] = {
     "lr": {"type": "float", "low": 1e-4, "high": 3e-1, "log": True},

@@ -36,9 +36,8 @@ from torch.utils.flop_counter import FlopCounterMode
 
 import autotune
 from autotune import config
-from autotune.training import _accel as accel
-from autotune.training import _data as data
-from autotune.training import _models as models
+from autotune.training import accel, models
+from autotune.training.data import registry as data
 
 EPOCHS, BATCH, LR = 10, 64, 1e-3
 

@@ -157,8 +157,8 @@ def export_of(cfg: config.RunConfig, trial: optuna.trial.FrozenTrial, best: Any,
                        capture_output=True, cwd=Path(cfg.source).parent,
                        env=dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")))
         return "autotune best --export"
-    from autotune.observe._export import export_best
-    from autotune.search._results import summarize
+    from autotune.observe.export import export_best
+    from autotune.search.results import summarize
 
     export_best(cfg, summarize(trial, [o.metric for o in cfg.objectives]), path)
     return "export_best (the capped trial is not the best)"

@@ -11,7 +11,7 @@ import torch
 import yaml
 
 import autotune
-from autotune.training._context import TrialContext
+from autotune.training.context.trial import TrialContext
 
 
 def _run_file(tmp_path: Path) -> Path:

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 
 import autotune
-from autotune.study._study import open_study
+from autotune.study.runner import open_study
 from tests.conftest import ROOT
 
 EXAMPLES = ROOT / "examples"

@@ -11,9 +11,9 @@ import pytest
 import yaml
 
 from autotune import config
-from autotune.cli import _main as cli
-from autotune.core._errors import redact
-from autotune.study import _study as study_mod
+from autotune.cli import app as cli
+from autotune.core.errors import redact
+from autotune.study import runner as study_mod
 from tests.conftest import ROOT
 
 FOLDER = ROOT / "examples" / "kubernetes"

@@ -17,8 +17,8 @@ import pytest
 from optuna.trial import TrialState
 
 from autotune import config
-from autotune.study import _budget as budget
-from autotune.study import _storage as storage_mod
+from autotune.study import budget
+from autotune.study import storage as storage_mod
 from tests.study_tests.test_workers import FINISHED, pg_url  # noqa: F401  (the fixture)
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -13,10 +13,10 @@ import pytest
 import torch
 
 from autotune import config
-from autotune.search import _space as space
-from autotune.study import _study as study
-from autotune.training import _data as data
-from autotune.training import _models as models
+from autotune.search import space
+from autotune.study import runner as study
+from autotune.training import models
+from autotune.training.data import registry as data
 
 ROOT = Path(__file__).resolve().parent.parent
 

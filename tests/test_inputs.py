@@ -18,9 +18,9 @@ import yaml
 
 import autotune
 from autotune import config
-from autotune.cli import _main as cli
-from autotune.core._errors import ConfigError
-from autotune.study import _study as study_mod
+from autotune.cli import app as cli
+from autotune.core.errors import ConfigError
+from autotune.study import runner as study_mod
 
 ROOT = Path(__file__).resolve().parent.parent
 BAD = ROOT / "tests" / "bad_inputs"

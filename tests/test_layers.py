@@ -76,42 +76,92 @@ def test_the_layers_contract_holds() -> None:
 def test_the_layers_contract_catches_an_upward_import(tmp_path: Path) -> None:
     shutil.copytree(PACKAGE, tmp_path / "autotune", ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copy(ROOT / "pyproject.toml", tmp_path)
-    core = tmp_path / "autotune" / "core" / "_errors.py"
+    core = tmp_path / "autotune" / "core" / "errors.py"
     core.write_text(core.read_text(encoding="utf-8") + "\n\ndef _upward():\n    from autotune.cli import main\n\n"
                     "    return main\n", encoding="utf-8")
     done = _lint(tmp_path)
     assert done.returncode != 0
     assert "autotune.core is not allowed to import autotune.cli" in done.stdout
-    assert ("autotune.core._errors", "autotune.cli") in _broken(done.stdout)
+    assert ("autotune.core.errors", "autotune.cli") in _broken(done.stdout)
 
 
-FACES = ("core", "spec", "training", "compress", "search", "config", "fit", "speed", "study", "observe", "cli")
+FACES = ("core", "spec", "training", "training.data", "training.distributed", "compress", "search", "config", "fit",
+         "speed", "study", "observe", "cli")
 
 
 @pytest.mark.parametrize("package", FACES)
-def test_each_package_face_gives_its_public_names(package: str) -> None:
+def test_each_package_face_is_plain_imports_and_all(package: str) -> None:
+    """A face is a docstring, `from autotune.<package>... import` lines and `__all__`: nothing else runs in it."""
+    path = PACKAGE.joinpath(*package.split("."), "__init__.py")
+    tree = ast.parse(path.read_text(encoding="utf-8"))
     mod = importlib.import_module(f"autotune.{package}")
     assert mod.__doc__ and mod.__all__ and len(set(mod.__all__)) == len(mod.__all__)
+    for node in tree.body[1:]:
+        if isinstance(node, ast.ImportFrom):
+            assert node.module == "__future__" or (node.module or "").startswith("autotune."), ast.dump(node)
+        else:
+            assert isinstance(node, ast.Assign) and [t.id for t in node.targets if isinstance(t, ast.Name)] == [
+                "__all__"], f"{path.name}:{node.lineno}: a face holds imports and __all__ only"
     for name in mod.__all__:
-        value = getattr(mod, name)
-        assert value is not None and not name.startswith("_") or name == "__version__"
-    if hasattr(mod, "_NAMES"):  # a lazy face: the same names, each from its own package's private module
-        assert set(mod._NAMES) == set(mod.__all__)
-        assert all(m.startswith("_") and (PACKAGE / package / f"{m}.py").is_file() for m in mod._NAMES.values())
+        assert getattr(mod, name) is not None and (not name.startswith("_") or name == "__version__")
     with pytest.raises(AttributeError, match="no attribute 'nope'"):
         mod.nope  # noqa: B018
 
 
+def _package_of(module: str) -> str:
+    return module.split(".")[1]
+
+
+def test_other_packages_import_through_the_faces() -> None:
+    """A module of one package imports another package's names from that package (`from autotune.study import
+    make_storage`, or one of its modules: `from autotune.study import orphans`), never from inside it, and only
+    names the face lists."""
+    offenders = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        parts = path.relative_to(PACKAGE).with_suffix("").parts
+        if len(parts) < 2:
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if not isinstance(node, ast.ImportFrom) or not (node.module or "").startswith("autotune."):
+                continue
+            if _package_of(node.module) == parts[0]:
+                continue
+            where = f"{path.relative_to(ROOT)}:{node.lineno}"
+            if node.module.count(".") != 1:
+                offenders.append(f"{where}: from {node.module} (inside another package)")
+                continue
+            face = importlib.import_module(node.module)
+            for a in node.names:
+                is_module = importlib.util.find_spec(f"{node.module}.{a.name}") is not None
+                if not is_module and a.name not in face.__all__:
+                    offenders.append(f"{where}: {a.name} is not in {node.module}.__all__")
+    assert offenders == []
+
+
+def test_inside_training_modules_import_each_other_directly() -> None:
+    """training/'s face imports its subpackages: a module of training importing a name through the face it is
+    part of would start an import cycle."""
+    offenders = []
+    for path in sorted((PACKAGE / "training").rglob("*.py")):
+        if path.name == "__init__.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.module in ("autotune.training", "autotune.training.data",
+                                                                     "autotune.training.distributed",
+                                                                     "autotune.training.context"):
+                for a in node.names:
+                    if importlib.util.find_spec(f"{node.module}.{a.name}") is None:
+                        offenders.append(f"{path.relative_to(ROOT)}:{node.lineno}: {a.name}")
+    assert offenders == []
+
+
 def test_the_faces_keep_light_modules_light() -> None:
-    """Importing a module runs its package's __init__: the report, export and storage paths (and `import autotune`)
-    stay without torch, the settings without Optuna."""
+    """`import autotune` and the packages `autotune validate` needs (core, spec, config) load neither torch nor
+    Optuna: a typo in a run file is reported at once."""
     code = ("import sys\nimport autotune, autotune.core, autotune.spec, autotune.config\n"
             "assert 'optuna' not in sys.modules and 'torch' not in sys.modules, 'core/spec/config'\n"
-            "import autotune.search._results, autotune.observe._report, autotune.observe._export, "
-            "autotune.study._storage, autotune.training._stops\n"
-            "assert 'torch' not in sys.modules, 'report, export, storage'\n"
             "from autotune.training import Limits, EpochRecord\n"
-            "assert 'torch' in sys.modules and EpochRecord.__module__ == 'autotune.training._records'\n")
+            "assert 'torch' in sys.modules and EpochRecord.__module__ == 'autotune.training.context.records'\n")
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
 
@@ -144,7 +194,7 @@ def _module_imports() -> dict[str, set[str]]:
 
 def test_no_import_cycle_between_modules() -> None:
     edges = _module_imports()
-    assert edges["autotune.cli._main"] >= {"autotune.cli._launch"}  # the graph sees the command registry
+    assert edges["autotune.cli.app"] >= {"autotune.cli.launch"}  # the graph sees the command registry
     done: set[str] = set()
 
     def visit(m: str, path: list[str]) -> None:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from autotune.cli._main import COMMANDS
-from autotune.spec._settings import SETTINGS
+from autotune.cli.app import COMMANDS
+from autotune.spec.settings import SETTINGS
 
 README = (Path(__file__).resolve().parent.parent / "README.md").read_text()
 

@@ -16,10 +16,10 @@ import pytest
 import yaml
 
 from autotune import config
-from autotune.cli import _main as cli
-from autotune.core._errors import ConfigError, redact
-from autotune.study import _storage as storage_mod
-from autotune.study import _study as study_mod
+from autotune.cli import app as cli
+from autotune.core.errors import ConfigError, redact
+from autotune.study import runner as study_mod
+from autotune.study import storage as storage_mod
 
 
 @pytest.mark.parametrize("url, shown", [

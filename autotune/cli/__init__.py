@@ -1,5 +1,7 @@
 """The `autotune` command: one module per command."""
 
-from autotune.cli._main import main
+from __future__ import annotations
+
+from autotune.cli.app import main
 
 __all__ = ["main"]

@@ -10,8 +10,7 @@
 | `pipeline` | the trainer's entry point: `compress_and_measure` runs the steps above on a copy |
 
 The names below are what the trainer, the study and the settings catalogue (QUANTIZERS) use; benches and
-tests reach the rest through the submodules.
-"""
+tests reach the rest through the submodules."""
 
 from __future__ import annotations
 
@@ -22,7 +21,7 @@ from autotune.compress.support import preflight, unsupported
 from autotune.compress.transfer import distill_loss, load_checkpoint, load_teacher
 
 __all__ = [
-    "FINETUNE_LR_FACTOR", "QUANTIZERS", "Compressed", "calibration_batches", "compress_and_measure", "distill_loss",
-    "load_checkpoint", "load_teacher", "measure", "pipeline", "preflight", "prune", "quantize", "support",
-    "transfer", "unsupported",
+    "Compressed", "FINETUNE_LR_FACTOR", "QUANTIZERS", "calibration_batches", "compress_and_measure", "distill_loss",
+    "load_checkpoint", "load_teacher", "measure", "pipeline", "preflight", "prune", "quantize", "support", "transfer",
+    "unsupported",
 ]

@@ -11,9 +11,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from autotune.training import _accel as accel
-from autotune.training import _tasks as tasks
-from autotune.training._data import Dataset
+from autotune.training import Dataset, accel, tasks
 
 LATENCY_WARMUP = 3
 LATENCY_REPEATS = 15

@@ -20,9 +20,8 @@ from torch import nn
 from autotune.compress import prune, quantize
 from autotune.compress.measure import latency_ms, model_size_bytes, params_nonzero, val_metrics
 from autotune.compress.support import infer_device
-from autotune.core._errors import TrialStopped
-from autotune.training import _accel as accel
-from autotune.training._data import Dataset
+from autotune.core import TrialStopped
+from autotune.training import Dataset, accel
 
 CALIBRATION_BATCHES = 8  # training batches the static int8 observers see
 FINETUNE_LR_FACTOR = 0.1  # fine-tuning after pruning runs at a tenth of the peak lr, constant

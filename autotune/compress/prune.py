@@ -14,7 +14,7 @@ import torch
 from torch import nn
 from torch.nn.utils import prune as torch_prune
 
-from autotune.core._errors import lookup
+from autotune.core import lookup
 
 WEIGHTED = (nn.modules.conv._ConvNd, nn.Linear)
 # layers `shrink` can follow: every activation here maps 0 to 0, pooling, dropout and flatten keep a zero a zero

@@ -14,12 +14,9 @@ from torch import nn
 
 from autotune.compress import quantize, transfer
 from autotune.compress.quantize import CAST_DTYPES, INT8_MODES
-from autotune.core._errors import ConfigError
-from autotune.core._userref import resolve_path
-from autotune.spec._schema import RunConfig
-from autotune.training import _accel as accel
-from autotune.training import _data as data
-from autotune.training import _models as models
+from autotune.core import ConfigError, resolve_path
+from autotune.spec import RunConfig
+from autotune.training import accel, data, models
 
 
 def infer_device(settings: dict[str, Any], train_dev: torch.device) -> torch.device:

@@ -9,10 +9,9 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from autotune.core._errors import ConfigError, lookup
-from autotune.core._userref import resolve_path
-from autotune.spec._schema import DistillConfig, ModelConfig
-from autotune.training import _models as models
+from autotune.core import ConfigError, lookup, resolve_path
+from autotune.spec import DistillConfig, ModelConfig
+from autotune.training import models
 
 
 def load_checkpoint(model: nn.Module, path: str, source: str = "<config>", freeze: str = "none",

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from autotune.config._checks import dataset_names, dataset_task, model_names, pruner_names, sampler_names
-from autotune.config._load import from_dict, load, read_yaml
-from autotune.core._errors import ConfigError
-from autotune.spec._schema import (
+from autotune.config.checks import dataset_names, dataset_task, model_names, pruner_names, sampler_names
+from autotune.config.loader import from_dict, load, read_yaml
+from autotune.core import ConfigError
+from autotune.spec import (
     METRICS,
     TASK_METRICS,
     TASKS,
@@ -16,7 +16,8 @@ from autotune.spec._schema import (
     RunConfig,
 )
 
-__all__ = ["METRICS", "TASKS", "TASK_METRICS", "ConfigError", "DataConfig", "DistillConfig", "ModelConfig", "ParamSpec",
-           "RunConfig", "dataset_names", "dataset_task", "from_dict", "load", "model_names", "pruner_names",
-           "read_yaml",
-           "sampler_names"]
+__all__ = [
+    "ConfigError", "DataConfig", "DistillConfig", "METRICS", "ModelConfig", "ParamSpec", "RunConfig", "TASKS",
+    "TASK_METRICS", "dataset_names", "dataset_task", "from_dict", "load", "model_names", "pruner_names", "read_yaml",
+    "sampler_names",
+]

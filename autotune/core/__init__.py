@@ -1,26 +1,54 @@
 """The bottom layer: error types and their one-line texts, the metric catalogue, references to a user's code
-(`module:function`, paths next to the run file), the version. Standard library only: everything imports it.
-
-`_contention` (CPU oversubscription), `_environ`, `_lifetime`, `_locks` and `_lazy` are reached as modules.
-"""
+(`module:function`, paths next to the run file), the version. Standard library only: everything imports it."""
 
 from __future__ import annotations
 
-from autotune.core._errors import (
+from autotune.core.errors import (
     STOP_REASONS,
     AutotuneError,
     ConfigError,
+    ConfigWarning,
     TrialStopped,
+    config_warnings_as_lines,
     describe_exception,
+    library_file,
+    lookup,
+    message_and_where,
     one_of,
     redact,
+    shorten,
+    shown,
     suggest,
+    unknown,
+    user_frame,
     user_where,
+    warn_config,
 )
-from autotune.core._metrics import CATALOGUE, CLOCKS, DIRECTIONS, INFERENCE, PER_EPOCH, REPORTED, is_quality, per_epoch
-from autotune.core._userref import check_fit_signature, load_factory, resolve_path
-from autotune.core._version import __version__
+from autotune.core.lifetime import exit_text
+from autotune.core.metrics import (
+    CATALOGUE,
+    CLOCKS,
+    DIRECTIONS,
+    INFERENCE,
+    PER_EPOCH,
+    REPORTED,
+    fmt,
+    is_fraction,
+    is_quality,
+    label,
+    per_epoch,
+    short,
+    shown_with,
+    task_metrics,
+)
+from autotune.core.userref import check_fit_signature, code_where, importable, load_factory, resolve_path
+from autotune.core.version import __version__
 
-__all__ = ["CATALOGUE", "CLOCKS", "DIRECTIONS", "INFERENCE", "PER_EPOCH", "REPORTED", "STOP_REASONS", "AutotuneError",
-           "ConfigError", "TrialStopped", "__version__", "check_fit_signature", "describe_exception", "is_quality",
-           "load_factory", "one_of", "per_epoch", "redact", "resolve_path", "suggest", "user_where"]
+__all__ = [
+    "AutotuneError", "CATALOGUE", "CLOCKS", "ConfigError", "ConfigWarning", "DIRECTIONS", "INFERENCE", "PER_EPOCH",
+    "REPORTED", "STOP_REASONS", "TrialStopped", "__version__", "library_file", "check_fit_signature", "code_where",
+    "config_warnings_as_lines", "describe_exception", "exit_text", "fmt", "importable",
+    "is_fraction", "is_quality", "label", "load_factory", "lookup", "message_and_where", "one_of",
+    "per_epoch", "redact", "resolve_path", "short", "shorten", "shown",
+    "shown_with", "suggest", "task_metrics", "unknown", "user_frame", "user_where", "warn_config",
+]

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from autotune.spec._schema import (
+from autotune.spec.schema import (
     METRICS,
     MODEL_PREFIX,
     STRATEGIES,
@@ -18,8 +18,10 @@ from autotune.spec._schema import (
     ParamSpec,
     RunConfig,
 )
-from autotune.spec._settings import PRECISIONS, SETTINGS, Settings, check_params, merge
+from autotune.spec.settings import PRECISIONS, SETTINGS, Settings, check_params, merge
 
-__all__ = ["METRICS", "MODEL_PREFIX", "PRECISIONS", "SETTINGS", "STRATEGIES", "TASKS", "TASK_METRICS", "USER_PREFIX",
-           "DataConfig", "DistillConfig", "FastestWithin", "ModelConfig", "MostAccurateUnder", "ParamSpec", "RunConfig",
-           "Settings", "check_params", "merge"]
+__all__ = [
+    "DataConfig", "DistillConfig", "FastestWithin", "METRICS", "MODEL_PREFIX", "ModelConfig", "MostAccurateUnder",
+    "PRECISIONS", "ParamSpec", "RunConfig", "SETTINGS", "STRATEGIES", "Settings", "TASKS", "TASK_METRICS",
+    "USER_PREFIX", "check_params", "merge",
+]

@@ -101,7 +101,7 @@ def test_read_only_commands_print_no_optuna_logs_and_leave_its_verbosity(tmp_pat
     import yaml
 
     import autotune
-    from autotune.cli import _main as cli
+    from autotune.cli import app as cli
     from tests.conftest import tiny
 
     cfg = tiny(tmp_path, study={"n_trials": 1}, train={"epochs": 1})
@@ -128,7 +128,7 @@ def test_a_config_warning_is_one_line_and_the_warnings_machinery_is_restored(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     import warnings
 
-    from autotune.cli import _main as cli
+    from autotune.cli import app as cli
 
     monkeypatch.chdir(tmp_path)
     path = tmp_path / "cnn.yaml"

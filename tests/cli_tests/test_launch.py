@@ -13,9 +13,9 @@ import optuna
 import pytest
 import yaml
 
-from autotune.cli import _launch as launch
-from autotune.cli import _main as cli
-from autotune.core._errors import ConfigError
+from autotune.cli import app as cli
+from autotune.cli import launch
+from autotune.core.errors import ConfigError
 from tests.study_tests.test_workers import assert_exact, load, write_cfg
 
 
@@ -147,8 +147,8 @@ def test_device_auto_on_a_machine_without_gpus_launches_cpu_workers(tmp_path: Pa
     import torch
 
     from autotune import config
-    from autotune.core import _contention as contention
-    from autotune.training._distributed import cpu_cores
+    from autotune.core import contention
+    from autotune.training.distributed.devices import cpu_cores
 
     if torch.cuda.is_available():
         pytest.skip("a GPU is visible here: device auto means GPU workers")

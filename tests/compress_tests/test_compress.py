@@ -16,12 +16,11 @@ from torch import nn
 import autotune
 from autotune import config
 from autotune.compress import measure, prune, quantize, support, transfer
-from autotune.core._errors import ConfigError
-from autotune.search import _results as results
-from autotune.study import _study as study
-from autotune.training import _data as data
-from autotune.training import _models as models
-from autotune.training import _tasks as tasks
+from autotune.core.errors import ConfigError
+from autotune.search import results
+from autotune.study import runner as study
+from autotune.training import models, tasks
+from autotune.training.data import registry as data
 
 ROOT = Path(__file__).resolve().parents[2]
 SMALL_MODEL = {"name": "cnn", "channels": [8, 16], "hidden": 32}
@@ -96,7 +95,7 @@ def test_checkpoint_warm_start_freeze_and_save_model(tmp_path: Path) -> None:
     cfg = _cfg(tmp_path, study={"n_trials": 1})
     autotune.run(cfg)
     ckpt = tmp_path / "best.pt"
-    from autotune.cli import _main as cli
+    from autotune.cli import app as cli
 
     args = ["best", str(tmp_path / "t.yaml"), "--save-model", str(ckpt)]
     assert cli.main(args) == 0
@@ -190,7 +189,7 @@ def test_distillation_trains_a_student_from_the_teacher_alone(tmp_path: Path) ->
 
 
 def test_distill_from_the_best_trial_of_another_study(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from autotune.core._errors import ConfigError as _CE
+    from autotune.core.errors import ConfigError as _CE
     from tests.conftest import tiny
 
     monkeypatch.chdir(tmp_path)  # the teacher file goes to studies/ under the working directory

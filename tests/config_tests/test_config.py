@@ -10,9 +10,9 @@ import torch
 from pydantic import ValidationError
 
 from autotune import config
-from autotune.core._errors import ConfigError
-from autotune.observe import _tracking as tracking
-from autotune.study import _study as study_mod
+from autotune.core.errors import ConfigError
+from autotune.observe import tracking
+from autotune.study import runner as study_mod
 
 CONFIGS = sorted((Path(__file__).parents[1] / "configs").glob("*.yaml"))
 
@@ -123,7 +123,7 @@ def test_missing_file() -> None:
     ({"channels_last": False}, {"channels_last": True}, "channels_last"),
 ])
 def test_a_condition_that_can_never_hold_warns(fixed: dict, when: dict, dep: str, tmp_path: Path) -> None:
-    from autotune.core._errors import ConfigWarning
+    from autotune.core.errors import ConfigWarning
 
     raw = {"train": fixed, "space": {"momentum": {"type": "float", "low": 0.0, "high": 0.9, "when": when}}}
     with pytest.warns(ConfigWarning, match=rf"^cnn\.yaml: space\.momentum\.when\.{dep}: can never hold: {dep} is not "

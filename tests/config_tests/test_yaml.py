@@ -1,4 +1,4 @@
-"""YAML that would mean something other than it says, or eat the machine, is one line (config/_yaml.py)."""
+"""YAML that would mean something other than it says, or eat the machine, is one line (config/yaml.py)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from autotune import config
-from autotune.core._errors import ConfigError
+from autotune.core.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -16,10 +16,10 @@ import torch
 
 import autotune
 from autotune import config
-from autotune.core import _contention as contention
-from autotune.core._contention import Share
-from autotune.spec._settings import merge
-from autotune.training import _accel as accel
+from autotune.core import contention
+from autotune.core.contention import Share
+from autotune.spec.settings import merge
+from autotune.training import accel
 
 SPIN = "import time\nt = time.time()\nwhile time.time() - t < {s}: pass\n"
 

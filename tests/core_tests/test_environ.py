@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from autotune.core import _environ as environ
+from autotune.core import environ
 
 
 def test_setenv_restores_set_and_unset_variables(monkeypatch: pytest.MonkeyPatch) -> None:

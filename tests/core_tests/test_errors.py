@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from autotune.core._errors import STOP_REASONS, ConfigError, TrialStopped, describe_exception, one_of, suggest
+from autotune.core.errors import STOP_REASONS, ConfigError, TrialStopped, describe_exception, one_of, suggest
 
 
 def test_config_error_names_file_key_and_rule_and_hides_passwords() -> None:

@@ -1,4 +1,4 @@
-"""_lifetime.py: the SIGTERM handler that fails a worker's trial through Optuna is in place only while asked."""
+"""lifetime.py: the SIGTERM handler that fails a worker's trial through Optuna is in place only while asked."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import signal
 
 import pytest
 
-from autotune.core import _lifetime as lifetime
+from autotune.core import lifetime
 
 
 def test_sigterm_interrupts_only_inside_and_the_previous_handler_is_back(monkeypatch: pytest.MonkeyPatch) -> None:

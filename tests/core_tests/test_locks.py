@@ -9,11 +9,11 @@ from pathlib import Path
 
 import optuna
 
-from autotune.core import _locks as locks
+from autotune.core import locks
 
 HOLD = """
 import sys, time, optuna
-from autotune.core import _locks as locks
+from autotune.core import locks
 storage = optuna.storages.JournalStorage(optuna.storages.journal.JournalFileBackend(sys.argv[1]))
 study = optuna.load_study(study_name=sys.argv[2], storage=storage)
 with locks.host_lock(study, "test"):

@@ -9,9 +9,9 @@ import pytest
 
 import autotune
 from autotune import config
-from autotune.core import _metrics as metrics
-from autotune.core._errors import ConfigError
-from autotune.training import _context as context
+from autotune.core import metrics
+from autotune.core.errors import ConfigError
+from autotune.training.context import trial as context
 from tests.conftest import tiny
 
 

@@ -1,4 +1,4 @@
-"""Each Optuna internal autotune relies on (core/_optuna_compat.py) still exists and behaves as used; a failure
+"""Each Optuna internal autotune relies on (core/optuna_compat.py) still exists and behaves as used; a failure
 names the internal and the compat function to adapt. Also: the scoped log filters, and the version cap."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import optuna
 import pytest
 from optuna.trial import FrozenTrial, TrialState
 
-from autotune.core import _optuna_compat as compat
+from autotune.core import optuna_compat as compat
 
 ROOT = Path(__file__).resolve().parents[2]
 HEARTBEAT_WARNING = "ignore:Heartbeat of storage is supposed to be used with Study.optimize"
@@ -26,7 +26,7 @@ def relied_on(internal: str, function: str) -> Iterator[None]:
     try:
         yield
     except Exception as e:  # an AssertionError too: the internal exists but behaves differently
-        pytest.fail(f"Optuna {optuna.__version__} changed {internal}, which autotune.core._optuna_compat.{function} "
+        pytest.fail(f"Optuna {optuna.__version__} changed {internal}, which autotune.core.optuna_compat.{function} "
                     f"relies on ({type(e).__name__}: {e}): adapt {function}, or keep optuna below this release in "
                     "pyproject.toml", pytrace=False)
 
@@ -251,9 +251,9 @@ def _autotune_filters() -> list[logging.Filter]:
 def test_runs_leave_optunas_logger_without_autotune_filters(tmp_path: Path) -> None:
     """`autotune.run`'s and the worker loop's optimize calls filter Optuna's log while they run, not after."""
     from autotune import config
-    from autotune.study import _study as study_mod
-    from autotune.study import _workers as workers
-    from autotune.study._objective import Objective
+    from autotune.study import runner as study_mod
+    from autotune.study import workers
+    from autotune.study.objective import Objective
 
     assert _autotune_filters() == []  # importing the objective added none
     during: list[list[str]] = []
@@ -292,6 +292,6 @@ def test_pyproject_bounds_contain_the_installed_optuna() -> None:
 
     deps = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
     req = next(Requirement(d) for d in deps if Requirement(d).name == "optuna")
-    assert any(s.operator == "<" for s in req.specifier), f"{req}: no upper bound (core/_optuna_compat.py)"
+    assert any(s.operator == "<" for s in req.specifier), f"{req}: no upper bound (core/optuna_compat.py)"
     assert req.specifier.contains(optuna.__version__), \
         f"installed optuna {optuna.__version__} is outside pyproject.toml's {req}: test it, then move the bound"

@@ -1,4 +1,4 @@
-"""_userref.py: a user's module is imported with its folder on sys.path for the import only; processes started to
+"""userref.py: a user's module is imported with its folder on sys.path for the import only; processes started to
 run it (DDP ranks) still import it by name."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import pickle
 import sys
 from pathlib import Path
 
-from autotune.core import _userref as userref
+from autotune.core import userref
 
 MODULE = '''
 def fit(ctx):

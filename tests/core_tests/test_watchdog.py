@@ -1,4 +1,4 @@
-"""_watchdog.py: limits that hold wherever a trial's code is, and signal handlers that are back afterwards."""
+"""watchdog.py: limits that hold wherever a trial's code is, and signal handlers that are back afterwards."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import time
 
 import pytest
 
-from autotune.core import _watchdog as watchdog
-from autotune.core._watchdog import Interrupted, MemoryGuard, Watch
+from autotune.core import watchdog
+from autotune.core.watchdog import Interrupted, MemoryGuard, Watch
 
 
 def test_a_sleep_past_the_hang_limit_is_interrupted_and_the_handlers_are_back() -> None:

@@ -1,9 +1,9 @@
-"""fit/_job.py: a config and one point of its space to the trainer's job, the seed and the training function."""
+"""fit/job.py: a config and one point of its space to the trainer's job, the seed and the training function."""
 
 from __future__ import annotations
 
 from autotune import config
-from autotune.fit._job import fit_name, job_for, load_fit, searched_keys, trial_seed
+from autotune.fit.job import fit_name, job_for, load_fit, searched_keys, trial_seed
 
 
 def test_job_measures_inference_only_when_an_objective_or_constraint_needs_it() -> None:

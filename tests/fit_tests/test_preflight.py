@@ -1,4 +1,4 @@
-"""The pre-run check (fit/_preflight.py): what the data's size rules out before any trial trains."""
+"""The pre-run check (fit/checks.py): what the data's size rules out before any trial trains."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from autotune.core._errors import ConfigWarning
-from autotune.fit._preflight import preflight
+from autotune.core.errors import ConfigWarning
+from autotune.fit.checks import preflight
 from tests.conftest import tiny
 
 

@@ -9,13 +9,13 @@ import pytest
 import torch
 
 from autotune import config
-from autotune.core._errors import TrialStopped
-from autotune.fit import _trainer as trainer
-from autotune.spec._settings import PRECISIONS
-from autotune.training import _context as context
-from autotune.training import _data as data
-from autotune.training._models import INITS
-from autotune.training._optimizers import OPTIMIZERS
+from autotune.core.errors import TrialStopped
+from autotune.fit import trainer
+from autotune.spec.settings import PRECISIONS
+from autotune.training.context import trial as context
+from autotune.training.data import registry as data
+from autotune.training.models import INITS
+from autotune.training.optimizers import OPTIMIZERS
 from tests import factories
 
 
@@ -69,7 +69,7 @@ def test_every_optimizer_trains(optimizer: str, monkeypatch: pytest.MonkeyPatch)
 
 @pytest.mark.parametrize("init", INITS)
 def test_every_init_trains_and_changes_weights(init: str) -> None:
-    from autotune.training import _models as models
+    from autotune.training import models
 
     torch.manual_seed(0)
     a = models.build(config.ModelConfig(), (1, 8, 8), 10, 0.0, "default")

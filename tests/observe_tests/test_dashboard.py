@@ -18,8 +18,8 @@ import pytest
 import requests
 
 import autotune
-from autotune.cli import _main as cli
-from autotune.study import _storage as storage_mod
+from autotune.cli import app as cli
+from autotune.study import storage as storage_mod
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY = ROOT / "tests" / "studies" / "tiny_study.yaml"
@@ -129,7 +129,7 @@ def test_dashboard_serves_a_study_while_it_runs(tmp_path: Path) -> None:
             if t["state"] == "Complete":
                 assert float(ua["samples_per_s"]) > 0 and float(ua["val_accuracy"]) > 0
             else:
-                assert ua["stop_reason"] in autotune.core._errors.STOP_REASONS
+                assert ua["stop_reason"] in autotune.core.errors.STOP_REASONS
         study_attrs = _attrs(detail["user_attrs"])
         assert {"config", "versions", "device", "metrics"} <= set(study_attrs)
         assert '"optuna"' in study_attrs["versions"] and '"torch"' in study_attrs["versions"]
@@ -180,7 +180,7 @@ def test_dashboard_screenshot(tmp_path: Path) -> None:
 
 def test_dashboard_off_loopback_warns_it_has_no_authentication(tmp_path: Path,
                                                                 capsys: pytest.CaptureFixture[str]) -> None:
-    from autotune.observe._dashboard import exposure_warning
+    from autotune.observe.dashboard import exposure_warning
 
     for host in ("127.0.0.1", "127.0.0.2", "::1", "[::1]", "localhost"):
         assert exposure_warning(host) is None, host

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from autotune.observe import _doctor as doctor
-from autotune.spec._settings import PRECISIONS
-from autotune.training import _accel as accel
+from autotune.observe import doctor
+from autotune.spec.settings import PRECISIONS
+from autotune.training import accel
 from tests.cli_tests.test_cli import autotune
 
 

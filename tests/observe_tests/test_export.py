@@ -11,10 +11,9 @@ import yaml
 
 import autotune
 from autotune import config
-from autotune.observe import _export as export
-from autotune.search import _results as results
-from autotune.search import _space as space
-from autotune.search._results import TrialSummary
+from autotune.observe import export
+from autotune.search import results, space
+from autotune.search.results import TrialSummary
 
 
 def test_model_keys_exported_as_fixed_model_keys(tmp_path: Path) -> None:
@@ -99,8 +98,8 @@ def test_a_user_trainer_export_has_no_data_or_model_section_unless_the_file_had_
 
 def _threads_trial(tmp_path: Path, cap: int | None, **train: object) -> optuna.trial.FrozenTrial:
     """One digits trial on 2 torch threads, after an oversubscribed trial left this process's cap at `cap`."""
-    from autotune.study import _objective as objective_mod
-    from autotune.study import _study as study_mod
+    from autotune.study import objective as objective_mod
+    from autotune.study import runner as study_mod
 
     cfg = _two_trials(tmp_path, builtin=True)
     cfg = config.from_dict({**cfg.to_dict(), "train": {**cfg.to_dict()["train"], **train}}, source=cfg.source)
@@ -120,8 +119,8 @@ def test_a_capped_trials_threads_are_recorded_shown_and_exported(tmp_path: Path,
                                                                  capsys: pytest.CaptureFixture[str]) -> None:
     """A trial capped at 1 thread after an oversubscribed one: its device says 1 thread, `best` shows the cap, and
     the export trains on 1 thread (without it the export ran on torch's default, 8-18 s instead of 1.2 s)."""
-    from autotune.observe import _progress as progress
-    from autotune.study._study import TuneResult, open_study
+    from autotune.observe import progress
+    from autotune.study.runner import TuneResult, open_study
 
     trial = _threads_trial(tmp_path, cap=1)
     assert trial.state.name == "COMPLETE" and trial.user_attrs["cpu_threads_capped"] == 1

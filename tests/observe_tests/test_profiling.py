@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from autotune.cli import _main as cli
+from autotune.cli import app as cli
 
 TINY = Path(__file__).parents[1] / "studies" / "tiny_study.yaml"
 

@@ -12,7 +12,7 @@ from optuna.trial import TrialState, create_trial
 
 import autotune
 from autotune import config
-from autotune.observe import _progress as progress
+from autotune.observe import progress
 
 CFG = config.from_dict({"objectives": ["val_accuracy", "train_time_s"], "study": {"name": "p"}})
 LR = {"lr": FloatDistribution(1e-4, 1e-1, log=True)}

@@ -11,9 +11,8 @@ from optuna.distributions import CategoricalDistribution
 from optuna.trial import TrialState, create_trial
 
 import autotune
-from autotune.cli import _main as cli
-from autotune.observe import _progress as progress
-from autotune.observe import _report as report
+from autotune.cli import app as cli
+from autotune.observe import progress, report
 from tests.conftest import tiny
 
 TINY = Path(__file__).parents[1] / "studies" / "tiny_study.yaml"

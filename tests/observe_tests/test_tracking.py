@@ -25,13 +25,13 @@ from optuna.trial import TrialState
 
 import autotune
 from autotune import config
-from autotune.cli import _main as cli
-from autotune.core._errors import ConfigError
-from autotune.observe import _tracking as tracking
-from autotune.study import _study as study_mod
-from autotune.study import _workers as workers
-from autotune.study._budget import is_surplus
-from autotune.study._storage import make_storage
+from autotune.cli import app as cli
+from autotune.core.errors import ConfigError
+from autotune.observe import tracking
+from autotune.study import runner as study_mod
+from autotune.study import workers
+from autotune.study.budget import is_surplus
+from autotune.study.storage import make_storage
 from tests.conftest import tiny
 
 mlflow = pytest.importorskip("mlflow")
@@ -188,7 +188,7 @@ def test_a_failing_server_warns_once_keeps_going_and_logs_the_missed_trials_late
 
     monkeypatch.setattr(tracker.client, "log_batch", log_batch)
     monkeypatch.setattr(tracking, "RETRY_S", 0.0)  # try the server at every trial
-    with caplog.at_level(logging.WARNING, logger="autotune.observe._tracking"):
+    with caplog.at_level(logging.WARNING, logger="autotune.observe.tracking"):
         tracker(study, synthetic(study))
         tracker(study, synthetic(study))
         warnings = [r.getMessage() for r in caplog.records]

@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from autotune.search._curves import forecast
+from autotune.search.curves import forecast
 
 
 @pytest.mark.parametrize("shape", ["exp", "pow"])

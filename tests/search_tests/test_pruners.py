@@ -12,10 +12,10 @@ from optuna.trial import TrialState, create_trial
 
 import autotune
 from autotune import config
-from autotune.core._errors import ConfigError, TrialStopped
-from autotune.search import _pruners as pruners
-from autotune.search._pruners import EPOCH_VALUES
-from autotune.study._study import open_study
+from autotune.core.errors import ConfigError, TrialStopped
+from autotune.search import pruners
+from autotune.search.pruners import EPOCH_VALUES
+from autotune.study.runner import open_study
 from tests.conftest import tiny
 
 GOOD = {"lr": 3e-3, "optimizer": "adam", "batch_size": 128}

@@ -11,9 +11,8 @@ import optuna
 import pytest
 
 from autotune import config
-from autotune.core._errors import ConfigError
-from autotune.search import _samplers as samplers
-from autotune.search import _space as space
+from autotune.core.errors import ConfigError
+from autotune.search import samplers, space
 
 FLOAT_SPACE = {
     "lr": {"type": "float", "low": 1e-4, "high": 1e-1, "log": True},

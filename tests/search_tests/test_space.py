@@ -5,7 +5,7 @@ from __future__ import annotations
 import optuna
 
 from autotune import config
-from autotune.search import _space as space
+from autotune.search import space
 
 
 def cfg_with(space_raw: dict, **extra) -> config.RunConfig:
@@ -135,7 +135,7 @@ def test_a_condition_on_a_model_key() -> None:
 def test_model_key_int_range_checked_value_by_value() -> None:
     import pytest
 
-    from autotune.core._errors import ConfigError
+    from autotune.core.errors import ConfigError
 
     cfg_with({"model.depth": {"type": "int", "low": 8, "high": 20, "step": 6}}, model={"name": "resnet"})
     with pytest.raises(ConfigError, match=r"space\.model\.depth\.step: resnet depth must be 6n\+2.*got 9; use "
@@ -151,7 +151,7 @@ def test_model_key_int_range_checked_value_by_value() -> None:
 def test_user_and_model_prefixes_side_by_side() -> None:
     import pytest
 
-    from autotune.core._errors import ConfigError
+    from autotune.core.errors import ConfigError
 
     cfg = cfg_with({"model.hidden": {"type": "categorical", "choices": [8, 16]},
                     "lr": {"type": "float", "low": 1e-3, "high": 1e-2}}, model={"name": "mlp"})

@@ -8,11 +8,10 @@ import pickle
 import pytest
 
 from autotune import compress, config
-from autotune.core._errors import ConfigError
-from autotune.search import _space as space
-from autotune.spec._settings import DEFAULTS, SETTINGS, Settings, merge
-from autotune.training import _models as models
-from autotune.training import _optimizers as optimizers
+from autotune.core.errors import ConfigError
+from autotune.search import space
+from autotune.spec.settings import DEFAULTS, SETTINGS, Settings, merge
+from autotune.training import models, optimizers
 
 
 def test_registry_backed_choices_are_the_registries_keys() -> None:
@@ -80,7 +79,7 @@ def test_settings_survive_pickle_and_copy() -> None:
 
 
 def test_a_trial_context_hands_out_frozen_typed_settings() -> None:
-    from autotune.training._context import TrialContext
+    from autotune.training.context.trial import TrialContext
 
     ctx = TrialContext({"device": "cpu", "lr": 1, "epochs": 2})
     assert isinstance(ctx.settings, Settings) and ctx.settings.lr == ctx.settings["lr"] == 1.0

@@ -17,12 +17,12 @@ from optuna.trial import TrialState
 from torch import nn
 
 from autotune import config
-from autotune.spec._settings import DEFAULTS
-from autotune.speed import _probe as probe
-from autotune.study import _storage as storage_mod
-from autotune.study import _study as study_mod
-from autotune.training import _context as context
-from autotune.training._throughput import ProbeDone, ProbeWindow, RepeatedWindow
+from autotune.spec.settings import DEFAULTS
+from autotune.speed import probe
+from autotune.study import runner as study_mod
+from autotune.study import storage as storage_mod
+from autotune.training.context import trial as context
+from autotune.training.throughput import ProbeDone, ProbeWindow, RepeatedWindow
 from tests import user_fits
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -62,7 +62,7 @@ def ctx_with(window: ProbeWindow, epochs: int = 1) -> context.TrialContext:
 
 def test_window_times_steady_steps_after_warmup_and_sees_the_compile() -> None:
     window = ProbeWindow(steps=5, compiled=True)
-    context.run(sleepy_steps(0.02, 0.3), ctx_with(window))
+    context.run_fit(sleepy_steps(0.02, 0.3), ctx_with(window))
     m = window.measurement
     assert m is not None and m.timed_steps >= 5
     # 8 samples per 20 ms step: at most 400 samples/s (sleep only ever oversleeps); a loaded machine, not 4x less
@@ -80,7 +80,7 @@ def test_an_uncompiled_trial_has_no_compile_time(tmp_path: Path) -> None:
     values = {**DEFAULTS, "device": "cpu", "epochs": 1, "compile": False}
     window = probe.Gate(cfg).window(trial, values)
     assert window is not None
-    context.run(sleepy_steps(0.02, 0.3), context.TrialContext(values, probe=window))
+    context.run_fit(sleepy_steps(0.02, 0.3), context.TrialContext(values, probe=window))
     m = window.measurement
     assert m is not None and m.first_step_s > 0.25 and m.compile_time_s == 0.0
     assert trial.user_attrs["probe"]["compile_time_s"] == 0.0
@@ -102,7 +102,7 @@ def test_repeated_windows_time_until_the_last_ones_agree() -> None:
     window = RepeatedWindow(end_run=True, warmup=2, steps=2, min_seconds=0.0, agree=3, tolerance=0.5,
                             max_windows=8)
     with pytest.raises(ProbeDone) as e:
-        context.run(fit, ctx_with(window, epochs=3))
+        context.run_fit(fit, ctx_with(window, epochs=3))
     slow, fast = window.windows[0], e.value.measurement
     assert len(window.windows) == 5  # two slow windows, then three fast ones that agree
     assert fast.samples_per_s > 3 * slow.samples_per_s and window.spread <= 0.5
@@ -113,7 +113,7 @@ def test_a_probe_of_its_own_ends_the_run_after_its_steps() -> None:
     window = ProbeWindow(end_run=True, warmup=2, steps=3, min_seconds=0.0)
     ctx = ctx_with(window, epochs=50)
     with pytest.raises(ProbeDone) as e:
-        context.run(sleepy_steps(0.001, 0.0), ctx)
+        context.run_fit(sleepy_steps(0.001, 0.0), ctx)
     assert e.value.measurement is window.measurement
     assert ctx.epoch == 1 and not ctx.history  # 5 steps of the first epoch, no evaluation
 
@@ -132,7 +132,7 @@ def test_the_window_pauses_over_what_is_not_training() -> None:
             ctx.report(val_loss=1.0)
 
     window = ProbeWindow(warmup=1, steps=6, min_seconds=0.0)
-    context.run(fit, ctx_with(window, epochs=6))
+    context.run_fit(fit, ctx_with(window, epochs=6))
     m = window.measurement
     assert m is not None
     assert m.timed_s < 0.2  # six 10 ms steps, not the three 0.2 s evaluations between them
@@ -297,7 +297,7 @@ def test_a_shape_bug_traced_by_the_compiler_is_the_users_not_compiles() -> None:
     but it is their code's failure (eager mode fails the same way), so compile is not blamed."""
     import torch
 
-    from autotune.speed import _probe as probe_mod
+    from autotune.speed import probe as probe_mod
 
     net = torch.compile(torch.nn.Linear(4, 3), backend="eager")
     try:

@@ -12,8 +12,8 @@ from typing import Any
 import yaml
 
 from autotune import config
-from autotune.core import _contention as contention
-from autotune.speed import _speed as speed
+from autotune.core import contention
+from autotune.speed import sweep as speed
 
 ROOT = Path(__file__).resolve().parents[2]
 TAKES = r"(?: (?:contended|noisy) after \d+ take\(s\)|, take \d+)?"  # a progress line's retakes, if any
@@ -160,7 +160,7 @@ def test_rows_timed_on_busy_cores_are_taken_again_then_flagged_apart_with_one_wa
 
 
 def test_the_table_ranks_clean_rows_and_lists_flagged_ones_apart() -> None:
-    from autotune.training._throughput import Measurement
+    from autotune.training.throughput import Measurement
 
     def row(sps: float, spread: float, contended: bool = False) -> speed.Row:
         m = Measurement(samples_per_s=sps, steps_per_s=1.0, timed_steps=2, timed_s=1.0, first_step_s=0.1,

@@ -9,12 +9,12 @@ import pytest
 from optuna.trial import TrialState
 
 from autotune import config
-from autotune.core._errors import ConfigError
-from autotune.speed import _speed as speed_mod
-from autotune.speed import _strategy as strategy
-from autotune.speed._speed import Row
-from autotune.study import _study as study_mod
-from autotune.training._throughput import Measurement
+from autotune.core.errors import ConfigError
+from autotune.speed import strategy
+from autotune.speed import sweep as speed_mod
+from autotune.speed.sweep import Row
+from autotune.study import runner as study_mod
+from autotune.training.throughput import Measurement
 from tests import user_fits
 
 ACCEL = {"precision": {"type": "categorical", "choices": ["fp32", "bf16"]},

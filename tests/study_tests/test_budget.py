@@ -11,9 +11,7 @@ import optuna
 from optuna.trial import TrialState
 
 from autotune import config
-from autotune.study import _budget as budget
-from autotune.study import _orphans as orphans
-from autotune.study import _storage as storage
+from autotune.study import budget, orphans, storage
 
 
 def journal(tmp_path: Path) -> optuna.Study:
@@ -123,7 +121,7 @@ def test_the_stale_watcher_says_once_why_it_could_not_look(tmp_path: Path, monke
     cfg = config.from_dict({"study": {"storage": f"journal:///{tmp_path}/b.log"}})
     watcher = budget.StaleWatcher(journal(tmp_path), cfg)
     watcher.every = 0.01
-    with caplog.at_level(logging.WARNING, logger="autotune.study._budget"), watcher:
+    with caplog.at_level(logging.WARNING, logger="autotune.study.budget"), watcher:
         deadline = time.monotonic() + 10
         while len(calls) < 3 and time.monotonic() < deadline:
             time.sleep(0.01)
@@ -140,8 +138,8 @@ def test_workers_racing_for_the_last_slot_leave_no_failure_and_exact_counts(tmp_
     files them under 'surplus'."""
     import threading
 
-    from autotune.observe._report_data import stop_group
-    from autotune.study._study import n_finished
+    from autotune.observe.report_data import stop_group
+    from autotune.study.runner import n_finished
 
     study = journal(tmp_path)
     for _ in range(3):

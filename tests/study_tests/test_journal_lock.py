@@ -12,11 +12,11 @@ import threading
 import time
 from pathlib import Path
 
-from autotune.study import _journal_lock as journal_lock
-from autotune.study._journal_lock import OwnedJournalLock
+from autotune.study import journal_lock
+from autotune.study.journal_lock import OwnedJournalLock
 
 ROOT = Path(__file__).resolve().parents[2]
-HOLD = ("import sys, time; from autotune.study._journal_lock import OwnedJournalLock; "
+HOLD = ("import sys, time; from autotune.study.journal_lock import OwnedJournalLock; "
         "OwnedJournalLock(sys.argv[1]).acquire(); print('held', flush=True); time.sleep(120)")
 
 

@@ -12,8 +12,8 @@ import pytest
 
 import autotune
 from autotune import config
-from autotune.core._watchdog import rss_mb
-from autotune.study._objective import FailureStreak, Objective, RepeatedFailure
+from autotune.core.watchdog import rss_mb
+from autotune.study.objective import FailureStreak, Objective, RepeatedFailure
 from tests import user_fits
 
 
@@ -51,7 +51,7 @@ def test_an_objective_reported_only_at_the_end_says_pruning_is_off(tmp_path: Pat
                                                                     caplog: pytest.LogCaptureFixture) -> None:
     cfg = user_study(tmp_path, "fit_reports_at_the_end", objectives=objectives, train={"epochs": 3, "batch_size": 64},
                      study={"name": "o", "storage": f"sqlite:///{tmp_path}/o.db", "n_trials": 2})
-    with caplog.at_level("WARNING", logger="autotune.study._objective"):
+    with caplog.at_level("WARNING", logger="autotune.study.objective"):
         trials = autotune.run(cfg).study.trials
     text = f"{what} is off for this trial: val_bpb is not reported every epoch (ctx.report(val_bpb=...) in each epoch"
     for t in trials:
@@ -89,7 +89,7 @@ def test_a_fit_that_never_reports_counts_towards_repeated_errors(tmp_path: Path,
     cfg = user_study(tmp_path, "fit_never_reports", objectives=objectives, train={"epochs": 2, "batch_size": 64},
                      study={"name": "o", "storage": f"sqlite:///{tmp_path}/o.db", "n_trials": 6,
                             "max_repeated_errors": 3})
-    with caplog.at_level("WARNING", logger="autotune.study._objective"), \
+    with caplog.at_level("WARNING", logger="autotune.study.objective"), \
             pytest.raises(RepeatedFailure, match=r"^tests\.user_fits:fit_never_reports: 3 trials in a row failed "
                                                  r"with ContextMisuse: tests\.user_fits:fit_never_reports never "
                                                  r"called ctx\.report"):

@@ -19,9 +19,9 @@ import pytest
 from optuna.trial import TrialState
 
 from autotune import config
-from autotune.study import _orphans as orphans
-from autotune.study import _storage as storage_mod
-from autotune.study import _study as study_mod
+from autotune.study import orphans
+from autotune.study import runner as study_mod
+from autotune.study import storage as storage_mod
 from tests.study_tests.test_workers import FINISHED, autotune, finish, load, wait_mid_trial, write_cfg
 
 

@@ -17,13 +17,12 @@ import pytest
 from optuna.trial import TrialState
 
 from autotune import config
-from autotune.cli import _main as cli
-from autotune.core import _locks as locks
-from autotune.core._errors import ConfigError
-from autotune.study import _orphans as orphans
-from autotune.study import _proxy as proxy
-from autotune.study import _storage as storage_mod
-from autotune.study import _study as study_mod
+from autotune.cli import app as cli
+from autotune.core import locks
+from autotune.core.errors import ConfigError
+from autotune.study import orphans, proxy
+from autotune.study import runner as study_mod
+from autotune.study import storage as storage_mod
 from tests.study_tests.test_workers import assert_exact, autotune, env, finish, load, write_cfg
 
 

@@ -16,13 +16,11 @@ from optuna.trial import TrialState
 from sqlalchemy import event
 
 from autotune import config
-from autotune.search import _samplers as samplers
-from autotune.search import _space as space
-from autotune.study import _records as records
-from autotune.study import _storage as storage_mod
-from autotune.study import _study as study_mod
-from autotune.study import _workers as workers
-from autotune.study._objective import Objective
+from autotune.search import samplers, space
+from autotune.study import records, workers
+from autotune.study import runner as study_mod
+from autotune.study import storage as storage_mod
+from autotune.study.objective import Objective
 
 SPACE = {"lr": {"type": "float", "low": 1e-4, "high": 1e-1, "log": True},
          "optimizer": {"type": "categorical", "choices": ["sgd", "adam"]},

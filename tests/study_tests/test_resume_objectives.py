@@ -13,9 +13,9 @@ import pytest
 import yaml
 
 from autotune import config
-from autotune.cli import _main as cli
-from autotune.core._errors import ConfigError
-from autotune.study import _study as study_mod
+from autotune.cli import app as cli
+from autotune.core.errors import ConfigError
+from autotune.study import runner as study_mod
 
 
 def write(tmp_path: Path, objectives: list[Any], file: str) -> Path:

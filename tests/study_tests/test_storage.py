@@ -18,12 +18,10 @@ import pytest
 import yaml
 
 from autotune import config
-from autotune.cli import _main as cli
-from autotune.core._errors import ConfigError
-from autotune.study import _orphans as orphans
-from autotune.study import _records as records
-from autotune.study import _storage as storage
-from autotune.study import _study as study_mod
+from autotune.cli import app as cli
+from autotune.core.errors import ConfigError
+from autotune.study import orphans, records, storage
+from autotune.study import runner as study_mod
 from tests.conftest import tiny
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -67,7 +65,7 @@ def test_sqlite_file_is_created_in_wal_mode_with_a_busy_timeout(tmp_path: Path) 
     assert len(again.trials) == 2 and all(orphans.OWNER_ATTR in t.user_attrs for t in again.trials)
 
 
-_OPEN = ("import sys\nfrom autotune import config\nfrom autotune.study import _storage as s\n"
+_OPEN = ("import sys\nfrom autotune import config\nfrom autotune.study import storage as s\n"
          "cfg = config.from_dict({'study': {'storage': sys.argv[1]}}, source='/x/s.yaml')\n"
          "print('ready', flush=True)\nsys.stdin.readline()\ns.make_storage(cfg)\n")
 

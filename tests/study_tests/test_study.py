@@ -9,10 +9,10 @@ import pytest
 from optuna.trial import FrozenTrial
 
 import autotune
-from autotune.core._errors import ConfigError
-from autotune.search._pruners import PRUNERS
-from autotune.search._samplers import SAMPLERS
-from autotune.study import _study as study_mod
+from autotune.core.errors import ConfigError
+from autotune.search.pruners import PRUNERS
+from autotune.search.samplers import SAMPLERS
+from autotune.study import runner as study_mod
 from tests.conftest import tiny
 
 SMALL_SPACE = {
@@ -172,7 +172,7 @@ def test_public_api(tmp_path: Path) -> None:
 def test_knee_prefers_fewer_errors_over_tiny_time_gain() -> None:
     from optuna.trial import create_trial
 
-    from autotune.search._results import knee
+    from autotune.search.results import knee
 
     fast = create_trial(values=[0.94, 0.76])
     accurate = create_trial(values=[0.983, 0.87])
@@ -190,7 +190,7 @@ def test_trial_that_raises_is_recorded_and_study_goes_on(tmp_path: Path) -> None
 
 
 def test_precision_the_device_cannot_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from autotune.training import _accel as accel
+    from autotune.training import accel
 
     real = accel.precision_error
     monkeypatch.setattr(accel, "precision_error",
@@ -210,8 +210,8 @@ def test_the_run_header_names_the_threads_the_trials_use(tmp_path: Path, capsys:
     searched' when the space searches them), as each trial's own device attr does."""
     import torch
 
-    from autotune.observe import _progress as progress
-    from autotune.study import _study as study_mod
+    from autotune.observe import progress
+    from autotune.study import runner as study_mod
 
     old = torch.get_num_threads()
     torch.set_num_threads(2)

@@ -8,9 +8,9 @@ from typing import Any
 import pytest
 
 from autotune import config
-from autotune.core._errors import ConfigError
-from autotune.study import _study as study_mod
-from autotune.study import _warm as warm
+from autotune.core.errors import ConfigError
+from autotune.study import runner as study_mod
+from autotune.study import warm
 
 SPACE = {"lr": {"type": "float", "low": 1e-3, "high": 3e-1, "log": True},
          "optimizer": {"type": "categorical", "choices": ["sgd", "adam"]},

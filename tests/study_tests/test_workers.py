@@ -25,13 +25,11 @@ import yaml
 from optuna.trial import TrialState
 
 from autotune import config
-from autotune.cli import _main as cli
-from autotune.core._errors import ConfigError
-from autotune.study import _budget as budget
-from autotune.study import _orphans as orphans
-from autotune.study import _storage as storage_mod
-from autotune.study import _study as study_mod
-from autotune.study import _workers as workers
+from autotune.cli import app as cli
+from autotune.core.errors import ConfigError
+from autotune.study import budget, orphans, workers
+from autotune.study import runner as study_mod
+from autotune.study import storage as storage_mod
 from tests.conftest import tiny
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -158,7 +156,7 @@ def test_plan_cpu_shares_cores_and_rejects_bad_requests(tmp_path: Path) -> None:
     gpu_cfg = config.load(write_cfg(tmp_path, f"journal:///{tmp_path}/j.log", 4, name="g", device="auto"))
     with pytest.raises(ConfigError, match=r"--gpus: 3 workers need 3 GPU indices, got 2"):
         workers.plan(gpu_cfg, 3, ["0", "0"])
-    if not workers._visible_gpus():
+    if not workers.visible_gpus():
         with pytest.raises(ConfigError, match=r"--gpus: GPU 0 is not visible; 0 visible"):
             workers.plan(gpu_cfg, 1, ["0"])
 
@@ -512,7 +510,7 @@ def test_journal_cannot_see_a_dead_worker_on_another_host_until_fail_stale(tmp_p
 def test_a_worker_stops_after_repeated_identical_failures(tmp_path: Path) -> None:
     """FAIL trials do not count toward the budget: a worker whose every trial fails the same way must stop
     (study.max_repeated_errors), not fail trials forever."""
-    from autotune.study._objective import RepeatedFailure
+    from autotune.study.objective import RepeatedFailure
 
     cfg = config.from_dict({"study": {"name": "f", "storage": f"journal:///{tmp_path}/f.log", "n_trials": 20,
                                       "max_repeated_errors": 2},
@@ -530,7 +528,7 @@ def test_a_worker_stops_after_repeated_identical_failures(tmp_path: Path) -> Non
 
 STUCK = """
 import os, signal, sys, threading, time
-from autotune.core import _lifetime as lifetime
+from autotune.core import lifetime
 lifetime.EXIT_GRACE_S = 1.0
 signal.signal(signal.SIGTERM, lifetime.interrupt)
 lock = threading.Lock()
@@ -544,7 +542,7 @@ except KeyboardInterrupt:  # what code interrupted inside a lock's critical sect
 
 ORPHANED = """
 import multiprocessing as mp, os, signal, sys, time
-from autotune.core import _lifetime as lifetime
+from autotune.core import lifetime
 
 def child(parent):
     lifetime.EXIT_GRACE_S = 1.0

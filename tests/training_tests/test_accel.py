@@ -12,7 +12,7 @@ import time
 import pytest
 import torch
 
-from autotune.training import _accel as accel
+from autotune.training import accel
 
 ASYNC = ("\nCUDA kernel errors might be asynchronously reported at some other API call, so the stacktrace below might "
          "be incorrect.\nFor debugging consider passing CUDA_LAUNCH_BLOCKING=1\nCompile with `TORCH_USE_CUDA_DSA` to "

@@ -7,9 +7,9 @@ import torch
 import torch.nn.functional as F
 
 from autotune import config
-from autotune.core._errors import ConfigError
-from autotune.study._study import validate
-from autotune.training import _augment as augment
+from autotune.core.errors import ConfigError
+from autotune.study.runner import validate
+from autotune.training.data import augment
 
 CPU = torch.device("cpu")
 

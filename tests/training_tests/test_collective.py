@@ -8,9 +8,9 @@ import pytest
 import torch
 from torch import nn
 
-from autotune.core._errors import TrialStopped
-from autotune.training._collective import Alone, Ranks, collective
-from autotune.training._misuse import ContextMisuse
+from autotune.core.errors import TrialStopped
+from autotune.training.context.collective import Alone, Ranks, collective
+from autotune.training.context.misuse import ContextMisuse
 
 
 def test_alone_is_a_no_op() -> None:

@@ -14,14 +14,14 @@ import torch
 
 import autotune
 from autotune import config
-from autotune.core._errors import ConfigError, TrialStopped
-from autotune.spec._settings import DEFAULTS
-from autotune.study._study import open_study
-from autotune.training import _accel as accel
-from autotune.training import _context as context
-from autotune.training import _stops as stops
-from autotune.training._context import ContextMisuse, TrialContext
-from autotune.training._throughput import ProbeWindow
+from autotune.core.errors import ConfigError, TrialStopped
+from autotune.spec.settings import DEFAULTS
+from autotune.study.runner import open_study
+from autotune.training import accel
+from autotune.training.context import limits as stops
+from autotune.training.context import trial as context
+from autotune.training.context.trial import ContextMisuse, TrialContext
+from autotune.training.throughput import ProbeWindow
 from tests import user_fits
 from tests.conftest import ROOT
 
@@ -260,10 +260,10 @@ def test_compiled_training_loader_drops_the_short_last_batch() -> None:
 def test_compiler_is_reset_around_every_compiled_trial(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     calls: list[int] = []
     monkeypatch.setattr(accel, "reset_compiler", lambda: calls.append(1))
-    with context.session({**DEFAULTS, "compile": True}):
+    with context.trial_session({**DEFAULTS, "compile": True}):
         pass
     assert len(calls) == 2  # before (a fresh graph, honest compile time) and after (free the graphs)
-    with context.session(dict(DEFAULTS)):
+    with context.trial_session(dict(DEFAULTS)):
         pass
     assert len(calls) == 2
 

@@ -13,9 +13,9 @@ import pytest
 import torch
 
 from autotune import config
-from autotune.core._errors import ConfigError
-from autotune.training import _data as data
-from autotune.training import _data_images, _data_sources
+from autotune.core.errors import ConfigError
+from autotune.training.data import images, sources
+from autotune.training.data import registry as data
 
 COLOURS = {"red": (220, 30, 30), "green": (30, 200, 40), "blue": (40, 50, 210)}
 
@@ -80,7 +80,7 @@ def test_decoded_once_then_read_from_the_cache(tmp_path: Path, monkeypatch: pyte
         raise AssertionError("decoded again although nothing changed")
 
     with monkeypatch.context() as m:
-        m.setattr(_data_images, "_decode_images", no_decoding)
+        m.setattr(images, "_decode_images", no_decoding)
         again = load(cfg)
     assert torch.equal(first.x_train, again.x_train)
     # A changed file (new modification time) is a different key: decoded again, a second cache file.
@@ -226,7 +226,7 @@ def test_regression_several_targets_and_plain_subset(tmp_path: Path) -> None:
     ds = load(config.from_dict({"task": "regression", "data": {"name": "npz", "path": str(tmp_path / "r.npz")},
                                 "model": {"name": "mlp"}}).data, "regression")
     assert ds.n_outputs == 2 and ds.y_mean is not None and ds.y_mean.shape == (2,)
-    from autotune.training._context import fraction_indices
+    from autotune.training.context.trial import fraction_indices
 
     keep = fraction_indices(len(ds.y_train), 0.5, 0, ds.y_train)  # not stratified: targets are not classes
     assert keep is not None and len(keep) == 20 and ds.y_train[keep].shape[1] == 2
@@ -403,7 +403,7 @@ def test_mnist1d_missing_names_the_pip_command(monkeypatch: pytest.MonkeyPatch) 
     monkeypatch.setitem(sys.modules, "mnist1d.data", None)  # import mnist1d.data raises ImportError
     with pytest.raises(ConfigError, match=r"^<config>: data\.name: the mnist1d dataset needs the mnist1d package: "
                                           r"pip install mnist1d \(or autotune\[mnist1d\]\)$"):
-        _data_sources._mnist1d_data("<config>")
+        sources._mnist1d_data("<config>")
 
 
 def test_mnist1d_trains_above_chance_offline(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

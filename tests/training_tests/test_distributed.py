@@ -13,11 +13,11 @@ import torch
 
 import autotune
 from autotune import config
-from autotune.core._errors import ConfigError
-from autotune.study import _workers as workers
-from autotune.study._study import open_study
-from autotune.training import _distributed as distributed
-from autotune.training._distributed import RankFailed, ShardedBatches
+from autotune.core.errors import ConfigError
+from autotune.study import workers
+from autotune.study.runner import open_study
+from autotune.training.distributed import devices as distributed
+from autotune.training.distributed.devices import RankFailed, ShardedBatches
 from tests.conftest import tiny
 from tests.training_tests.test_context import user
 
@@ -89,7 +89,7 @@ def test_two_ranks_train_digits_like_one(tmp_path: Path) -> None:
     two = autotune.train(cfg, params={"devices": 2})
     assert two.device.startswith("2 x cpu") and not one.device.startswith("2 x")
     assert one.val_accuracy > 0.85 and abs(two.val_accuracy - one.val_accuracy) <= 0.05
-    n_train = len(autotune.training._data.load(cfg.data, cfg.source).y_train)
+    n_train = len(autotune.training.data.registry.load(cfg.data, cfg.source).y_train)
     for r in (one, two):  # samples/s counts every rank's samples: each epoch is the whole training split
         assert [round(h.samples_per_s * h.epoch_time_s) for h in r.history] == [n_train] * 3
     assert abs(two.history[-1].train_loss - one.history[-1].train_loss) < 0.2  # the mean over both ranks' samples

@@ -9,11 +9,11 @@ from typing import Any
 import pytest
 import torch
 
-from autotune.core._errors import TrialStopped
-from autotune.training._collective import Alone
-from autotune.training._epoch_clock import FINITE_CHECK_EVERY, EpochClock, steady_rate, wait_fraction
-from autotune.training._records import EpochRecord
-from autotune.training._stepper import Stepper
+from autotune.core.errors import TrialStopped
+from autotune.training.context.collective import Alone
+from autotune.training.context.epoch_clock import FINITE_CHECK_EVERY, EpochClock, steady_rate, wait_fraction
+from autotune.training.context.records import EpochRecord
+from autotune.training.context.stepper import Stepper
 
 CPU = torch.device("cpu")
 

@@ -6,9 +6,9 @@ import pytest
 import torch
 from torch import nn
 
-from autotune.core._errors import TrialStopped
-from autotune.training import _misuse as misuse
-from autotune.training._misuse import ContextMisuse
+from autotune.core.errors import TrialStopped
+from autotune.training.context import misuse
+from autotune.training.context.misuse import ContextMisuse
 
 
 def test_metrics_become_floats_and_clocks_are_refused() -> None:

@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from autotune import compress, config
-from autotune.core._errors import ConfigError
-from autotune.training import _models as models
+from autotune.core.errors import ConfigError
+from autotune.training import models
 
 
 def n_params(m: torch.nn.Module) -> int:

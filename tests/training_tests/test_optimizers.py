@@ -8,10 +8,10 @@ from collections.abc import Callable
 import pytest
 import torch
 
-from autotune.core._errors import ConfigError
-from autotune.spec._settings import DEFAULTS, SETTINGS
-from autotune.training import _optimizers as optimizers
-from autotune.training._context import TrialContext
+from autotune.core.errors import ConfigError
+from autotune.spec.settings import DEFAULTS, SETTINGS
+from autotune.training import optimizers
+from autotune.training.context.trial import TrialContext
 
 # A name added to the registry without a row here fails the contract test (KeyError): say what it must build.
 CLASSES: dict[str, type[torch.optim.Optimizer]] = {

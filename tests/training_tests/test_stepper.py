@@ -8,8 +8,8 @@ import pytest
 import torch
 from torch import nn
 
-from autotune.training._misuse import ContextMisuse
-from autotune.training._stepper import Stepper, scale_lrs
+from autotune.training.context.misuse import ContextMisuse
+from autotune.training.context.stepper import Stepper, scale_lrs
 
 SETTINGS = {"grad_clip": 0.0, "lr_schedule": "constant", "grad_accum_steps": 1, "epochs": 2}
 

@@ -5,13 +5,13 @@ from __future__ import annotations
 import math
 import time
 
-from autotune.core import _contention as contention
-from autotune.core._contention import Share
-from autotune.core._errors import TrialStopped
-from autotune.training._collective import Alone
-from autotune.training._records import EpochRecord
-from autotune.training._stop_rules import StopRules
-from autotune.training._stops import Limits
+from autotune.core import contention
+from autotune.core.contention import Share
+from autotune.core.errors import TrialStopped
+from autotune.training.context.collective import Alone
+from autotune.training.context.limits import Limits
+from autotune.training.context.records import EpochRecord
+from autotune.training.context.stop_rules import StopRules
 
 SETTINGS = {"early_stopping_patience": 2, "early_stopping_min_delta": 0.0}
 

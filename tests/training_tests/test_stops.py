@@ -6,8 +6,8 @@ import math
 
 import pytest
 
-from autotune.core._errors import TrialStopped
-from autotune.training import _stops as stops
+from autotune.core.errors import TrialStopped
+from autotune.training.context import limits as stops
 
 
 def test_divergence_rule() -> None:

@@ -13,11 +13,10 @@ from torch import nn
 
 import autotune
 from autotune import config
-from autotune.study._study import open_study
-from autotune.training import _augment as augment
-from autotune.training import _data as data
-from autotune.training import _models as models
-from autotune.training import _tasks as tasks
+from autotune.study.runner import open_study
+from autotune.training import models, tasks
+from autotune.training.data import augment
+from autotune.training.data import registry as data
 from tests.training_tests.test_data import write_cifar10, write_folder
 
 CPU = torch.device("cpu")

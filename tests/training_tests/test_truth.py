@@ -16,7 +16,7 @@ import torch
 
 import autotune
 from autotune import config
-from autotune.training._context import ContextMisuse, TrialContext
+from autotune.training.context.trial import ContextMisuse, TrialContext
 from tests import user_fits
 
 
@@ -72,7 +72,7 @@ def test_every_misuse_names_the_users_file_and_line(tmp_path: Path, fit: str, ma
     assert t.state.name == "FAIL"
     assert t.user_attrs["error"].startswith("ContextMisuse: ") and t.user_attrs["error"].endswith(where), \
         t.user_attrs["error"]
-    assert "_misuse.py" not in t.user_attrs["error"] and "_stepper.py" not in t.user_attrs["error"]
+    assert "misuse.py" not in t.user_attrs["error"] and "stepper.py" not in t.user_attrs["error"]
     if fit not in ("fit_never_reports", "fit_catches_stop"):  # (the study finds these: no lone call raises)
         with pytest.raises(ContextMisuse) as caught:  # the error itself, outside a study, says it too
             autotune.train(study(tmp_path, fit, **sections), params={k: 1.0 for k in space})
@@ -145,7 +145,7 @@ OWN_OPTIMIZER_SPACE = {
 
 
 def test_settings_a_fit_reads_for_logging_are_not_applied_by_their_reads(tmp_path: Path) -> None:
-    from autotune.observe import _export as export
+    from autotune.observe import export
 
     user_fits.LOGGED.clear()
     res = autotune.run(study(tmp_path, "fit_logs_settings", space=OWN_OPTIMIZER_SPACE))
@@ -222,9 +222,8 @@ def test_a_searched_lr_on_the_fits_own_optimizer_says_what_it_became(tmp_path: P
     import logging
     from contextlib import redirect_stdout
 
-    from autotune.fit._preflight import notes
-    from autotune.observe import _export as export
-    from autotune.observe import _progress as progress
+    from autotune.fit.checks import notes
+    from autotune.observe import export, progress
 
     cfg = study(tmp_path, "fit_own_optimizer", study={"n_trials": 2},
                 space={"lr": {"type": "float", "low": 1e-3, "high": 1e-2, "log": True}})  # written as absolute rates
@@ -254,7 +253,7 @@ def test_a_searched_lr_on_the_fits_own_optimizer_says_what_it_became(tmp_path: P
 
 
 def test_validate_notes_a_searched_lr_only_where_it_may_mislead(tmp_path: Path) -> None:
-    from autotune.fit._preflight import notes
+    from autotune.fit.checks import notes
 
     multiplier = study(tmp_path, "fit_own_optimizer", space={"lr": {"type": "float", "low": 0.25, "high": 4.0}})
     builtin = config.from_dict({"study": {"name": "b"}, "space": {"lr": {"type": "float", "low": 1e-3,

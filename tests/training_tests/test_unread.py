@@ -12,12 +12,10 @@ import torch
 
 import autotune
 from autotune import config
-from autotune.observe import _export as export
-from autotune.observe import _progress as progress
-from autotune.observe import _report as report
-from autotune.search import _results as results
-from autotune.spec._settings import Settings
-from autotune.training._context import TrialContext
+from autotune.observe import export, progress, report
+from autotune.search import results
+from autotune.spec.settings import Settings
+from autotune.training.context.trial import TrialContext
 from tests import user_fits
 
 REPO = Path(__file__).resolve().parents[2]

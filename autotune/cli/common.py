@@ -1,0 +1,89 @@
+"""What several commands share: the study flags (`--n-trials`, `--storage`, ...) and the run file they load."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import signal
+import sys
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from autotune.core import AutotuneError, config_warnings_as_lines, redact
+
+
+def overrides(args: argparse.Namespace) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for flag, key in (("n_trials", "study.n_trials"), ("timeout", "study.timeout"), ("storage", "study.storage"),
+                      ("sampler", "study.sampler"), ("seed", "study.seed"), ("study_name", "study.name")):
+        value = getattr(args, flag, None)
+        if value is not None:
+            out[key] = value
+    return out
+
+
+def load(args: argparse.Namespace) -> Any:
+    from autotune.config import load
+
+    return load(args.file, overrides(args))
+
+
+def add_study_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--n-trials", type=int, help="finished trials the study should hold (overrides study.n_trials)")
+    p.add_argument("--timeout", type=float, help="seconds for this run (overrides study.timeout)")
+    p.add_argument("--storage", help="storage URL (overrides study.storage)")
+    p.add_argument("--sampler", help="tpe, random, gp, cmaes, nsga2, qmc or grid (overrides study.sampler)")
+    p.add_argument("--seed", type=int, help="sampler and training seed (overrides study.seed)")
+    p.add_argument("--study-name", help="study name (overrides study.name)")
+
+
+@contextlib.contextmanager
+def optuna_quiet() -> Iterator[None]:
+    """Optuna's logs at WARNING and above while a command runs; the caller's verbosity back afterwards."""
+    import optuna
+
+    before = optuna.logging.get_verbosity()
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    try:
+        yield
+    finally:
+        optuna.logging.set_verbosity(before)
+
+
+def run_command(cmd: Callable[[argparse.Namespace], int], args: argparse.Namespace) -> int:
+    """A command's exit status; a user mistake (AutotuneError, ConfigError included) is one line and status 2 (no
+    password of a storage URL reaches the terminal)."""
+    # Optuna's INFO lines ("Using an existing study...") are not autotune's output; its verbosity, like the
+    # warnings machinery, is restored on the way out (main() may run inside a user's process).
+    with config_warnings_as_lines(), optuna_quiet():
+        try:
+            return cmd(args)
+        except AutotuneError as e:
+            print(f"error: {redact(str(e))}", file=sys.stderr)
+            return 2
+
+
+AS_PROGRAM = False  # main() runs as the `autotune` program itself (not called from a user's Python process)
+
+
+def ignore_more_interrupts() -> None:
+    """The run was interrupted and the program is ending: a second Ctrl-C while it says so changes nothing (no
+    KeyboardInterrupt escaping at exit). Only as the program itself: a caller's own process keeps its handler."""
+    if AS_PROGRAM and threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def exit_now(code: int) -> None:
+    """End the process with `code` once its output is flushed, when a thread a user's code started (not a daemon)
+    would keep it alive after the command is done: said in one note naming the threads. Without such a thread,
+    return (the interpreter exits as usual)."""
+    left = [t.name for t in threading.enumerate() if t is not threading.main_thread() and not t.daemon and t.is_alive()]
+    if not left:
+        return
+    print(f"note: exiting with {len(left)} thread(s) your code started still running: {', '.join(sorted(left))}",
+          file=sys.stderr)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)

@@ -1,0 +1,47 @@
+"""`autotune report`: one self-contained HTML report of a study, from its run file or its storage."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from autotune.core import ConfigError
+
+
+def _study_and_config(target: str | None, storage: str | None, name: str | None) -> tuple[Any, Any]:
+    """(study, RunConfig) from a YAML run file, or from --storage and a study name stored there."""
+    from autotune.study import storage as storage_mod
+
+    if target is not None and (Path(target).is_file() or target.endswith((".yaml", ".yml"))):
+        from autotune.config import load
+        from autotune.study import open_study
+
+        cfg = load(target, {k: v for k, v in (("study.storage", storage), ("study.name", name)) if v})
+        return open_study(cfg, create=False), cfg
+    if storage is None:
+        raise ConfigError("autotune report", "--storage", f"{target!r} is not a YAML file: give the run file, or "
+                                                          f"--storage URL with the study name")
+    return storage_mod.load_stored(storage, name or target)
+
+
+def cmd(args: argparse.Namespace) -> int:
+
+    from autotune.observe import report
+
+
+    if args.target is None and args.storage is None:
+        raise ConfigError("autotune report", "FILE_OR_STUDY", "give the YAML run file, or --storage URL --study NAME")
+    study, cfg = _study_and_config(args.target, args.storage, args.study)
+    out = Path(args.output or f"{study.study_name}.html")
+    path = report.write(study, cfg, out)
+    print(f"wrote {path} ({len(study.trials)} trials, {path.stat().st_size / 1e6:.1f} MB, opens offline)")
+    return 0
+
+
+def add_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("target", nargs="?", metavar="FILE_OR_STUDY", help="the YAML run file, or a study name with "
+                                                                         "--storage")
+    p.add_argument("-o", "--output", metavar="PATH", help="HTML file to write (default: STUDY_NAME.html)")
+    p.add_argument("--storage", help="storage URL (overrides study.storage; alone: a study stored there)")
+    p.add_argument("--study", help="study name in --storage (default: the only one)")

@@ -1,0 +1,85 @@
+"""`autotune run`: the study in this process, or `--workers` processes on this machine, behind the live view."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+from autotune.cli import common
+from autotune.core import redact
+
+
+def cmd(args: argparse.Namespace) -> int:
+
+    from autotune.observe import progress, tracking
+    from autotune.study import run
+
+    cfg = common.load(args)
+    if getattr(args, "workers", None) is not None or getattr(args, "gpus", None) is not None:
+        return _run_workers(args, cfg)
+    trackers = tracking.callbacks(cfg)  # MLflow, checked before the study exists
+    view = progress.RunView(cfg, plain=args.plain or not sys.stdout.isatty())
+    return _show_run(cfg, view, lambda: run(cfg, fresh=args.fresh, callbacks=[view.on_trial, *trackers],
+                                            on_start=view.on_start))
+
+
+def _show_run(cfg: Any, view: Any, start: Callable[[], Any]) -> int:
+    """Run the study behind the live view; Ctrl-C keeps every finished trial and exits 130."""
+    t0 = time.perf_counter()
+    try:
+        result = start()
+    except KeyboardInterrupt:
+        common.ignore_more_interrupts()
+        view.close()
+        print(f"interrupted: finished trials are kept in {redact(cfg.study.storage)}; run again to resume",
+              file=sys.stderr)
+        return 130
+    view.close()
+    view.summary(result, time.perf_counter() - t0)
+    from autotune.observe import describe
+
+    line = describe(result.study, cfg)
+    if line:
+        print(line)
+    return 0
+
+
+def add_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("file", help="YAML run file, e.g. search_spaces/cnn.yaml")
+    common.add_study_flags(p)
+    p.add_argument("--fresh", action="store_true", help="delete the stored study of this name and start over")
+    p.add_argument("--plain", action="store_true", help="plain lines instead of a live display")
+    p.add_argument("--workers", type=int, help="worker processes on this machine sharing the study (one GPU each, "
+                                               "or a share of the CPU cores); needs journal:// or an RDB server")
+    p.add_argument("--gpus", type=lambda s: s.split(","), help="GPU index per worker, e.g. 0,1 (default: every "
+                                                               "visible GPU, one worker each; repeat to share)")
+    p.add_argument("--fail-stale", action="store_true", help="first fail (and retry once) every RUNNING trial: "
+                                                             "for a journal study whose workers were all killed")
+
+
+def _run_workers(args: argparse.Namespace, cfg: Any) -> int:
+
+    from autotune.observe import progress, tracking
+    from autotune.study import workers
+
+    slots = workers.plan(cfg, args.workers, args.gpus)
+    if args.fail_stale:
+        fail_stale(cfg)
+    trackers = tracking.callbacks(cfg)  # the driver logs every trial to MLflow, not the workers
+    view = progress.RunView(cfg, plain=args.plain or not sys.stdout.isatty())
+    print(f"{len(slots)} worker(s): " + "; ".join(s.describe() for s in slots), flush=True)
+    return _show_run(cfg, view, lambda: workers.run_parallel(
+        cfg, slots, fresh=args.fresh, on_start=view.on_start, on_trial=view.on_trial,
+        on_note=lambda line: print(line, file=sys.stderr, flush=True), callbacks=trackers))
+
+
+def fail_stale(cfg: Any) -> None:
+    from autotune.study import workers
+
+    failed = workers.fail_stale(cfg)
+    if failed:
+        print(f"failed {len(failed)} stale RUNNING trial(s) and queued their retries: "
+              f"{', '.join(map(str, failed))}", file=sys.stderr)

@@ -1,0 +1,98 @@
+"""References to the user's code and files in a run file: `package.module:function` and relative paths."""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import os
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from autotune.core.errors import ConfigError, describe_exception, library_file
+
+
+def check_fit_signature(fn: Any, ref: str, file: str) -> None:
+    """A training function is called as fn(ctx): exactly one positional parameter without a default."""
+    import inspect
+
+    try:
+        params = list(inspect.signature(fn).parameters.values())
+    except (TypeError, ValueError):
+        return  # a builtin or C callable: let the call tell
+    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    required = [p for p in params if p.default is p.empty and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+    takes_varargs = any(p.kind is p.VAR_POSITIONAL for p in params)
+    if not (len(required) == 1 and required[0] in positional) and not (not required and (positional or takes_varargs)):
+        shown = ", ".join(p.name for p in params) or "nothing"
+        raise ConfigError(file, "trainer", f"{ref} must take the trial context as its one argument, fit(ctx); it "
+                                           f"takes ({shown})")
+
+
+def code_where(fn: Any) -> str:
+    """`file.py:LINE in name` where a user's function is defined ('' for a callable without Python code): the
+    place an error about what the function did as a whole (returned, never reported) points at."""
+    code = getattr(fn, "__code__", None) or getattr(type(fn).__dict__.get("__call__"), "__code__", None)
+    if code is None or library_file(code.co_filename):  # (the built-in trainer is not the user's)
+        return ""
+    return f"{os.path.basename(code.co_filename)}:{code.co_firstlineno} in {code.co_name}"
+
+
+# Folders a user's module was imported from that are not on sys.path: processes started to run the user's code
+# (DDP ranks) import it by name, so they get these on their path (`importable`); this process's sys.path does not.
+_FOLDERS: list[str] = []
+
+
+def load_factory(ref: str, file: str = "<config>", key: str = "factory", near: str | None = None) -> Any:
+    """Import `package.module:function`; a failure is a ConfigError naming the reference. Modules are found
+    on the import path, in the working directory, and (`near`: the config file's path) next to the YAML file:
+    those two are on sys.path only while the module is imported (it stays in sys.modules)."""
+    mod_name, sep, attr = ref.partition(":")
+    if not sep or not mod_name or not attr:
+        raise ConfigError(file, key, f"must look like 'package.module:function'; got {ref!r}")
+    extra = []
+    if "" not in sys.path:  # a user's own module in the working directory
+        extra.append(os.getcwd())
+    if near is not None and near != "<config>":
+        extra.append(str(Path(near).resolve().parent))
+    try:
+        with _on_path(extra) as added:
+            module = importlib.import_module(mod_name)
+    except Exception as e:  # ImportError, or the user's module raising on import
+        raise ConfigError(file, key, f"cannot import {mod_name!r}: {describe_exception(e)}") from None
+    _FOLDERS.extend(f for f in added if f not in _FOLDERS)
+    fn = module.__dict__.get(attr)
+    if fn is None or not callable(fn):
+        raise ConfigError(file, key, f"module {mod_name!r} has no callable {attr!r}")
+    return fn
+
+
+@contextlib.contextmanager
+def _on_path(folders: list[str]) -> Iterator[list[str]]:
+    """`folders` not on sys.path yet are appended for the block, then taken out again (only those: a module that
+    edits sys.path while it is imported keeps its own changes). Yields the ones it added."""
+    added = [f for f in dict.fromkeys(folders) if f not in sys.path]
+    sys.path.extend(added)
+    try:
+        yield added
+    finally:
+        for f in added:
+            if f in sys.path:
+                sys.path.remove(f)
+
+
+@contextlib.contextmanager
+def importable() -> Iterator[None]:
+    """While processes that import the user's modules by name are started (multiprocessing hands them this
+    process's sys.path): the folders `load_factory` found them in are on sys.path."""
+    with _on_path(_FOLDERS):
+        yield
+
+
+def resolve_path(p: str, source: str) -> Path:
+    """Relative data paths are tried as given (cwd), then next to the config file."""
+    path = Path(p)
+    if path.is_absolute() or path.exists() or source == "<config>":
+        return path
+    return Path(source).parent / path

@@ -1,0 +1,117 @@
+"""Everything that can be wrong with a config before anything trains, as one ConfigError line: the device, a fixed
+precision, several devices, sampler and pruner, the data, the model, augmentation and compression settings.
+
+Run before a study (or a worker) starts, by `autotune.train`, `autotune profile` and `autotune speed`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from autotune.core import AutotuneError, ConfigError, describe_exception, warn_config
+from autotune.search import pruners, samplers, space
+from autotune.spec import RunConfig
+from autotune.training import accel, augment, data, distributed, models
+
+
+def preflight(cfg: RunConfig) -> None:
+    """Everything that can be wrong before a trial runs: device, fixed precision, data, model."""
+    file = Path(cfg.source).name
+    fixed = cfg.fixed()
+    try:
+        dev = accel.resolve_device(fixed["device"])
+    except AutotuneError as e:
+        raise ConfigError(file, "train.device", str(e)) from None
+    if "precision" not in cfg.space:
+        why = accel.precision_error(str(dev), fixed["precision"])
+        if why is not None:
+            raise ConfigError(file, "train.precision", f"{fixed['precision']} cannot run on {dev}: {why}; "
+                                                       f"use fp32 or search precision")
+    distributed.check(cfg)
+    samplers.make_sampler(cfg)
+    pruners.optuna_pruner(cfg)
+    pruners.pareto_pruner(cfg)
+    if cfg.trainer is not None:
+        return  # a user's training function brings its own data and model
+    try:
+        ds = data.load(cfg.data, cfg.source, cfg.task)
+    except AutotuneError:
+        raise
+    except Exception as e:  # a user's data factory or a damaged file: one line naming it, not a traceback
+        key, what = ("data.factory", f"{cfg.data.factory} raised") if cfg.data.factory else \
+            ("data.path", f"cannot read {cfg.data.path}:") if cfg.data.path else ("data", f"{cfg.data.name}:")
+        raise ConfigError(file, key, f"{what} {describe_exception(e)}") from None
+    _check_augment(cfg, ds.input_shape, file)
+    _check_batch_size(cfg, len(ds.y_train), file)
+    try:
+        models.build_for(cfg.model, space.fixed_point(cfg, {}), ds.input_shape, ds.n_outputs, 0.0, "default", file)
+    except AutotuneError:
+        raise
+    except Exception as e:
+        key, what = ("model.factory", f"{cfg.model.factory} raised") if cfg.model.factory else ("model", "failed:")
+        raise ConfigError(file, key, f"cannot build the model for input {ds.input_shape}: {what} "
+                                     f"{describe_exception(e)}") from None
+    from autotune import compress  # fixed compression settings that cannot run here
+
+    compress.preflight(cfg)
+
+
+def notes(cfg: RunConfig) -> list[str]:
+    """What a valid config may not mean what it seems to, said at validation and at a run's start (not errors).
+
+    A searched `lr` with `trainer:` is the learning rate only for the searched optimizer (`ctx.prepare(model)`);
+    on an optimizer the fit builds itself it multiplies each group's own lr. Which one a fit does is known only
+    once it runs, so the note comes when the range does not hold 1.0 (a multiplier's range holds it; 1e-3..1e-2
+    as a multiplier would shrink the fit's own rates a hundred- to a thousand-fold)."""
+    spec = cfg.space.get("lr")
+    if cfg.trainer is None or spec is None:
+        return []
+    values = list(spec.choices) if spec.choices is not None else [spec.low, spec.high]
+    numbers = [float(v) for v in values if isinstance(v, (int, float)) and not isinstance(v, bool)]
+    if numbers and min(numbers) <= 1.0 <= max(numbers):
+        return []
+    return [f"{Path(cfg.source).name}: space.lr: with trainer: {cfg.trainer}, lr is the learning rate only when "
+            "your fit trains with the searched optimizer (ctx.prepare(model)); on an optimizer your fit builds and "
+            "passes to ctx.prepare it multiplies each parameter group's own lr (search it around 1.0 then, e.g. "
+            "0.25 to 4.0); each trial's rates are stored as user attr effective_lrs"]
+
+
+def _check_augment(cfg: RunConfig, input_shape: tuple[int, ...], file: str) -> None:
+    """Augmentation settings the data cannot take (image-only, a crop pad past the image side), fixed or
+    at the largest value searched."""
+    fixed = cfg.fixed()
+    for key in augment.SETTINGS:
+        spec = cfg.space.get(key)
+        values = [fixed.get(key)] if spec is None else \
+            [max(spec.choices)] if spec.choices is not None else [spec.high]
+        why = augment.check({key: values[0]}, input_shape)
+        if why is not None:
+            raise ConfigError(file, f"space.{key}" if spec else f"train.{key}", why)
+
+
+def _check_batch_size(cfg: RunConfig, n_train: int, file: str) -> None:
+    """A batch larger than the training split trains every epoch on one short batch (on several devices with
+    drop_last, on none): refused when fixed or when every searched value is; a warning when some searched are."""
+    fixed = cfg.fixed()
+    fraction = float(fixed.get("data_fraction", 1.0)) if "data_fraction" not in cfg.space else 1.0
+    n = max(1, int(round(n_train * fraction)))
+    of = f"{n_train} samples" + (f" x data_fraction {fraction:g} = {n}" if fraction < 1.0 else "")
+    spec = cfg.space.get("batch_size")
+    if spec is None:
+        bs = int(fixed["batch_size"])
+        if bs > n:
+            raise ConfigError(file, "train.batch_size", f"{bs} is larger than the training set ({of}): every epoch "
+                                                        f"would be one short batch; use at most {n}")
+        return
+    values = list(spec.choices or ()) if spec.type == "categorical" else [spec.low, spec.high]
+    over = [int(v) for v in values if v is not None and v > n]
+    if not over:
+        return
+    if len(over) == len(values) and (spec.type == "categorical" or values[0] is not None and values[0] > n):
+        raise ConfigError(file, "space.batch_size", f"every value searched is larger than the training set ({of}); "
+                                                    f"search values up to {n}")
+    warn_config(file, "space.batch_size", f"{', '.join(map(str, over))} larger than the training set ({of}): a trial "
+                                          "that samples it trains on one short batch per epoch")
+
+
+__all__ = ["notes", "preflight"]

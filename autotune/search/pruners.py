@@ -1,0 +1,405 @@
+"""Stop rules that need the study: slow against the Pareto front, Optuna's pruners (one objective), and
+Pareto-aware pruning for multi-objective studies.
+
+Optuna refuses `trial.report` / `should_prune` when a study has several directions, so
+each trial records its own per-epoch objective values in the user attr `epoch_values`
+(a list, one entry per epoch, objectives known after every epoch only). `ParetoPruner` and
+`ParetoASHAPruner` read those records; the objective calls their one method, `stop`, after
+every epoch and stops the trial with the reason it returns.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
+
+import optuna
+from optuna.trial import FrozenTrial, TrialState
+
+from autotune.core import ConfigError, TrialStopped, is_fraction, is_quality, lookup, per_epoch
+from autotune.search import curves
+from autotune.search.results import dominates, pareto_front
+from autotune.spec import RunConfig
+from autotune.training import projected_time_s
+
+EPOCH_VALUES = "epoch_values"  # user attr: list[list[float]], objective values after each epoch
+
+
+def check_vs_front(elapsed_s: float, epoch: int, epochs: int, quality: float, factor: float | None,
+                   front: list[FrozenTrial], metric: str = "val_accuracy", direction: str = "maximize") -> None:
+    """Slower than `factor` x the slowest Pareto trial, and no better on `metric` (the study's quality objective)
+    than the front was at this epoch."""
+    if factor is None or not front:
+        return
+    times = [float(t.user_attrs["train_time_s"]) for t in front if "train_time_s" in t.user_attrs]
+    if not times:
+        return
+    proj = projected_time_s(elapsed_s, epoch, epochs)
+    limit = factor * max(times)
+    if proj <= limit:
+        return
+    seen = [h[metric] for t in front for h in t.user_attrs.get("history", []) if h["epoch"] == epoch and metric in h]
+    if seen and (quality > max(seen) if direction == "maximize" else quality < min(seen)):
+        return
+    raise TrialStopped("slow", epoch, f"projected {proj:.1f}s > {factor:g} x slowest Pareto trial "
+                                      f"({max(times):.1f}s) without a better {metric}")
+
+
+def hypervolume_2d(points: Sequence[tuple[float, float]], ref: tuple[float, float]) -> float:
+    """Area dominated by (x, y) points, both minimized, inside the box below `ref`."""
+    area, y_prev = 0.0, ref[1]
+    for x, y in sorted((p for p in points if p[0] < ref[0] and p[1] < ref[1]), key=lambda p: (p[0], p[1])):
+        if y < y_prev:
+            area += (ref[0] - x) * (y_prev - y)
+            y_prev = y
+    return area
+
+
+FRONT_GAIN_STARTUP = 5  # completed trials before min_front_gain acts: a young front's best is no yardstick
+
+
+def check_front_gain_in(study: optuna.Study, cfg: RunConfig, proj_s: float, at: str) -> None:
+    """`check_front_gain` against the study's front, once it has FRONT_GAIN_STARTUP completed trials."""
+    done = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+    if len(done) >= FRONT_GAIN_STARTUP:
+        check_front_gain(cfg, pareto_front(done, cfg.directions), proj_s, at)
+
+
+def check_front_gain(cfg: RunConfig, front: list[FrozenTrial], proj_s: float, at: str) -> None:
+    """Before a trial trains, its training time is known (the speed probe) and its accuracy is not: stop it,
+    `dominated`, when even its best case, the front's best quality + `front_margin`, at its predicted time would
+    add less than `min_front_gain` of the (quality, train_time_s) front's hypervolume (time reference:
+    `vs_front` (else 2) x the slowest front trial's; quality reference: 0 for an accuracy, else the front's
+    worst). A trial slower than the whole front must beat its best accuracy, and barely can; one in between
+    adds the area between the front and its best case."""
+    slow = cfg.pruning.slow
+    metric, direction = quality_objective(cfg)
+    if slow.min_front_gain is None or "train_time_s" not in [o.metric for o in cfg.objectives]:
+        return
+    pts = [(float(t.user_attrs["train_time_s"]), float(t.user_attrs[metric])) for t in front
+           if "train_time_s" in t.user_attrs and metric in t.user_attrs]
+    if not pts:
+        return
+    sign = -1.0 if direction == "maximize" else 1.0  # quality as a minimized number
+    best = max(q for _, q in pts) if direction == "maximize" else min(q for _, q in pts)
+    hoped = best - sign * slow.front_margin
+    if is_fraction(metric):
+        hoped = min(1.0, max(0.0, hoped))
+    q_ref = 0.0 if is_fraction(metric) and direction == "maximize" else max(sign * q for _, q in pts)
+    ref = ((slow.vs_front or 2.0) * max(t for t, _ in pts), q_ref)
+    mine = [(t, sign * q) for t, q in pts]
+    hv = hypervolume_2d(mine, ref)
+    if hv <= 0:
+        return
+    gain = hypervolume_2d([*mine, (proj_s, sign * hoped)], ref) - hv
+    if gain >= slow.min_front_gain * hv:
+        return
+    shown = ", ".join(f"{q:.4g} in {t:.1f}s" for t, q in sorted(pts)[:4]) + (" ..." if len(pts) > 4 else "")
+    raise TrialStopped("dominated", 0, f"predicted {proj_s:.1f}s at {at} behind the front: even at "
+                                       f"{metric} {hoped:.4g} (the front's best {best:.4g} + {slow.front_margin:g}) "
+                                       f"it would add {gain / hv:.1%} to its hypervolume (< {slow.min_front_gain:.1%});"
+                                       f" front: {shown}")
+
+
+def quality_objective(cfg: RunConfig) -> tuple[str, str]:
+    """The study's quality objective (accuracy, or the first that is not a clock or a size) and its direction."""
+    quality = [o for o in cfg.objectives if is_quality(o.metric)]
+    return (quality[0].metric, str(quality[0].direction)) if quality else ("val_accuracy", "maximize")
+
+
+def _values_at(t: FrozenTrial, step: int) -> list[float] | None:
+    rec = t.user_attrs.get(EPOCH_VALUES) or []
+    return list(rec[step - 1]) if len(rec) >= step else None
+
+
+class ParetoStop(Protocol):
+    """A multi-objective stop rule: why a trial with `current` objective values after epoch `step` (of `epochs`)
+    should stop, given the study's finished trials (COMPLETE and PRUNED); None to go on. `curve`: the trial's
+    values after each epoch so far (the last one is `current`), for rules that judge where it is heading."""
+
+    directions: list[str]
+
+    def stop(self, current: list[float], step: int, trials: list[FrozenTrial], epochs: int,
+             curve: list[list[float]] | None = None) -> str | None: ...
+
+
+CUMULATIVE = ("train_time_s",)  # per-epoch metrics that add up over epochs: heading for value / step x epochs
+
+
+def heading_for(curve: list[list[float]], epochs: int, metrics: Sequence[str],
+                directions: Sequence[str]) -> list[float] | None:
+    """Each objective's predicted value after the last epoch: a clock that adds up, extrapolated linearly; a
+    quality metric, by its learning curve (curves.forecast); anything else, its last value. None when a quality
+    curve cannot be fitted (too few epochs, a bad fit): there is no forecast to judge by."""
+    step = len(curve)
+    out = []
+    for i, (m, d) in enumerate(zip(metrics, directions)):
+        ys = [v[i] for v in curve]
+        if m in CUMULATIVE:
+            out.append(projected_time_s(ys[-1], step, epochs))
+        elif is_quality(m):
+            low, high = (0.0, 1.0) if is_fraction(m) else (-math.inf, math.inf)
+            f = curves.forecast(ys, epochs, maximize=d == "maximize", low=low, high=high)
+            if not f.fitted:
+                return None
+            out.append(f.value)
+        else:
+            out.append(ys[-1])
+    return out
+
+
+class ParetoPruner:
+    """Stop a trial whose objective values at epoch k are dominated, by a margin, by a completed
+    trial's values at epoch k. The margin is a share of each objective's spread among those trials.
+
+    `forecast`: judge a trial by where it is heading instead: its predicted values after the last epoch
+    (`heading_for`: the accuracy's learning curve, the time so far x epochs / epochs done) against the completed
+    trials' final values, by the same margin; until its curve can be fitted, by the values at epoch k."""
+
+    def __init__(self, directions: Sequence[str], n_startup_trials: int = 4, n_warmup_steps: int = 2,
+                 margin: float = 0.05, forecast: bool = False, metrics: Sequence[str] | None = None) -> None:
+        self.directions = list(directions)
+        self.n_startup_trials = n_startup_trials
+        self.n_warmup_steps = n_warmup_steps
+        self.margin = margin
+        self.forecast = bool(forecast)
+        self.metrics = list(metrics) if metrics is not None else []
+        if self.forecast and len(self.metrics) != len(self.directions):
+            raise ValueError("forecast needs the name of every objective it compares (metrics)")
+
+    def stop(self, current: list[float], step: int, trials: list[FrozenTrial], epochs: int,
+             curve: list[list[float]] | None = None) -> str | None:
+        completed = [t for t in trials if t.state == TrialState.COMPLETE]
+        if self.forecast and curve and step >= self.n_warmup_steps and len(completed) >= self.n_startup_trials:
+            pred = heading_for(curve, epochs, self.metrics, self.directions)
+            if pred is not None:
+                finals = [(t, list(rec[-1])) for t in completed if (rec := t.user_attrs.get(EPOCH_VALUES))]
+                by = self._dominating(pred, finals)
+                shown = ", ".join(f"{m} {v:.4g}" for m, v in zip(self.metrics, pred))
+                return None if by is None else (f"heading for {shown} at epoch {epochs} (learning curve at epoch "
+                                                f"{step}): dominated by trial {by.number}")
+        by = self.dominated_by(current, step, completed)
+        return None if by is None else f"dominated at epoch {step} by trial {by.number}"
+
+    def dominated_by(self, current: list[float], step: int, completed: list[FrozenTrial]) -> FrozenTrial | None:
+        """The completed trial that dominates `current` at `step` by the margin, if any."""
+        if step < self.n_warmup_steps or len(completed) < self.n_startup_trials:
+            return None
+        return self._dominating(current, [(t, v) for t in completed if (v := _values_at(t, step)) is not None])
+
+    def _dominating(self, current: list[float], refs: list[tuple[FrozenTrial, list[float]]]) -> FrozenTrial | None:
+        if not refs:
+            return None
+        spreads = []
+        for i in range(len(self.directions)):
+            col = [v[i] for _, v in refs] + [current[i]]
+            spreads.append(max(col) - min(col))
+        for t, v in refs:
+            if self._beats(v, current, spreads):
+                return t
+        return None
+
+    def _beats(self, ref: list[float], cur: list[float], spreads: list[float]) -> bool:
+        if not dominates(ref, cur, self.directions):
+            return False
+        for r, c, d, s in zip(ref, cur, self.directions, spreads):
+            gain = (c - r) if d == "minimize" else (r - c)
+            # better by a margin on every objective; a zero spread (identical trials) is no excuse
+            if gain < self.margin * max(s, 0.01 * abs(c)):
+                return False
+        return True
+
+
+def nondominated_ranks(points: list[list[float]], directions: list[str]) -> list[int]:
+    """Front index of each point (0 = non-dominated) by repeated peeling."""
+    ranks = [-1] * len(points)
+    left = set(range(len(points)))
+    r = 0
+    while left:
+        front = {i for i in left if not any(dominates(points[j], points[i], directions) for j in left if j != i)}
+        for i in front:
+            ranks[i] = r
+        left -= front
+        r += 1
+    return ranks
+
+
+def crowding_distances(points: list[list[float]], members: list[int]) -> dict[int, float]:
+    """NSGA-II crowding distance of each member within its front: the normalized size of the box its neighbours
+    on every objective span (the two ends of an objective: infinite, they hold the front's extent)."""
+    out = {i: 0.0 for i in members}
+    if len(members) <= 2:
+        return {i: math.inf for i in members}
+    for k in range(len(points[members[0]])):
+        order = sorted(members, key=lambda i: (points[i][k], i))
+        span = points[order[-1]][k] - points[order[0]][k]
+        out[order[0]] = out[order[-1]] = math.inf
+        for j in range(1, len(order) - 1):
+            if span > 0:
+                out[order[j]] += (points[order[j + 1]][k] - points[order[j - 1]][k]) / span
+    return out
+
+
+def promoted(points: list[list[float]], directions: list[str], eta: float) -> list[int]:
+    """The indices of the top ceil(n / eta) points of a rung table, best first: whole successive Pareto fronts
+    while they fit, then the last front's most isolated points by crowding distance (MOASHA, arXiv:2106.12639,
+    with NSGA-II's tie break; equal distances go to the earlier index)."""
+    k = max(1, math.ceil(len(points) / eta))
+    ranks = nondominated_ranks(points, directions)
+    chosen: list[int] = []
+    for r in range(max(ranks, default=-1) + 1):
+        front = [i for i, ri in enumerate(ranks) if ri == r]
+        if len(chosen) + len(front) > k:
+            cd = crowding_distances(points, front)
+            front.sort(key=lambda i: (-cd[i], i))
+        chosen.extend(front[:k - len(chosen)])
+        if len(chosen) >= k:
+            break
+    return chosen
+
+
+class ParetoASHAPruner:
+    """Asynchronous multi-objective successive halving: at rung epochs min_epochs x eta^k (below the last epoch),
+    a trial goes on only if it is among the top 1/eta of the rung table (itself and every finished trial that
+    reached that rung), ranked by non-dominated sorting and crowding distance (`promoted`). With fewer than
+    `n_startup_trials` others at the rung it goes on."""
+
+    def __init__(self, directions: Sequence[str], min_epochs: int = 1, reduction_factor: int = 3,
+                 n_startup_trials: int = 3) -> None:
+        if min_epochs < 1 or reduction_factor < 2:
+            raise ValueError(f"needs min_epochs >= 1 and reduction_factor >= 2; got {min_epochs}, "
+                             f"{reduction_factor}")
+        self.directions = list(directions)
+        self.min_epochs = min_epochs
+        self.eta = reduction_factor
+        self.n_startup_trials = n_startup_trials
+
+    def rungs(self, max_epochs: int) -> list[int]:
+        out, r = [], self.min_epochs
+        while r < max_epochs:
+            out.append(r)
+            r *= self.eta
+        return out
+
+    def stop(self, current: list[float], step: int, trials: list[FrozenTrial], epochs: int,
+             curve: list[list[float]] | None = None) -> str | None:
+        peers = [t for t in trials if t.state in (TrialState.COMPLETE, TrialState.PRUNED)]
+        if not self.cut(current, step, peers, epochs):
+            return None
+        return f"outside the non-dominated top 1/{self.eta} of the trials at rung epoch {step}"
+
+    def cut(self, current: list[float], step: int, others: list[FrozenTrial], max_epochs: int) -> bool:
+        if step not in self.rungs(max_epochs):
+            return False
+        peers = [v for t in others if (v := _values_at(t, step)) is not None]
+        if len(peers) < self.n_startup_trials:
+            return False
+        return 0 not in promoted([current, *peers], self.directions, self.eta)
+
+
+# ---------------------------------------------------------------- the registry
+
+
+def _file(cfg: RunConfig) -> str:
+    return cfg.source.rsplit("/", 1)[-1]
+
+
+def _nop(cfg: RunConfig, args: dict[str, Any]) -> optuna.pruners.BasePruner:
+    return optuna.pruners.NopPruner()
+
+
+def _threshold(cfg: RunConfig, args: dict[str, Any]) -> optuna.pruners.BasePruner:
+    if not ({"lower", "upper"} & set(args)):
+        # threshold on the objective itself: a maximized accuracy below `lower` is hopeless
+        raise ConfigError(_file(cfg), "pruning.pruner_args", "threshold needs lower or upper (e.g. {lower: 0.5})")
+    return optuna.pruners.ThresholdPruner(**args)
+
+
+def _hyperband(cfg: RunConfig, args: dict[str, Any]) -> optuna.pruners.BasePruner:
+    args.setdefault("max_resource", int(cfg.fixed().get("epochs", 10)) if "epochs" not in cfg.space
+                    else int(cfg.space["epochs"].high or 10))
+    return optuna.pruners.HyperbandPruner(**args)
+
+
+def _epoch_directions(cfg: RunConfig) -> list[str]:
+    """The directions of the objectives known after every epoch: what the Pareto pruners compare."""
+    return [str(o.direction) for o in cfg.objectives if per_epoch(o.metric)]
+
+
+def _epoch_metrics(cfg: RunConfig) -> list[str]:
+    return [o.metric for o in cfg.objectives if per_epoch(o.metric)]
+
+
+def _pareto(cfg: RunConfig, args: dict[str, Any]) -> ParetoStop:
+    return ParetoPruner(_epoch_directions(cfg), metrics=_epoch_metrics(cfg), **args)
+
+
+def _pareto_asha(cfg: RunConfig, args: dict[str, Any]) -> ParetoStop:
+    return ParetoASHAPruner(_epoch_directions(cfg), **args)
+
+
+@dataclass(frozen=True)
+class PrunerKind:
+    """A registered pruner: its builder `(cfg, args)`, the studies it is for, autotune's defaults for its args."""
+
+    build: Callable[[RunConfig, dict[str, Any]], Any]  # an Optuna BasePruner, or a ParetoStop (several)
+    objectives: Literal["one", "several", "any"]  # one: Optuna's (trial.should_prune); several: autotune's Pareto
+    defaults: Mapping[str, Any] = field(default_factory=dict)
+
+
+def _optuna(cls: Callable[..., optuna.pruners.BasePruner]) -> Callable[[RunConfig, dict[str, Any]],
+                                                                      optuna.pruners.BasePruner]:
+    return lambda cfg, args: cls(**args)
+
+
+PRUNERS: dict[str, PrunerKind] = {
+    "none": PrunerKind(_nop, "any"),
+    "median": PrunerKind(_optuna(optuna.pruners.MedianPruner), "one", {"n_startup_trials": 4, "n_warmup_steps": 2}),
+    "percentile": PrunerKind(_optuna(optuna.pruners.PercentilePruner), "one", {"percentile": 25.0}),
+    "successive_halving": PrunerKind(_optuna(optuna.pruners.SuccessiveHalvingPruner), "one"),
+    "hyperband": PrunerKind(_hyperband, "one", {"min_resource": 1}),
+    "threshold": PrunerKind(_threshold, "one"),
+    "wilcoxon": PrunerKind(_optuna(optuna.pruners.WilcoxonPruner), "one"),
+    "pareto": PrunerKind(_pareto, "several"),
+    "pareto_asha": PrunerKind(_pareto_asha, "several"),
+}
+AUTO = {"one": "median", "several": "pareto"}  # `pruner: auto` by the study's number of objectives
+
+
+def resolved_name(cfg: RunConfig) -> str:
+    """The registered pruner a config's `pruning.pruner` means (auto by its number of objectives)."""
+    name = cfg.pruning.pruner
+    return AUTO["several" if cfg.multi_objective else "one"] if name == "auto" else name
+
+
+def build(cfg: RunConfig, name: str) -> Any:
+    """Registered pruner `name` with autotune's defaults under `pruning.pruner_args`; bad args are a ConfigError."""
+    kind = lookup(PRUNERS, name, _file(cfg), "pruning.pruner", "pruner")
+    try:
+        return kind.build(cfg, {**kind.defaults, **cfg.pruning.pruner_args})
+    except (TypeError, ValueError) as e:
+        raise ConfigError(_file(cfg), "pruning.pruner_args", f"{name}: {e}") from None
+
+
+def optuna_pruner(cfg: RunConfig) -> optuna.pruners.BasePruner:
+    """Optuna's own pruner for a single-objective study (multi-objective: Optuna gets NopPruner)."""
+    name = resolved_name(cfg)
+    if cfg.multi_objective or PRUNERS[name].objectives != "one":
+        return optuna.pruners.NopPruner()
+    return build(cfg, name)
+
+
+def pareto_pruner(cfg: RunConfig) -> ParetoStop | None:
+    """autotune's own pruner for a multi-objective study (auto = pareto), over the objectives known after every
+    epoch (size and latency are known only at the end): None when fewer than two are, or the pruner is none."""
+    name = resolved_name(cfg)
+    if not cfg.multi_objective or PRUNERS[name].objectives != "several":
+        return None
+    pruner = build(cfg, name)  # built either way: its arguments are checked
+    return pruner if len(_epoch_directions(cfg)) >= 2 else None
+
+
+def front_of(study: optuna.Study, cfg: RunConfig) -> list[FrozenTrial]:
+    return pareto_front(study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)), cfg.directions)

@@ -1,0 +1,189 @@
+"""Plain views of a study's trials: summaries, the Pareto front, and the rule that picks `best`.
+
+Pure functions over Optuna's FrozenTrial; no drawing, no storage writes.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import optuna
+from optuna.trial import FrozenTrial, TrialState
+
+from autotune.core import CATALOGUE, is_fraction
+from autotune.spec import FastestWithin, MostAccurateUnder, RunConfig
+
+if TYPE_CHECKING:
+    from autotune.training import EpochRecord
+
+# An epoch record's own fields (EpochRecord); every other key of a stored epoch is a reported metric.
+_CLOCKS = ("train_loss", "epoch_time_s", "train_time_s", "samples_per_s", "data_wait_fraction", "lr")
+
+
+@dataclass
+class TrialSummary:
+    number: int
+    state: str
+    params: dict[str, Any]  # the searched values that took effect (not the `not_applied` ones)
+    values: dict[str, float]  # objective metric -> value
+    metrics: dict[str, float]  # every measured metric
+    # per epoch as the trial's `history` user attr stores it: flat dicts, EpochRecord.as_dict(); `records()` gives
+    # the EpochRecords a TrainResult.history holds
+    history: list[dict[str, Any]] = field(default_factory=list)
+    stop_reason: str | None = None
+    stop_epoch: int | None = None
+    settings: dict[str, Any] = field(default_factory=dict)
+    feasible: bool = True
+    not_applied: dict[str, str] = field(default_factory=dict)  # searched settings that took no effect, and why
+    # (left out of `params`, of the printed recommendation and of `best --export`)
+    seed: int | None = None  # the training seed (what reproduces it)
+    # torch threads autotune chose for it (a cap after an oversubscribed trial, less one per loader worker; None:
+    # its own cpu_threads, or torch's default): `best` shows it and `best --export` writes it as cpu_threads
+    cpu_threads_used: int | None = None
+    cpu_threads_capped: bool = False
+    # a chosen lr multiplied the fit's own optimizer's group lrs: (those lrs, the rates it trained at), else None
+    effective_lrs: tuple[list[float], list[float]] | None = None
+
+    def lr_note(self) -> str | None:
+        """What a searched lr meant on the fit's own optimizer (its multiplier), or None."""
+        lr = self.params.get("lr", self.settings.get("lr"))  # searched, or fixed in train:
+        if self.effective_lrs is None or lr is None:
+            return None
+        return lr_scaling_text(float(lr), *self.effective_lrs)
+
+    def records(self) -> list[EpochRecord]:
+        """`history` as EpochRecords, the type of `TrainResult.history` (`rec.epoch`, `rec.val_accuracy`); a clock
+        an old record lacks is NaN."""
+        from autotune.training import EpochRecord
+
+        return [EpochRecord(epoch=int(h.get("epoch", n)), metrics={k: v for k, v in h.items() if k != "epoch" and
+                                                                   k not in _CLOCKS},
+                            **{k: float(h.get(k, math.nan)) for k in _CLOCKS})
+                for n, h in enumerate(self.history, start=1)]
+
+    def row(self) -> dict[str, Any]:
+        """A flat dict for tables and DataFrames."""
+        out: dict[str, Any] = {"number": self.number, "state": self.state, "stop_reason": self.stop_reason}
+        out.update({f"params_{k}": v for k, v in self.params.items()})
+        out.update(self.metrics)
+        out["feasible"] = self.feasible
+        return out
+
+
+def lr_scaling_text(lr: float, own: list[float], effective: list[float]) -> str:
+    """`lr 0.0031 multiplies your optimizer's group lrs (6.4, 0.1) → (0.0198, 0.00031)`."""
+    def shown(lrs: list[float]) -> str:
+        return ", ".join(f"{v:.3g}" for v in lrs)
+
+    return f"lr {lr:.3g} multiplies your optimizer's group lrs ({shown(own)}) → ({shown(effective)})"
+
+
+def summarize(t: FrozenTrial, metrics: list[str]) -> TrialSummary:
+    ua = t.user_attrs
+    unused = {k: why for k, why in (ua.get("not_applied") or {}).items() if k in t.params}  # searched, no effect
+    values = dict(zip(metrics, t.values)) if t.values is not None else {}
+    keys = dict.fromkeys([*metrics, *CATALOGUE])  # the objectives first: user metrics (val_f1...) too
+    measured = {k: float(ua[k]) for k in keys if isinstance(ua.get(k), (int, float)) and not isinstance(ua[k], bool)}
+    return TrialSummary(
+        number=t.number, state=t.state.name, params={k: v for k, v in t.params.items() if k not in unused},
+        values=values, metrics=measured,
+        history=list(ua.get("history", [])), stop_reason=ua.get("stop_reason"), stop_epoch=ua.get("stop_epoch"),
+        settings=dict(ua.get("settings", {})),
+        feasible=feasible(t), not_applied=unused, seed=ua.get("seed"),
+        cpu_threads_used=ua.get("cpu_threads_used", ua.get("cpu_threads_capped")),  # (older: only the cap)
+        cpu_threads_capped="cpu_threads_capped" in ua,
+        effective_lrs=(list(ua["own_group_lrs"]), list(ua["effective_lrs"])) if "effective_lrs" in ua and
+        "own_group_lrs" in ua else None,
+    )
+
+
+def feasible(t: FrozenTrial) -> bool:
+    """The trial satisfies every constraint (each value <= 0); a trial without constraints is feasible.
+
+    Optuna 5 stores `trial.set_constraint(key, v)` (objective.py: `accuracy_drop`) as a `constraints:KEY`
+    system attr and a sampler's `constraints_func` as a `constraints` list; `FrozenTrial.constraints`
+    gathers both."""
+    return all(float(v) <= 0 for v in t.constraints.values())
+
+
+def dominates(a: list[float], b: list[float], directions: list[str]) -> bool:
+    """a is at least as good as b everywhere and better somewhere."""
+    better = False
+    for x, y, d in zip(a, b, directions):
+        x, y = (x, y) if d == "minimize" else (-x, -y)
+        if x > y:
+            return False
+        better = better or x < y
+    return better
+
+
+def pareto_front(trials: list[FrozenTrial], directions: list[str]) -> list[FrozenTrial]:
+    """Non-dominated COMPLETE (and feasible, when constrained) trials, in trial order."""
+    done = [t for t in trials if t.state == TrialState.COMPLETE and t.values is not None
+            and all(math.isfinite(v) for v in t.values)]
+    pool = [t for t in done if feasible(t)] or done
+    return [t for t in pool if not any(dominates(list(o.values), list(t.values), directions) for o in pool
+                                       if o is not t)]
+
+
+def select(front: list[FrozenTrial], cfg: RunConfig) -> FrozenTrial | None:
+    """The recommended trade-off on the front, by the config's `select` rule."""
+    if not front:
+        return None
+    metrics = [o.metric for o in cfg.objectives]
+    if len(metrics) == 1:
+        return front[0] if len(front) == 1 else _best_single(front, cfg.directions[0])
+    rule = cfg.select
+
+    def metric(t: FrozenTrial, key: str) -> float:
+        if key in metrics:
+            return float(t.values[metrics.index(key)])
+        return float(t.user_attrs.get(key, math.nan))
+
+    if isinstance(rule, FastestWithin):
+        best_acc = max(metric(t, "val_accuracy") for t in front)
+        ok = [t for t in front if metric(t, "val_accuracy") >= best_acc - rule.fastest_within]
+        return min(ok, key=lambda t: metric(t, "train_time_s"))
+    if isinstance(rule, MostAccurateUnder):
+        ok = [t for t in front if metric(t, "train_time_s") <= rule.most_accurate_under_s]
+        if not ok:
+            return min(front, key=lambda t: metric(t, "train_time_s"))
+        return max(ok, key=lambda t: metric(t, "val_accuracy"))
+    return knee(front, cfg.directions, metrics)
+
+
+def _best_single(trials: list[FrozenTrial], direction: str) -> FrozenTrial:
+    key = (lambda t: t.values[0]) if direction == "minimize" else (lambda t: -t.values[0])
+    return min(trials, key=key)
+
+
+def knee(front: list[FrozenTrial], directions: list[str], metrics: list[str] | None = None) -> FrozenTrial:
+    """The front point closest to the ideal point, each objective compared as a ratio to its best.
+
+    Accuracy is compared as error rate, time as seconds: halving the error weighs the same as
+    halving the time, so a trial 1.1x slower but with a third of the errors wins. Objectives
+    that are not positive fall back to the front's range scaled to [0, 1].
+    """
+    metrics = metrics or [""] * len(directions)
+    vals = [list(t.values) for t in front]
+    columns = []
+    for i, (d, m) in enumerate(zip(directions, metrics)):
+        col = [v[i] for v in vals]
+        if d == "maximize" and all(0 <= x <= 1 for x in col) and (m == "" or is_fraction(m)):
+            col, d = [max(1 - x, 1e-4) for x in col], "minimize"  # accuracy -> error rate
+        if all(x > 0 for x in col):
+            best = min(col) if d == "minimize" else max(col)
+            columns.append([abs(math.log(x / best)) for x in col])
+        else:
+            lo, hi = min(col), max(col)
+            span = hi - lo or 1.0
+            columns.append([(x - lo) / span if d == "minimize" else (hi - x) / span for x in col])
+    dist = [math.sqrt(sum(c[j] ** 2 for c in columns)) for j in range(len(front))]
+    return front[dist.index(min(dist))]
+
+
+def best_trial(study: optuna.Study, cfg: RunConfig) -> FrozenTrial | None:
+    trials = study.get_trials(deepcopy=False)
+    return select(pareto_front(trials, cfg.directions), cfg)

@@ -1,0 +1,53 @@
+"""The sampler registry: `study.sampler` name -> builder of an Optuna sampler.
+
+The config's allowed sampler names are this mapping's keys (config.py asks here); `make_sampler`
+builds the one a config names, with autotune's defaults where Optuna's do not suit a short study.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import optuna
+
+from autotune.core import ConfigError, lookup
+from autotune.search import space
+from autotune.spec import RunConfig
+
+TPE_STARTUP_TRIALS = 8  # random trials before TPE's model: a study here is tens of trials, not hundreds
+
+SamplerBuilder = Callable[[RunConfig, "int | None", dict[str, Any]], optuna.samplers.BaseSampler]
+
+
+def _optuna(cls: Callable[..., optuna.samplers.BaseSampler], **defaults: Any) -> SamplerBuilder:
+    """A builder of Optuna's sampler `cls`: autotune's `defaults` under the config's `sampler_args`."""
+    return lambda cfg, seed, args: cls(seed=seed, **{**defaults, **args})
+
+
+def _grid(cfg: RunConfig, seed: int | None, args: dict[str, Any]) -> optuna.samplers.BaseSampler:
+    return optuna.samplers.GridSampler(space.grid(cfg), seed=seed, **args)
+
+
+SAMPLERS: dict[str, SamplerBuilder] = {
+    "tpe": _optuna(optuna.samplers.TPESampler, n_startup_trials=TPE_STARTUP_TRIALS),
+    "random": _optuna(optuna.samplers.RandomSampler),
+    "gp": _optuna(optuna.samplers.GPSampler),
+    # categorical parameters fall back to random sampling inside CMA-ES and QMC: say nothing, it is documented
+    "cmaes": _optuna(optuna.samplers.CmaEsSampler, warn_independent_sampling=False),
+    "nsga2": _optuna(optuna.samplers.NSGAIISampler),
+    "qmc": _optuna(optuna.samplers.QMCSampler, warn_independent_sampling=False),
+    "grid": _grid,
+}
+
+
+def make_sampler(cfg: RunConfig, seed: int | None = None) -> optuna.samplers.BaseSampler:
+    """The sampler `study.sampler` names, seeded with `seed` (a worker's own stream), else `study.seed`; bad
+    `sampler_args` are a ConfigError."""
+    file = Path(cfg.source).name
+    build = lookup(SAMPLERS, cfg.study.sampler, file, "study.sampler", "sampler")
+    try:
+        return build(cfg, cfg.study.seed if seed is None else seed, dict(cfg.study.sampler_args))
+    except (TypeError, ValueError, ImportError) as e:
+        raise ConfigError(file, "study.sampler_args", f"{cfg.study.sampler}: {e}") from None

@@ -1,0 +1,197 @@
+"""`study.strategy`: how the search uses what the speed probe knows.
+
+- `joint`: one search over every setting at once; the probe stops trials that cannot run here or are
+  projected too slow (probe.py), and nothing else changes.
+- `probe_then_tune`: first, every combination of the acceleration settings the space searches is probed
+  (speed.py, a few timed steps each, stored in the study like any probe). A combination is dropped when
+  it fails here, or when another one with the same batch size and model keys, numerics at least as exact
+  (fp32 over bf16 and fp16; matmul_precision highest over high over medium) and the same or any neutral
+  settings, is more than `TOLERANCE` faster: reduced precision exists to be faster, so a slower one only
+  loses. Then the study searches the rest: the settings that do not change the numbers computed
+  (`NEUTRAL`: channels_last, compile, data_on_device, the DataLoader's...) are no longer searched but set,
+  for each kept numeric combination, to its fastest measured choice; the numeric ones (precision,
+  matmul_precision, batch_size, model keys) keep the values some kept combination has. A trial that still
+  draws a dropped numeric combination (kept values, dropped together) stops before it trains, `slow`.
+
+The plan is stored in the study (user attr `strategy_plan`) by the first process that needs it (processes on
+one host take turns through a lock file), so every worker and a resumed run search the same space.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import optuna
+
+from autotune.config import from_dict
+from autotune.core import TrialStopped, locks
+from autotune.fit import trainer
+from autotune.search import space
+from autotune.spec import STRATEGIES, RunConfig
+from autotune.speed import probe
+from autotune.speed import sweep as speed
+
+NEUTRAL = ("channels_last", "compile", "compile_mode", "data_on_device", "num_workers", "pin_memory",
+           "prefetch_factor", "persistent_workers", "cudnn_benchmark", "cpu_threads")
+EXACTNESS: dict[str, dict[Any, int]] = {"precision": {"fp32": 2, "bf16": 1, "fp16": 1},
+                                        "matmul_precision": {"highest": 3, "high": 2, "medium": 1}}
+TOLERANCE = 0.10  # faster by less than this is a tie: two probes of the same thing differ by about that much
+PLAN_ATTR = "strategy_plan"
+
+
+def _numeric(combo: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in combo.items() if k not in NEUTRAL}
+
+
+def _shape(combo: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
+    """What must match for one combination to stand in for another: numerics other than the precisions."""
+    return tuple(sorted((k, repr(v)) for k, v in _numeric(combo).items() if k not in EXACTNESS))
+
+
+def _at_least_as_exact(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
+    return all(EXACTNESS[k].get(a.get(k), 0) >= EXACTNESS[k].get(b.get(k), 0) and
+               (a.get(k) == b.get(k) or EXACTNESS[k].get(a.get(k), 0) > EXACTNESS[k].get(b.get(k), 0))
+               for k in EXACTNESS if k in a or k in b)
+
+
+def make_plan(cfg: RunConfig, rows: list[speed.Row]) -> dict[str, Any]:
+    """From measured rows: the kept combinations, and for each kept numeric combination its neutral settings."""
+    ok = [r for r in rows if r.measurement is not None and not r.contended]  # a contended reading decides nothing
+    kept: list[speed.Row] = []
+    dropped: list[dict[str, Any]] = []
+    for r in rows:
+        if r.measurement is None and r.error is not None and r.blame is None or r.contended:
+            kept.append(r)  # the user's code failed, not a setting, or others held the cores: no verdict on its speed
+            continue
+        if r.measurement is None:
+            dropped.append({"combination": r.combination, "why": r.error or r.skipped or "not measured"})
+            continue
+        better = max((o for o in ok if o is not r and _shape(o.combination) == _shape(r.combination)
+                      and _at_least_as_exact(o.combination, r.combination)
+                      and o.samples_per_s > r.samples_per_s * (1 + TOLERANCE)),
+                     key=lambda o: o.samples_per_s, default=None)
+        if better is not None:
+            dropped.append({"combination": r.combination, "why": f"{r.samples_per_s:,.0f} samples/s; "
+                            f"{probe.describe(better.combination)} computes at least as exactly at "
+                            f"{better.samples_per_s:,.0f}"})
+        else:
+            kept.append(r)
+    groups: dict[str, dict[str, Any]] = {}
+    for r in sorted(kept, key=lambda r: (r.contended, -r.samples_per_s)):  # the fastest clean one sets the neutrals
+        g = _numeric(r.combination)
+        groups.setdefault(repr(sorted(g.items())), {"numeric": g, "neutral": {k: v for k, v in r.combination.items()
+                                                                             if k in NEUTRAL},
+                                                    "samples_per_s": r.samples_per_s})
+    return {"groups": list(groups.values()), "dropped": dropped, "measured": len(ok), "combinations": len(rows)}
+
+
+def narrowed(cfg: RunConfig, plan: Mapping[str, Any]) -> RunConfig:
+    """The config the search samples from: neutral settings out of the space (set per group instead), numeric
+    choices narrowed to the kept ones (a single one left becomes fixed)."""
+    raw = cfg.to_dict()
+    grid = speed.searched(cfg)
+    kept_values: dict[str, list[Any]] = {k: [] for k in grid if k not in NEUTRAL}
+    for g in plan["groups"]:
+        for k, v in g["numeric"].items():
+            if k in kept_values and v not in kept_values[k]:
+                kept_values[k].append(v)
+    new_space = {}
+    train = dict(raw.get("train") or {})
+    for name, spec in raw["space"].items():
+        if name in NEUTRAL and name in grid:
+            continue  # set per numeric group (pins)
+        if name in kept_values:  # (an integer range becomes its probed values)
+            values = [v for v in grid[name] if v in kept_values[name]]  # the file's order
+            if len(values) == 1 and not name.startswith("model."):
+                train[name] = values[0]
+                continue
+            spec = {**spec, "type": "categorical", "choices": values or grid[name], "low": None, "high": None,
+                    "log": False, "step": None}
+        new_space[name] = spec
+    # model.KEY narrowed to one value stays searched (a single choice): the model section's key must stay unset
+    return from_dict({**raw, "space": new_space, "train": train}, source=cfg.source)
+
+
+def pins(plan: Mapping[str, Any], values: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The neutral settings for these values' numeric combination (None: that combination was dropped)."""
+    for g in plan["groups"]:
+        if all(values.get(k) == v for k, v in g["numeric"].items()):
+            return dict(g["neutral"])
+    return None
+
+
+class Search:
+    """Samples a trial's values for the study's strategy (the objective's one call for it)."""
+
+    def __init__(self, cfg: RunConfig, fit: trainer.Fit | None) -> None:
+        self.cfg = cfg
+        self.fit = fit
+        self.active = cfg.study.strategy == "probe_then_tune" and bool(speed.searched(cfg))
+        self.plan: dict[str, Any] | None = None
+        self.cfg_narrowed: RunConfig | None = None
+
+    def sample(self, trial: optuna.Trial) -> dict[str, Any]:
+        if not self.active:
+            return space.sample(trial, self.cfg)
+        if self.plan is None:
+            self.plan = plan_for(trial.study, self.cfg, self.fit)
+            self.cfg_narrowed = narrowed(self.cfg, self.plan)
+        assert self.cfg_narrowed is not None
+        values = space.sample(trial, self.cfg_narrowed)
+        found = pins(self.plan, values)
+        if found is not None:
+            values.update(found)
+        return values
+
+    def check(self, values: Mapping[str, Any]) -> None:
+        """Stop a trial whose numeric combination the plan dropped (its values were each kept, not together)."""
+        if self.active and self.plan is not None and pins(self.plan, values) is None and self.plan["groups"]:
+            combo = {k: values.get(k) for k in self.plan["groups"][0]["numeric"]}
+            why = next((d["why"] for d in self.plan["dropped"] if _numeric(d["combination"]) == combo), "dropped")
+            raise TrialStopped("slow", 0, f"probe_then_tune dropped {probe.describe(combo)}: {why}")
+
+
+def plan_for(study: optuna.Study, cfg: RunConfig, fit: trainer.Fit | None) -> dict[str, Any]:
+    """The study's stored plan; the first process (of this host) to need it probes and stores it."""
+    stored = study.user_attrs.get(PLAN_ATTR)
+    if stored is not None:
+        return stored
+    with locks.host_lock(study, "plan"):  # one host plans a study once: the first probes and stores, the others read
+        stored = study.user_attrs.get(PLAN_ATTR)  # (read from the storage again: another process may have planned)
+        if stored is not None:
+            return stored
+        plan = make_plan(cfg, probe_all(study, cfg, fit))
+        study.set_user_attr(PLAN_ATTR, plan)
+        return plan
+
+
+def probe_all(study: optuna.Study | None, cfg: RunConfig, fit: trainer.Fit | None) -> list[speed.Row]:
+    """A speed row for every combination: from the study's probe records where it has them, else probed now
+    (and recorded there)."""
+    from autotune.training import Measurement
+
+    cache = probe.Cache(study)
+    code = probe.code_fingerprint(fit)
+    rows = []
+    for combo in speed.combinations(cfg):
+        values = {**space.fixed_point(cfg, combo), **speed.PROBE_FIXED}
+        k = probe.key(probe.combination(values), probe.device_name(str(values["device"])))
+        rec = probe.trusted(cache.get(k), code)  # an error of the user's code (or of older code) is measured again
+        if probe.usable(rec):  # (a contended reading is measured again)
+            rows.append(speed.Row(combo, Measurement.from_dict(rec)))  # type: ignore[arg-type]
+            continue
+        if rec is not None and rec.get("error"):
+            rows.append(speed.Row(combo, error=rec["error"], blame=rec.get("blame")))
+            continue
+        row = speed.measure_clean(cfg, combo, fit)  # (an error not blamed on a setting is recorded, not trusted)
+        cache.put(k, probe.record(probe.combination(values), probe.device_name(str(values["device"])),
+                                  row.measurement, row.error, source="probe_then_tune", blame=row.blame,
+                                  code=probe.code_fingerprint(fit), contended=row.contended))
+        rows.append(row)
+    return rows
+
+
+
+
+__all__ = ["NEUTRAL", "PLAN_ATTR", "STRATEGIES", "Search", "make_plan", "narrowed", "pins", "plan_for", "probe_all"]

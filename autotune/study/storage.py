@@ -1,0 +1,227 @@
+"""Storages: a study's URL (sqlite:///, postgresql://, mysql://, journal:///, grpc://) opened as an Optuna storage,
+checked before anything is written, and the config a study keeps read back from it.
+
+Every way in (`autotune run`, `--workers`, `autotune worker`, `report`, `dashboard`, warm starts) opens its
+storage here, so SQLite always waits for locks in WAL mode, PostgreSQL always gets a driver that is installed,
+every trial is stamped with its owner (orphans.py) and every unreachable storage is the same one-line error.
+Passwords never leave this module unredacted (errors.redact).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import time
+import warnings
+from pathlib import Path
+from typing import Any
+
+import optuna
+
+from autotune.config import from_dict
+from autotune.core import ConfigError, redact
+from autotune.spec import RunConfig
+from autotune.study import orphans, proxy, records
+from autotune.study.journal_lock import OwnedJournalLock
+
+SHARED = "journal:///path on one machine or postgresql://USER:PASSWORD@HOST/DB (or mysql://...) across machines"
+
+
+def _file(cfg: RunConfig) -> str:
+    return Path(cfg.source).name
+
+
+# ---------------------------------------------------------------- opening
+
+
+def make_storage(cfg: RunConfig) -> optuna.storages.BaseStorage:
+    """The study's storage; an unreachable one is a ConfigError before anything is written."""
+    url = cfg.study.storage
+    file = _file(cfg)
+    if url.startswith("journal://"):
+        return _journal(cfg, url, file)
+    if url.startswith(proxy.PREFIX):  # Optuna's gRPC storage proxy (`autotune storage-proxy`): no heartbeats
+        return proxy.connect(url, file)
+    if "://" not in url:
+        raise ConfigError(file, "study.storage", f"must be a URL: sqlite:///path.db, postgresql://..., "
+                                                 f"mysql://..., journal:///path.log or grpc://HOST:PORT; got {url!r}")
+    kwargs: dict[str, Any] = {}
+    engine: dict[str, Any] = {}
+    if url.startswith("sqlite:///"):
+        db = Path(url[len("sqlite:///"):])
+        try:
+            db.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise ConfigError(file, "study.storage", f"cannot create {db.parent}: {e}") from None
+        # A reader (the dashboard) and a writer share the file: wait for locks instead of failing.
+        engine["connect_args"] = {"timeout": 60}
+    elif url.startswith(("postgresql", "mysql")):
+        url = _sql_driver(url, file)
+        engine["connect_args"] = {"connect_timeout": 10}
+        engine["pool_pre_ping"] = True
+    if cfg.study.heartbeat_interval is not None:  # SQLite too: its trials' owners may sit on another host (NFS)
+        kwargs["heartbeat_interval"] = cfg.study.heartbeat_interval
+        kwargs["grace_period"] = cfg.study.grace_period or 2 * cfg.study.heartbeat_interval
+        kwargs["heartbeat_stale_trial_callback"] = orphans.retry_once
+    try:
+        storage = _rdb(url, engine, kwargs)
+        if url.startswith("sqlite:///"):
+            _sqlite_wal(storage)
+        records.attach(storage)  # a trial's user attrs are written in the transaction that ends it
+        return storage
+    except ImportError:  # Optuna's "Failed to import DB access module ... Please install appropriate one"
+        raise ConfigError(file, "study.storage", missing_driver(url)) from None
+    except Exception as e:  # sqlalchemy's errors differ by driver
+        msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise ConfigError(file, "study.storage", f"cannot reach {redact(url)}: {msg}") from None
+
+
+def _rdb(url: str, engine: dict[str, Any], kwargs: dict[str, Any]) -> optuna.storages.RDBStorage:
+    """Optuna's RDBStorage. Workers started together on a new database race to create its tables: the losers
+    see the winner's rows (a UNIQUE or "already exists" error) and simply open it again."""
+    for attempt in range(CREATE_TRIES):
+        try:
+            with warnings.catch_warnings():  # heartbeat_interval is "experimental" in Optuna since 2.9
+                warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+                return orphans.RDBStorage(url, engine_kwargs=engine, **kwargs)
+        except Exception as e:
+            if attempt == CREATE_TRIES - 1 or not _lost_create_race(e):
+                raise
+            time.sleep(0.2 * (attempt + 1))
+    raise AssertionError("unreachable")
+
+
+CREATE_TRIES = 5
+
+
+def _lost_create_race(e: BaseException) -> bool:
+    from sqlalchemy.exc import IntegrityError, OperationalError, ProgrammingError
+
+    text = str(e).lower()
+    return isinstance(e, IntegrityError) or (isinstance(e, (OperationalError, ProgrammingError))
+                                             and ("already exists" in text or "duplicate" in text))
+
+
+def _journal(cfg: RunConfig, url: str, file: str) -> optuna.storages.BaseStorage:
+    """A journal file: several processes on one machine (or on NFS) without a database server."""
+    if cfg.study.heartbeat_interval is not None:
+        raise ConfigError(file, "study.heartbeat_interval", "the journal backend has no heartbeats; use "
+                                                            "postgresql://..., mysql://... or sqlite:///... for "
+                                                            "them, or drop it")
+    path = Path(url[len("journal://"):])
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        # a lock left by a SIGKILLed worker of this host is broken at once, not after Optuna's 30 s
+        backend = optuna.storages.journal.JournalFileBackend(str(path), lock_obj=OwnedJournalLock(str(path)))
+    except OSError as e:
+        raise ConfigError(file, "study.storage", f"cannot open journal file {path}: {e}") from None
+    return orphans.JournalStorage(backend)
+
+
+def _sql_driver(url: str, file: str) -> str:
+    """`postgresql://` means psycopg2 to SQLAlchemy; use psycopg 3 (autotune[postgres]) when that is what is here."""
+    if not url.startswith("postgresql://"):
+        return url
+    if importlib.util.find_spec("psycopg2") is not None:
+        return url
+    if importlib.util.find_spec("psycopg") is not None:
+        return "postgresql+psycopg://" + url[len("postgresql://"):]
+    raise ConfigError(file, "study.storage", missing_driver(url))
+
+
+def missing_driver(url: str) -> str:
+    """What to install when a SQL URL's driver cannot be imported (the one it names, or SQLAlchemy's default)."""
+    scheme = url.split("://", 1)[0]
+    dialect, _, driver = scheme.partition("+")
+    if dialect == "postgresql":
+        return (f"no PostgreSQL driver{f' ({driver})' if driver else ''} can be imported: pip install "
+                "'autotune[postgres]' (psycopg 3, which postgresql:// and postgresql+psycopg:// URLs use)")
+    if dialect == "mysql":
+        return (f"no MySQL driver ({driver or 'mysqlclient, what mysql:// means'}) can be imported: pip install "
+                "PyMySQL and write the URL as mysql+pymysql://USER:PASSWORD@HOST/DB")
+    return f"the database driver {scheme}:// needs cannot be imported: install it (see SQLAlchemy's dialects)"
+
+
+def _sqlite_wal(storage: optuna.storages.RDBStorage) -> None:
+    """WAL journal mode: readers never block the writer, so the dashboard can watch a live study."""
+    from sqlalchemy import text
+
+    with storage.engine.connect() as conn:
+        conn.execute(text("PRAGMA journal_mode=WAL"))
+        conn.commit()
+
+
+# ---------------------------------------------------------------- checks
+
+
+def check_storage(cfg: RunConfig) -> None:
+    """Can the storage be reached? SQLite and journal files are checked without being created."""
+    url = cfg.study.storage
+    for prefix in ("sqlite:///", "journal://"):
+        if url.startswith(prefix):
+            parent = Path(url[len(prefix):]).parent
+            probe = parent
+            while not probe.exists() and probe != probe.parent:
+                probe = probe.parent
+            if not probe.is_dir() or not os.access(probe, os.W_OK):
+                raise ConfigError(_file(cfg), "study.storage", f"cannot create {parent}: not a writable directory")
+            return
+    make_storage(cfg)
+
+
+def check_shared(cfg: RunConfig, n_workers: int, key: str = "study.storage") -> None:
+    """SQLite serializes writers and fails them with "database is locked": refuse it for several workers."""
+    url = cfg.study.storage
+    if n_workers > 1 and url.startswith("sqlite"):
+        name = cfg.study.name
+        raise ConfigError(_file(cfg), key, f"SQLite cannot take {n_workers} concurrent workers ({url}); use "
+                                           f"journal:///studies/{name}.log on one machine or "
+                                           f"postgresql://USER:PASSWORD@HOST/DB (or mysql://...) across machines")
+
+
+def check_joinable(url: str) -> None:
+    """`autotune worker --storage`: a storage other processes already write to; SQLite cannot be shared."""
+    if url.startswith("sqlite"):
+        raise ConfigError("--storage", "--storage", f"SQLite cannot be shared by workers ({url}); use {SHARED}")
+
+
+# ---------------------------------------------------------------- the config a study keeps
+
+
+def stored_config(cfg: RunConfig) -> dict[str, Any]:
+    """The config a study keeps (and `autotune worker` rebuilds): with the storage password hidden, since
+    anyone who can read the study reads it; workers get the real URL from --storage."""
+    raw = cfg.to_dict()
+    raw["study"]["storage"] = redact(raw["study"]["storage"])
+    if raw["study"].get("warm_start"):
+        raw["study"]["warm_start"]["storage"] = redact(raw["study"]["warm_start"]["storage"])
+    return raw
+
+
+def bare_config(url: str, name: str = "") -> RunConfig:
+    """A config that only names a storage (and study), for commands given --storage without a YAML file."""
+    return from_dict({"study": {"storage": url, **({"name": name} if name else {})}}, source="--storage")
+
+
+def find_study(storage: optuna.storages.BaseStorage, url: str, name: str | None, file: str,
+               key: str) -> optuna.Study:
+    """The study `name` in `storage` (None: the only one there); a missing one names those that are there."""
+    known = sorted(s.study_name for s in optuna.get_all_study_summaries(storage, include_best_trial=False))
+    if name is None and len(known) == 1:
+        name = known[0]
+    if name not in known:
+        raise ConfigError(file, key, f"no study {name!r} in {redact(url)}; known: {', '.join(known) or 'none'}")
+    return optuna.load_study(study_name=name, storage=storage)
+
+
+def load_stored(url: str, name: str | None) -> tuple[optuna.Study, RunConfig]:
+    """(study, the RunConfig it was started with) from its `config` user attr, pointed at `url` (the real URL:
+    the stored one has its password hidden). `name` None: the only study in the storage."""
+    study = find_study(make_storage(bare_config(url)), url, name, "--storage", "--study")
+    raw = study.user_attrs.get("config")
+    if not isinstance(raw, dict):
+        raise ConfigError("--storage", "--study", f"study {study.study_name!r} was not made by autotune (no "
+                                                  "`config` user attr)")
+    cfg = from_dict(raw, overrides={"study.storage": url, "study.name": study.study_name},
+                    source=str(study.user_attrs.get("source", "<config>")))
+    return study, cfg

@@ -1,0 +1,179 @@
+"""Which settings a trial used, and why a searched one nothing used took no effect (the trial's `not_applied`).
+
+The trial context notes every setting read: its own uses where it applies one (the optimizer factory reads
+optimizer, lr, momentum, weight_decay; `ctx.backward` grad_clip, grad_accum_steps, lr_schedule; `ctx.loader`
+batch_size and the DataLoader's settings; `ctx.autocast` precision...) and the training function's reads
+through `ctx.settings` and `ctx.params` (its own loss reading `ctx.settings.label_smoothing`). A searched
+setting that nothing read cannot have changed the trial: it is recorded as not applied, with the reason
+`why` gives here, and left out of the recommendation and of `best --export`.
+
+A read is the only evidence there is for a setting autotune has no hand in (the fit's own loss taking
+label_smoothing, `user.` parameters). The settings autotune applies itself (`EFFECT_KEYS`: the optimizer family,
+lr, momentum, weight_decay, lr_schedule) count by their effect instead, whatever the fit read (see
+TrialContext._effects_now); those that did not act are also left out of the trial's stored settings, searched or
+not (a default optimizer adam under the fit's own SGD was never used).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator, Mapping
+from typing import Any, Protocol
+
+from autotune.spec import Settings
+
+USER_PREFIX = "user."  # a training function's own parameter, `user.NAME` (config.USER_PREFIX)
+
+# Applied around every trial, whatever the training function does (trainer.train, context.session).
+APPLIED_AROUND = ("device", "devices", "cudnn_benchmark", "matmul_precision", "cpu_threads")
+
+OPTIMIZER_KEYS = ("optimizer", "lr", "momentum", "weight_decay")
+STEP_KEYS = ("grad_clip", "grad_accum_steps", "lr_schedule")
+LOADER_KEYS = ("batch_size", "data_fraction", "data_on_device")
+DATALOADER_KEYS = ("num_workers", "pin_memory", "prefetch_factor", "persistent_workers")
+PREPARE_KEYS = ("init", "channels_last", "compile", "compile_mode")
+
+# Settings autotune applies itself: applied by their effect (the optimizer that stepped is the one autotune built,
+# or the fit's own with its lrs scaled by a chosen lr; autotune's schedule set the lr), never because a fit read
+# them (a fit logging ctx.settings reads them all). `BUILT_WITH`: those a fit may read to build its own optimizer
+# with: applied when one of its groups holds the value read (not when a read was for logging).
+EFFECT_KEYS = (*OPTIMIZER_KEYS, "lr_schedule")
+BUILT_WITH = ("lr", "momentum", "weight_decay")
+
+
+def in_groups(opt: Any, key: str, value: Any) -> bool:
+    """Some parameter group of `opt` holds `value` for `key` (the fit built its optimizer with what it read)."""
+    for g in opt.param_groups:
+        v = g.get(key)
+        if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isclose(v, float(value), rel_tol=1e-9,
+                                                                                     abs_tol=1e-12):
+            return True
+    return False
+
+
+# What reads a setting in the built-in trainer, which a training function of its own replaces.
+OWN = {
+    "label_smoothing": "the loss is your own (read ctx.settings.label_smoothing in it to search it)",
+    "dropout": "the model is your own (read ctx.settings.dropout in it to search it)",
+    "aug_crop_padding": "the augmentation is your own", "aug_flip": "the augmentation is your own",
+    "aug_cutout": "the augmentation is your own",
+    "eval_batch_size": "your evaluation batches its own way (ctx.loader(..., train=False) takes it)",
+    "epochs": "ctx.epochs() was never iterated",
+}
+
+
+class Trial(Protocol):
+    """What `why` reads of a trial context (context.TrialContext)."""
+
+    opt: Any
+    _own_optimizer: bool | None
+    _reads: set[str]
+    _stepper: Any
+    _init_asked: bool | None
+    _own_scheduler: bool
+    _stepped: bool
+    _train_on_device: bool | None
+    _raw: Settings
+
+
+class WatchedParams(Mapping[str, Any]):
+    """`ctx.params`: every setting and the user's parameters by name, read-only; a value read is noted in `reads`
+    (a user parameter as `user.NAME`, as the space names it)."""
+
+    def __init__(self, settings: Settings, user: Mapping[str, Any], reads: set[str]) -> None:
+        self._values = {**settings, **user}
+        self._user = frozenset(user)
+        self._reads = reads
+
+    def __getitem__(self, key: str) -> Any:
+        value = self._values[key]
+        self._reads.add(USER_PREFIX + key if key in self._user else key)
+        return value
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._values
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._values)
+
+    def __len__(self) -> int:
+        return len(self._values)
+
+    def __repr__(self) -> str:
+        return f"params({self._values!r})"
+
+
+def _were(keys: list[str]) -> str:
+    return f"{', '.join(keys)} {'was' if len(keys) == 1 else 'were'} not used"
+
+
+def why(ctx: Trial, key: str, missed: list[str]) -> str:
+    """Why nothing read `key` in this trial (`missed`: every searched key nothing read, to name them together)."""
+    if key.startswith(USER_PREFIX):
+        return f"ctx.params[{key[len(USER_PREFIX):]!r}] was never read"
+    if key in OPTIMIZER_KEYS:
+        return _why_optimizer(ctx, key, missed)
+    for rule in (_why_step, _why_prepare, _why_loader):  # in this order: a key may be in several groups
+        reason = rule(ctx, key)
+        if reason is not None:
+            return reason
+    if key == "precision":
+        return "ctx.autocast() was never used (nor the setting read): the forward pass ignored it"
+    if key in OWN:
+        return f"{key} was never read: {OWN[key]}"
+    return f"{key} was never read (by the context, or through ctx.settings / ctx.params)"
+
+
+def _why_optimizer(ctx: Trial, key: str, missed: list[str]) -> str:
+    st = ctx._stepper
+    if ctx._own_optimizer is None:
+        return "ctx.prepare(model) was never called: the context built no optimizer"
+    if ctx._own_optimizer and key == "lr" and "lr" in ctx._reads and st.scaled is None:
+        return ("your fit read lr before ctx.prepare, but no group of its own optimizer has that lr: it was not "
+                "used (build the optimizer with it, or leave it unread and ctx.prepare scales your groups' lrs by "
+                "it)")
+    if ctx._own_optimizer and key == "lr" and st.scaled is not None:
+        return "your optimizer never stepped with the lrs the searched lr scaled"
+    if ctx._own_optimizer:
+        return f"your fit built its own optimizer: {_were([k for k in OPTIMIZER_KEYS if k in missed and k != 'lr'])}"
+    if st.opt_steps == 0:
+        return "the optimizer the context built never stepped"
+    return f"optimizer {ctx._raw['optimizer']} takes no {key}"
+
+
+def _why_step(ctx: Trial, key: str) -> str | None:
+    if key not in STEP_KEYS:
+        return None
+    if key == "lr_schedule" and ctx._own_scheduler:
+        return "your fit's own learning-rate scheduler steps the lr: the searched lr_schedule was not used"
+    if key == "lr_schedule" and ctx._stepper.overwritten:
+        return "your fit sets the optimizer's group lrs itself, overwriting what the context set"
+    if not ctx._stepped:
+        return "ctx.backward(loss) was never called: your loop steps the optimizer itself"
+    return None
+
+
+def _why_prepare(ctx: Trial, key: str) -> str | None:
+    if key not in PREPARE_KEYS:
+        return None
+    if ctx._init_asked is None:
+        return "ctx.prepare(model) was never called"
+    if key == "init" and not ctx._init_asked:
+        return "ctx.prepare(..., init=False) kept the model's weights"
+    if key == "compile_mode":
+        return "compile is off"
+    return None
+
+
+def _why_loader(ctx: Trial, key: str) -> str | None:
+    if key not in LOADER_KEYS + DATALOADER_KEYS:
+        return None
+    if ctx._train_on_device is None:
+        return "your fit never called ctx.loader(...) for its training data (nor read the setting)"
+    if key in DATALOADER_KEYS:
+        return ("the training batches were on the device (data_on_device): no DataLoader" if ctx._train_on_device
+                else "with num_workers 0 the DataLoader has no worker processes")
+    return None
+
+
+__all__ = ["APPLIED_AROUND", "BUILT_WITH", "EFFECT_KEYS", "WatchedParams", "in_groups", "why"]
