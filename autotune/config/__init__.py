@@ -6,7 +6,6 @@ from autotune.config.checks import dataset_names, dataset_task, model_names, pru
 from autotune.config.loader import from_dict, load, read_yaml
 from autotune.core import ConfigError
 from autotune.spec import (
-    METRICS,
     TASK_METRICS,
     TASKS,
     DataConfig,
@@ -17,7 +16,7 @@ from autotune.spec import (
 )
 
 __all__ = [
-    "ConfigError", "DataConfig", "DistillConfig", "METRICS", "ModelConfig", "ParamSpec", "RunConfig", "TASKS",
+    "ConfigError", "DataConfig", "DistillConfig", "ModelConfig", "ParamSpec", "RunConfig", "TASKS",
     "TASK_METRICS", "dataset_names", "dataset_task", "from_dict", "load", "model_names", "pruner_names", "read_yaml",
     "sampler_names",
 ]

@@ -8,6 +8,7 @@ from typing import Any
 
 from autotune.core import (
     CLOCKS,
+    DIRECTIONS,
     INFERENCE,
     ConfigError,
     check_fit_signature,
@@ -19,7 +20,7 @@ from autotune.core import (
     unknown,
     warn_config,
 )
-from autotune.spec import METRICS, MODEL_PREFIX, SETTINGS, TASK_METRICS, USER_PREFIX, ModelConfig, ParamSpec, RunConfig
+from autotune.spec import MODEL_PREFIX, SETTINGS, TASK_METRICS, USER_PREFIX, ModelConfig, ParamSpec, RunConfig
 
 # ---------------------------------------------------------------- names from the registries
 # Each registry is a mapping next to its builders (samplers.py, pruners.py, data.py, models.py). Those modules
@@ -171,15 +172,15 @@ def _with_defaults(cfg: RunConfig, source: str) -> RunConfig:
 def _check_user_training(cfg: RunConfig, file: str) -> None:
     """`trainer:` imports and takes a context; user metrics need a direction; user parameters need a trainer."""
     for i, o in enumerate(cfg.objectives):
-        if o.metric in METRICS:
+        if o.metric in DIRECTIONS:
             continue
         if cfg.trainer is None:
-            raise ConfigError(file, f"objectives.{i}.metric", f"unknown metric {o.metric!r}{suggest(o.metric, METRICS)}"
-                                                              f"; {one_of(METRICS)} (a training function, `trainer:`, "
-                                                              "may report others)")
+            raise ConfigError(file, f"objectives.{i}.metric",
+                              f"unknown metric {o.metric!r}{suggest(o.metric, DIRECTIONS)}; {one_of(DIRECTIONS)} "
+                              "(a training function, `trainer:`, may report others)")
         if o.direction is None:
             raise ConfigError(file, f"objectives.{i}.direction", f"{o.metric} is not a built-in metric "
-                                                                 f"({', '.join(METRICS)}): give its direction, "
+                                                                 f"({', '.join(DIRECTIONS)}): give its direction, "
                                                                  "maximize or minimize")
     for i, m in enumerate(cfg.metrics):
         if m in CLOCKS or not m.isidentifier():

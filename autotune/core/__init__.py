@@ -29,6 +29,7 @@ from autotune.core.metrics import (
     CATALOGUE,
     CLOCKS,
     DIRECTIONS,
+    EPOCH_FIELDS,
     INFERENCE,
     PER_EPOCH,
     REPORTED,
@@ -45,9 +46,9 @@ from autotune.core.userref import check_fit_signature, code_where, importable, l
 from autotune.core.version import __version__
 
 __all__ = [
-    "AutotuneError", "CATALOGUE", "CLOCKS", "ConfigError", "ConfigWarning", "DIRECTIONS", "INFERENCE", "PER_EPOCH",
-    "REPORTED", "STOP_REASONS", "TrialStopped", "__version__", "library_file", "check_fit_signature", "code_where",
-    "config_warnings_as_lines", "describe_exception", "exit_text", "fmt", "importable",
+    "AutotuneError", "CATALOGUE", "CLOCKS", "ConfigError", "ConfigWarning", "DIRECTIONS", "EPOCH_FIELDS", "INFERENCE",
+    "PER_EPOCH", "REPORTED", "STOP_REASONS", "TrialStopped", "__version__", "library_file", "check_fit_signature",
+    "code_where", "config_warnings_as_lines", "describe_exception", "exit_text", "fmt", "importable",
     "is_fraction", "is_quality", "label", "load_factory", "lookup", "message_and_where", "one_of",
     "per_epoch", "redact", "resolve_path", "short", "shorten", "shown",
     "shown_with", "suggest", "task_metrics", "unknown", "user_frame", "user_where", "warn_config",

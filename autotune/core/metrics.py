@@ -7,8 +7,10 @@ whether it is known after every epoch or only once training is over, and who pro
 - `inference`: measured on the built-in trainer's model after `fit` (size, latency, non-zero weights);
 - `compression`: what compressing that model cost and changed (compress.py);
 - `model`: read from the trained model (its parameter count).
-Config (allowed objectives and their directions), objective (what drives per-epoch pruning), results,
-progress and report read this table; no other module keeps a list of metric names.
+`record` marks the fields of each epoch's record (EpochRecord: train_loss and the per-epoch clocks), every other
+key of a stored epoch being a reported metric.
+Config (allowed objectives and their directions), objective (what drives per-epoch pruning), the epoch record,
+results, progress and report read this table; no other module keeps a list of metric names.
 A user's training function may report further metrics (`metrics:` in the YAML); those are not here and
 are shown by name with a generic format.
 """
@@ -46,6 +48,7 @@ class Metric:
     task: str | None = None  # only this task has it (None: both)
     fraction: bool = False  # a share in [0, 1] where 1 is perfect (accuracy): the knee compares its error rate
     shown: bool = False  # shown in trial tables beside the objectives
+    record: bool = False  # a field of each epoch's record (EpochRecord), not one of its reported `metrics`
 
 
 def _m(name: str, direction: Direction | None, label: str, short: str, fmt: Callable[[float], str], per_epoch: bool,
@@ -58,10 +61,13 @@ CATALOGUE: dict[str, Metric] = {m.name: m for m in (
     _m("val_accuracy", "maximize", "validation accuracy", "acc", lambda v: f"{v:.4f}", True, "reported",
        task="classification", fraction=True, shown=True),
     _m("val_loss", "minimize", "validation loss", "loss", _plain, True, "reported"),
-    _m("epoch_time_s", "minimize", "epoch time (s)", "epoch", _seconds, True, "clock", objective=False),
-    _m("train_time_s", "minimize", "training time (s)", "time", _seconds, True, "clock", shown=True),
+    # the epoch's mean training loss: the one a fit reports, else the context's mean over ctx.backward; shown by its
+    # name (as a user's metric of that name was before it was catalogued)
+    _m("train_loss", "minimize", "train_loss", "train_loss", _plain, True, "reported", objective=False, record=True),
+    _m("epoch_time_s", "minimize", "epoch time (s)", "epoch", _seconds, True, "clock", objective=False, record=True),
+    _m("train_time_s", "minimize", "training time (s)", "time", _seconds, True, "clock", shown=True, record=True),
     _m("samples_per_s", "maximize", "throughput (samples/s)", "samples/s", lambda v: f"{v:,.0f}", True, "clock",
-       shown=True),
+       shown=True, record=True),
     _m("model_size_bytes", "minimize", "model size (bytes)", "size", lambda v: f"{v / 1024:.1f}KiB", False,
        "inference"),
     _m("inference_latency_ms", "minimize", "inference latency (ms)", "latency", lambda v: f"{v:.3f}ms", False,
@@ -74,9 +80,9 @@ CATALOGUE: dict[str, Metric] = {m.name: m for m in (
     _m("val_r2", "maximize", "validation R²", "r2", _plain, True, "reported", task="regression"),
     # measured, never objectives
     _m("data_wait_fraction", "minimize", "share of step time waiting for data", "wait", lambda v: f"{v:.1%}", True,
-       "clock", objective=False),
+       "clock", objective=False, record=True),
     _m("compile_time_s", "minimize", "compile time (s)", "compile", _seconds, False, "clock", objective=False),
-    _m("lr", None, "learning rate", "lr", _plain, True, "clock", objective=False),
+    _m("lr", None, "learning rate", "lr", _plain, True, "clock", objective=False, record=True),
     _m("val_accuracy_before_compress", "maximize", "validation accuracy before compression", "acc before",
        lambda v: f"{v:.4f}", False, "compression", objective=False, task="classification", fraction=True),
     _m("compress_time_s", "minimize", "compression time (s)", "compress", _seconds, False, "compression",
@@ -93,6 +99,7 @@ INFERENCE = tuple(m.name for m in CATALOGUE.values() if m.source == "inference" 
 PER_EPOCH = tuple(m.name for m in CATALOGUE.values() if m.per_epoch)  # in each epoch's record
 FINAL_ONLY = tuple(m.name for m in CATALOGUE.values() if not m.per_epoch)  # known only once training is over
 SHOWN = tuple(m.name for m in CATALOGUE.values() if m.shown)
+EPOCH_FIELDS = tuple(m.name for m in CATALOGUE.values() if m.record)  # EpochRecord's measured fields, in its order
 
 
 def task_metrics(task: str) -> tuple[str, ...]:
@@ -142,5 +149,6 @@ def shown_with(objectives: list[str]) -> list[str]:
     return list(dict.fromkeys([*objectives, *SHOWN]))
 
 
-__all__ = ["CATALOGUE", "CLOCKS", "DIRECTIONS", "FINAL_ONLY", "INFERENCE", "Metric", "PER_EPOCH", "REPORTED", "SHOWN",
-           "fmt", "is_fraction", "is_quality", "label", "per_epoch", "short", "shown_with", "task_metrics"]
+__all__ = ["CATALOGUE", "CLOCKS", "DIRECTIONS", "EPOCH_FIELDS", "FINAL_ONLY", "INFERENCE", "Metric", "PER_EPOCH",
+           "REPORTED", "SHOWN", "fmt", "is_fraction", "is_quality", "label", "per_epoch", "short", "shown_with",
+           "task_metrics"]

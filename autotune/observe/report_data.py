@@ -133,7 +133,7 @@ def learning_curves(study: optuna.Study, cfg: RunConfig) -> dict[str, Any]:
             "number": t.number, "state": t.state.name, "group": stop_group(t),
             "stop_reason": t.user_attrs.get("stop_reason"), "stop_epoch": t.user_attrs.get("stop_epoch"),
             "epoch": [h["epoch"] for h in hist],
-            **{k: [h.get(k) for h in hist] for k in ("train_loss", *PER_EPOCH)},
+            **{k: [h.get(k) for h in hist] for k in PER_EPOCH},  # (train_loss among them)
         })
     groups = sorted({c["group"] for c in curves})
     return {"curves": curves, "groups": groups}

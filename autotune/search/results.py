@@ -12,14 +12,12 @@ from typing import TYPE_CHECKING, Any
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from autotune.core import CATALOGUE, is_fraction
+from autotune.core import CATALOGUE, EPOCH_FIELDS, is_fraction
 from autotune.spec import FastestWithin, MostAccurateUnder, RunConfig
 
 if TYPE_CHECKING:
     from autotune.training import EpochRecord
 
-# An epoch record's own fields (EpochRecord); every other key of a stored epoch is a reported metric.
-_CLOCKS = ("train_loss", "epoch_time_s", "train_time_s", "samples_per_s", "data_wait_fraction", "lr")
 
 
 @dataclass
@@ -55,12 +53,13 @@ class TrialSummary:
 
     def records(self) -> list[EpochRecord]:
         """`history` as EpochRecords, the type of `TrainResult.history` (`rec.epoch`, `rec.val_accuracy`); a clock
-        an old record lacks is NaN."""
+        an old record lacks is NaN. A stored epoch's keys other than the record's own fields (core.EPOCH_FIELDS) are
+        reported metrics."""
         from autotune.training import EpochRecord
 
         return [EpochRecord(epoch=int(h.get("epoch", n)), metrics={k: v for k, v in h.items() if k != "epoch" and
-                                                                   k not in _CLOCKS},
-                            **{k: float(h.get(k, math.nan)) for k in _CLOCKS})
+                                                                   k not in EPOCH_FIELDS},
+                            **{k: float(h.get(k, math.nan)) for k in EPOCH_FIELDS})
                 for n, h in enumerate(self.history, start=1)]
 
     def row(self) -> dict[str, Any]:

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 from autotune.spec.schema import (
-    METRICS,
     MODEL_PREFIX,
     STRATEGIES,
     TASK_METRICS,
@@ -21,7 +20,7 @@ from autotune.spec.schema import (
 from autotune.spec.settings import PRECISIONS, SETTINGS, Settings, check_params, merge
 
 __all__ = [
-    "DataConfig", "DistillConfig", "FastestWithin", "METRICS", "MODEL_PREFIX", "ModelConfig", "MostAccurateUnder",
+    "DataConfig", "DistillConfig", "FastestWithin", "MODEL_PREFIX", "ModelConfig", "MostAccurateUnder",
     "PRECISIONS", "ParamSpec", "RunConfig", "SETTINGS", "STRATEGIES", "Settings", "TASKS", "TASK_METRICS",
     "USER_PREFIX", "check_params", "merge",
 ]

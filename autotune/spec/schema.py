@@ -10,13 +10,11 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
 
-from autotune.core import DIRECTIONS, REPORTED, shown, task_metrics, unknown
+from autotune.core import DIRECTIONS, shown, task_metrics, unknown
 from autotune.spec.names import DATASET_NAMES, MODEL_NAMES, PRUNER_NAMES, SAMPLER_NAMES
 from autotune.spec.settings import merge
 
 STRATEGIES = ("joint", "probe_then_tune")  # study.strategy (strategy.py)
-METRICS = DIRECTIONS  # metric -> natural direction, for every built-in objective (metrics.py)
-REPORTED_METRICS = REPORTED  # what a training function reports with ctx.report (the clocks are the context's)
 USER_PREFIX = "user."  # `user.NAME` in train/space: a parameter of the user's training function (ctx.params[NAME])
 TASKS = ("classification", "regression")
 # metrics that only one task has; every other metric is measured for both
@@ -100,8 +98,8 @@ class Objective(_Model):
     @classmethod
     def _direction(cls, data: Any) -> Any:
         """A built-in metric's natural direction when none is given."""
-        if isinstance(data, dict) and data.get("direction") is None and data.get("metric") in METRICS:
-            return {**data, "direction": METRICS[data["metric"]]}
+        if isinstance(data, dict) and data.get("direction") is None and data.get("metric") in DIRECTIONS:
+            return {**data, "direction": DIRECTIONS[data["metric"]]}
         return data
 
 

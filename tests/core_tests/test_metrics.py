@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from pathlib import Path
 
@@ -11,7 +12,8 @@ import autotune
 from autotune import config
 from autotune.core import metrics
 from autotune.core.errors import ConfigError
-from autotune.training.context import trial as context
+from autotune.search import results
+from autotune.training import EpochRecord
 from tests.conftest import tiny
 
 
@@ -27,7 +29,7 @@ def test_catalogue_says_what_is_known_each_epoch_and_what_only_at_the_end(measur
     final = {k for k, v in measured.metrics().items() if not isinstance(v, bool)}  # pruned_shrunk is a flag
     assert final <= set(metrics.CATALOGUE), final - set(metrics.CATALOGUE)
     for rec in measured.history:
-        per_epoch = set(rec.as_dict()) - {"epoch", "train_loss"}
+        per_epoch = set(rec.as_dict()) - {"epoch"}
         assert per_epoch <= set(metrics.PER_EPOCH), per_epoch - set(metrics.PER_EPOCH)
         assert not per_epoch & set(metrics.FINAL_ONLY)
     # every final-only metric of a classification run is measured, once, at the end
@@ -38,9 +40,9 @@ def test_catalogue_says_what_is_known_each_epoch_and_what_only_at_the_end(measur
 
 
 def test_config_reads_directions_and_task_metrics_from_the_catalogue() -> None:
-    assert config.METRICS == {m.name: m.direction for m in metrics.CATALOGUE.values() if m.objective}
+    assert metrics.DIRECTIONS == {m.name: m.direction for m in metrics.CATALOGUE.values() if m.objective}
     assert config.TASK_METRICS == {"classification": ("val_accuracy",), "regression": ("val_mse", "val_mae", "val_r2")}
-    assert context.CLOCK_METRICS == tuple(m.name for m in metrics.CATALOGUE.values() if m.source == "clock")
+    assert metrics.CLOCKS == tuple(m.name for m in metrics.CATALOGUE.values() if m.source == "clock")
     cfg = config.from_dict({"objectives": ["params_nonzero", "val_accuracy", "samples_per_s"]})
     assert cfg.directions == ["minimize", "maximize", "maximize"]
 
@@ -70,3 +72,29 @@ def test_quality_and_per_epoch_rules() -> None:
     assert not any(metrics.is_quality(m) for m in ("train_time_s", "model_params", "inference_latency_ms"))
     assert metrics.per_epoch("val_f1") and metrics.per_epoch("train_time_s")
     assert not metrics.per_epoch("model_size_bytes") and not metrics.per_epoch("compile_time_s")
+
+
+def test_every_epoch_record_field_is_a_catalogued_per_epoch_metric() -> None:
+    """EpochRecord's measured fields are the catalogue's `record` metrics, in its order: a new per-epoch clock is
+    one catalogue row and one field, and the stored history, results and report follow."""
+    fields = [f.name for f in dataclasses.fields(EpochRecord) if f.name not in ("epoch", "metrics")]
+    assert tuple(fields) == metrics.EPOCH_FIELDS
+    assert all(metrics.CATALOGUE[f].per_epoch for f in fields)
+    # today's sets, derived: the record's clocks are the per-epoch clocks; train_loss is the one reported field
+    assert metrics.EPOCH_FIELDS == ("train_loss", "epoch_time_s", "train_time_s", "samples_per_s",
+                                    "data_wait_fraction", "lr")
+    assert [f for f in fields if metrics.CATALOGUE[f].source == "clock"] == \
+        [m for m in metrics.CLOCKS if metrics.CATALOGUE[m].per_epoch]
+    rec = EpochRecord(epoch=1, train_loss=0.5, epoch_time_s=1.0, train_time_s=2.0, samples_per_s=3.0,
+                      data_wait_fraction=0.1, lr=0.01, metrics={"val_accuracy": 0.9})
+    assert list(rec.as_dict()) == ["epoch", "train_loss", "val_accuracy", "epoch_time_s", "train_time_s",
+                                   "samples_per_s", "data_wait_fraction", "lr"]
+    summary = results.TrialSummary(number=0, state="COMPLETE", params={}, values={}, metrics={},
+                                   history=[rec.as_dict()])
+    assert summary.records() == [rec]
+
+
+def test_every_metric_the_builtin_trainer_reports_is_catalogued(measured: autotune.TrainResult) -> None:
+    reported = {k for rec in measured.history for k in rec.metrics}
+    assert reported <= set(metrics.CATALOGUE), reported - set(metrics.CATALOGUE)
+    assert all(metrics.CATALOGUE[k].source == "reported" for k in reported)

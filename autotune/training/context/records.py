@@ -9,10 +9,13 @@ from typing import Any
 
 from torch import nn
 
+from autotune.core import EPOCH_FIELDS
+
 
 @dataclass
 class EpochRecord:
-    """One epoch as the context measured it, with the metrics the training function reported."""
+    """One epoch as the context measured it, with the metrics the training function reported. Its measured fields
+    are the metric catalogue's `record` ones (core.EPOCH_FIELDS; tests/core_tests/test_metrics.py keeps them equal)."""
 
     epoch: int
     train_loss: float  # mean training loss (reported `train_loss`, else measured from ctx.backward); NaN if none
@@ -31,9 +34,8 @@ class EpochRecord:
 
     def as_dict(self) -> dict[str, Any]:
         """Flat: what the trial's `history` user attr stores (the report and pruners read these keys)."""
-        return {"epoch": self.epoch, "train_loss": self.train_loss, **self.metrics, "epoch_time_s": self.epoch_time_s,
-                "train_time_s": self.train_time_s, "samples_per_s": self.samples_per_s,
-                "data_wait_fraction": self.data_wait_fraction, "lr": self.lr}
+        measured = {k: getattr(self, k) for k in EPOCH_FIELDS}  # the catalogue's record fields, in its order
+        return {"epoch": self.epoch, "train_loss": measured.pop("train_loss"), **self.metrics, **measured}
 
 
 OnEpoch = Callable[[EpochRecord], None]

@@ -52,7 +52,7 @@ from autotune.training.context.collective import collective
 from autotune.training.context.epoch_clock import FINITE_CHECK_EVERY, EpochClock, steady_rate, wait_fraction
 from autotune.training.context.limits import Limits
 from autotune.training.context.loaders import Batches, DeviceBatches, LoaderBatches, build, fraction_indices
-from autotune.training.context.misuse import CLOCK_METRICS, ContextMisuse
+from autotune.training.context.misuse import ContextMisuse
 from autotune.training.context.records import EpochRecord, OnEpoch, TrainResult
 from autotune.training.context.stepper import Stepper
 from autotune.training.context.stop_rules import StopRules
@@ -423,9 +423,9 @@ def run_fit(fit: Callable[[TrialContext], Any], ctx: TrialContext) -> TrainResul
         raise
 
 
-# (CLOCK_METRICS, DeviceBatches, FINITE_CHECK_EVERY, Limits, LoaderBatches, fraction_indices: importable from here as
+# (DeviceBatches, FINITE_CHECK_EVERY, Limits, LoaderBatches, fraction_indices: importable from here as
 # before the context was split into its parts)
-__all__ = ["CLOCK_METRICS", "FINITE_CHECK_EVERY", "Batches", "ContextMisuse", "DeviceBatches", "EpochRecord",
+__all__ = ["FINITE_CHECK_EVERY", "Batches", "ContextMisuse", "DeviceBatches", "EpochRecord",
            "Limits", "LoaderBatches", "OnEpoch", "TrainResult", "TrialContext", "fraction_indices", "run_fit",
            "trial_session",
            "unsupported_combination"]
