@@ -17,10 +17,20 @@ from autotune.spec.schema import (
     ParamSpec,
     RunConfig,
 )
-from autotune.spec.settings import PRECISIONS, SETTINGS, Settings, check_params, merge
+from autotune.spec.settings import (
+    ACTS,
+    APPLIERS,
+    PRECISIONS,
+    SETTINGS,
+    Settings,
+    acting,
+    applied_by,
+    check_params,
+    merge,
+)
 
 __all__ = [
-    "DataConfig", "DistillConfig", "FastestWithin", "MODEL_PREFIX", "ModelConfig", "MostAccurateUnder",
-    "PRECISIONS", "ParamSpec", "RunConfig", "SETTINGS", "STRATEGIES", "Settings", "TASKS", "TASK_METRICS",
-    "USER_PREFIX", "check_params", "merge",
+    "ACTS", "APPLIERS", "DataConfig", "DistillConfig", "FastestWithin", "MODEL_PREFIX", "ModelConfig",
+    "MostAccurateUnder", "PRECISIONS", "ParamSpec", "RunConfig", "SETTINGS", "STRATEGIES", "Settings", "TASKS",
+    "TASK_METRICS", "USER_PREFIX", "acting", "applied_by", "check_params", "merge",
 ]

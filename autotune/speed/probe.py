@@ -56,14 +56,13 @@ import optuna
 import torch
 
 from autotune.core import TrialStopped, describe_exception, library_file
-from autotune.spec import MODEL_PREFIX, USER_PREFIX, RunConfig
+from autotune.spec import MODEL_PREFIX, USER_PREFIX, RunConfig, acting
 from autotune.training import Measurement, ProbeWindow, TrainResult, accel
 
-# Trainer settings that set how fast a step runs (optimizer, accumulation and clipping change a step's cost by
-# a little and are left out: more trials share a measurement). The model and input shape are the study's.
-THROUGHPUT = ("device", "devices", "precision", "channels_last", "compile", "compile_mode", "batch_size",
-              "data_on_device", "num_workers", "pin_memory", "prefetch_factor", "persistent_workers", "cudnn_benchmark",
-              "matmul_precision", "cpu_threads")
+# Trainer settings that set how fast a step runs: the catalogue's `acts` speed or speed_and_result (optimizer,
+# accumulation and clipping change a step's cost by a little and act as `result`: more trials share a
+# measurement). The model and input shape are the study's.
+THROUGHPUT = acting("speed", "speed_and_result")
 ATTR_PREFIX = "probe:"
 
 

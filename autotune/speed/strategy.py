@@ -28,14 +28,13 @@ from autotune.config import from_dict
 from autotune.core import TrialStopped, locks
 from autotune.fit import trainer
 from autotune.search import space
-from autotune.spec import STRATEGIES, RunConfig
+from autotune.spec import SETTINGS, STRATEGIES, RunConfig, acting
 from autotune.speed import probe
 from autotune.speed import sweep as speed
 
-NEUTRAL = ("channels_last", "compile", "compile_mode", "data_on_device", "num_workers", "pin_memory",
-           "prefetch_factor", "persistent_workers", "cudnn_benchmark", "cpu_threads")
-EXACTNESS: dict[str, dict[Any, int]] = {"precision": {"fp32": 2, "bf16": 1, "fp16": 1},
-                                        "matmul_precision": {"highest": 3, "high": 2, "medium": 1}}
+# From the settings catalogue: what changes only the speed, and the ranks of the choices that trade exactness
+NEUTRAL = acting("speed")
+EXACTNESS: dict[str, dict[Any, int]] = {name: dict(s.exactness) for name, s in SETTINGS.items() if s.exactness}
 TOLERANCE = 0.10  # faster by less than this is a tie: two probes of the same thing differ by about that much
 PLAN_ATTR = "strategy_plan"
 

@@ -20,25 +20,27 @@ import math
 from collections.abc import Iterator, Mapping
 from typing import Any, Protocol
 
-from autotune.spec import Settings
+from autotune.spec import SETTINGS, Settings, applied_by
 
 USER_PREFIX = "user."  # a training function's own parameter, `user.NAME` (config.USER_PREFIX)
 
+# Each group is the settings catalogue's `applied_by` part (spec.APPLIERS).
 # Applied around every trial, whatever the training function does (trainer.train, context.session).
-APPLIED_AROUND = ("device", "devices", "cudnn_benchmark", "matmul_precision", "cpu_threads")
+APPLIED_AROUND = applied_by("around")
 
-OPTIMIZER_KEYS = ("optimizer", "lr", "momentum", "weight_decay")
-STEP_KEYS = ("grad_clip", "grad_accum_steps", "lr_schedule")
-LOADER_KEYS = ("batch_size", "data_fraction", "data_on_device")
-DATALOADER_KEYS = ("num_workers", "pin_memory", "prefetch_factor", "persistent_workers")
-PREPARE_KEYS = ("init", "channels_last", "compile", "compile_mode")
+OPTIMIZER_KEYS = applied_by("optimizer")
+STEP_KEYS = applied_by("step", "schedule")  # ctx.backward steps autotune's schedule too
+LOADER_KEYS = applied_by("loader")
+DATALOADER_KEYS = applied_by("dataloader")
+PREPARE_KEYS = applied_by("prepare")
 
 # Settings autotune applies itself: applied by their effect (the optimizer that stepped is the one autotune built,
 # or the fit's own with its lrs scaled by a chosen lr; autotune's schedule set the lr), never because a fit read
 # them (a fit logging ctx.settings reads them all). `BUILT_WITH`: those a fit may read to build its own optimizer
-# with: applied when one of its groups holds the value read (not when a read was for logging).
-EFFECT_KEYS = (*OPTIMIZER_KEYS, "lr_schedule")
-BUILT_WITH = ("lr", "momentum", "weight_decay")
+# with (its numbers: an optimizer's param groups hold them): applied when one of its groups holds the value read
+# (not when a read was for logging).
+EFFECT_KEYS = applied_by("optimizer", "schedule")
+BUILT_WITH = tuple(k for k in OPTIMIZER_KEYS if SETTINGS[k].kind == "float")
 
 
 def in_groups(opt: Any, key: str, value: Any) -> bool:
@@ -51,15 +53,16 @@ def in_groups(opt: Any, key: str, value: Any) -> bool:
     return False
 
 
-# What reads a setting in the built-in trainer, which a training function of its own replaces.
-OWN = {
-    "label_smoothing": "the loss is your own (read ctx.settings.label_smoothing in it to search it)",
-    "dropout": "the model is your own (read ctx.settings.dropout in it to search it)",
-    "aug_crop_padding": "the augmentation is your own", "aug_flip": "the augmentation is your own",
-    "aug_cutout": "the augmentation is your own",
-    "eval_batch_size": "your evaluation batches its own way (ctx.loader(..., train=False) takes it)",
+# What reads a setting in the built-in trainer, which a training function of its own replaces: by the part that
+# applies it (the catalogue's `applied_by`).
+_OWN_PART = {
+    "loss": "the loss is your own (read ctx.settings.{key} in it to search it)",
+    "model": "the model is your own (read ctx.settings.{key} in it to search it)",
+    "augment": "the augmentation is your own",
+    "eval": "your evaluation batches its own way (ctx.loader(..., train=False) takes it)",
     "epochs": "ctx.epochs() was never iterated",
 }
+OWN = {key: _OWN_PART[s.applied_by].format(key=key) for key, s in SETTINGS.items() if s.applied_by in _OWN_PART}
 
 
 class Trial(Protocol):

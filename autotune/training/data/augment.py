@@ -20,11 +20,13 @@ from typing import Any
 
 import torch
 
-SETTINGS = ("aug_crop_padding", "aug_flip", "aug_cutout")
+from autotune.spec import applied_by
+
+SETTINGS = applied_by("augment")  # the settings catalogue's augmentation rows
 
 
 def enabled(settings: Mapping[str, Any]) -> bool:
-    return bool(settings.get("aug_crop_padding") or settings.get("aug_flip") or settings.get("aug_cutout"))
+    return any(settings.get(k) for k in SETTINGS)
 
 
 def generator(device: torch.device, seed: int) -> torch.Generator:
