@@ -60,7 +60,7 @@ def parse_time(text: str) -> int:
 
 def check(cfg: RunConfig, req: Request) -> list[str]:
     """The mistakes a launch would make, as a ConfigError before anything is written; returns notes to print."""
-    file = Path(cfg.source).name
+    file = cfg.file
     if req.executor not in EXECUTORS:
         raise ConfigError(file, "--executor", f"unknown {req.executor!r}; known: {', '.join(sorted(EXECUTORS))}")
     if req.workers < 1:

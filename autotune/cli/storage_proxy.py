@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
 from autotune.cli import common
 
@@ -13,7 +12,7 @@ def cmd(args: argparse.Namespace) -> int:
     from autotune.study import make_storage, proxy
 
     cfg = common.load(args)
-    file = Path(cfg.source).name
+    file = cfg.file
     proxy.check_backend(cfg.study.storage, file)
     backend = make_storage(cfg)
     if cfg.study.heartbeat_interval is not None:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import copy
 import functools
 import itertools
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -69,7 +68,7 @@ def cast_error(device_str: str, mode: str) -> str | None:
 
 def preflight(cfg: RunConfig) -> None:
     """Fixed compression settings that cannot work are a ConfigError before any trial runs."""
-    file = Path(cfg.source).name
+    file = cfg.file
     fixed = cfg.fixed()
     searched = set(cfg.space)
     try:

@@ -6,8 +6,6 @@ Run before a study (or a worker) starts, by `autotune.train`, `autotune profile`
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from autotune.core import AutotuneError, ConfigError, describe_exception, warn_config
 from autotune.search import pruners, samplers, space
 from autotune.spec import RunConfig
@@ -16,7 +14,7 @@ from autotune.training import accel, augment, data, distributed, models
 
 def preflight(cfg: RunConfig) -> None:
     """Everything that can be wrong before a trial runs: device, fixed precision, data, model."""
-    file = Path(cfg.source).name
+    file = cfg.file
     fixed = cfg.fixed()
     try:
         dev = accel.resolve_device(fixed["device"])
@@ -70,7 +68,7 @@ def notes(cfg: RunConfig) -> list[str]:
     numbers = [float(v) for v in values if isinstance(v, (int, float)) and not isinstance(v, bool)]
     if numbers and min(numbers) <= 1.0 <= max(numbers):
         return []
-    return [f"{Path(cfg.source).name}: space.lr: with trainer: {cfg.trainer}, lr is the learning rate only when "
+    return [f"{cfg.file}: space.lr: with trainer: {cfg.trainer}, lr is the learning rate only when "
             "your fit trains with the searched optimizer (ctx.prepare(model)); on an optimizer your fit builds and "
             "passes to ctx.prepare it multiplies each parameter group's own lr (search it around 1.0 then, e.g. "
             "0.25 to 4.0); each trial's rates are stored as user attr effective_lrs"]

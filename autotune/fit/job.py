@@ -18,7 +18,7 @@ def load_fit(cfg: RunConfig) -> trainer.Fit | None:
     """The user's training function named by `trainer:` (None: the built-in trainer)."""
     if cfg.trainer is None:
         return None
-    return load_factory(cfg.trainer, cfg.source.rsplit("/", 1)[-1], "trainer", near=cfg.source)  # type: ignore
+    return load_factory(cfg.trainer, cfg.file, "trainer", near=cfg.source)  # type: ignore
 
 
 def fit_name(cfg: RunConfig, fit: trainer.Fit | None) -> str:

@@ -48,16 +48,12 @@ log = logging.getLogger(__name__)
 # ---------------------------------------------------------------- checks before a study exists
 
 
-def _file(cfg: RunConfig) -> str:
-    return Path(cfg.source).name
-
-
 def _mlflow(cfg: RunConfig) -> Any:
     """The MlflowClient class; MLflow missing is a ConfigError naming the pip command."""
     try:
         from mlflow.tracking import MlflowClient
     except ImportError:
-        raise ConfigError(_file(cfg), "tracking.mlflow", f"MLflow is not installed: {INSTALL}") from None
+        raise ConfigError(cfg.file, "tracking.mlflow", f"MLflow is not installed: {INSTALL}") from None
     # A new SQLite store announces its table creation at INFO on every first run: not news to a user.
     logging.getLogger("mlflow.store.db.utils").setLevel(logging.WARNING)
     return MlflowClient
@@ -126,7 +122,7 @@ def check(cfg: RunConfig) -> None:
     ml = cfg.tracking.mlflow
     if ml is None:
         return
-    file = _file(cfg)
+    file = cfg.file
     client_cls = _mlflow(cfg)
     uri = ml.tracking_uri
     scheme = uri.split("://", 1)[0].lower() if "://" in uri else ("file" if _local_path(uri) else "")
@@ -171,7 +167,7 @@ def _check_experiment(cfg: RunConfig, exp: Any) -> None:
     ml = cfg.tracking.mlflow
     assert ml is not None
     if exp is not None and exp.lifecycle_stage != "active":
-        raise ConfigError(_file(cfg), "tracking.mlflow.experiment", f"experiment {ml.experiment!r} is deleted in "
+        raise ConfigError(cfg.file, "tracking.mlflow.experiment", f"experiment {ml.experiment!r} is deleted in "
                                                                     f"{redact(ml.tracking_uri)}: restore it (mlflow "
                                                                     f"experiments restore) or name another")
 
@@ -218,7 +214,7 @@ class Tracker:
         except ConfigError:
             raise
         except Exception as e:  # the server went away since validation, or refuses us
-            raise ConfigError(_file(cfg), URI_KEY, f"cannot log to {redact(self.uri)}: {reason(e, self.uri)}") \
+            raise ConfigError(cfg.file, URI_KEY, f"cannot log to {redact(self.uri)}: {reason(e, self.uri)}") \
                 from None
         for t in backlog:  # a new parent for a study that already has trials: log them first
             self._pending[t.number] = t

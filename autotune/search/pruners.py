@@ -302,10 +302,6 @@ class ParetoASHAPruner:
 # ---------------------------------------------------------------- the registry
 
 
-def _file(cfg: RunConfig) -> str:
-    return cfg.source.rsplit("/", 1)[-1]
-
-
 def _nop(cfg: RunConfig, args: dict[str, Any]) -> optuna.pruners.BasePruner:
     return optuna.pruners.NopPruner()
 
@@ -313,7 +309,7 @@ def _nop(cfg: RunConfig, args: dict[str, Any]) -> optuna.pruners.BasePruner:
 def _threshold(cfg: RunConfig, args: dict[str, Any]) -> optuna.pruners.BasePruner:
     if not ({"lower", "upper"} & set(args)):
         # threshold on the objective itself: a maximized accuracy below `lower` is hopeless
-        raise ConfigError(_file(cfg), "pruning.pruner_args", "threshold needs lower or upper (e.g. {lower: 0.5})")
+        raise ConfigError(cfg.file, "pruning.pruner_args", "threshold needs lower or upper (e.g. {lower: 0.5})")
     return optuna.pruners.ThresholdPruner(**args)
 
 
@@ -376,11 +372,11 @@ def resolved_name(cfg: RunConfig) -> str:
 
 def build(cfg: RunConfig, name: str) -> Any:
     """Registered pruner `name` with autotune's defaults under `pruning.pruner_args`; bad args are a ConfigError."""
-    kind = lookup(PRUNERS, name, _file(cfg), "pruning.pruner", "pruner")
+    kind = lookup(PRUNERS, name, cfg.file, "pruning.pruner", "pruner")
     try:
         return kind.build(cfg, {**kind.defaults, **cfg.pruning.pruner_args})
     except (TypeError, ValueError) as e:
-        raise ConfigError(_file(cfg), "pruning.pruner_args", f"{name}: {e}") from None
+        raise ConfigError(cfg.file, "pruning.pruner_args", f"{name}: {e}") from None
 
 
 def optuna_pruner(cfg: RunConfig) -> optuna.pruners.BasePruner:

@@ -7,7 +7,6 @@ builds the one a config names, with autotune's defaults where Optuna's do not su
 from __future__ import annotations
 
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import optuna
@@ -45,7 +44,7 @@ SAMPLERS: dict[str, SamplerBuilder] = {
 def make_sampler(cfg: RunConfig, seed: int | None = None) -> optuna.samplers.BaseSampler:
     """The sampler `study.sampler` names, seeded with `seed` (a worker's own stream), else `study.seed`; bad
     `sampler_args` are a ConfigError."""
-    file = Path(cfg.source).name
+    file = cfg.file
     build = lookup(SAMPLERS, cfg.study.sampler, file, "study.sampler", "sampler")
     try:
         return build(cfg, cfg.study.seed if seed is None else seed, dict(cfg.study.sampler_args))

@@ -6,6 +6,7 @@ contract test keeps equal to the registries; the rules that span fields or need 
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
@@ -310,6 +311,11 @@ class RunConfig(_Model):
             if key == "most_accurate_under_s":
                 return MostAccurateUnder.model_validate(v)
         raise ValueError(f"must be knee, {{fastest_within: F}} or {{most_accurate_under_s: S}}; got {shown(v)}")
+
+    @property
+    def file(self) -> str:
+        """The run file's name, as every message about it starts (`p.yaml: key: rule`; `<config>` for a dict)."""
+        return Path(self.source).name
 
     @property
     def multi_objective(self) -> bool:

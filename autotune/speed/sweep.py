@@ -261,7 +261,7 @@ def header(cfg: RunConfig, n: int) -> str:
     what = cfg.trainer or f"model {cfg.model.name or cfg.model.factory}, data {cfg.data.name or cfg.data.factory}"
     fixed = held_fixed(cfg)
     held = "; held fixed: " + ", ".join(f"{k} {_fmt(v)}" for k, v in fixed.items()) if fixed else ""
-    return (f"{cfg.source.rsplit('/', 1)[-1]}: {what}; {n} combination(s) of "
+    return (f"{cfg.file}: {what}; {n} combination(s) of "
             f"{', '.join(searched(cfg)) or 'no searched acceleration setting'}; on {accel.device_name(dev)}, "
             f"torch {torch.__version__}{held}")
 

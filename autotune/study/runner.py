@@ -31,10 +31,6 @@ from autotune.training import accel
 FINISHED = (TrialState.COMPLETE, TrialState.PRUNED)
 
 
-def _file(cfg: RunConfig) -> str:
-    return Path(cfg.source).name
-
-
 
 
 # ---------------------------------------------------------------- checks before a study exists
@@ -123,7 +119,7 @@ def check_same_objectives(cfg: RunConfig, summary: optuna.study.StudySummary) ->
         return
     theirs = [f"{m} ({d})" for m, d in zip(metrics or ["?"] * len(dirs), dirs)]
     ours = [f"{m} ({d})" for m, d in zip(here, cfg.directions)]
-    raise ConfigError(_file(cfg), "objectives", f"study {cfg.study.name!r} in {redact(cfg.study.storage)} has "
+    raise ConfigError(cfg.file, "objectives", f"study {cfg.study.name!r} in {redact(cfg.study.storage)} has "
                                                 f"objectives [{', '.join(theirs)}], this config [{', '.join(ours)}]"
                                                 "; its trials would be compared on other metrics: use --fresh or "
                                                 "another study.name")
@@ -156,7 +152,7 @@ def open_study(cfg: RunConfig, fresh: bool = False, create: bool = True,
     if name in existing:
         check_same_objectives(cfg, existing[name])
     elif not create:
-        raise ConfigError(_file(cfg), "study.name", f"no study {name!r} in {redact(cfg.study.storage)}; known: "
+        raise ConfigError(cfg.file, "study.name", f"no study {name!r} in {redact(cfg.study.storage)}; known: "
                                                     f"{', '.join(sorted(existing)) or 'none'}")
     earlier = warm.source(cfg) if name not in existing else None  # checked before anything is written
     study = optuna.create_study(
@@ -236,7 +232,7 @@ def resolve_teacher(cfg: RunConfig, storage: optuna.storages.BaseStorage | None 
     if not path.is_file():
         best = TuneResult(study=src, config=teacher_cfg).best if src is not None else None
         if best is None:
-            raise ConfigError(_file(cfg), "distill.teacher", f"best needs a completed trial in study {name!r} in "
+            raise ConfigError(cfg.file, "distill.teacher", f"best needs a completed trial in study {name!r} in "
                                                              f"{redact(cfg.study.storage)}; run it without distill "
                                                              "first, or give a state-dict path")
         assert src is not None
@@ -347,7 +343,7 @@ def run(cfg: RunConfig, fresh: bool = False, callbacks: list[TrialCallback] | No
     retried once first; `on_note` (default: stderr) hears how many.
     """
     if fit is not None:
-        check_fit_signature(fit, fit_name(cfg, fit), _file(cfg))
+        check_fit_signature(fit, fit_name(cfg, fit), cfg.file)
     preflight(cfg)
     cfg = resolve_teacher(cfg)
     study = open_study(cfg, fresh=fresh)

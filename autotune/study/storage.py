@@ -27,17 +27,13 @@ from autotune.study.journal_lock import OwnedJournalLock
 SHARED = "journal:///path on one machine or postgresql://USER:PASSWORD@HOST/DB (or mysql://...) across machines"
 
 
-def _file(cfg: RunConfig) -> str:
-    return Path(cfg.source).name
-
-
 # ---------------------------------------------------------------- opening
 
 
 def make_storage(cfg: RunConfig) -> optuna.storages.BaseStorage:
     """The study's storage; an unreachable one is a ConfigError before anything is written."""
     url = cfg.study.storage
-    file = _file(cfg)
+    file = cfg.file
     if url.startswith("journal://"):
         return _journal(cfg, url, file)
     if url.startswith(proxy.PREFIX):  # Optuna's gRPC storage proxy (`autotune storage-proxy`): no heartbeats
@@ -164,7 +160,7 @@ def check_storage(cfg: RunConfig) -> None:
             while not probe.exists() and probe != probe.parent:
                 probe = probe.parent
             if not probe.is_dir() or not os.access(probe, os.W_OK):
-                raise ConfigError(_file(cfg), "study.storage", f"cannot create {parent}: not a writable directory")
+                raise ConfigError(cfg.file, "study.storage", f"cannot create {parent}: not a writable directory")
             return
     make_storage(cfg)
 
@@ -174,7 +170,7 @@ def check_shared(cfg: RunConfig, n_workers: int, key: str = "study.storage") -> 
     url = cfg.study.storage
     if n_workers > 1 and url.startswith("sqlite"):
         name = cfg.study.name
-        raise ConfigError(_file(cfg), key, f"SQLite cannot take {n_workers} concurrent workers ({url}); use "
+        raise ConfigError(cfg.file, key, f"SQLite cannot take {n_workers} concurrent workers ({url}); use "
                                            f"journal:///studies/{name}.log on one machine or "
                                            f"postgresql://USER:PASSWORD@HOST/DB (or mysql://...) across machines")
 

@@ -12,7 +12,6 @@ it searches that the earlier trial lacked is sampled.
 from __future__ import annotations
 
 import math
-from pathlib import Path
 from typing import Any
 
 import optuna
@@ -24,10 +23,6 @@ from autotune.spec import ParamSpec, RunConfig
 from autotune.study.storage import find_study, make_storage
 
 ATTR = "warm_start"  # trial user attr on an enqueued trial: "STUDY#NUMBER" it came from
-
-
-def _file(cfg: RunConfig) -> str:
-    return Path(cfg.source).name
 
 
 def source(cfg: RunConfig) -> optuna.Study | None:
@@ -42,7 +37,7 @@ def source(cfg: RunConfig) -> optuna.Study | None:
         storage = make_storage(probe)
     except ConfigError as e:
         raise ConfigError(e.file, "study.warm_start.storage", e.message) from None
-    return find_study(storage, url, ws.study, _file(cfg), "study.warm_start.study")
+    return find_study(storage, url, ws.study, cfg.file, "study.warm_start.study")
 
 
 def best(study: optuna.Study, k: int) -> list[FrozenTrial]:

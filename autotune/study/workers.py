@@ -13,7 +13,6 @@ import time
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import optuna
@@ -53,10 +52,6 @@ WORKER_ATTR = orphans.OWNER_ATTR  # trial user attr: "host:pid:start" of the pro
 worker_id = orphans.owner_id
 
 
-def _file(cfg: RunConfig) -> str:
-    return Path(cfg.source).name
-
-
 # ---------------------------------------------------------------- where each worker runs
 
 
@@ -87,7 +82,7 @@ def plan(cfg: RunConfig, n_workers: int | None, gpus: list[str] | None) -> list[
     A trial on several devices (`devices`, its largest searched value) takes that many GPUs: workers x devices
     never exceeds the GPUs visible, and two trials share a GPU only when --gpus repeats it; on the CPU, workers x
     devices processes never exceed the cores."""
-    file = _file(cfg)
+    file = cfg.file
     if n_workers is not None and n_workers < 1:
         raise ConfigError(file, "--workers", f"must be >= 1; got {n_workers}")
     device = str(cfg.fixed()["device"])

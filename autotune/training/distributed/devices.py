@@ -54,14 +54,12 @@ def devices_wanted(cfg: RunConfig) -> int:
 
 def check(cfg: RunConfig) -> None:
     """`devices` this machine cannot give, as a ConfigError before anything runs (part of study.preflight)."""
-    from pathlib import Path
-
     from autotune.training import accel
 
     n = devices_wanted(cfg)
     if n <= 1:
         return
-    file = Path(cfg.source).name
+    file = cfg.file
     key = "space.devices" if "devices" in cfg.space else "train.devices"
     fixed = cfg.fixed()
     device = str(fixed["device"])
