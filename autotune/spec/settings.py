@@ -265,6 +265,13 @@ def check_params(params: Mapping[str, Any], file: str, prefix: str = "") -> dict
 MODEL_KEY_PREFIX = "model."  # a searched architecture key rides along with the trainer settings (config.MODEL_PREFIX)
 
 
+def _born(obj: Any, **slots: Any) -> Any:
+    """A new `Settings`' slots, written once before anyone holds it (its __setattr__ refuses every later write)."""
+    for name, value in slots.items():
+        object.__setattr__(obj, name, value)
+    return obj
+
+
 class Settings(Mapping[str, Any]):
     """One run's trainer settings, typed and frozen: every setting of the catalogue (a missing one takes its
     default; each value checked and coerced to its setting's type) and the `model.KEY` values of a searched
@@ -278,9 +285,7 @@ class Settings(Mapping[str, Any]):
         if type(values) is Settings:
             return values
         if isinstance(values, Settings):  # a watched view (`watched`): the same values, reads no longer noted
-            plain = super().__new__(cls)
-            super(Mapping, plain).__setattr__("_values", values._values)
-            return plain
+            return _born(super().__new__(cls), _values=values._values)
         checked = dict(DEFAULTS)
         for key, value in values.items():
             if key.startswith(MODEL_KEY_PREFIX):
@@ -292,9 +297,7 @@ class Settings(Mapping[str, Any]):
                 checked[key] = SETTINGS[key].check(value)
             except ValueError as e:
                 raise ConfigError(None, key, str(e)) from None
-        self = super().__new__(cls)
-        super(Mapping, self).__setattr__("_values", MappingProxyType(checked))  # the one write, at birth
-        return self
+        return _born(super().__new__(cls), _values=MappingProxyType(checked))
 
     def __getitem__(self, key: str) -> Any:
         return self._values[key]
@@ -341,10 +344,7 @@ class _Watched(Settings):
     _reads: set[str]
 
     def __new__(cls, base: Settings, reads: set[str]) -> _Watched:  # type: ignore[misc]
-        self = object.__new__(cls)
-        object.__setattr__(self, "_values", base._values)
-        object.__setattr__(self, "_reads", reads)
-        return self
+        return _born(object.__new__(cls), _values=base._values, _reads=reads)
 
     def __getitem__(self, key: str) -> Any:
         value = self._values[key]
