@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from autotune.core import AutotuneError, config_warnings_as_lines, redact
+from autotune.spec import SAMPLER_NAMES
 
 
 def overrides(args: argparse.Namespace) -> dict[str, Any]:
@@ -34,7 +35,8 @@ def add_study_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--n-trials", type=int, help="finished trials the study should hold (overrides study.n_trials)")
     p.add_argument("--timeout", type=float, help="seconds for this run (overrides study.timeout)")
     p.add_argument("--storage", help="storage URL (overrides study.storage)")
-    p.add_argument("--sampler", help="tpe, random, gp, cmaes, nsga2, qmc or grid (overrides study.sampler)")
+    samplers = ", ".join(SAMPLER_NAMES[:-1]) + " or " + SAMPLER_NAMES[-1]  # the registry's names (spec.names)
+    p.add_argument("--sampler", help=f"{samplers} (overrides study.sampler)")
     p.add_argument("--seed", type=int, help="sampler and training seed (overrides study.seed)")
     p.add_argument("--study-name", help="study name (overrides study.name)")
 

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from autotune.spec.names import SAMPLER_NAMES
 from autotune.spec.schema import (
     MODEL_PREFIX,
     STRATEGIES,
@@ -31,6 +32,6 @@ from autotune.spec.settings import (
 
 __all__ = [
     "ACTS", "APPLIERS", "DataConfig", "DistillConfig", "FastestWithin", "MODEL_PREFIX", "ModelConfig",
-    "MostAccurateUnder", "PRECISIONS", "ParamSpec", "RunConfig", "SETTINGS", "STRATEGIES", "Settings", "TASKS",
-    "TASK_METRICS", "USER_PREFIX", "acting", "applied_by", "check_params", "merge",
+    "MostAccurateUnder", "PRECISIONS", "ParamSpec", "RunConfig", "SAMPLER_NAMES", "SETTINGS", "STRATEGIES",
+    "Settings", "TASKS", "TASK_METRICS", "USER_PREFIX", "acting", "applied_by", "check_params", "merge",
 ]
