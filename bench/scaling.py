@@ -120,7 +120,7 @@ def trivial_fit(ctx: Any) -> None:
     ctx.prepare(torch.nn.Linear(1, 1))
     lr = float(ctx.params["lr"])
     for epoch in ctx.epochs():
-        ctx.report(val_accuracy=0.5 + 0.4 * epoch / ctx.epochs_total - 0.1 * abs(lr - 0.01), val_loss=1.1 / epoch)
+        ctx.report(val_accuracy=0.5 + 0.4 * epoch / ctx.settings.epochs - 0.1 * abs(lr - 0.01), val_loss=1.1 / epoch)
 
 
 def overhead(n_trials: int, sampler: str, tmp: Path, chunk: int = 50, only: tuple[str, ...] = ()) -> None:

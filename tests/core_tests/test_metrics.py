@@ -11,7 +11,6 @@ import autotune
 from autotune import config
 from autotune.core import metrics
 from autotune.core.errors import ConfigError
-from autotune.training.context import trial as context
 from tests.conftest import tiny
 
 
@@ -40,7 +39,7 @@ def test_catalogue_says_what_is_known_each_epoch_and_what_only_at_the_end(measur
 def test_config_reads_directions_and_task_metrics_from_the_catalogue() -> None:
     assert config.METRICS == {m.name: m.direction for m in metrics.CATALOGUE.values() if m.objective}
     assert config.TASK_METRICS == {"classification": ("val_accuracy",), "regression": ("val_mse", "val_mae", "val_r2")}
-    assert context.CLOCK_METRICS == tuple(m.name for m in metrics.CATALOGUE.values() if m.source == "clock")
+    assert metrics.CLOCKS == tuple(m.name for m in metrics.CATALOGUE.values() if m.source == "clock")
     cfg = config.from_dict({"objectives": ["params_nonzero", "val_accuracy", "samples_per_s"]})
     assert cfg.directions == ["minimize", "maximize", "maximize"]
 

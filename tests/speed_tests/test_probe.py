@@ -17,11 +17,11 @@ from optuna.trial import TrialState
 from torch import nn
 
 from autotune import config
+from autotune import training as context
 from autotune.spec.settings import DEFAULTS
 from autotune.speed import probe
 from autotune.study import runner as study_mod
 from autotune.study import storage as storage_mod
-from autotune.training.context import trial as context
 from autotune.training.throughput import ProbeDone, ProbeWindow, RepeatedWindow
 from tests import user_fits
 
@@ -49,7 +49,7 @@ def sleepy_steps(step_s: float, first_extra_s: float, steps: int = 40):
         train = ctx.loader((torch.randn(steps * 8, 4), torch.randint(0, 2, (steps * 8,))), batch_size=8)
         for _ in ctx.epochs():
             for i, (x, y) in enumerate(train):
-                time.sleep(step_s + (first_extra_s if ctx.epoch == 1 and i == 0 else 0.0))
+                time.sleep(step_s + (first_extra_s if ctx.state.epoch == 1 and i == 0 else 0.0))
                 ctx.backward(nn.functional.cross_entropy(model(x), y))
             ctx.report(val_loss=1.0)
 
@@ -57,7 +57,7 @@ def sleepy_steps(step_s: float, first_extra_s: float, steps: int = 40):
 
 
 def ctx_with(window: ProbeWindow, epochs: int = 1) -> context.TrialContext:
-    return context.TrialContext({**DEFAULTS, "device": "cpu", "epochs": epochs}, probe=window)
+    return context.TrialContext({**DEFAULTS, "device": "cpu", "epochs": epochs}, setup=context.TrialSetup(probe=window))
 
 
 def test_window_times_steady_steps_after_warmup_and_sees_the_compile() -> None:
@@ -80,7 +80,7 @@ def test_an_uncompiled_trial_has_no_compile_time(tmp_path: Path) -> None:
     values = {**DEFAULTS, "device": "cpu", "epochs": 1, "compile": False}
     window = probe.Gate(cfg).window(trial, values)
     assert window is not None
-    context.run_fit(sleepy_steps(0.02, 0.3), context.TrialContext(values, probe=window))
+    context.run_fit(sleepy_steps(0.02, 0.3), context.TrialContext(values, setup=context.TrialSetup(probe=window)))
     m = window.measurement
     assert m is not None and m.first_step_s > 0.25 and m.compile_time_s == 0.0
     assert trial.user_attrs["probe"]["compile_time_s"] == 0.0
@@ -115,7 +115,7 @@ def test_a_probe_of_its_own_ends_the_run_after_its_steps() -> None:
     with pytest.raises(ProbeDone) as e:
         context.run_fit(sleepy_steps(0.001, 0.0), ctx)
     assert e.value.measurement is window.measurement
-    assert ctx.epoch == 1 and not ctx.history  # 5 steps of the first epoch, no evaluation
+    assert ctx.state.epoch == 1 and not ctx.state.history  # 5 steps of the first epoch, no evaluation
 
 
 def test_the_window_pauses_over_what_is_not_training() -> None:

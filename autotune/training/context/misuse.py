@@ -15,9 +15,6 @@ from torch import nn
 
 from autotune.core import CATALOGUE, CLOCKS, AutotuneError, TrialStopped, one_of, user_frame
 
-# Measured by the context: a training function reports what it evaluates, never these.
-CLOCK_METRICS = CLOCKS
-
 
 class ContextMisuse(AutotuneError):
     """A training function used the trial context in a way that cannot work (a clear message, never a guess),
@@ -132,7 +129,7 @@ def check_metrics(metrics: Mapping[str, Any], known: set[str] | None, offered: C
     out: dict[str, float] = {}
     for key, value in metrics.items():
         at = where.format(key=key)
-        if key in CLOCK_METRICS:
+        if key in CLOCKS:  # measured by the context: a fit reports what it evaluates, never these
             raise ContextMisuse(f"{at}: {key} is measured by autotune; report what you evaluate")
         if known is not None and key not in known and key != "train_loss":
             raise ContextMisuse(f"{at}: {key!r} is not an objective or a declared metric; "
@@ -166,14 +163,5 @@ def check_returned(returned: Any, epochs_run: int) -> None:
                             f"{type(returned).__name__}")
 
 
-__all__ = ["CLOCK_METRICS", "ContextMisuse", "check_live", "check_metrics", "optimizer_of", "reportable",
-           "step_samples"]
+__all__ = ["ContextMisuse", "check_live", "check_metrics", "optimizer_of", "reportable", "step_samples"]
 
-
-def deprecated_optimizer(factory: Callable[[Any], torch.optim.Optimizer]) -> Callable[[Any], torch.optim.Optimizer]:
-    """`ctx.optimizer`, the factory's old name: said once per use, the factory still returned."""
-    import warnings
-
-    warnings.warn("ctx.optimizer is the searched optimizer's factory, not an optimizer: use ctx.optimizer_factory "
-                  "(the optimizer ctx.prepare returned is ctx.opt)", DeprecationWarning, stacklevel=3)
-    return factory
