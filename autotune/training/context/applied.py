@@ -104,14 +104,14 @@ def _were(keys: list[str]) -> str:
     return f"{', '.join(keys)} {'was' if len(keys) == 1 else 'were'} not used"
 
 
-def why(ctx: Trial, key: str, missed: list[str]) -> str:
+def why(state: Trial, key: str, missed: list[str]) -> str:
     """Why nothing read `key` in this trial (`missed`: every searched key nothing read, to name them together)."""
     if key.startswith(USER_PREFIX):
         return f"ctx.params[{key[len(USER_PREFIX):]!r}] was never read"
     if key in OPTIMIZER_KEYS:
-        return _why_optimizer(ctx, key, missed)
+        return _why_optimizer(state, key, missed)
     for rule in (_why_step, _why_prepare, _why_loader):  # in this order: a key may be in several groups
-        reason = rule(ctx, key)
+        reason = rule(state, key)
         if reason is not None:
             return reason
     if key == "precision":
@@ -121,54 +121,54 @@ def why(ctx: Trial, key: str, missed: list[str]) -> str:
     return f"{key} was never read (by the context, or through ctx.settings / ctx.params)"
 
 
-def _why_optimizer(ctx: Trial, key: str, missed: list[str]) -> str:
-    st = ctx.stepper
-    if ctx.own_optimizer is None:
+def _why_optimizer(state: Trial, key: str, missed: list[str]) -> str:
+    st = state.stepper
+    if state.own_optimizer is None:
         return "ctx.prepare(model) was never called: the context built no optimizer"
-    if ctx.own_optimizer and key == "lr" and "lr" in ctx.reads and st.scaled is None:
+    if state.own_optimizer and key == "lr" and "lr" in state.reads and st.scaled is None:
         return ("your fit read lr before ctx.prepare, but no group of its own optimizer has that lr: it was not "
                 "used (build the optimizer with it, or leave it unread and ctx.prepare scales your groups' lrs by "
                 "it)")
-    if ctx.own_optimizer and key == "lr" and st.scaled is not None:
+    if state.own_optimizer and key == "lr" and st.scaled is not None:
         return "your optimizer never stepped with the lrs the searched lr scaled"
-    if ctx.own_optimizer:
+    if state.own_optimizer:
         return f"your fit built its own optimizer: {_were([k for k in OPTIMIZER_KEYS if k in missed and k != 'lr'])}"
     if st.opt_steps == 0:
         return "the optimizer the context built never stepped"
-    return f"optimizer {ctx.raw['optimizer']} takes no {key}"
+    return f"optimizer {state.raw['optimizer']} takes no {key}"
 
 
-def _why_step(ctx: Trial, key: str) -> str | None:
+def _why_step(state: Trial, key: str) -> str | None:
     if key not in STEP_KEYS:
         return None
-    if key == "lr_schedule" and ctx.stepper.own_scheduler:
+    if key == "lr_schedule" and state.stepper.own_scheduler:
         return "your fit's own learning-rate scheduler steps the lr: the searched lr_schedule was not used"
-    if key == "lr_schedule" and ctx.stepper.overwritten:
+    if key == "lr_schedule" and state.stepper.overwritten:
         return "your fit sets the optimizer's group lrs itself, overwriting what the context set"
-    if not ctx.stepper.stepped:
+    if not state.stepper.stepped:
         return "ctx.backward(loss) was never called: your loop steps the optimizer itself"
     return None
 
 
-def _why_prepare(ctx: Trial, key: str) -> str | None:
+def _why_prepare(state: Trial, key: str) -> str | None:
     if key not in PREPARE_KEYS:
         return None
-    if ctx.init_asked is None:
+    if state.init_asked is None:
         return "ctx.prepare(model) was never called"
-    if key == "init" and not ctx.init_asked:
+    if key == "init" and not state.init_asked:
         return "ctx.prepare(..., init=False) kept the model's weights"
     if key == "compile_mode":
         return "compile is off"
     return None
 
 
-def _why_loader(ctx: Trial, key: str) -> str | None:
+def _why_loader(state: Trial, key: str) -> str | None:
     if key not in LOADER_KEYS + DATALOADER_KEYS:
         return None
-    if ctx.train_on_device is None:
+    if state.train_on_device is None:
         return "your fit never called ctx.loader(...) for its training data (nor read the setting)"
     if key in DATALOADER_KEYS:
-        return ("the training batches were on the device (data_on_device): no DataLoader" if ctx.train_on_device
+        return ("the training batches were on the device (data_on_device): no DataLoader" if state.train_on_device
                 else "with num_workers 0 the DataLoader has no worker processes")
     return None
 
