@@ -41,7 +41,7 @@ def run(cfg: RunConfig | File, fit: Fit | None = None, *, fresh: bool = False) -
 
     cfg = _config(cfg)
     # `tracking: {mlflow: ...}` in the config: the tracker (checked now) logs the run as one of its callbacks
-    return TuneResult.of(_run(cfg, fresh=fresh, fit=fit, callbacks=tracking.callbacks(cfg)))
+    return TuneResult(study=_run(cfg, fresh=fresh, fit=fit, callbacks=tracking.callbacks(cfg)), config=cfg)
 
 
 def train(cfg: RunConfig | File, params: dict[str, Any] | None = None, *, fit: Fit | None = None,

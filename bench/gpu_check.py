@@ -356,7 +356,7 @@ def study(chk: Check, device: str, sizes: Sizes) -> None:
                 f"{num('compile_time_s', '>9.2f')} {num('train_time_s', '>8.2f')} {num('val_accuracy', '>7.3f')} "
                 f"{num('left_mib', '>8.1f') if chk.cuda else '-':>8}  {stop[:160]}")
 
-    res = study_mod.run(cfg, fresh=True, callbacks=[on_trial])
+    res = autotune.TuneResult(study=study_mod.run(cfg, fresh=True, callbacks=[on_trial]), config=cfg)
     best = res.best
     if best is not None:
         chk.say(f"  recommended: trial {best.number} {best.params}")

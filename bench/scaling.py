@@ -92,9 +92,9 @@ def throughput(n_trials: int, tmp: Path) -> None:
         t0 = time.perf_counter()
         res = workers.run_parallel(cfg, slots, on_note=lambda s: print("  " + s))
         wall = time.perf_counter() - t0
-        done = [t for t in res.study.get_trials() if t.state.is_finished() and not t.user_attrs.get("surplus")]
+        done = [t for t in res.get_trials() if t.state.is_finished() and not t.user_attrs.get("surplus")]
         span = (max(t.datetime_complete for t in done) - min(t.datetime_start for t in done)).total_seconds()
-        fin = budget.counts(res.study.get_trials()).finished
+        fin = budget.counts(res.get_trials()).finished
         train = statistics.mean(t.user_attrs.get("train_time_s", 0.0) for t in done)
         rows.append((n, slots[0].threads, fin, wall, 60 * fin / wall, 60 * fin / span, train))
     base_wall, base_steady = rows[0][4], rows[0][5]
@@ -120,7 +120,7 @@ def trivial_fit(ctx: Any) -> None:
     ctx.prepare(torch.nn.Linear(1, 1))
     lr = float(ctx.params["lr"])
     for epoch in ctx.epochs():
-        ctx.report(val_accuracy=0.5 + 0.4 * epoch / ctx.epochs_total - 0.1 * abs(lr - 0.01), val_loss=1.1 / epoch)
+        ctx.report(val_accuracy=0.5 + 0.4 * epoch / ctx.settings.epochs - 0.1 * abs(lr - 0.01), val_loss=1.1 / epoch)
 
 
 def overhead(n_trials: int, sampler: str, tmp: Path, chunk: int = 50, only: tuple[str, ...] = ()) -> None:
@@ -245,7 +245,7 @@ def _overhead_pair(label: str, url: str, n_trials: int, sampler: str, chunk: int
         else:
             res = study_mod.run(part, fresh=done == chunk, fit=trivial_fit, on_start=started)
             end = time.perf_counter()
-            engine = getattr(getattr(res.study._storage, "_backend", None), "engine", None)
+            engine = getattr(getattr(res._storage, "_backend", None), "engine", None)
             if engine is not None:  # each chunk's run opened its own: close its connections (a server's slots)
                 engine.dispose()
         tally["autotune"]["cpu"] += time.process_time() - cpu[0]

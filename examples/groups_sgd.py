@@ -44,7 +44,7 @@ def fit(ctx: autotune.TrialContext) -> dict[str, float]:
     model, opt = ctx.prepare(model, opt)  # searched lr scales both groups; the 64x ratio stays
     train = ctx.loader((x, y))
     steps_per_epoch = max(1, int(0.9 * len(train)))  # airbench trains a step budget, not whole epochs
-    total = steps_per_epoch * ctx.epochs_total
+    total = steps_per_epoch * ctx.settings.epochs
     # the schedule is built after ctx.prepare, so it starts from the learning rates the trial applied
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda step: max(0.0, 1 - step / total) * min(1.0, (step + 1) / 10))
     smoothing = ctx.params["label_smoothing"]

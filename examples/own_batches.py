@@ -66,7 +66,7 @@ def fit(ctx: autotune.TrialContext) -> None:
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}],
                             lr=max_lr, betas=(0.9, 0.95))
     model, opt = ctx.prepare(model, opt)
-    warmup, total = iters // 2, iters * ctx.epochs_total
+    warmup, total = iters // 2, iters * ctx.settings.epochs
 
     def get_lr(it: int) -> float:  # nanoGPT's: linear warm-up, then cosine down to a tenth
         if it < warmup:
@@ -80,7 +80,7 @@ def fit(ctx: autotune.TrialContext) -> None:
         for _ in range(iters):
             for group in opt.param_groups:
                 group["lr"] = get_lr(it)
-            x, y = get_batch("train", ctx.batch_size)
+            x, y = get_batch("train", ctx.settings.batch_size)
             with ctx.autocast():
                 loss = F.cross_entropy(model(x).float(), y)
             ctx.backward(loss, n_samples=len(x))  # clipping (grad_clip) and the optimizer step happen here

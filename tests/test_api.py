@@ -11,7 +11,7 @@ import torch
 import yaml
 
 import autotune
-from autotune.training.context.trial import TrialContext
+from autotune.training import TrialContext
 
 
 def _run_file(tmp_path: Path) -> Path:
@@ -52,13 +52,18 @@ def test_the_types_a_user_meets_are_exported() -> None:
         autotune.nope  # noqa: B018
 
 
-def test_the_optimizer_is_ctx_opt_and_its_factory_ctx_optimizer_factory() -> None:
+def test_the_optimizer_is_what_prepare_returns_and_its_factory_ctx_optimizer_factory() -> None:
     ctx = TrialContext({"device": "cpu", "optimizer": "sgd", "lr": 0.1, "epochs": 1, "batch_size": 10})
     net = torch.nn.Linear(3, 2)
     factory = ctx.optimizer_factory
     assert isinstance(factory(net.parameters()), torch.optim.SGD)
     model, opt = ctx.prepare(net)
-    assert opt is ctx.opt and isinstance(opt, torch.optim.SGD)
-    with pytest.warns(DeprecationWarning, match="use ctx.optimizer_factory"):
-        old = ctx.optimizer  # the old name still works, and says what it is
-    assert isinstance(old(net.parameters()), torch.optim.SGD)
+    assert opt is ctx.state.opt and isinstance(opt, torch.optim.SGD)
+    assert not hasattr(ctx, "optimizer") and not hasattr(ctx, "opt")  # one name each: no aliases
+
+
+def test_the_context_surface_is_small() -> None:
+    ctx = TrialContext({"device": "cpu", "epochs": 1, "batch_size": 10})
+    public = {n for n in dir(ctx) if not n.startswith("_")}
+    assert public == {"autocast", "backward", "device", "epochs", "loader", "model", "optimizer_factory", "params",
+                      "prepare", "rank", "report", "seed", "settings", "state", "world_size"}

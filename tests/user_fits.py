@@ -137,7 +137,7 @@ SEEN: dict[str, Any] = {}
 def fit_probe(ctx: autotune.TrialContext) -> None:
     PROBE.clear()
     model, opt = ctx.prepare(ProbeNet())
-    SEEN.update(model=model, opt=opt, scaler=ctx.scaler, matmul=torch.get_float32_matmul_precision(),
+    SEEN.update(model=model, opt=opt, scaler=ctx.state.scaler, matmul=torch.get_float32_matmul_precision(),
                 cudnn_benchmark=torch.backends.cudnn.benchmark, conv_tf32=torch.backends.cudnn.allow_tf32,
                 threads=torch.get_num_threads())
     train = ctx.loader((IMAGES, LABELS))
@@ -260,7 +260,7 @@ class _BigActivations(nn.Module):
 
 def fit_oom_above_32(ctx: autotune.TrialContext) -> None:
     # what the previous attempt of this trial left alive when this one starts
-    OOM_SEEN.append({"batch_size": ctx.batch_size, "eval_batch_size": ctx.settings["eval_batch_size"],
+    OOM_SEEN.append({"batch_size": ctx.settings.batch_size, "eval_batch_size": ctx.settings["eval_batch_size"],
                      "earlier_models_alive": [r() is not None for r in OOM_MODELS]})
     net = _BigActivations(32)
     OOM_MODELS.append(weakref.ref(net))
@@ -335,7 +335,7 @@ def fit_slow_last_epoch(ctx: autotune.TrialContext) -> None:
     for epoch in ctx.epochs():
         model.train()
         for i, (x, y) in enumerate(train):
-            if epoch == ctx.epochs_total and i == 0:
+            if epoch == ctx.settings.epochs and i == 0:
                 time.sleep(ctx.params.get("last_sleep_s", 0.0))
             ctx.backward(nn.functional.cross_entropy(model(x), y))
         acc, val_loss = accuracy(ctx.model, ctx)
@@ -386,7 +386,7 @@ def fit_reports_at_the_end(ctx: autotune.TrialContext) -> None:
         for x, y in train:
             ctx.backward(nn.functional.cross_entropy(model(x), y))
         _, val_loss = accuracy(ctx.model, ctx)
-        if epoch == ctx.epochs_total:
+        if epoch == ctx.settings.epochs:
             ctx.report(val_loss=val_loss, val_bpb=val_loss / 0.693)
         else:
             ctx.report(val_loss=val_loss)

@@ -10,8 +10,8 @@ from autotune.core import AutotuneError
 
 
 def cmd(args: argparse.Namespace) -> int:
-    from autotune.observe import progress
-    from autotune.study import TuneResult, open_study
+    from autotune.observe import TuneResult, progress
+    from autotune.study import open_study
 
     cfg = common.load(args)
     study = open_study(cfg, create=False)

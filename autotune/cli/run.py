@@ -27,10 +27,10 @@ def cmd(args: argparse.Namespace) -> int:
 
 
 def _show_run(cfg: Any, view: Any, start: Callable[[], Any]) -> int:
-    """Run the study behind the live view; Ctrl-C keeps every finished trial and exits 130."""
+    """Run the study (`start` returns it) behind the live view; Ctrl-C keeps every finished trial and exits 130."""
     t0 = time.perf_counter()
     try:
-        result = start()
+        study = start()
     except KeyboardInterrupt:
         common.ignore_more_interrupts()
         view.close()
@@ -38,10 +38,10 @@ def _show_run(cfg: Any, view: Any, start: Callable[[], Any]) -> int:
               file=sys.stderr)
         return 130
     view.close()
-    view.summary(result, time.perf_counter() - t0)
-    from autotune.observe import describe
+    from autotune.observe import TuneResult, describe
 
-    line = describe(result.study, cfg)
+    view.summary(TuneResult(study=study, config=cfg), time.perf_counter() - t0)
+    line = describe(study, cfg)
     if line:
         print(line)
     return 0

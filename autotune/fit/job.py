@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from autotune.core import INFERENCE, REPORTED, is_quality, load_factory
+from autotune.core import INFERENCE, load_factory
 from autotune.fit import trainer
 from autotune.search import space
 from autotune.spec import RunConfig
@@ -58,14 +58,8 @@ def job_for(cfg: RunConfig, values: dict[str, Any], seed: int, measure_inference
     limits = Limits(loss_factor=p.divergence.loss_factor if p.divergence is not None else None,
                     max_trial_seconds=p.slow.max_trial_seconds, hang_seconds=p.slow.hang_seconds) \
         if study_rules else Limits()
-    watched = (("val_loss", "minimize"),) + tuple((o.metric, str(o.direction)) for o in cfg.objectives
-                                                  if is_quality(o.metric))
     return trainer.TrainJob(
-        settings=settings, data=cfg.data, model=cfg.model, task=cfg.task, seed=seed, source=cfg.source, limits=limits,
-        distill=cfg.distill, measure_inference=measure_inference, fit=fit, user_params=user,
-        metrics=frozenset({*REPORTED, *(o.metric for o in cfg.objectives), *cfg.metrics}),
-        early_stopping_on=watched, config=cfg, probe=probe, searched=searched,
-        fixed=frozenset(cfg.train) if fixed is None else fixed)
-
+        config=cfg, settings=settings, seed=seed, limits=limits, measure_inference=measure_inference, fit=fit,
+        user_params=user, probe=probe, searched=searched, fixed=frozenset(cfg.train) if fixed is None else fixed)
 
 __all__ = ["fit_name", "job_for", "load_fit", "searched_keys", "trial_seed"]

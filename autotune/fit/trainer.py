@@ -22,8 +22,8 @@ import torch
 from torch import nn
 
 from autotune import compress
-from autotune.core import TrialStopped
-from autotune.spec import DataConfig, DistillConfig, ModelConfig, Settings
+from autotune.core import REPORTED, TrialStopped, is_quality
+from autotune.spec import RunConfig, Settings
 from autotune.training import (
     Batches,
     EpochRecord,
@@ -31,6 +31,7 @@ from autotune.training import (
     OnEpoch,
     TrainResult,
     TrialContext,
+    TrialSetup,
     accel,
     augment,
     data,
@@ -47,25 +48,38 @@ Fit = Callable[[TrialContext], Any]
 
 @dataclass(frozen=True)
 class TrainJob:
-    """Everything one training run needs: resolved settings, the training function (None: built-in), a seed."""
+    """Everything one training run needs: the run's config (its data, model, task, distill, source and objectives,
+    read from it where used), one point's resolved settings, the training function (None: built-in), a seed."""
 
+    config: RunConfig
     settings: Mapping[str, Any]  # a Settings once train() has it (a plain mapping is checked into one there)
-    data: DataConfig = field(default_factory=DataConfig)
-    model: ModelConfig = field(default_factory=ModelConfig)
-    task: str = "classification"
     seed: int = 0
-    source: str = "<config>"
-    limits: Limits = field(default_factory=Limits)
-    distill: DistillConfig | None = None
+    limits: Limits = field(default_factory=Limits)  # the stop rules' limits (a study's `pruning:`, or none)
     measure_inference: bool = True  # size / latency / nonzero metrics even when nothing is compressed
     fit: Fit | None = None  # a user's training function; None: the built-in trainer
     user_params: Mapping[str, Any] = field(default_factory=dict)
-    metrics: frozenset[str] | None = None  # what ctx.report may take (None: anything)
-    early_stopping_on: tuple[tuple[str, str], ...] = (("val_loss", "minimize"),)
-    config: Any = None  # the RunConfig, for user functions that want it (ctx.config)
     probe: Any = None  # a throughput.ProbeWindow timing the first steps (the speed probe), or None
     searched: frozenset[str] = frozenset()  # keys this trial searched: one nothing read is not_applied
     fixed: frozenset[str] = frozenset()  # keys set explicitly (train:, params); with searched: the user's choices
+
+    @property
+    def metrics(self) -> frozenset[str]:
+        """What ctx.report may take: autotune's reported metrics, the objectives', the config's `metrics:`."""
+        cfg = self.config
+        return frozenset({*REPORTED, *(o.metric for o in cfg.objectives), *cfg.metrics})
+
+    @property
+    def early_stopping_on(self) -> tuple[tuple[str, str], ...]:
+        """What early stopping watches: val_loss and every quality objective, each with its direction."""
+        return (("val_loss", "minimize"),) + tuple((o.metric, str(o.direction)) for o in self.config.objectives
+                                                   if is_quality(o.metric))
+
+    def setup(self, group: distributed.Group | None, on_epoch: OnEpoch | None,
+              on_record: OnEpoch | None) -> TrialSetup:
+        """The trial context's plumbing for this job (on `group`'s rank, with the runner's callbacks)."""
+        return TrialSetup(limits=self.limits, on_record=on_record, on_epoch=on_epoch, metrics=self.metrics,
+                          early_stopping_on=self.early_stopping_on, config=self.config, group=group,
+                          probe=self.probe, searched=self.searched, fixed=self.fixed)
 
 
 def train(job: TrainJob, on_epoch: OnEpoch | None = None, on_record: OnEpoch | None = None, keep_model: bool = True,
@@ -106,13 +120,11 @@ def train_here(job: TrainJob, group: distributed.Group | None = None, on_epoch: 
     fit: Fit = builtin if builtin is not None else job.fit  # type: ignore[assignment]
     with trial_session(s):
         accel.seed_all(job.seed)
-        ctx = TrialContext(s, user_params=job.user_params, seed=job.seed, limits=job.limits, on_record=on_record,
-                           on_epoch=on_epoch, metrics=job.metrics, early_stopping_on=job.early_stopping_on,
-                           config=job.config, group=group, probe=job.probe, searched=job.searched, fixed=job.fixed)
+        ctx = TrialContext(s, user_params=job.user_params, seed=job.seed, setup=job.setup(group, on_epoch, on_record))
         result = run_fit(fit, ctx)
         if builtin is not None and ctx.rank == 0:
             builtin.after_fit(ctx, result)
-            result.not_applied = ctx.unapplied()  # the steps after training read settings too
+            result.not_applied = ctx.state.unapplied()  # the steps after training read settings too
     return result
 
 
@@ -156,7 +168,7 @@ class BuiltinFit:
 
     def __init__(self, job: TrainJob) -> None:
         self.job = job
-        self.file = job.source.rsplit("/", 1)[-1]
+        self.file = job.config.source.rsplit("/", 1)[-1]
         self.ds: data.Dataset | None = None
         self.batches: Batches | None = None
         self.val: tuple[torch.Tensor, torch.Tensor] | None = None
@@ -164,26 +176,26 @@ class BuiltinFit:
     def loss(self, ctx: TrialContext, teacher: nn.Module | None) -> Callable[..., torch.Tensor]:
         assert self.ds is not None
         base = tasks.loss_fn(self.ds, ctx.settings["label_smoothing"])
-        distill = self.job.distill
+        distill = self.job.config.distill
         if teacher is None or distill is None:
             return lambda out, yb, xb: base(out, yb)
         # knowledge distillation: match the teacher's softened predictions too
         return lambda out, yb, xb: compress.distill_loss(base(out, yb), out, teacher, xb, distill)
 
     def __call__(self, ctx: TrialContext) -> None:
-        job, s = self.job, ctx.settings
-        ds = self.ds = data.load(job.data, job.source, job.task)
-        ctx.chance_loss = tasks.chance_loss(ds)  # a guess's loss: the divergence rule's ceiling
-        model = models.build_for(job.model, s, ds.input_shape, ds.n_outputs, s["dropout"], "default", self.file)
-        loaded = job.model.checkpoint is not None
+        cfg, s = self.job.config, ctx.settings
+        ds = self.ds = data.load(cfg.data, cfg.source, cfg.task)
+        ctx.state.chance_loss = tasks.chance_loss(ds)  # a guess's loss: the divergence rule's ceiling
+        model = models.build_for(cfg.model, s, ds.input_shape, ds.n_outputs, s["dropout"], "default", self.file)
+        loaded = cfg.model.checkpoint is not None
         if loaded:  # transfer learning: the checkpoint's weights, not the init scheme's
-            compress.load_checkpoint(model, job.model.checkpoint, job.source, s["freeze"])
+            compress.load_checkpoint(model, cfg.model.checkpoint, cfg.source, s["freeze"])
         model, _ = ctx.prepare(model, init=not loaded)
         teacher = None
-        if job.distill is not None:
+        if cfg.distill is not None:
             channels_last = bool(s["channels_last"]) and len(ds.input_shape) == 3
-            teacher = compress.load_teacher(job.distill, job.model, ds.input_shape, ds.n_outputs, ctx.device,
-                                            job.source, channels_last)
+            teacher = compress.load_teacher(cfg.distill, cfg.model, ds.input_shape, ds.n_outputs, ctx.device,
+                                            cfg.source, channels_last)
         x_train, y_train, x_val, y_val = ds.on(ctx.device)  # copied to the device once per process
         if not s["data_on_device"]:  # a DataLoader batches host tensors (its workers cannot take device ones)
             x_train, y_train = ds.x_train, ds.y_train
@@ -205,7 +217,7 @@ class BuiltinFit:
                 continue
             # the uncompiled module: no eval-mode recompile
             ctx.report(**tasks.evaluate(ctx.model, ds, *self.val, int(s["eval_batch_size"]), ctx.device,
-                                        ctx.precision, bool(s["channels_last"])))
+                                        str(s["precision"]), bool(s["channels_last"])))
 
     def after_fit(self, ctx: TrialContext, result: TrainResult) -> None:
         """Compression of a copy (prune + fine-tune, quantize), then what it costs and gains, measured."""
@@ -242,7 +254,7 @@ class BuiltinFit:
         for _ in fctx.epochs():
             train_epoch(fctx, prepared, batches, ds.normalize, loss_of)
             fctx.report()
-        return fctx.result().train_time_s
+        return fctx.state.result().train_time_s
 
 
 __all__ = ["BuiltinFit", "EpochRecord", "Fit", "TrainJob", "TrainResult", "train", "train_epoch", "train_here"]

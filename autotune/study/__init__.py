@@ -1,16 +1,17 @@
 """The Optuna study: create or resume it in its storage, run trials (`Objective`: one training per trial, its values
-and records), several workers, orphaned trials, the budget; `TuneResult`."""
+and records), several workers, orphaned trials, the budget. `run` and `run_parallel` return the `optuna.Study`
+(observe's `TuneResult` reads it)."""
 
 from __future__ import annotations
 
 from autotune.study.budget import counts, is_surplus
 from autotune.study.objective import CATCH, FatalDeviceError, Objective, RepeatedFailure, TrialFailed
-from autotune.study.runner import TuneResult, open_study, preflight, resolve_teacher, retrain_best, run, validate
+from autotune.study.runner import open_study, preflight, resolve_teacher, retrain_best, run, validate
 from autotune.study.storage import bare_config, check_storage, make_storage
 from autotune.study.workers import run_parallel, run_worker, visible_gpus
 
 __all__ = [
-    "CATCH", "FatalDeviceError", "Objective", "RepeatedFailure", "TrialFailed", "TuneResult", "visible_gpus",
+    "CATCH", "FatalDeviceError", "Objective", "RepeatedFailure", "TrialFailed", "visible_gpus",
     "bare_config", "check_storage", "counts", "is_surplus", "make_storage", "open_study", "preflight",
     "resolve_teacher", "retrain_best", "run", "run_parallel", "run_worker", "validate",
 ]

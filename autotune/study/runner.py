@@ -1,6 +1,6 @@
 """Sampler and pruner (from samplers.py, pruners.py); checks before a study exists; create or resume the study;
-run it; `TuneResult`. The storage itself is storage.py's. Nothing here knows MLflow: a tracker reaches a run as a
-callback its caller passes in (a `RunCallback`, observe's)."""
+run it (returning the `optuna.Study`: observe's `TuneResult` reads it). The storage itself is storage.py's. Nothing
+here knows MLflow: a tracker reaches a run as a callback its caller passes in (a `RunCallback`, observe's)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,6 @@ import platform
 import sys
 import warnings
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
@@ -29,6 +28,12 @@ from autotune.study.objective import CATCH, Objective, quiet_failures, watching
 from autotune.training import accel
 
 FINISHED = (TrialState.COMPLETE, TrialState.PRUNED)
+
+
+def _best(study: optuna.Study, cfg: RunConfig) -> results.TrialSummary | None:
+    """The recommended trial of a study, as `TuneResult.best` reads it."""
+    t = results.best_trial(study, cfg)
+    return results.summarize(t, [o.metric for o in cfg.objectives]) if t is not None else None
 
 
 
@@ -51,42 +56,6 @@ def versions() -> dict[str, str]:
 
 
 # ---------------------------------------------------------------- running
-
-
-@dataclass
-class TuneResult:
-    study: optuna.Study
-    config: RunConfig
-
-    @property
-    def metrics(self) -> list[str]:
-        return [o.metric for o in self.config.objectives]
-
-    def trials(self) -> list[results.TrialSummary]:
-        return [results.summarize(t, self.metrics) for t in self.study.get_trials(deepcopy=False)]
-
-    @property
-    def pareto(self) -> list[results.TrialSummary]:
-        front = results.pareto_front(self.study.get_trials(deepcopy=False), self.config.directions)
-        if not self.config.multi_objective:
-            best = results.select(front, self.config)
-            front = [best] if best is not None else []
-        return [results.summarize(t, self.metrics) for t in front]
-
-    @property
-    def best(self) -> results.TrialSummary | None:
-        t = results.best_trial(self.study, self.config)
-        return results.summarize(t, self.metrics) if t is not None else None
-
-    def to_dataframe(self) -> Any:
-        """A pandas DataFrame if pandas is installed, else a list of row dicts."""
-        rows = [s.row() for s in self.trials()]
-        try:
-            import pandas as pd
-        except ImportError:
-            return rows
-        return pd.DataFrame(rows)
-
 
 
 def version_notes(study: optuna.Study) -> list[str]:
@@ -230,7 +199,7 @@ def resolve_teacher(cfg: RunConfig, storage: optuna.storages.BaseStorage | None 
 
         teacher_cfg = from_dict({**src.user_attrs["config"], "distill": None}, source=cfg.source)
     if not path.is_file():
-        best = TuneResult(study=src, config=teacher_cfg).best if src is not None else None
+        best = _best(src, teacher_cfg) if src is not None else None
         if best is None:
             raise ConfigError(cfg.file, "distill.teacher", f"best needs a completed trial in study {name!r} in "
                                                              f"{redact(cfg.study.storage)}; run it without distill "
@@ -333,8 +302,9 @@ class FinishedBudget:
 
 def run(cfg: RunConfig, fresh: bool = False, callbacks: list[TrialCallback] | None = None,
         on_start: Callable[[optuna.Study, int], None] | None = None, fit: Fit | None = None,
-        on_note: Callable[[str], None] | None = None) -> TuneResult:
-    """Create or resume the study and run trials until it holds `n_trials` finished ones (or timeout).
+        on_note: Callable[[str], None] | None = None) -> optuna.Study:
+    """Create or resume the study and run trials until it holds `n_trials` finished ones (or timeout); returns it
+    (observe's `TuneResult` reads it).
     `fit`: a training function (default: the config's `trainer:`, else the built-in trainer). `callbacks`: Optuna
     trial callbacks; a `RunCallback` among them (MLflow's tracker) also starts once the study is open and finishes
     with the run.
@@ -376,4 +346,4 @@ def run(cfg: RunConfig, fresh: bool = False, callbacks: list[TrialCallback] | No
         raise
     finally:
         finish_run(hooks, study, status)
-    return TuneResult(study=study, config=cfg)
+    return study

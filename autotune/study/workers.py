@@ -415,7 +415,7 @@ def _open_for_workers(cfg: RunConfig, slots: list[Slot], fresh: bool,
 def run_parallel(cfg: RunConfig, slots: list[Slot], fresh: bool = False,
                  on_start: Callable[[optuna.Study, int], None] | None = None,
                  on_trial: TrialCallback | None = None, on_note: Callable[[str], None] | None = None,
-                 poll_s: float = POLL_S, callbacks: list[TrialCallback] | None = None) -> study_mod.TuneResult:
+                 poll_s: float = POLL_S, callbacks: list[TrialCallback] | None = None) -> optuna.Study:
     """Create or resume the study, run one spawned worker per slot, show finished trials as they land.
 
     `callbacks` (MLflow's tracker) run here in the driver, not in the workers: it sees every trial finish (_Feed),
@@ -431,7 +431,7 @@ def run_parallel(cfg: RunConfig, slots: list[Slot], fresh: bool = False,
         on_start(study, todo)
     if todo == 0:
         study_mod.finish_run(hooks, study, "FINISHED")
-        return study_mod.TuneResult(study=study, config=cfg)
+        return study
     pool = _Pool(cfg, slots)
     try:
         while pool.alive():
@@ -448,7 +448,7 @@ def run_parallel(cfg: RunConfig, slots: list[Slot], fresh: bool = False,
     feed()
     pool.tell_exits(note)
     _wrap_up(cfg, study, hooks, note)
-    return study_mod.TuneResult(study=study, config=cfg)
+    return study
 
 
 def _wrap_up(cfg: RunConfig, study: optuna.Study, hooks: list[study_mod.RunCallback],

@@ -12,6 +12,7 @@ from autotune.training.context.limits import Limits, projected_time_s
 from autotune.training.context.loaders import Batches
 from autotune.training.context.misuse import ContextMisuse
 from autotune.training.context.records import EpochRecord, OnEpoch, TrainResult
+from autotune.training.context.state import TrialSetup, TrialState
 from autotune.training.context.trial import TrialContext, run_fit, trial_session, unsupported_combination
 from autotune.training.data import DATASETS, Dataset, augment
 from autotune.training.distributed import cpu_cores, devices_wanted
@@ -20,6 +21,6 @@ from autotune.training.throughput import Measurement, ProbeDone, ProbeWindow, Re
 
 __all__ = [
     "Batches", "ContextMisuse", "DATASETS", "Dataset", "EpochRecord", "Limits", "MODELS", "Measurement", "OnEpoch",
-    "ProbeDone", "ProbeWindow", "RepeatedWindow", "TrainResult", "TrialContext", "augment", "cpu_cores",
-    "devices_wanted", "projected_time_s", "run_fit", "trial_session", "unsupported_combination",
+    "ProbeDone", "ProbeWindow", "RepeatedWindow", "TrainResult", "TrialContext", "TrialSetup", "TrialState",
+    "augment", "cpu_cores", "devices_wanted", "projected_time_s", "run_fit", "trial_session", "unsupported_combination",
 ]

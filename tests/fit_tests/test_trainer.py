@@ -12,6 +12,7 @@ from autotune import config
 from autotune.core.errors import TrialStopped
 from autotune.fit import trainer
 from autotune.spec.settings import PRECISIONS
+from autotune.training.context import loaders
 from autotune.training.context import trial as context
 from autotune.training.data import registry as data
 from autotune.training.models import INITS
@@ -24,7 +25,7 @@ def job(model: dict | None = None, data: dict | None = None, **settings) -> trai
                             "data": data or {"name": "digits"}})
     s = cfg.fixed()
     s.update({"epochs": 2, "batch_size": 128, **settings})
-    return trainer.TrainJob(settings=s, data=cfg.data, model=cfg.model, seed=0)
+    return trainer.TrainJob(config=cfg, settings=s, seed=0)
 
 
 def test_learns_digits() -> None:
@@ -141,7 +142,7 @@ def test_dataloader_path_with_workers(persistent: bool, monkeypatch: pytest.Monk
                           pin_memory=True))
     assert len(epochs) == 2 and r.epochs_run == 2
     inner = epochs[0]["batches"]._inner
-    assert isinstance(inner, context.LoaderBatches) and type(inner.loader) is DataLoader  # not device batches
+    assert isinstance(inner, loaders.LoaderBatches) and type(inner.loader) is DataLoader  # not device batches
     loader = inner.loader
     assert all(e["batches"]._inner.loader is loader for e in epochs)  # one loader for the whole run
     assert (loader.num_workers, loader.prefetch_factor, loader.persistent_workers) == (1, 3, persistent)
@@ -161,7 +162,7 @@ def test_dataloader_path_with_workers(persistent: bool, monkeypatch: pytest.Monk
 def test_device_batches_without_a_dataloader(monkeypatch: pytest.MonkeyPatch) -> None:
     epochs = watch_epochs(monkeypatch)
     trainer.train(job(data_on_device=True, num_workers=2, epochs=1))
-    assert isinstance(epochs[0]["batches"]._inner, context.DeviceBatches)  # batched by index: no DataLoader
+    assert isinstance(epochs[0]["batches"]._inner, loaders.DeviceBatches)  # batched by index: no DataLoader
     assert epochs[0]["taken"] == len(epochs[0]["batches"]) > 0
 
 

@@ -119,8 +119,8 @@ def test_a_capped_trials_threads_are_recorded_shown_and_exported(tmp_path: Path,
                                                                  capsys: pytest.CaptureFixture[str]) -> None:
     """A trial capped at 1 thread after an oversubscribed one: its device says 1 thread, `best` shows the cap, and
     the export trains on 1 thread (without it the export ran on torch's default, 8-18 s instead of 1.2 s)."""
-    from autotune.observe import progress
-    from autotune.study.runner import TuneResult, open_study
+    from autotune.observe import TuneResult, progress
+    from autotune.study import open_study
 
     trial = _threads_trial(tmp_path, cap=1)
     assert trial.state.name == "COMPLETE" and trial.user_attrs["cpu_threads_capped"] == 1

@@ -99,7 +99,7 @@ def test_summary_keeps_objectives_and_catalogue_metrics() -> None:
 
 
 def test_a_summarys_history_reads_as_the_epoch_records_a_train_result_holds() -> None:
-    from autotune.training.context.trial import EpochRecord
+    from autotune.training import EpochRecord
 
     rec = EpochRecord(epoch=2, train_loss=0.5, epoch_time_s=1.0, train_time_s=2.5, samples_per_s=100.0,
                       data_wait_fraction=0.1, lr=0.01, metrics={"val_accuracy": 0.9, "val_loss": 0.3})

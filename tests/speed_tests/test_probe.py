@@ -17,11 +17,11 @@ from optuna.trial import TrialState
 from torch import nn
 
 from autotune import config
+from autotune import training as context
 from autotune.spec.settings import DEFAULTS
 from autotune.speed import probe
 from autotune.study import runner as study_mod
 from autotune.study import storage as storage_mod
-from autotune.training.context import trial as context
 from autotune.training.throughput import ProbeDone, ProbeWindow, RepeatedWindow
 from tests import user_fits
 
@@ -49,7 +49,7 @@ def sleepy_steps(step_s: float, first_extra_s: float, steps: int = 40):
         train = ctx.loader((torch.randn(steps * 8, 4), torch.randint(0, 2, (steps * 8,))), batch_size=8)
         for _ in ctx.epochs():
             for i, (x, y) in enumerate(train):
-                time.sleep(step_s + (first_extra_s if ctx.epoch == 1 and i == 0 else 0.0))
+                time.sleep(step_s + (first_extra_s if ctx.state.epoch == 1 and i == 0 else 0.0))
                 ctx.backward(nn.functional.cross_entropy(model(x), y))
             ctx.report(val_loss=1.0)
 
@@ -57,7 +57,7 @@ def sleepy_steps(step_s: float, first_extra_s: float, steps: int = 40):
 
 
 def ctx_with(window: ProbeWindow, epochs: int = 1) -> context.TrialContext:
-    return context.TrialContext({**DEFAULTS, "device": "cpu", "epochs": epochs}, probe=window)
+    return context.TrialContext({**DEFAULTS, "device": "cpu", "epochs": epochs}, setup=context.TrialSetup(probe=window))
 
 
 def test_window_times_steady_steps_after_warmup_and_sees_the_compile() -> None:
@@ -80,7 +80,7 @@ def test_an_uncompiled_trial_has_no_compile_time(tmp_path: Path) -> None:
     values = {**DEFAULTS, "device": "cpu", "epochs": 1, "compile": False}
     window = probe.Gate(cfg).window(trial, values)
     assert window is not None
-    context.run_fit(sleepy_steps(0.02, 0.3), context.TrialContext(values, probe=window))
+    context.run_fit(sleepy_steps(0.02, 0.3), context.TrialContext(values, setup=context.TrialSetup(probe=window)))
     m = window.measurement
     assert m is not None and m.first_step_s > 0.25 and m.compile_time_s == 0.0
     assert trial.user_attrs["probe"]["compile_time_s"] == 0.0
@@ -115,7 +115,7 @@ def test_a_probe_of_its_own_ends_the_run_after_its_steps() -> None:
     with pytest.raises(ProbeDone) as e:
         context.run_fit(sleepy_steps(0.001, 0.0), ctx)
     assert e.value.measurement is window.measurement
-    assert ctx.epoch == 1 and not ctx.history  # 5 steps of the first epoch, no evaluation
+    assert ctx.state.epoch == 1 and not ctx.state.history  # 5 steps of the first epoch, no evaluation
 
 
 def test_the_window_pauses_over_what_is_not_training() -> None:
@@ -160,7 +160,7 @@ def test_too_slow_combination_stops_before_its_first_epoch(tmp_path: Path) -> No
     cfg = user(tmp_path, "fit_picky", train={"epochs": 10, "user.sleep_ms": 20},
                pruning={"slow": {"max_trial_seconds": 1.0}})
     res = study_mod.run(cfg)
-    trials = res.study.trials
+    trials = res.trials
     assert [t.state for t in trials] == [TrialState.PRUNED] * 3
     for t in trials:
         assert t.user_attrs["stop_reason"] == "slow" and t.user_attrs["stop_epoch"] == 0
@@ -169,7 +169,7 @@ def test_too_slow_combination_stops_before_its_first_epoch(tmp_path: Path) -> No
         assert not t.user_attrs.get("history")  # no epoch ran to its end
         assert t.user_attrs["probe"]["source"] == "trial 0"
     assert len(user_fits.CALLS) == 1  # trials 1 and 2 were stopped before their training function ran
-    records = [v for k, v in res.study.user_attrs.items() if k.startswith(probe.ATTR_PREFIX)]
+    records = [v for k, v in res.user_attrs.items() if k.startswith(probe.ATTR_PREFIX)]
     assert len(records) == 1 and records[0]["samples_per_s"] < 64 / 0.02
 
 
@@ -183,14 +183,14 @@ def test_a_settings_failure_is_found_once_then_skipped(tmp_path: Path, monkeypat
     cfg = user(tmp_path, "fit_picky", train={"epochs": 2, "batch_size": 64, "device": "cpu", "compile": True,
                                              "channels_last": False})
     res = study_mod.run(cfg)
-    first, *rest = res.study.trials
+    first, *rest = res.trials
     assert first.state == TrialState.FAIL and "No working C++ compiler" in first.user_attrs["error"]
     for t in rest:
         assert t.state == TrialState.PRUNED and t.user_attrs["stop_reason"] == "unsupported"
         assert t.user_attrs["stop_epoch"] == 0
         assert "failed here before (trial 0): InductorError" in t.user_attrs["stop_detail"]
     assert len(user_fits.CALLS) == 1
-    (rec,) = [v for k, v in res.study.user_attrs.items() if k.startswith(probe.ATTR_PREFIX)]
+    (rec,) = [v for k, v in res.user_attrs.items() if k.startswith(probe.ATTR_PREFIX)]
     assert rec["blame"] == "compile" and rec["code"] == probe.code_fingerprint(user_fits.fit_picky)
 
 
@@ -201,15 +201,15 @@ def test_an_error_in_the_users_code_is_the_trials_own_failure(tmp_path: Path) ->
     cfg = user(tmp_path, "fit_picky", space={"lr": {"type": "float", "low": 1e-3, "high": 1e-1, "log": True},
                                              "channels_last": {"type": "categorical", "choices": [True]}})
     res = study_mod.run(cfg)
-    assert [t.state for t in res.study.trials] == [TrialState.FAIL] * 3
-    assert all("RuntimeError: no channels_last kernel" in t.user_attrs["error"] for t in res.study.trials)
+    assert [t.state for t in res.trials] == [TrialState.FAIL] * 3
+    assert all("RuntimeError: no channels_last kernel" in t.user_attrs["error"] for t in res.trials)
     assert len(user_fits.CALLS) == 3  # each trial ran the user's function again
-    assert not [k for k in res.study.user_attrs if k.startswith(probe.ATTR_PREFIX)]
+    assert not [k for k in res.user_attrs if k.startswith(probe.ATTR_PREFIX)]
 
 
 def test_a_keyerror_in_user_code_is_fail_not_unsupported(tmp_path: Path) -> None:
     res = study_mod.run(user(tmp_path, "fit_raises"))
-    trials = res.study.trials
+    trials = res.trials
     assert [t.state for t in trials] == [TrialState.FAIL] * 3
     for t in trials:
         assert t.user_attrs["stop_reason"] == "error"
@@ -222,10 +222,10 @@ def test_one_transient_error_does_not_poison_the_combination(tmp_path: Path) -> 
     cfg = user(tmp_path, "fit_fails_once", train={"epochs": 2, "batch_size": 64, "device": "cpu",
                                                   "user.marker": str(marker)})
     res = study_mod.run(cfg)
-    first, *rest = res.study.trials
+    first, *rest = res.trials
     assert first.state == TrialState.FAIL and first.user_attrs["error"].startswith("OSError: [Errno 5] Input/output")
     assert [t.state for t in rest] == [TrialState.COMPLETE] * 2
-    records = [v for k, v in res.study.user_attrs.items() if k.startswith(probe.ATTR_PREFIX)]
+    records = [v for k, v in res.user_attrs.items() if k.startswith(probe.ATTR_PREFIX)]
     assert len(records) == 1 and records[0]["samples_per_s"] > 0 and "error" not in records[0]
 
 
@@ -239,8 +239,8 @@ def test_an_untrusted_error_record_does_not_stop_trials(tmp_path: Path) -> None:
     k = probe.key(combo, probe.device_name("cpu"))
     study.set_user_attr(k, probe.record(combo, probe.device_name("cpu"), error="OSError: flaky", source="trial 0"))
     res = study_mod.run(cfg)
-    assert [t.state for t in res.study.trials] == [TrialState.COMPLETE] * 2
-    assert res.study.user_attrs[k]["samples_per_s"] > 0  # measured again, over the stale record
+    assert [t.state for t in res.trials] == [TrialState.COMPLETE] * 2
+    assert res.user_attrs[k]["samples_per_s"] > 0  # measured again, over the stale record
     gate = probe.Gate(cfg, user_fits.fit)
     other = probe.record(combo, "cpu", error="InductorError: x", blame="compile", code="another file")
     assert gate.trusted(other) is None
@@ -256,7 +256,7 @@ def test_vs_front_stops_a_projected_slow_trial_before_it_trains(tmp_path: Path) 
     study.enqueue_trial({"user.sleep_ms": 0})
     study.enqueue_trial({"user.sleep_ms": 8})
     res = study_mod.run(cfg)
-    fast, slow = res.study.trials
+    fast, slow = res.trials
     assert fast.state == TrialState.COMPLETE
     assert slow.state == TrialState.PRUNED and slow.user_attrs["stop_epoch"] == 0
     assert "slowest Pareto trial" in slow.user_attrs["stop_detail"]
@@ -281,9 +281,9 @@ def test_cache_shared_by_two_workers_and_a_resumed_run(tmp_path: Path) -> None:
                              text=True, timeout=180)
         assert out.returncode == 0, out.stderr
     res = study_mod.run(config.from_dict(cfg.to_dict(), overrides={"study.n_trials": 6}, source=str(path)))
-    trials = res.study.trials
+    trials = res.trials
     assert len(trials) == 6 and all(t.state.is_finished() for t in trials)
-    records = {k: v for k, v in res.study.user_attrs.items() if k.startswith(probe.ATTR_PREFIX)}
+    records = {k: v for k, v in res.user_attrs.items() if k.startswith(probe.ATTR_PREFIX)}
     assert len(records) == 1
     source = next(iter(records.values()))["source"]
     assert source in ("trial 0", "trial 1")
@@ -317,7 +317,7 @@ def test_a_contended_reading_steers_nothing_and_is_measured_again(tmp_path: Path
     hundredth of its speed or less) stops no quiet trial as slow, on a resumed run too: the next trial measures it
     again and its reading replaces the contended one."""
     cfg = user(tmp_path, "fit", study={"n_trials": 1})
-    study = study_mod.run(cfg).study
+    study = study_mod.run(cfg)
     (k, quiet), = _probe_records(study).items()
     assert quiet["source"] == "trial 0"
     limit = 60.0  # the trials here train in well under a second; the planted figure projects 120 s
@@ -326,7 +326,7 @@ def test_a_contended_reading_steers_nothing_and_is_measured_again(tmp_path: Path
     study.set_user_attr(k, planted)
     resumed = config.from_dict(cfg.to_dict(), overrides={"study.n_trials": 3,
                                                         "pruning.slow.max_trial_seconds": limit}, source=cfg.source)
-    trials = study_mod.run(resumed).study.trials
+    trials = study_mod.run(resumed).trials
     assert [t.state for t in trials] == [TrialState.COMPLETE] * 3, [t.user_attrs.get("stop_detail") for t in trials]
     again = _probe_records(study)[k]
     assert again["contended"] in (False, True)  # said either way
@@ -338,12 +338,12 @@ def test_a_contended_reading_steers_nothing_and_is_measured_again(tmp_path: Path
 
 def test_a_probe_stop_names_the_reading_it_rests_on(tmp_path: Path) -> None:
     cfg = user(tmp_path, "fit", study={"n_trials": 1})
-    study = study_mod.run(cfg).study
+    study = study_mod.run(cfg)
     (k, rec), = _probe_records(study).items()
     study.set_user_attr(k, {**rec, "samples_per_s": 1.0, "contended": False, "source": "trial 0"})
     resumed = config.from_dict(cfg.to_dict(), overrides={"study.n_trials": 2, "pruning.slow.max_trial_seconds": 5},
                                source=cfg.source)
-    t = study_mod.run(resumed).study.trials[1]
+    t = study_mod.run(resumed).trials[1]
     assert t.user_attrs["stop_reason"] == "slow" and t.user_attrs["stop_epoch"] == 0
     assert t.user_attrs["stop_detail"].startswith("projected ")
     assert " at 1 samples/s (speed probe: trial 0, uncontended) > max_trial_seconds 5" in t.user_attrs["stop_detail"]

@@ -95,12 +95,12 @@ def test_study_probes_once_and_searches_the_kept_combinations(tmp_path: Path) ->
     user_fits.CALLS.clear()
     space = {"channels_last": {"type": "bool"}, "batch_size": {"type": "categorical", "choices": [32, 64]}}
     res = study_mod.run(cfg_for(tmp_path, space, fit="fit_picky"))
-    plan = res.study.user_attrs[strategy.PLAN_ATTR]
+    plan = res.user_attrs[strategy.PLAN_ATTR]
     assert plan["combinations"] == 4 and plan["measured"] == 2
     assert all(g["neutral"] == {"channels_last": False} for g in plan["groups"])
     probes = [c for c in user_fits.CALLS if c["epochs"] == 1_000_000]  # probes run the fit with endless epochs
     assert 4 <= len(probes) <= 4 + 2 * speed_mod.RETAKES  # a contended or noisy measured row is taken again
-    trials = res.study.trials
+    trials = res.trials
     assert len(trials) == 4 and all(t.state == TrialState.COMPLETE for t in trials)
     assert all("channels_last" not in t.params and t.user_attrs["settings"]["channels_last"] is False for t in trials)
     before = len(user_fits.CALLS)

@@ -137,7 +137,7 @@ def _plain_and_autotune(cfg: config.RunConfig, loop: str) -> tuple[WriteCounter,
             opened[-1].reset()
             workers.run_worker(cfg, objective=Objective(cfg, no_training), study=study)
         else:  # on_start: the study exists and holds its own attrs: trials next
-            study = study_mod.run(cfg, fit=no_training, on_start=lambda s, todo: opened[-1].reset()).study
+            study = study_mod.run(cfg, fit=no_training, on_start=lambda s, todo: opened[-1].reset())
     finally:
         storage_mod.make_storage = make  # type: ignore[assignment]
     trials = study.trials
@@ -212,5 +212,5 @@ def test_worker_loop_attrs_and_pruners_read_finished_trials(tmp_path: Path) -> N
 def test_attrs_arrive_with_the_final_state_on_postgres(tmp_path: Path, postgres_url: str) -> None:
     with _database(postgres_url) as url:
         res = study_mod.run(cfg_for(tmp_path, url, n_trials=3), fit=no_training)
-        assert [len(t.user_attrs["history"]) for t in res.study.trials] == [3, 3, 3]
-        res.study._storage._backend.engine.dispose()
+        assert [len(t.user_attrs["history"]) for t in res.trials] == [3, 3, 3]
+        res._storage._backend.engine.dispose()

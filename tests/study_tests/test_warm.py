@@ -28,7 +28,7 @@ def cfg_for(tmp_path: Path, name: str, n_trials: int, space: dict[str, Any] | No
 
 @pytest.fixture
 def earlier(tmp_path: Path) -> Any:
-    return study_mod.run(cfg_for(tmp_path, "old", 6)).study
+    return study_mod.run(cfg_for(tmp_path, "old", 6))
 
 
 def test_first_trials_are_the_earlier_studys_best(tmp_path: Path, earlier: Any,
@@ -37,17 +37,17 @@ def test_first_trials_are_the_earlier_studys_best(tmp_path: Path, earlier: Any,
     assert len(top) == 3
     ws = {"storage": f"sqlite:///{tmp_path}/old.db", "study": "old", "top_k": 3}
     res = study_mod.run(cfg_for(tmp_path, "new", 5, warm_start=ws))
-    trials = res.study.trials
+    trials = res.trials
     assert [t.params for t in trials[:3]] == [t.params for t in top]
     assert [t.user_attrs[warm.ATTR] for t in trials[:3]] == [f"old#{t.number}" for t in top]
     assert warm.ATTR not in trials[3].user_attrs  # then the sampler's own
     assert "warm start: 3 of old's 3 best trial(s) queued first" in capsys.readouterr().err
     # best: Pareto rank first (accuracy up, training time down), then accuracy
-    front = {t.number for t in study_mod.TuneResult(earlier, cfg_for(tmp_path, "old", 6)).study.best_trials}
+    front = {t.number for t in earlier.best_trials}
     assert top[0].number in front
     # resumed: nothing is queued again
     study_mod.run(cfg_for(tmp_path, "new", 6, warm_start=ws))
-    assert sum(1 for t in res.study.trials if warm.ATTR in t.user_attrs) == 3
+    assert sum(1 for t in res.trials if warm.ATTR in t.user_attrs) == 3
 
 
 def test_the_whole_queue_in_order_from_a_study_built_by_hand(tmp_path: Path) -> None:
@@ -78,10 +78,10 @@ def test_the_whole_queue_in_order_from_a_study_built_by_hand(tmp_path: Path) -> 
     add(None, 0.07, "adam", 32, state=TrialState.PRUNED)  # 6: never queued
     want = [(0, p0), (1, p1), (2, p2), (4, p4), (3, p3)]
     res = study_mod.run(cfg_for(tmp_path, "new", 6, warm_start={"storage": url, "study": "hand", "top_k": 10}))
-    trials = res.study.trials
+    trials = res.trials
     assert [(t.user_attrs.get(warm.ATTR), t.params) for t in trials[:5]] == [(f"hand#{n}", p) for n, p in want]
     assert warm.ATTR not in trials[5].user_attrs  # then the sampler's own
-    assert res.study.user_attrs[warm.ATTR] == {"study": "hand", "trials": [0, 1, 2, 4, 3], "notes": []}
+    assert res.user_attrs[warm.ATTR] == {"study": "hand", "trials": [0, 1, 2, 4, 3], "notes": []}
     assert all(t.state == TrialState.COMPLETE for t in trials)
 
 
@@ -92,7 +92,7 @@ def test_configurations_that_no_longer_fit_are_skipped_with_a_note(tmp_path: Pat
     space = {"lr": SPACE["lr"], "optimizer": {"type": "categorical", "choices": ["adam", "adamw"]}}
     res = study_mod.run(cfg_for(tmp_path, "new", len(keep) + 1, space=space,
                                 warm_start={"storage": f"sqlite:///{tmp_path}/old.db", "study": "old", "top_k": 6}))
-    queued = [t for t in res.study.trials if warm.ATTR in t.user_attrs]
+    queued = [t for t in res.trials if warm.ATTR in t.user_attrs]
     assert {int(t.user_attrs[warm.ATTR].split("#")[1]) for t in queued} == keep
     assert all("batch_size" not in t.params for t in queued)  # not searched here: the config's value
     err = capsys.readouterr().err

@@ -326,7 +326,7 @@ def test_one_worker_with_a_fixed_seed_proposes_the_same_settings(tmp_path: Path)
             study_mod.open_study(cfg)
             study = workers.run_worker(cfg, sampler_seed_offset=0).study
         else:
-            study = study_mod.run(cfg).study
+            study = study_mod.run(cfg)
         return [(t.params, t.user_attrs["seed"]) for t in sorted(study.trials, key=lambda t: t.number)]
 
     a = params("a", 7, via_worker=False)

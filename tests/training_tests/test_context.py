@@ -17,10 +17,9 @@ from autotune import config
 from autotune.core.errors import ConfigError, TrialStopped
 from autotune.spec.settings import DEFAULTS
 from autotune.study.runner import open_study
-from autotune.training import accel
+from autotune.training import ContextMisuse, TrialContext, TrialSetup, accel
 from autotune.training.context import limits as stops
 from autotune.training.context import trial as context
-from autotune.training.context.trial import ContextMisuse, TrialContext
 from autotune.training.throughput import ProbeWindow
 from tests import user_fits
 from tests.conftest import ROOT
@@ -216,7 +215,7 @@ def test_lr_schedule_follows_the_steps() -> None:
         ctx.report()
     assert opt.param_groups[0]["lr"] == pytest.approx(0.0, abs=1e-9)  # cosine over 2 x 2 steps ends at zero
     # each epoch's lr: the mean of the lrs its steps took (0.1, 0.0854 | 0.05, 0.0146), not the lr after it
-    assert [round(h.lr, 4) for h in ctx.history] == [0.0927, 0.0323]
+    assert [round(h.lr, 4) for h in ctx.state.history] == [0.0927, 0.0323]
 
 
 def test_data_loader_path_for_a_dataset_and_data_fraction(tmp_path: Path) -> None:
@@ -315,10 +314,10 @@ def test_training_clock_stops_at_the_last_step_however_the_loop_ends(how: str) -
         _loop_ending(ctx, model, how)
         __import__("time").sleep(0.3)  # evaluation: not training
         ctx.report(val_loss=1.0)
-    for h in ctx.history:
+    for h in ctx.state.history:
         assert h.epoch_time_s < 0.15, (how, h.epoch_time_s)  # three tiny steps, not the 0.3 s after them
         assert h.samples_per_s * h.epoch_time_s == pytest.approx(150, rel=1e-6)  # the samples trained on
-    assert ctx.result().train_time_s == pytest.approx(sum(h.epoch_time_s for h in ctx.history))
+    assert ctx.state.result().train_time_s == pytest.approx(sum(h.epoch_time_s for h in ctx.state.history))
 
 
 def test_a_trial_over_max_trial_seconds_only_in_its_last_epoch_completes(tmp_path: Path) -> None:
@@ -340,7 +339,7 @@ def test_finished_training_is_not_stopped_by_the_hang_limit_or_the_probe() -> No
 
     window = ProbeWindow(on_measured=too_slow, min_seconds=60.0)  # measured at the epoch's end
     ctx = TrialContext({**DEFAULTS, "device": "cpu", "epochs": 1, "batch_size": 50},
-                       limits=context.Limits(hang_seconds=1.0), probe=window)
+                       setup=TrialSetup(limits=stops.Limits(hang_seconds=1.0), probe=window))
     model, _ = ctx.prepare(user_fits.MLP())
     for _ in ctx.epochs():
         for i, (x, y) in enumerate(ctx.loader((user_fits.X, user_fits.Y))):
@@ -350,7 +349,7 @@ def test_finished_training_is_not_stopped_by_the_hang_limit_or_the_probe() -> No
             if i == 8:
                 __import__("time").sleep(1.1)  # the hang limit passes during the last step
         ctx.report(val_loss=1.0)
-    assert window.done and ctx.stop is None and len(ctx.history) == 1
+    assert window.done and ctx.state.stop is None and len(ctx.state.history) == 1
 
 
 def _own_batches(ctx: TrialContext, model: torch.nn.Module, steps: int, per_sample: bool = False) -> None:
@@ -367,12 +366,12 @@ def _own_batches(ctx: TrialContext, model: torch.nn.Module, steps: int, per_samp
 def test_own_batches_count_their_samples_for_the_epoch_and_the_probe(per_sample: bool) -> None:
     window = ProbeWindow(warmup=2, steps=4, min_seconds=0.0)
     ctx = TrialContext({**DEFAULTS, "device": "cpu", "epochs": 2, "lr_schedule": "cosine", "optimizer": "sgd",
-                        "lr": 0.1}, probe=window)
+                        "lr": 0.1}, setup=TrialSetup(probe=window))
     model, opt = ctx.prepare(user_fits.MLP())
     for _ in ctx.epochs(steps_per_epoch=10):  # the schedule's length: no ctx.loader says it here
         _own_batches(ctx, model, 10, per_sample)
         ctx.report(val_loss=1.0)
-    for h in ctx.history:
+    for h in ctx.state.history:
         assert h.samples_per_s * h.epoch_time_s == pytest.approx(400, rel=1e-6)  # 10 steps of 40 samples
         assert h.train_loss > 0
     m = window.measurement
@@ -436,7 +435,8 @@ def test_divergence_and_hang_stop_user_trials(tmp_path: Path) -> None:
     t = autotune.run(cfg).study.trials[0]
     assert t.state.name == "PRUNED" and t.user_attrs["stop_reason"] == "hang"
     assert "hang_seconds" in t.user_attrs["stop_detail"]
-    ctx = TrialContext({**DEFAULTS, "device": "cpu", "epochs": 3}, limits=context.Limits(loss_factor=4.0))
+    ctx = TrialContext({**DEFAULTS, "device": "cpu", "epochs": 3},
+                       setup=TrialSetup(limits=stops.Limits(loss_factor=4.0)))
     model, _ = ctx.prepare(torch.nn.Linear(1, 1))
     with pytest.raises(TrialStopped, match="diverged"):
         for i in ctx.epochs():
@@ -445,12 +445,12 @@ def test_divergence_and_hang_stop_user_trials(tmp_path: Path) -> None:
 
 def test_early_stopping_watches_val_loss_or_the_objective() -> None:
     ctx = TrialContext({**DEFAULTS, "device": "cpu", "epochs": 10, "early_stopping_patience": 2},
-                       early_stopping_on=(("val_loss", "minimize"), ("val_f1", "maximize")))
+                       setup=TrialSetup(early_stopping_on=(("val_loss", "minimize"), ("val_f1", "maximize"))))
     seen = []
     for e in ctx.epochs():
         seen.append(e)
         ctx.report(val_f1=[0.5, 0.6, 0.6, 0.55, 0.9, 0.9][e - 1])  # no val_loss: val_f1, maximized, is watched
-    assert seen == [1, 2, 3, 4] and ctx.stopped_early_at == 4
+    assert seen == [1, 2, 3, 4] and ctx.state.stopped_early_at == 4
 
 
 def test_oom_retry_runs_after_the_failed_attempt_is_freed(tmp_path: Path) -> None:
@@ -619,7 +619,7 @@ def _group_lrs(ctx: TrialContext, opt: torch.optim.Optimizer, model: torch.nn.Mo
 @pytest.mark.parametrize("schedule", ["cosine", "onecycle"])
 def test_a_schedule_scales_each_groups_own_lr_times_the_searched_lr(schedule: str) -> None:
     ctx = TrialContext({"device": "cpu", "lr": 0.5, "lr_schedule": schedule, "epochs": 2, "batch_size": 100},
-                       searched=("lr", "lr_schedule"))
+                       setup=TrialSetup(searched=("lr", "lr_schedule")))
     net = user_fits.MLP()
     model, opt = ctx.prepare(net, torch.optim.SGD(user_fits.two_groups(net, 0.1, 6.4)))
     seen = _group_lrs(ctx, opt, model)
@@ -630,29 +630,29 @@ def test_a_schedule_scales_each_groups_own_lr_times_the_searched_lr(schedule: st
         assert [g["max_lr"] for g in opt.param_groups] == pytest.approx([0.05, 3.2])
         peak = max(range(len(seen)), key=lambda i: seen[i][0])  # (12 steps: the peak step is near the max)
         assert seen[peak] == pytest.approx([0.05, 3.2], rel=0.01) and 0 < peak < len(seen) - 1 and seen[0][0] < 0.01
-    assert ctx.unapplied() == {}
+    assert ctx.state.unapplied() == {}
 
 
 def test_without_a_searched_lr_the_groups_keep_their_own() -> None:
     ctx = TrialContext({"device": "cpu", "lr_schedule": "cosine", "epochs": 1, "batch_size": 100},
-                       searched=("lr_schedule",))
+                       setup=TrialSetup(searched=("lr_schedule",)))
     net = user_fits.MLP()
     model, opt = ctx.prepare(net, torch.optim.SGD(user_fits.two_groups(net, 0.1, 6.4)))
     assert _group_lrs(ctx, opt, model)[0] == pytest.approx([0.1, 6.4])  # the default lr is no multiplier
 
 
 def test_an_optimizer_built_with_the_searched_lr_is_not_scaled_by_it_again() -> None:
-    ctx = TrialContext({"device": "cpu", "lr": 0.5, "epochs": 1, "batch_size": 100}, searched=("lr",))
+    ctx = TrialContext({"device": "cpu", "lr": 0.5, "epochs": 1, "batch_size": 100}, setup=TrialSetup(searched=("lr",)))
     net = user_fits.MLP()
     model, opt = ctx.prepare(net, torch.optim.Adadelta(net.parameters(), lr=ctx.settings.lr))  # mnist's shape
     assert [g["lr"] for g in opt.param_groups] == [0.5]
     _group_lrs(ctx, opt, model)  # applied once the optimizer built with it steps
-    assert "lr" not in ctx.unapplied()
+    assert "lr" not in ctx.state.unapplied()
 
 
 def test_the_builtin_optimizers_onecycle_peaks_at_the_searched_lr() -> None:
     ctx = TrialContext({"device": "cpu", "lr": 0.5, "optimizer": "sgd", "lr_schedule": "onecycle", "epochs": 2,
-                        "batch_size": 100}, searched=("lr", "lr_schedule", "optimizer"))
+                        "batch_size": 100}, setup=TrialSetup(searched=("lr", "lr_schedule", "optimizer")))
     model, opt = ctx.prepare(user_fits.MLP())
     assert max(lrs[0] for lrs in _group_lrs(ctx, opt, model)) == pytest.approx(0.5, rel=0.01)
     assert opt.param_groups[0]["max_lr"] == pytest.approx(0.5)
@@ -660,16 +660,16 @@ def test_the_builtin_optimizers_onecycle_peaks_at_the_searched_lr() -> None:
 
 def test_the_fits_own_scheduler_steps_alone() -> None:
     ctx = TrialContext({"device": "cpu", "lr": 0.5, "lr_schedule": "cosine", "epochs": 1, "batch_size": 100},
-                       searched=("lr", "lr_schedule"))
+                       setup=TrialSetup(searched=("lr", "lr_schedule")))
     net = user_fits.MLP()
     model, opt = ctx.prepare(net, torch.optim.SGD(user_fits.two_groups(net, 0.1, 6.4)))
     torch.optim.lr_scheduler.LambdaLR(opt, lambda step: 1.0)  # never stepped: the lr stays
     assert _group_lrs(ctx, opt, model)[-1] == pytest.approx([0.05, 3.2])  # no cosine stacked on top
-    assert "own learning-rate scheduler" in ctx.unapplied()["lr_schedule"]
+    assert "own learning-rate scheduler" in ctx.state.unapplied()["lr_schedule"]
 
 
 def test_a_scheduler_built_before_prepare_cannot_take_a_searched_lr() -> None:
-    ctx = TrialContext({"device": "cpu", "lr": 0.5}, searched=("lr",))
+    ctx = TrialContext({"device": "cpu", "lr": 0.5}, setup=TrialSetup(searched=("lr",)))
     net = user_fits.MLP()
     opt = torch.optim.SGD(user_fits.two_groups(net, 0.1, 6.4))
     torch.optim.lr_scheduler.LambdaLR(opt, lambda step: 1.0)
@@ -680,12 +680,13 @@ def test_a_scheduler_built_before_prepare_cannot_take_a_searched_lr() -> None:
 def test_onecycle_keeps_the_searched_momentum_and_takes_optimizers_without_one() -> None:
     """OneCycleLR cycles momentum by default: it would overwrite a searched momentum, and raise on Adadelta."""
     ctx = TrialContext({"device": "cpu", "lr": 0.5, "optimizer": "sgd", "momentum": 0.7, "lr_schedule": "onecycle",
-                        "epochs": 1, "batch_size": 100}, searched=("lr", "momentum", "lr_schedule", "optimizer"))
+                        "epochs": 1, "batch_size": 100},
+                       setup=TrialSetup(searched=("lr", "momentum", "lr_schedule", "optimizer")))
     model, opt = ctx.prepare(user_fits.MLP())
     _group_lrs(ctx, opt, model)
     assert opt.param_groups[0]["momentum"] == 0.7
     ctx = TrialContext({"device": "cpu", "lr": 0.5, "lr_schedule": "onecycle", "epochs": 1, "batch_size": 100},
-                       searched=("lr", "lr_schedule"))
+                       setup=TrialSetup(searched=("lr", "lr_schedule")))
     net = user_fits.MLP()
     model, opt = ctx.prepare(net, torch.optim.Adadelta(net.parameters(), lr=1.0))  # mnist's optimizer
     assert max(lrs[0] for lrs in _group_lrs(ctx, opt, model)) == pytest.approx(0.5, rel=0.01)
@@ -699,16 +700,18 @@ def test_the_epoch_early_stopping_ends_is_not_pruned_over_epochs_it_will_not_run
             if rec.epoch == stop_at:
                 raise TrialStopped("dominated", rec.epoch, "behind the front")
 
-        ctx = TrialContext({**DEFAULTS, "device": "cpu", "epochs": 10, "early_stopping_patience": 2}, on_epoch=rule)
+        ctx = TrialContext({**DEFAULTS, "device": "cpu", "epochs": 10, "early_stopping_patience": 2},
+                           setup=TrialSetup(on_epoch=rule))
         with pytest.raises(TrialStopped) if stop_at < 4 else contextlib.nullcontext():
             for e in ctx.epochs():
                 ctx.report(val_loss=[1.0, 0.9, 0.95, 0.97][e - 1])
         return ctx
 
     done = run(4)
-    assert done.stopped_early_at == 4 and done.stop is None and len(done.history) == 4
+    assert done.state.stopped_early_at == 4 and done.state.stop is None and len(done.state.history) == 4
     stopped = run(3)
-    assert stopped.stop is not None and stopped.stop.reason == "dominated" and stopped.stopped_early_at is None
+    st = stopped.state
+    assert st.stop is not None and st.stop.reason == "dominated" and st.stopped_early_at is None
 
 
 def test_a_loop_that_steps_its_own_optimizer_counts_the_batches_it_took() -> None:
@@ -720,7 +723,7 @@ def test_a_loop_that_steps_its_own_optimizer_counts_the_batches_it_took() -> Non
             torch.nn.functional.cross_entropy(model(x), y).backward()
             opt.step()
         ctx.report(val_loss=1.0)
-    h = ctx.history[0]
+    h = ctx.state.history[0]
     assert h.samples_per_s * h.epoch_time_s == pytest.approx(len(user_fits.X), rel=1e-6)
 
 
@@ -730,7 +733,7 @@ def test_a_fit_that_sets_the_group_lrs_itself_did_not_apply_the_searched_lr() ->
     moving the lrs is not such an overwrite."""
     def run(own_lr: bool, own_scheduler: bool) -> dict[str, str]:
         ctx = TrialContext({"device": "cpu", "lr": 0.5, "lr_schedule": "cosine", "epochs": 1, "batch_size": 100},
-                           searched=("lr", "lr_schedule"))
+                           setup=TrialSetup(searched=("lr", "lr_schedule")))
         net = user_fits.MLP()
         model, opt = ctx.prepare(net, torch.optim.SGD(user_fits.two_groups(net, 0.1, 6.4)))
         if own_scheduler:
@@ -742,7 +745,7 @@ def test_a_fit_that_sets_the_group_lrs_itself_did_not_apply_the_searched_lr() ->
                         g["lr"] = 0.01 * (i + 1)
                 ctx.backward(torch.nn.functional.cross_entropy(model(x), y))
             ctx.report(val_loss=1.0)
-        return ctx.unapplied()
+        return ctx.state.unapplied()
 
     overwritten = run(own_lr=True, own_scheduler=False)
     assert "sets the optimizer's group lrs itself" in overwritten["lr"] and "lr_schedule" in overwritten
@@ -763,4 +766,4 @@ def test_evaluation_at_the_top_of_an_epoch_is_not_training() -> None:
         for x, y in train:
             ctx.backward(torch.nn.functional.cross_entropy(model(x), y))
         ctx.report(val_loss=1.0)
-    assert all(h.epoch_time_s < 0.25 for h in ctx.history), [h.epoch_time_s for h in ctx.history]
+    assert all(h.epoch_time_s < 0.25 for h in ctx.state.history), [h.epoch_time_s for h in ctx.state.history]

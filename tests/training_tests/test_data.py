@@ -226,7 +226,7 @@ def test_regression_several_targets_and_plain_subset(tmp_path: Path) -> None:
     ds = load(config.from_dict({"task": "regression", "data": {"name": "npz", "path": str(tmp_path / "r.npz")},
                                 "model": {"name": "mlp"}}).data, "regression")
     assert ds.n_outputs == 2 and ds.y_mean is not None and ds.y_mean.shape == (2,)
-    from autotune.training.context.trial import fraction_indices
+    from autotune.training.context.loaders import fraction_indices
 
     keep = fraction_indices(len(ds.y_train), 0.5, 0, ds.y_train)  # not stratified: targets are not classes
     assert keep is not None and len(keep) == 20 and ds.y_train[keep].shape[1] == 2

@@ -15,7 +15,7 @@ from autotune import config
 from autotune.observe import export, progress, report
 from autotune.search import results
 from autotune.spec.settings import Settings
-from autotune.training.context.trial import TrialContext
+from autotune.training import TrialContext, TrialSetup
 from tests import user_fits
 
 REPO = Path(__file__).resolve().parents[2]
@@ -43,9 +43,10 @@ def test_a_watched_settings_view_notes_what_is_read_not_what_is_asked_about() ->
 
 
 def test_user_parameters_read_through_params_count_as_used() -> None:
-    ctx = TrialContext({"device": "cpu"}, user_params={"width": 8, "depth": 2}, searched=("user.width", "user.depth"))
+    ctx = TrialContext({"device": "cpu"}, user_params={"width": 8, "depth": 2},
+                       setup=TrialSetup(searched=("user.width", "user.depth")))
     assert ctx.params["width"] == 8 and "depth" in ctx.params
-    assert ctx.unapplied() == {"user.depth": "ctx.params['depth'] was never read"}
+    assert ctx.state.unapplied() == {"user.depth": "ctx.params['depth'] was never read"}
 
 
 def test_builtin_trainer_applies_every_setting_of_a_normal_space(tmp_path: Path) -> None:
@@ -112,7 +113,7 @@ def test_a_setting_the_users_loss_reads_is_applied(tmp_path: Path) -> None:
 
 def test_settings_only_a_loop_of_its_own_skips_are_named(tmp_path: Path) -> None:
     ctx = TrialContext({"device": "cpu", "grad_clip": 0.5, "precision": "bf16"},
-                       searched=("grad_clip", "precision", "batch_size", "init"))
+                       setup=TrialSetup(searched=("grad_clip", "precision", "batch_size", "init")))
     model, opt = ctx.prepare(user_fits.MLP(), init=False)
     x, y = user_fits.X[:64], user_fits.Y[:64]
     for _ in ctx.epochs():
@@ -121,7 +122,7 @@ def test_settings_only_a_loop_of_its_own_skips_are_named(tmp_path: Path) -> None
         opt.step()
         ctx.report()
         break
-    na = ctx.unapplied()
+    na = ctx.state.unapplied()
     assert na["grad_clip"] == "ctx.backward(loss) was never called: your loop steps the optimizer itself"
     assert na["precision"].startswith("ctx.autocast() was never used")
     assert na["batch_size"].startswith("your fit never called ctx.loader(...)")

@@ -10,7 +10,7 @@ setting that nothing read cannot have changed the trial: it is recorded as not a
 A read is the only evidence there is for a setting autotune has no hand in (the fit's own loss taking
 label_smoothing, `user.` parameters). The settings autotune applies itself (`EFFECT_KEYS`: the optimizer family,
 lr, momentum, weight_decay, lr_schedule) count by their effect instead, whatever the fit read (see
-TrialContext._effects_now); those that did not act are also left out of the trial's stored settings, searched or
+TrialState.effects_now); those that did not act are also left out of the trial's stored settings, searched or
 not (a default optimizer adam under the fit's own SGD was never used).
 """
 
@@ -66,17 +66,14 @@ OWN = {key: _OWN_PART[s.applied_by].format(key=key) for key, s in SETTINGS.items
 
 
 class Trial(Protocol):
-    """What `why` reads of a trial context (context.TrialContext)."""
+    """What `why` reads of a trial context's state (state.TrialState)."""
 
-    opt: Any
-    _own_optimizer: bool | None
-    _reads: set[str]
-    _stepper: Any
-    _init_asked: bool | None
-    _own_scheduler: bool
-    _stepped: bool
-    _train_on_device: bool | None
-    _raw: Settings
+    own_optimizer: bool | None
+    reads: set[str]
+    stepper: Any
+    init_asked: bool | None
+    train_on_device: bool | None
+    raw: Settings
 
 
 class WatchedParams(Mapping[str, Any]):
@@ -110,14 +107,14 @@ def _were(keys: list[str]) -> str:
     return f"{', '.join(keys)} {'was' if len(keys) == 1 else 'were'} not used"
 
 
-def why(ctx: Trial, key: str, missed: list[str]) -> str:
+def why(state: Trial, key: str, missed: list[str]) -> str:
     """Why nothing read `key` in this trial (`missed`: every searched key nothing read, to name them together)."""
     if key.startswith(USER_PREFIX):
         return f"ctx.params[{key[len(USER_PREFIX):]!r}] was never read"
     if key in OPTIMIZER_KEYS:
-        return _why_optimizer(ctx, key, missed)
+        return _why_optimizer(state, key, missed)
     for rule in (_why_step, _why_prepare, _why_loader):  # in this order: a key may be in several groups
-        reason = rule(ctx, key)
+        reason = rule(state, key)
         if reason is not None:
             return reason
     if key == "precision":
@@ -127,54 +124,54 @@ def why(ctx: Trial, key: str, missed: list[str]) -> str:
     return f"{key} was never read (by the context, or through ctx.settings / ctx.params)"
 
 
-def _why_optimizer(ctx: Trial, key: str, missed: list[str]) -> str:
-    st = ctx._stepper
-    if ctx._own_optimizer is None:
+def _why_optimizer(state: Trial, key: str, missed: list[str]) -> str:
+    st = state.stepper
+    if state.own_optimizer is None:
         return "ctx.prepare(model) was never called: the context built no optimizer"
-    if ctx._own_optimizer and key == "lr" and "lr" in ctx._reads and st.scaled is None:
+    if state.own_optimizer and key == "lr" and "lr" in state.reads and st.scaled is None:
         return ("your fit read lr before ctx.prepare, but no group of its own optimizer has that lr: it was not "
                 "used (build the optimizer with it, or leave it unread and ctx.prepare scales your groups' lrs by "
                 "it)")
-    if ctx._own_optimizer and key == "lr" and st.scaled is not None:
+    if state.own_optimizer and key == "lr" and st.scaled is not None:
         return "your optimizer never stepped with the lrs the searched lr scaled"
-    if ctx._own_optimizer:
+    if state.own_optimizer:
         return f"your fit built its own optimizer: {_were([k for k in OPTIMIZER_KEYS if k in missed and k != 'lr'])}"
     if st.opt_steps == 0:
         return "the optimizer the context built never stepped"
-    return f"optimizer {ctx._raw['optimizer']} takes no {key}"
+    return f"optimizer {state.raw['optimizer']} takes no {key}"
 
 
-def _why_step(ctx: Trial, key: str) -> str | None:
+def _why_step(state: Trial, key: str) -> str | None:
     if key not in STEP_KEYS:
         return None
-    if key == "lr_schedule" and ctx._own_scheduler:
+    if key == "lr_schedule" and state.stepper.own_scheduler:
         return "your fit's own learning-rate scheduler steps the lr: the searched lr_schedule was not used"
-    if key == "lr_schedule" and ctx._stepper.overwritten:
+    if key == "lr_schedule" and state.stepper.overwritten:
         return "your fit sets the optimizer's group lrs itself, overwriting what the context set"
-    if not ctx._stepped:
+    if not state.stepper.stepped:
         return "ctx.backward(loss) was never called: your loop steps the optimizer itself"
     return None
 
 
-def _why_prepare(ctx: Trial, key: str) -> str | None:
+def _why_prepare(state: Trial, key: str) -> str | None:
     if key not in PREPARE_KEYS:
         return None
-    if ctx._init_asked is None:
+    if state.init_asked is None:
         return "ctx.prepare(model) was never called"
-    if key == "init" and not ctx._init_asked:
+    if key == "init" and not state.init_asked:
         return "ctx.prepare(..., init=False) kept the model's weights"
     if key == "compile_mode":
         return "compile is off"
     return None
 
 
-def _why_loader(ctx: Trial, key: str) -> str | None:
+def _why_loader(state: Trial, key: str) -> str | None:
     if key not in LOADER_KEYS + DATALOADER_KEYS:
         return None
-    if ctx._train_on_device is None:
+    if state.train_on_device is None:
         return "your fit never called ctx.loader(...) for its training data (nor read the setting)"
     if key in DATALOADER_KEYS:
-        return ("the training batches were on the device (data_on_device): no DataLoader" if ctx._train_on_device
+        return ("the training batches were on the device (data_on_device): no DataLoader" if state.train_on_device
                 else "with num_workers 0 the DataLoader has no worker processes")
     return None
 

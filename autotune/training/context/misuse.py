@@ -163,14 +163,5 @@ def check_returned(returned: Any, epochs_run: int) -> None:
                             f"{type(returned).__name__}")
 
 
-__all__ = ["ContextMisuse", "check_live", "check_metrics", "optimizer_of", "reportable",
-           "step_samples"]
+__all__ = ["ContextMisuse", "check_live", "check_metrics", "optimizer_of", "reportable", "step_samples"]
 
-
-def deprecated_optimizer(factory: Callable[[Any], torch.optim.Optimizer]) -> Callable[[Any], torch.optim.Optimizer]:
-    """`ctx.optimizer`, the factory's old name: said once per use, the factory still returned."""
-    import warnings
-
-    warnings.warn("ctx.optimizer is the searched optimizer's factory, not an optimizer: use ctx.optimizer_factory "
-                  "(the optimizer ctx.prepare returned is ctx.opt)", DeprecationWarning, stacklevel=3)
-    return factory
