@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from autotune.spec import ACTS, APPLIERS, SETTINGS, acting, applied_by
-from autotune.spec.settings import Setting
+from autotune.spec import APPLIERS, SETTINGS, acting, applied_by
+from autotune.spec.settings import ACTS, Setting
 from autotune.speed import probe, strategy, sweep
 from autotune.training.context import applied
 from autotune.training.data import augment
