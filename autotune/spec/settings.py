@@ -1,7 +1,7 @@
 """The catalogue of trainer settings: every key allowed in `train:` and `space:`.
 
-One table, so the config validator, the search space, the trainer and the README
-agree on names, types, defaults and allowed values.
+One table, so the config validator, the search space, the trainer and the generated
+reference page (docs/hooks/reference.py) agree on names, types, defaults and allowed values.
 """
 
 from __future__ import annotations

@@ -24,10 +24,11 @@ No Optuna here: the stop rules reach the context as one callback (`on_epoch`), w
 its last ctx.backward step, timed by a CUDA event per step on a GPU; the host never waits on the device
 inside an epoch except once every `FINITE_CHECK_EVERY` steps (a blow-up is stopped early).
 
-`TrialContext` keeps the user's API and delegates to its parts, each testable without a model: `_epoch_clock`
-(clocks, counters, compile time, the speed probe's hooks), `_stepper` (GradScaler, accumulation, clipping, the
-optimizer and schedule steps), `_stop_rules` (decisions, returned; the context raises them), `_loaders` (batches),
-`_collective` (what the ranks agree on; a no-op in one process) and `_misuse` (ContextMisuse and its checks).
+`TrialContext` keeps the user's API and delegates to its parts, modules of training/context/ each testable
+without a model: `epoch_clock` (clocks, counters, compile time, the speed probe's hooks), `stepper` (GradScaler,
+accumulation, clipping, the optimizer and schedule steps), `stop_rules` (decisions, returned; the context raises
+them), `loaders` (batches), `collective` (what the ranks agree on; a no-op in one process) and `misuse`
+(ContextMisuse and its checks).
 """
 
 from __future__ import annotations
@@ -332,7 +333,7 @@ class TrialContext:
     def unapplied(self) -> dict[str, str]:
         """Settings that took no effect in this trial, with the reason: what the context could not apply, every
         searched optimizer setting or lr_schedule that did not act (whoever read it), and every other searched
-        setting (or `user.` parameter) nothing read (unread.py says why)."""
+        setting (or `user.` parameter) nothing read (applied.py says why)."""
         out = dict(self.not_applied)
         effects = self._effects_now()
         missed = [k for k in self._searched if not self._applied(k, effects) and k not in out]
