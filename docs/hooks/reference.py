@@ -85,11 +85,15 @@ def _comments(model: type) -> dict[str, str]:
         source = inspect.getsource(model)
     except (OSError, TypeError):
         return {}
-    found = {}
+    found, above = {}, []
     for line in source.splitlines():
-        m = re.match(r"\s+(\w+)\s*:[^#]*#\s*(.+)$", line)
-        if m:
-            found[m.group(1)] = m.group(2).strip()
+        if re.match(r"\s+#", line):  # a comment on the lines above a field
+            above.append(line.strip().lstrip("#").strip())
+            continue
+        m = re.match(r"\s+(\w+)\s*:[^#]*(?:#\s*(.+))?$", line)
+        if m and (m.group(2) or above):
+            found[m.group(1)] = (m.group(2) or " ".join(above)).strip()
+        above = []
     return found
 
 
@@ -150,11 +154,11 @@ def yaml_page() -> str:
             continue
         models = _models_in(field.annotation)
         top_rows.append([_code(name), _type(field.annotation), _default(field), notes.get(name, "")])
-        sections += [(name, m) for m in models if m not in (schema.FastestWithin, schema.MostAccurateUnder)]
+        path = f"{name}.<setting>" if typing.get_origin(field.annotation) is dict else name  # space: name -> spec
+        sections += [(path, m) for m in models if m not in (schema.FastestWithin, schema.MostAccurateUnder)]
     out.append("## Top level\n\n" + _table(["key", "type", "default", "meaning"], top_rows) + "\n")
     for name, model in sections:
         _section(name, model, out)
-    _section("space.<setting>", schema.ParamSpec, out)
     return "".join(out)
 
 
