@@ -1,6 +1,6 @@
 """autotune: one Optuna study over hyper-parameters, acceleration, initialization and compression.
 
-Public API (see DESIGN.md): `load_config`, `run`, `train`, and the types they return or raise: `TuneResult`,
+Public API (see docs/design.md): `load_config`, `run`, `train`, and the types they return or raise: `TuneResult`,
 `TrainResult`, `TrialSummary`, `EpochRecord`, `TrialContext` (what a training function `fit(ctx)` receives),
 `AutotuneError`, `ConfigError`, `TrialStopped`, `ContextMisuse`. A file is a `str` or any `os.PathLike`.
 """

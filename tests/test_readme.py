@@ -1,12 +1,12 @@
-"""README.md stays true: two quick-start commands, every setting and command documented."""
+"""README.md stays true: two quick-start commands, the own-training example runs, and it stays a landing page.
+
+That every setting, command, metric and schema section is documented is checked on the generated reference
+(tests/test_docs.py)."""
 
 from __future__ import annotations
 
 import re
 from pathlib import Path
-
-from autotune.cli.app import COMMANDS
-from autotune.spec.settings import SETTINGS
 
 README = (Path(__file__).resolve().parent.parent / "README.md").read_text()
 
@@ -20,14 +20,17 @@ def test_quick_start_is_two_commands() -> None:
     assert lines[1] in ci  # CI runs the README's test command verbatim
 
 
-def test_every_setting_documented() -> None:
-    missing = [name for name in SETTINGS if not re.search(rf"\| `{name}` \|", README)]
-    assert not missing, f"README lacks settings: {missing}"
+def test_readme_is_a_landing_page() -> None:
+    """The manual is docs/; the README stays about 200 lines (issue 30)."""
+    assert len(README.splitlines()) <= 220
 
 
-def test_every_command_documented() -> None:
-    missing = [name for name in COMMANDS if f"autotune {name}" not in README]
-    assert not missing, f"README lacks commands: {missing}"
+def test_readme_links_resolve() -> None:
+    """Relative links in README.md name files that exist (they work on GitHub as they do here)."""
+    root = Path(__file__).resolve().parent.parent
+    targets = re.findall(r"\]\(([^)#:]+)(?:#[^)]*)?\)", README)
+    missing = [t for t in targets if not (root / t).exists()]
+    assert targets and not missing, f"README links to missing files: {missing}"
 
 
 def test_own_training_example_runs(tmp_path: Path) -> None:

@@ -36,7 +36,8 @@ def quantized_engine() -> str | None:
 
 @contextlib.contextmanager
 def _quiet() -> Iterator[None]:
-    """torch.ao's eager quantization warns that it is deprecated (it still ships and works): noted in the README."""
+    """torch.ao's eager quantization warns that it is deprecated (it still ships and works): noted in
+    docs/howto/compression.md."""
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=r".*torch\.ao\.quantization.*deprecated.*")
         warnings.filterwarnings("ignore", message=r".*quant_min and quant_max.*")

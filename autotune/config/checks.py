@@ -23,7 +23,7 @@ from autotune.core import (
 from autotune.spec import MODEL_PREFIX, SETTINGS, TASK_METRICS, USER_PREFIX, ModelConfig, ParamSpec, RunConfig
 
 # ---------------------------------------------------------------- names from the registries
-# Each registry is a mapping next to its builders (samplers.py, pruners.py, data.py, models.py). Those modules
+# Each registry is a mapping next to its builders (samplers.py, pruners.py, data/registry.py, models.py). Those modules
 # import this one, so their names are read when a config is validated, never copied here.
 
 

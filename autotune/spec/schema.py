@@ -49,19 +49,19 @@ class WarmStart(_Model):
 
 
 class StudyConfig(_Model):
-    name: str = ""
-    storage: str = ""
-    sampler: str = "tpe"
-    sampler_args: dict[str, Any] = Field(default_factory=dict)
-    n_trials: Int | None = Field(30, ge=1)
-    timeout: Float | None = Field(None, gt=0)
-    seed: Int | None = 0
+    name: str = ""  # study name in the storage (default: the run file's name)
+    storage: str = ""  # default sqlite:///studies/<name>.db; journal:///F.log, postgresql://, mysql://, grpc://
+    sampler: str = "tpe"  # an Optuna sampler by name (search/samplers.py; the error lists them)
+    sampler_args: dict[str, Any] = Field(default_factory=dict)  # keyword arguments for the Optuna sampler
+    n_trials: Int | None = Field(30, ge=1)  # finished (complete or pruned) trials the study should hold
+    timeout: Float | None = Field(None, gt=0)  # seconds for one run
+    seed: Int | None = 0  # sampler seed; trial n trains with seed x 100003 + n
     trial_seed: Int | None = None  # trial n trains with trial_seed + n (unset: seed x 100003 + n); set by export
-    heartbeat_interval: Int | None = Field(None, ge=1)
-    grace_period: Int | None = Field(None, ge=1)
+    heartbeat_interval: Int | None = Field(None, ge=1)  # RDB storages: seconds between a running trial's heartbeats
+    grace_period: Int | None = Field(None, ge=1)  # RDB: a trial silent this long is failed (orphaned), retried once
     max_repeated_errors: Int = Field(3, ge=1)  # this many trials in a row failing the same way stop the run
     strategy: str = "joint"  # joint | probe_then_tune: how the search uses the speed probe (strategy.py)
-    warm_start: WarmStart | None = None
+    warm_start: WarmStart | None = None  # start from an earlier study's best trials
 
     @field_validator("name")
     @classmethod
@@ -105,10 +105,10 @@ class Objective(_Model):
 
 
 class DataConfig(_Model):
-    name: str | None = "digits"
-    factory: str | None = None
-    val_fraction: Float = Field(0.2, gt=0, lt=1)
-    split_seed: Int = 0
+    name: str | None = "digits"  # a built-in dataset, or null with factory; nothing is ever downloaded
+    factory: str | None = None  # "package.module:function" returning (x, y) arrays
+    val_fraction: Float = Field(0.2, gt=0, lt=1)  # validation split (stratified for classification)
+    split_seed: Int = 0  # seed of the train/validation split
     path: str | None = None  # npz: a file with arrays x and y; image_folder, cifar10, cifar100: a folder
     image_size: Int | None = Field(None, ge=1)  # image_folder: resize every image to this square size
     cache_dir: str | None = None  # image_folder, mnist1d: where arrays are kept (default studies/.cache)
@@ -130,15 +130,15 @@ class ModelConfig(_Model):
     """A model by name (or factory). Architecture keys left null take the model's own default; each model
     takes some of them (models.model_keys), and each may be searched as `model.KEY` in `space:`."""
 
-    name: str | None = "cnn"
-    factory: str | None = None
+    name: str | None = "cnn"  # a built-in model (the error lists them), or null with factory
+    factory: str | None = None  # "package.module:function" returning an nn.Module
     channels: tuple[Int, ...] | None = None  # cnn: conv block widths (default 32, 64)
     hidden: Int | None = Field(None, ge=1)  # cnn: head width; mlp: layer width (default 128)
     depth: Int | None = Field(None, ge=1)  # mlp: hidden layers (2); resnet: 6n+2 layers (20); cnn1d: conv blocks (3)
     width: Int | None = Field(None, ge=1)  # resnet: first stage's channels, doubled per stage (16); cnn1d: channels
     arch: str | None = None  # torchvision: a model name of torchvision.models, e.g. resnet18
-    kwargs: dict[str, Any] = Field(default_factory=dict)
-    checkpoint: str | None = None
+    kwargs: dict[str, Any] = Field(default_factory=dict)  # extra builder arguments
+    checkpoint: str | None = None  # a state dict every trial warm-starts from
 
     @field_validator("name")
     @classmethod
@@ -159,12 +159,12 @@ class ParamSpec(_Model):
     """One searched setting: float/int ranges, categorical choices, or bool; optional `when`."""
 
     type: Literal["float", "int", "categorical", "bool"]
-    low: Float | None = None
-    high: Float | None = None
-    log: bool = False
-    step: Float | None = None
-    choices: tuple[Any, ...] | None = None
-    when: dict[str, Any] | None = None
+    low: Float | None = None  # float, int: the range's lower bound
+    high: Float | None = None  # float, int: the range's upper bound
+    log: bool = False  # sample on a log scale
+    step: Float | None = None  # float, int: sample on a grid of this step
+    choices: tuple[Any, ...] | None = None  # categorical: the values
+    when: dict[str, Any] | None = None  # {setting: value or [values]}: sampled only in trials where it holds
 
     @model_validator(mode="before")
     @classmethod
@@ -215,25 +215,25 @@ class ParamSpec(_Model):
 
 
 class Divergence(_Model):
-    loss_factor: Float = Field(4.0, gt=1)
+    loss_factor: Float = Field(4.0, gt=1)  # an epoch's training loss above this x the first epoch's: diverged
 
 
 class Slow(_Model):
-    max_trial_seconds: Float | None = Field(None, gt=0)
-    vs_front: Float | None = Field(None, gt=1)
-    hang_seconds: Float | None = Field(None, gt=0)
+    max_trial_seconds: Float | None = Field(None, gt=0)  # stop a trial projected to train longer than this
+    vs_front: Float | None = Field(None, gt=1)  # stop one projected this factor slower than the slowest Pareto trial
+    hang_seconds: Float | None = Field(None, gt=0)  # cap on a trial's wall time, wherever its code is
     # before training: stop a trial whose predicted time adds < this share of the front's hypervolume even at
     # the front's best quality + front_margin (pruners.check_front_gain)
     min_front_gain: Float | None = Field(None, gt=0, lt=1)
-    front_margin: Float = Field(0.02, ge=0)
+    front_margin: Float = Field(0.02, ge=0)  # min_front_gain's best case: the front's best accuracy + this
 
 
 class PruningConfig(_Model):
-    pruner: str = "auto"
-    pruner_args: dict[str, Any] = Field(default_factory=dict)
-    divergence: Divergence | None = Divergence()
-    slow: Slow = Slow()
-    oom: Literal["prune", "retry_smaller_batch"] = "prune"
+    pruner: str = "auto"  # auto: median (one objective) or pareto (several); none, or a pruner's name
+    pruner_args: dict[str, Any] = Field(default_factory=dict)  # keyword arguments for the pruner
+    divergence: Divergence | None = Divergence()  # null turns it off
+    slow: Slow = Slow()  # projections of a trial's training time
+    oom: Literal["prune", "retry_smaller_batch"] = "prune"  # retry_smaller_batch: retry once with half the batch
     # host memory the training process may hold (resident, MB); past it the trial stops as oom (null: only the
     # machine's own limit, less a safety margin)
     max_host_memory_mb: float | None = Field(None, gt=0)
@@ -255,7 +255,7 @@ class MostAccurateUnder(_Model):
 
 
 class Constraints(_Model):
-    max_accuracy_drop: Float | None = Field(None, ge=0, lt=1)
+    max_accuracy_drop: Float | None = Field(None, ge=0, lt=1)  # compression may cost at most this much accuracy
 
 
 class DistillConfig(_Model):
@@ -265,7 +265,7 @@ class DistillConfig(_Model):
     teacher_study: str | None = None  # with teacher: best, the study whose recommended trial teaches
     teacher_model: ModelConfig | None = None  # the teacher's architecture; default: the `model` section
     alpha: Float = Field(0.5, ge=0, le=1)  # weight of the distillation term (1 - alpha: the label loss)
-    temperature: Float = Field(4.0, gt=0)
+    temperature: Float = Field(4.0, gt=0)  # T: the softened predictions' temperature
 
 
 class MlflowConfig(_Model):
@@ -276,27 +276,27 @@ class MlflowConfig(_Model):
 
 
 class TrackingConfig(_Model):
-    mlflow: MlflowConfig | None = None
+    mlflow: MlflowConfig | None = None  # log the study to MLflow
 
 
 class RunConfig(_Model):
-    study: StudyConfig = StudyConfig()
-    task: Literal["classification", "regression"] = "classification"
-    objectives: tuple[Objective, ...] = (
+    study: StudyConfig = StudyConfig()  # the Optuna study: name, storage, sampler, budget
+    task: Literal["classification", "regression"] = "classification"  # regression: val_mse, val_mae, val_r2
+    objectives: tuple[Objective, ...] = (  # one: single-objective; two or more: a Pareto study
         Objective(metric="val_accuracy"),
         Objective(metric="train_time_s"),
     )
-    data: DataConfig = DataConfig()
-    model: ModelConfig = ModelConfig()
-    train: dict[str, Any] = Field(default_factory=dict)
-    space: dict[str, ParamSpec] = Field(default_factory=dict)
-    pruning: PruningConfig = PruningConfig()
-    select: str | FastestWithin | MostAccurateUnder = "knee"
-    constraints: Constraints = Constraints()
-    distill: DistillConfig | None = None
+    data: DataConfig = DataConfig()  # the dataset, from disk or a factory
+    model: ModelConfig = ModelConfig()  # the model, by name or factory
+    train: dict[str, Any] = Field(default_factory=dict)  # fixed trainer settings (the settings catalogue)
+    space: dict[str, ParamSpec] = Field(default_factory=dict)  # searched settings: fixed or searched, never both
+    pruning: PruningConfig = PruningConfig()  # how trials stop early
+    select: str | FastestWithin | MostAccurateUnder = "knee"  # which trial is recommended
+    constraints: Constraints = Constraints()  # limits a trial must meet to be feasible
+    distill: DistillConfig | None = None  # knowledge distillation from a teacher model
     trainer: str | None = None  # "package.module:function": a user's training function fit(ctx)
     metrics: tuple[str, ...] = ()  # further metrics that function may ctx.report (beyond the objectives)
-    tracking: TrackingConfig = TrackingConfig()
+    tracking: TrackingConfig = TrackingConfig()  # where else the study is logged
     source: str = Field("<config>", exclude=True)
 
     @field_validator("select", mode="before")

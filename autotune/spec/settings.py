@@ -1,11 +1,11 @@
 """The catalogue of trainer settings: every key allowed in `train:` and `space:`.
 
-One table, so the config validator, the search space, the trainer and the README
-agree on names, types, defaults and allowed values; and each row says how the setting acts (`acts`: what the
-speed probe measures per value, what probe_then_tune may fix to its fastest value) and what applies it
-(`applied_by`: which part of the trial context, or of the built-in trainer). The speed probe's `THROUGHPUT`, the
-strategy's `NEUTRAL`/`EXACTNESS` and the trial context's applied-key groups are read from here (`acting`,
-`applied_by`): a new setting is one row here and the code that applies it.
+One table, so the config validator, the search space, the trainer and the generated reference page
+(docs/hooks/reference.py) agree on names, types, defaults and allowed values; and each row says how the setting
+acts (`acts`: what the speed probe measures per value, what probe_then_tune may fix to its fastest value) and what
+applies it (`applied_by`: which part of the trial context, or of the built-in trainer). The speed probe's
+`THROUGHPUT`, the strategy's `NEUTRAL`/`EXACTNESS` and the trial context's applied-key groups are read from here
+(`acting`, `applied_by`): a new setting is one row here and the code that applies it.
 """
 
 from __future__ import annotations

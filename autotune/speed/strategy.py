@@ -3,7 +3,7 @@
 - `joint`: one search over every setting at once; the probe stops trials that cannot run here or are
   projected too slow (probe.py), and nothing else changes.
 - `probe_then_tune`: first, every combination of the acceleration settings the space searches is probed
-  (speed.py, a few timed steps each, stored in the study like any probe). A combination is dropped when
+  (sweep.py, a few timed steps each, stored in the study like any probe). A combination is dropped when
   it fails here, or when another one with the same batch size and model keys, numerics at least as exact
   (fp32 over bf16 and fp16; matmul_precision highest over high over medium) and the same or any neutral
   settings, is more than `TOLERANCE` faster: reduced precision exists to be faster, so a slower one only

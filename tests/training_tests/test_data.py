@@ -250,8 +250,8 @@ def test_check_arrays_shapes_and_types(x: np.ndarray, y: np.ndarray, match: str)
         data.check_arrays(x, y, "classification", 0.2, "f.yaml", "data.path", "d.npz")
 
 
-# The built-in datasets README.md's `data.name` documents (digits | mnist1d | synthetic | npz | image_folder |
-# cifar10 | cifar100 | diabetes): a name added or dropped is a change the README must follow.
+# The built-in datasets docs/guide/yaml.md's `data.name` documents (digits | mnist1d | synthetic | npz | image_folder |
+# cifar10 | cifar100 | diabetes): a name added or dropped is a change the docs must follow.
 README_DATASETS = {"digits", "mnist1d", "synthetic", "npz", "image_folder", "cifar10", "cifar100", "diabetes"}
 
 

@@ -12,7 +12,7 @@ kills the others, which may be blocked in a collective, and the trial fails with
 The launcher and the ranks' processes are supervisor.py; a rank's `Group` and `ShardedBatches` are group.py; this
 module checks what a study asks for.
 
-The trial context (context.py) holds a `Group` and does the rest: DDP around the model, each rank's share of every
+The trial context (context/trial.py) holds a `Group` and does the rest: DDP around the model, each rank's share of every
 global batch (`ShardedBatches`), reduced sample counts and losses, clocks after a barrier.
 """
 
