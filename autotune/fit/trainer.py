@@ -168,7 +168,7 @@ class BuiltinFit:
 
     def __init__(self, job: TrainJob) -> None:
         self.job = job
-        self.file = job.config.source.rsplit("/", 1)[-1]
+        self.file = job.config.file
         self.ds: data.Dataset | None = None
         self.batches: Batches | None = None
         self.val: tuple[torch.Tensor, torch.Tensor] | None = None

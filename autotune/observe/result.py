@@ -36,8 +36,7 @@ class TuneResult:
 
     @property
     def best(self) -> results.TrialSummary | None:
-        t = results.best_trial(self.study, self.config)
-        return results.summarize(t, self.metrics) if t is not None else None
+        return results.best_summary(self.study, self.config)
 
     def to_dataframe(self) -> Any:
         """A pandas DataFrame if pandas is installed, else a list of row dicts."""

@@ -186,3 +186,9 @@ def knee(front: list[FrozenTrial], directions: list[str], metrics: list[str] | N
 def best_trial(study: optuna.Study, cfg: RunConfig) -> FrozenTrial | None:
     trials = study.get_trials(deepcopy=False)
     return select(pareto_front(trials, cfg.directions), cfg)
+
+
+def best_summary(study: optuna.Study, cfg: RunConfig) -> TrialSummary | None:
+    """The recommended trial, summarized by the config's objectives (`TuneResult.best`, a distillation teacher)."""
+    t = best_trial(study, cfg)
+    return summarize(t, [o.metric for o in cfg.objectives]) if t is not None else None

@@ -40,7 +40,7 @@ ACTS: dict[str, str] = {
 }
 # What applies a setting: `applied_by` of a row (the trial context's part, else the built-in trainer's).
 APPLIERS: dict[str, str] = {
-    "around": "around every trial, whatever the training function does (trainer.train, context.session)",
+    "around": "around every trial, whatever the training function does (trainer.train, trial_session)",
     "optimizer": "the context's optimizer factory (ctx.prepare)",
     "schedule": "the learning-rate schedule the context steps (ctx.backward)",
     "step": "ctx.backward: accumulation and clipping",

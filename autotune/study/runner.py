@@ -30,14 +30,6 @@ from autotune.training import accel
 FINISHED = (TrialState.COMPLETE, TrialState.PRUNED)
 
 
-def _best(study: optuna.Study, cfg: RunConfig) -> results.TrialSummary | None:
-    """The recommended trial of a study, as `TuneResult.best` reads it."""
-    t = results.best_trial(study, cfg)
-    return results.summarize(t, [o.metric for o in cfg.objectives]) if t is not None else None
-
-
-
-
 # ---------------------------------------------------------------- checks before a study exists
 
 
@@ -64,6 +56,7 @@ def version_notes(study: optuna.Study) -> list[str]:
     here = versions()
     return [f"{k} {stored[k]} in the study, {here[k]} here" for k in ("autotune", "torch", "optuna")
             if k in stored and stored[k] != here.get(k)]
+
 
 def stored_metrics(summary: optuna.study.StudySummary) -> list[str] | None:
     """The objectives' metrics a study stores, in order: its `metrics` user attr, else its stored config's
@@ -199,7 +192,7 @@ def resolve_teacher(cfg: RunConfig, storage: optuna.storages.BaseStorage | None 
 
         teacher_cfg = from_dict({**src.user_attrs["config"], "distill": None}, source=cfg.source)
     if not path.is_file():
-        best = _best(src, teacher_cfg) if src is not None else None
+        best = results.best_summary(src, teacher_cfg) if src is not None else None
         if best is None:
             raise ConfigError(cfg.file, "distill.teacher", f"best needs a completed trial in study {name!r} in "
                                                              f"{redact(cfg.study.storage)}; run it without distill "

@@ -72,6 +72,9 @@ def make_storage(cfg: RunConfig) -> optuna.storages.BaseStorage:
         raise ConfigError(file, "study.storage", f"cannot reach {redact(url)}: {msg}") from None
 
 
+CREATE_TRIES = 5  # opening a new database: the losers of the race to create its tables try again
+
+
 def _rdb(url: str, engine: dict[str, Any], kwargs: dict[str, Any]) -> optuna.storages.RDBStorage:
     """Optuna's RDBStorage. Workers started together on a new database race to create its tables: the losers
     see the winner's rows (a UNIQUE or "already exists" error) and simply open it again."""
@@ -86,8 +89,6 @@ def _rdb(url: str, engine: dict[str, Any], kwargs: dict[str, Any]) -> optuna.sto
             time.sleep(0.2 * (attempt + 1))
     raise AssertionError("unreachable")
 
-
-CREATE_TRIES = 5
 
 
 def _lost_create_race(e: BaseException) -> bool:

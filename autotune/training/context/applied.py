@@ -25,7 +25,7 @@ from autotune.spec import SETTINGS, Settings, applied_by
 USER_PREFIX = "user."  # a training function's own parameter, `user.NAME` (config.USER_PREFIX)
 
 # Each group is the settings catalogue's `applied_by` part (spec.APPLIERS).
-# Applied around every trial, whatever the training function does (trainer.train, context.session).
+# Applied around every trial, whatever the training function does (trainer.train, trial_session).
 APPLIED_AROUND = applied_by("around")
 
 OPTIMIZER_KEYS = applied_by("optimizer")

@@ -67,8 +67,8 @@ class TrialContext:
     `.precision`...), `params` (every setting and user parameter by name), `device`, `seed`, `model` (the prepared,
     uncompiled model), `optimizer_factory` (the searched optimizer, as a factory of parameters ->
     torch.optim.Optimizer), `rank` and `world_size` (0 and 1 unless the trial trains on several devices).
-    `state` is autotune's own (state.TrialState: the parts, the records, the result); `setup` (state.TrialSetup) is
-    the runner's plumbing: limits, callbacks, the study's config, a device group (collective.py), the probe.
+    `state` is autotune's own (state.TrialState: the parts, the records, the result), built from the runner's
+    plumbing (`setup`, a state.TrialSetup: limits, callbacks, the study's config, a device group, the probe).
     """
 
     def __init__(self, settings: Mapping[str, Any], *, user_params: Mapping[str, Any] | None = None,
