@@ -54,6 +54,8 @@ ARMS: dict[str, tuple[str, dict[str, Any] | None, dict[str, Any]]] = {
                                                    "slow": {"min_front_gain": 0.01}}, {}),
     "autotune pareto_asha + front gain": ("autotune", {"pruner": "pareto_asha",
                                                       "slow": {"min_front_gain": 0.01}}, {}),
+    "autotune pareto keep leaders": ("autotune", {"pruner": "pareto", "pruner_args": {"keep_leaders": 0.25}}, {}),
+    "autotune no pruning": ("autotune", {"pruner": "none"}, {}),
 }
 BASELINES = ("plain Optuna", "random search", "Optuna + Pareto-rank pruner", "Syne Tune MOASHA")
 TARGETS = (0.90, 0.95)

@@ -159,29 +159,57 @@ class ParetoPruner:
     trials' final values, by the same margin; until its curve can be fitted, by the values at epoch k."""
 
     def __init__(self, directions: Sequence[str], n_startup_trials: int = 4, n_warmup_steps: int = 2,
-                 margin: float = 0.05, forecast: bool = False, metrics: Sequence[str] | None = None) -> None:
+                 margin: float = 0.05, forecast: bool = False, metrics: Sequence[str] | None = None,
+                 keep_leaders: float | None = None) -> None:
         self.directions = list(directions)
         self.n_startup_trials = n_startup_trials
         self.n_warmup_steps = n_warmup_steps
         self.margin = margin
         self.forecast = bool(forecast)
         self.metrics = list(metrics) if metrics is not None else []
-        if self.forecast and len(self.metrics) != len(self.directions):
-            raise ValueError("forecast needs the name of every objective it compares (metrics)")
+        if (self.forecast or keep_leaders is not None) and len(self.metrics) != len(self.directions):
+            raise ValueError("forecast and keep_leaders need the name of every objective they compare (metrics)")
+        if keep_leaders is not None and not 0 < keep_leaders < 1:
+            raise ValueError(f"keep_leaders must be a share in (0, 1); got {keep_leaders}")
+        self.keep_leaders = keep_leaders
 
     def stop(self, current: list[float], step: int, trials: list[FrozenTrial], epochs: int,
              curve: list[list[float]] | None = None) -> str | None:
         completed = [t for t in trials if t.state == TrialState.COMPLETE]
-        if self.forecast and curve and step >= self.n_warmup_steps and len(completed) >= self.n_startup_trials:
+        if self.forecast:
+            if not curve or step < self.n_warmup_steps or len(completed) < self.n_startup_trials:
+                return None
+            # Until its learning curve can be fitted, a trial is not judged at all: the values at epoch k are what
+            # the forecast replaces (a slow learner behind fast ones at epoch 2 may end ahead of all of them).
             pred = heading_for(curve, epochs, self.metrics, self.directions)
-            if pred is not None:
-                finals = [(t, list(rec[-1])) for t in completed if (rec := t.user_attrs.get(EPOCH_VALUES))]
-                by = self._dominating(pred, finals)
-                shown = ", ".join(f"{m} {v:.4g}" for m, v in zip(self.metrics, pred))
-                return None if by is None else (f"heading for {shown} at epoch {epochs} (learning curve at epoch "
-                                                f"{step}): dominated by trial {by.number}")
+            if pred is None:
+                return None
+            finals = [(t, list(rec[-1])) for t in completed if (rec := t.user_attrs.get(EPOCH_VALUES))]
+            by = self._dominating(pred, finals)
+            shown = ", ".join(f"{m} {v:.4g}" for m, v in zip(self.metrics, pred))
+            return None if by is None else (f"heading for {shown} at epoch {epochs} (learning curve at epoch "
+                                            f"{step}): dominated by trial {by.number}")
         by = self.dominated_by(current, step, completed)
+        if by is not None and self.leads(current, step, completed):
+            return None
         return None if by is None else f"dominated at epoch {step} by trial {by.number}"
+
+    def leads(self, current: list[float], step: int, completed: list[FrozenTrial]) -> bool:
+        """`keep_leaders`: the trial's quality at `step` is in the top share of the completed trials' there. A slow
+        learner that is dominated at epoch k (more time, less accuracy than a fast trial) but among the most
+        accurate at k is where the front's accurate end comes from: it goes on."""
+        if self.keep_leaders is None:
+            return False
+        quality = [i for i, m in enumerate(self.metrics) if is_quality(m)]
+        if not quality:
+            return False
+        i = quality[0]
+        sign = 1.0 if self.directions[i] == "maximize" else -1.0
+        seen = sorted((sign * v[i] for t in completed if (v := _values_at(t, step)) is not None), reverse=True)
+        if not seen:
+            return False
+        bar = seen[max(0, math.ceil(self.keep_leaders * len(seen)) - 1)]
+        return sign * current[i] >= bar
 
     def dominated_by(self, current: list[float], step: int, completed: list[FrozenTrial]) -> FrozenTrial | None:
         """The completed trial that dominates `current` at `step` by the margin, if any."""

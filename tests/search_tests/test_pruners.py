@@ -352,15 +352,33 @@ def test_forecast_judges_a_trial_by_where_its_learning_curve_is_heading() -> Non
     why = ahead.stop(flat[-1], 4, done, 10, curve=flat)
     assert why is not None and why.startswith("heading for val_accuracy 0.5") and "12 at epoch 10" in why
     assert why.endswith("dominated by trial 0")
-    # two epochs: no curve to fit, the same-epoch rule judges
-    assert ahead.stop(late[1], 2, done, 10, curve=late[:2]) == same_epoch.stop(late[1], 2, done, 10)
+    # two epochs: no curve to fit yet, so no verdict (the same-epoch rule would stop this slow learner)
+    assert same_epoch.stop(late[1], 2, done, 10) == "dominated at epoch 2 by trial 0"
+    assert ahead.stop(late[1], 2, done, 10, curve=late[:2]) is None
+
+
+def test_keep_leaders_spares_a_dominated_trial_among_the_most_accurate_at_its_epoch() -> None:
+    best = _learning(lambda e: 0.4 + 0.1 * e, 0.5 / 3, 10)  # at epoch 3: accuracy 0.7 in 0.5 s
+    rest = _learning(lambda e: 0.2 + 0.1 * e, 0.5 / 3, 10)  # at epoch 3: 0.5 in 0.5 s
+    done = [_done(c, c[-1]) for c in (best, rest, rest, rest)]
+    for i, t in enumerate(done):
+        t.number = i
+    slow_learner = [0.6, 2.0]  # at epoch 3: behind trial 0 on both, ahead of the other three on accuracy
+    plain = pruners.ParetoPruner(MO, n_warmup_steps=2)
+    half = pruners.ParetoPruner(MO, n_warmup_steps=2, keep_leaders=0.5, metrics=["val_accuracy", "train_time_s"])
+    quarter = pruners.ParetoPruner(MO, n_warmup_steps=2, keep_leaders=0.25, metrics=["val_accuracy", "train_time_s"])
+    assert plain.stop(slow_learner, 3, done, 10) == "dominated at epoch 3 by trial 0"
+    assert half.stop(slow_learner, 3, done, 10) is None  # in the top half of accuracy at epoch 3: goes on
+    assert quarter.stop(slow_learner, 3, done, 10) == "dominated at epoch 3 by trial 0"  # the top quarter is 0.7
+    with pytest.raises(ValueError, match="keep_leaders must be a share"):
+        pruners.ParetoPruner(MO, keep_leaders=1.5, metrics=["val_accuracy", "train_time_s"])
 
 
 def test_forecast_is_a_pruner_arg(tmp_path: Path) -> None:
     p = pruners.pareto_pruner(tiny(tmp_path, pruning={"pruner": "pareto", "pruner_args": {"forecast": True}}))
     assert p.forecast and p.metrics == ["val_accuracy", "train_time_s"]
     assert not pruners.pareto_pruner(tiny(tmp_path)).forecast
-    with pytest.raises(ValueError, match="forecast needs the name of every objective"):
+    with pytest.raises(ValueError, match="forecast and keep_leaders need the name of every objective"):
         pruners.ParetoPruner(MO, forecast=True)
 
 
