@@ -18,6 +18,8 @@ resampled per arm); the hypervolume and best accuracy at the end; trials and how
 from __future__ import annotations
 
 import argparse
+import functools
+import json
 import math
 import os
 import random
@@ -47,6 +49,7 @@ ARMS: dict[str, tuple[str, dict[str, Any] | None, dict[str, Any]]] = {
     "random search": ("random", None, {}),
     "Optuna + Pareto-rank pruner": ("pareto_rank", None, {}),
     "Syne Tune MOASHA": ("moasha", None, {}),
+    "Syne Tune MOASHA + stopped results": ("moasha_all", None, {}),
     "autotune pareto": ("autotune", {"pruner": "pareto"}, {}),
     "autotune pareto_asha": ("autotune", {"pruner": "pareto_asha"}, {}),
     "autotune forecast": ("autotune", {"pruner": "pareto", "pruner_args": {"forecast": True}}, {}),
@@ -56,9 +59,25 @@ ARMS: dict[str, tuple[str, dict[str, Any] | None, dict[str, Any]]] = {
                                                       "slow": {"min_front_gain": 0.01}}, {}),
     "autotune pareto keep leaders": ("autotune", {"pruner": "pareto", "pruner_args": {"keep_leaders": 0.25}}, {}),
     "autotune no pruning": ("autotune", {"pruner": "none"}, {}),
+    "autotune pareto_asha eta 2": ("autotune", {"pruner": "pareto_asha", "pruner_args": {"reduction_factor": 2}}, {}),
+    "autotune pareto_asha from epoch 2": ("autotune", {"pruner": "pareto_asha", "pruner_args": {"min_epochs": 2}}, {}),
+    "autotune pareto_asha 6 startup": ("autotune", {"pruner": "pareto_asha", "pruner_args": {"n_startup_trials": 6}},
+                                       {}),
 }
-BASELINES = ("plain Optuna", "random search", "Optuna + Pareto-rank pruner", "Syne Tune MOASHA")
+BASELINES = ("plain Optuna", "random search", "Optuna + Pareto-rank pruner", "Syne Tune MOASHA",
+             "Syne Tune MOASHA + stopped results")
 TARGETS = (0.90, 0.95)
+
+
+def loaded(paths: Sequence[Path], arms: Sequence[str]) -> dict[int, dict[str, list[Events]]]:
+    """Saved runs (--save), merged: per worker count, per arm (of `arms` where saved), its seeds' events."""
+    out: dict[int, dict[str, list[Events]]] = {}
+    for p in paths:
+        for n, by in json.loads(p.read_text())["runs"].items():
+            for arm, rs in by.items():
+                if arm in arms:
+                    out.setdefault(int(n), {})[arm] = [[tuple(e) for e in ev] for ev in rs]
+    return out
 
 
 @cache
@@ -77,6 +96,8 @@ def runner(arm: str, space_file: str) -> tuple[Callable[..., Events], Any]:
         return replay_arms.plain("tpe", pruned=True), cfg
     if kind == "moasha":
         return replay_syne.run_moasha, cfg
+    if kind == "moasha_all":
+        return functools.partial(replay_syne.run_moasha, stopped_count=True), cfg
     return replay_arms.run_autotune, cfg
 
 
@@ -202,6 +223,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--budget-8", type=float, default=None,
                     help="simulated seconds with several workers (default: the budget / workers x 2)")
     ap.add_argument("--arms", default=",".join(ARMS), help=f"comma-separated, of: {', '.join(ARMS)}")
+    ap.add_argument("--save", type=Path, default=None, help="write every run's events here (JSON)")
+    ap.add_argument("--load", type=Path, nargs="*", default=[], help="tables from saved runs instead of running")
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="processes (the clock is simulated: "
                                                                           "running arms side by side changes nothing)")
     args = ap.parse_args(argv)
@@ -217,16 +240,24 @@ def main(argv: list[str] | None = None) -> None:
     def budget(workers: int) -> float:
         return args.budget if workers == 1 else (args.budget_8 or args.budget * 2 / workers)
 
-    jobs = [(args.workload, a, s, n, budget(n)) for n in args.workers for s in range(args.seeds) for a in arms]
-    runs: dict[int, dict[str, list[Events]]] = {n: {a: [None] * args.seeds for a in arms} for n in args.workers}
     t0 = time.perf_counter()
     real: dict[str, float] = {a: 0.0 for a in arms}
-    with ProcessPoolExecutor(max_workers=max(1, args.jobs)) as pool:
-        for i, ((arm, n, seed), ev, took) in enumerate(pool.map(one_run, jobs), start=1):
-            runs[n][arm][seed] = ev
-            real[arm] += took
-            if i % max(1, len(jobs) // 20) == 0 or i == len(jobs):
-                print(f"  {i}/{len(jobs)} runs, {time.perf_counter() - t0:.0f}s", flush=True)
+    if args.load:
+        runs = loaded(args.load, arms)
+        args.workers = sorted(runs)
+        args.seeds = min(len(rs) for by in runs.values() for rs in by.values())
+    else:
+        jobs = [(args.workload, a, s, n, budget(n)) for n in args.workers for s in range(args.seeds) for a in arms]
+        runs = {n: {a: [[] for _ in range(args.seeds)] for a in arms} for n in args.workers}
+        with ProcessPoolExecutor(max_workers=max(1, args.jobs)) as pool:
+            for i, ((arm, n, seed), ev, took) in enumerate(pool.map(one_run, jobs), start=1):
+                runs[n][arm][seed] = ev
+                real[arm] += took
+                if i % max(1, len(jobs) // 20) == 0 or i == len(jobs):
+                    print(f"  {i}/{len(jobs)} runs, {time.perf_counter() - t0:.0f}s", flush=True)
+        if args.save:
+            args.save.write_text(json.dumps({"workload": args.workload, "budget": {n: budget(n) for n in args.workers},
+                                             "runs": {str(n): by for n, by in runs.items()}}))
     ref, t_ref = reference({(n, a): rs for n, by in runs.items() for a, rs in by.items()})
     print(f"reference: union of every front, hypervolume {ref:.4f} (time reference {t_ref:.2f}s, error reference 1)")
     for n in args.workers:

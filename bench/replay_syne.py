@@ -5,7 +5,9 @@ surrogate), `epochs` searched as in the space and the trial's own maximum resour
 error and training time.
 
 A trial that reaches its own epochs is complete (its accuracy and training time count toward the front, as a
-COMPLETE trial of an Optuna study does); one MOASHA stops earlier is pruned.
+COMPLETE trial of an Optuna study does); one MOASHA stops earlier is pruned. `stopped_count`: a stopped trial's
+last result counts toward the front as well (the measure most favourable to MOASHA, a multi-fidelity method whose
+users read every reported result).
 """
 
 from __future__ import annotations
@@ -30,8 +32,8 @@ def config_space(workload: Workload, cfg: RunConfig) -> dict[str, Any]:
 
     out: dict[str, Any] = {}
     for key, spec in workload.space.items():
-        if spec["type"] == "categorical":
-            out[key] = choice(list(spec["choices"]))
+        if spec["type"] in ("categorical", "bool"):
+            out[key] = choice(list(spec.get("choices") or [False, True]))
         elif spec["type"] == "int":
             out[key] = randint(int(spec["low"]), int(spec["high"]))
         else:
@@ -71,7 +73,8 @@ def blackbox(workload: Workload, space: dict[str, Any]) -> Any:
     return Recorded()
 
 
-def run_moasha(cfg: RunConfig, workload: Workload, seed: int, budget: float, workers: int) -> Events:
+def run_moasha(cfg: RunConfig, workload: Workload, seed: int, budget: float, workers: int,
+               stopped_count: bool = False) -> Events:
     from syne_tune import StoppingCriterion, Tuner
     from syne_tune.backend.simulator_backend.simulator_callback import SimulatorCallback
     from syne_tune.backend.trial_status import Trial
@@ -93,7 +96,10 @@ def run_moasha(cfg: RunConfig, workload: Workload, seed: int, budget: float, wor
                 events.append((at, 1.0 - float(result["error"]), float(result["train_time_s"]), "COMPLETE"))
             elif decision == "STOP":
                 ended.add(trial.trial_id)
-                events.append((at, None, None, "PRUNED"))
+                # stopped_count: a stopped trial's last result counts toward the front too (Syne Tune reports it;
+                # with a constant learning rate it is what training that many epochs gives)
+                events.append((at, 1.0 - float(result["error"]) if stopped_count else None,
+                               float(result["train_time_s"]) if stopped_count else None, "PRUNED"))
 
     np.random.seed(seed)  # MOASHA draws its bracket with numpy's global generator
     backend = UserBlackboxBackend(blackbox=blackbox(workload, space), elapsed_time_attr="elapsed_time",

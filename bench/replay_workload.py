@@ -74,8 +74,9 @@ class Workload:
         out: list[float] = []
         for key, spec in self.space.items():
             value = params.get(key) if active(spec, params) else None
-            if spec["type"] == "categorical":
-                out.extend(1.0 if value is not None and str(value) == str(c) else 0.0 for c in spec["choices"])
+            if spec["type"] in ("categorical", "bool"):
+                choices = spec.get("choices") or [False, True]
+                out.extend(1.0 if value is not None and str(value) == str(c) else 0.0 for c in choices)
             else:
                 out.extend(scaled(value, spec))
         return np.asarray(out, dtype=float)
