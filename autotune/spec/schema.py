@@ -256,6 +256,14 @@ class MostAccurateUnder(_Model):
 
 class Constraints(_Model):
     max_accuracy_drop: Float | None = Field(None, ge=0, lt=1)  # compression may cost at most this much accuracy
+    # max_METRIC: a trial whose METRIC ends above this is infeasible (never on the front nor recommended)
+    max_peak_memory_mb: Float | None = Field(None, gt=0)  # also stops a trial whose peak crosses it mid-training
+    max_energy_j: Float | None = Field(None, gt=0)  # needs an energy counter where the study runs
+
+    def caps(self) -> dict[str, float]:
+        """metric -> the most it may reach: each `max_METRIC` set, METRIC a catalogued metric."""
+        return {k[len("max_"):]: float(v) for k, v in self if v is not None and k.startswith("max_")
+                and k != "max_accuracy_drop"}
 
 
 class DistillConfig(_Model):
