@@ -5,8 +5,10 @@
 - CPU (Linux): the process's resident-set high-water mark (`VmHWM` in /proc/self/status). The kernel keeps it for
   the process's lifetime (as `ru_maxrss`), but writing "5" to /proc/self/clear_refs resets it to the resident set
   of that moment, so the peak is this trial's: its training, from the resident set it started with. Method
-  `vmhwm`. Where that reset is refused, a light thread samples `VmRSS` every `SAMPLE_S` (a peak shorter than that
-  may be missed): method `vmrss_sampled`.
+  `vmhwm` (the reset is the kernel's, for the whole process, and cannot be undone: Linux's `ru_maxrss` of this
+  process restarts with it, so code that reads either across trials sees the current trial's). Where that reset is
+  refused, a light thread samples `VmRSS` every `SAMPLE_S` (a peak shorter than that may be missed): method
+  `vmrss_sampled`.
 - Elsewhere (no /proc, MPS): nothing; the metric is absent, never zero.
 """
 
