@@ -18,6 +18,7 @@ from autotune.core import ConfigError
 from autotune.core.watchdog import rss_mb
 from autotune.observe import report_data, report_html
 from autotune.observe.progress import print_best
+from autotune.search import EPOCH_VALUES
 from autotune.training.context import energy
 
 
@@ -49,6 +50,8 @@ def test_over_cap_trial_is_off_the_front_and_not_recommended(tmp_path: Path,
     assert big.constraints == {"peak_memory_mb": pytest.approx(big.user_attrs["peak_memory_mb"] - cap)}
     assert small.constraints["peak_memory_mb"] < 0
     assert big.values[1] == big.user_attrs["peak_memory_mb"]  # the objective is the measured peak
+    # per epoch too: what the Pareto pruners compare (as they do train_time_s)
+    assert big.user_attrs[EPOCH_VALUES] == [[300.0, big.user_attrs["peak_memory_mb"]]]
     assert [s.number for s in res.pareto] == [small.number] and res.best.number == small.number
     assert big.user_attrs["meters"]["peak_memory_mb"] == "vmhwm"
     # the report: the infeasible point drawn as such, the metric in the table; `best` shows it
