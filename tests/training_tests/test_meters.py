@@ -3,6 +3,7 @@ files (a fake powercap tree that counts up and wraps), the memory cap as a stop 
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pytest
@@ -135,3 +136,64 @@ def test_a_trial_records_rapl_energy_per_epoch(tmp_path: Path, monkeypatch: pyte
     assert res.energy_j is None and "energy_j" not in res.metrics()
     assert all("energy_j" not in r.as_dict() for r in res.history)
     assert res.meters["energy_j"].startswith("absent: no readable RAPL counter")
+
+
+class FakeNvml:
+    """NVML's calls as nvidia-ml-py names them, over counters the test moves (no GPU here)."""
+
+    class NVMLError(Exception):
+        pass
+
+    def __init__(self, energy_mj: int | None, power_mw: int) -> None:
+        self.energy_mj, self.power_mw, self.inits = energy_mj, power_mw, 0
+
+    def nvmlInit(self) -> None:  # noqa: N802 (NVML's names)
+        self.inits += 1
+
+    def nvmlShutdown(self) -> None:  # noqa: N802
+        self.inits -= 1
+
+    def nvmlDeviceGetHandleByUUID(self, uuid: str) -> str:  # noqa: N802
+        raise self.NVMLError("not found")
+
+    def nvmlDeviceGetHandleByIndex(self, index: int) -> str:  # noqa: N802
+        return f"gpu{index}"
+
+    def nvmlDeviceGetTotalEnergyConsumption(self, handle: str) -> int:  # noqa: N802
+        if self.energy_mj is None:
+            raise self.NVMLError("Not Supported")
+        return self.energy_mj
+
+    def nvmlDeviceGetPowerUsage(self, handle: str) -> int:  # noqa: N802
+        return self.power_mw
+
+
+def test_nvml_energy_counter_then_power_fallback(monkeypatch: pytest.MonkeyPatch) -> None:
+    gpu = torch.device("cuda", 0)
+    nvml = FakeNvml(energy_mj=10_000, power_mw=150_000)
+    monkeypatch.setitem(sys.modules, "pynvml", nvml)
+    src = energy.source_for(gpu)
+    assert isinstance(src, energy.NvmlEnergy) and src.per_device and src.read() == 0.0
+    nvml.energy_mj += 2_500
+    assert src.read() == 2.5
+    src.close()
+    assert nvml.inits == 0
+    # a GPU without the energy counter: its power integrated over time (trapezoids), here on a clock the test moves
+    now = [100.0]
+    monkeypatch.setattr(energy.time, "monotonic", lambda: now[0])
+    monkeypatch.setattr(energy, "POWER_SAMPLE_S", 3600.0)  # the thread stays asleep: the test samples by reading
+    nvml.energy_mj = None
+    src = energy.source_for(gpu)
+    try:
+        assert isinstance(src, energy.NvmlPower) and src.name == "nvml_power_sampled"
+        now[0] += 2.0
+        nvml.power_mw = 250_000
+        assert src.read() == pytest.approx(2.0 * (150 + 250) / 2)
+    finally:
+        src.close()
+    assert nvml.inits == 0
+
+
+def test_no_nvml_package_is_said(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "pynvml", None)  # import pynvml raises ImportError
+    assert energy.unavailable(torch.device("cuda", 0)) == "the nvidia-ml-py package (pynvml) is not installed"

@@ -99,7 +99,7 @@ class NvmlEnergy:
         return (self.nvml.nvmlDeviceGetTotalEnergyConsumption(self.handle) - self.start) / 1e3
 
     def close(self) -> None:
-        pass
+        self.nvml.nvmlShutdown()  # (NVML counts its inits: this one's)
 
 
 class NvmlPower:
@@ -134,8 +134,10 @@ class NvmlPower:
         return self.joules
 
     def close(self) -> None:
-        self._stop.set()
-        self._thread.join()
+        if not self._stop.is_set():
+            self._stop.set()
+            self._thread.join()
+            self.nvml.nvmlShutdown()
 
 
 def _nvml(dev: torch.device) -> tuple[Any, Any] | str:
@@ -146,15 +148,19 @@ def _nvml(dev: torch.device) -> tuple[Any, Any] | str:
         return "the nvidia-ml-py package (pynvml) is not installed"
     try:
         pynvml.nvmlInit()
-        index = dev.index if dev.index is not None else torch.cuda.current_device()
-        uuid = str(torch.cuda.get_device_properties(index).uuid)
-        try:  # CUDA_VISIBLE_DEVICES renumbers devices: find the same GPU by its UUID
-            handle = pynvml.nvmlDeviceGetHandleByUUID(("GPU-" + uuid).encode())
-        except pynvml.NVMLError:
-            handle = pynvml.nvmlDeviceGetHandleByIndex(index)
     except Exception as e:  # NVMLError_LibraryNotFound, a driver without NVML...
         return f"NVML is not usable here ({type(e).__name__}: {e})"
-    return pynvml, handle
+    index = dev.index if dev.index is not None else torch.cuda.current_device()
+    try:  # CUDA_VISIBLE_DEVICES renumbers devices: the same GPU by its UUID (NVML numbers them all)
+        uuid = str(torch.cuda.get_device_properties(index).uuid)
+        return pynvml, pynvml.nvmlDeviceGetHandleByUUID(uuid if uuid.startswith("GPU-") else f"GPU-{uuid}")
+    except Exception:
+        pass
+    try:
+        return pynvml, pynvml.nvmlDeviceGetHandleByIndex(index)
+    except Exception as e:
+        pynvml.nvmlShutdown()
+        return f"NVML does not see cuda:{index} ({type(e).__name__}: {e})"
 
 
 def _nvml_source(dev: torch.device) -> Source | str:
@@ -169,6 +175,7 @@ def _nvml_source(dev: torch.device) -> Source | str:
     try:
         return NvmlPower(nvml, handle)
     except Exception as e:
+        nvml.nvmlShutdown()
         return f"this GPU reports neither NVML's energy counter nor its power ({type(e).__name__})"
 
 
