@@ -11,7 +11,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
 
-from autotune.core import DIRECTIONS, shown, task_metrics, unknown
+from autotune.core import CATALOGUE, DIRECTIONS, shown, task_metrics, unknown
 from autotune.spec.names import DATASET_NAMES, MODEL_NAMES, PRUNER_NAMES, SAMPLER_NAMES
 from autotune.spec.settings import merge
 
@@ -261,9 +261,9 @@ class Constraints(_Model):
     max_energy_j: Float | None = Field(None, gt=0)  # needs an energy counter where the study runs
 
     def caps(self) -> dict[str, float]:
-        """metric -> the most it may reach: each `max_METRIC` set, METRIC a catalogued metric."""
-        return {k[len("max_"):]: float(v) for k, v in self if v is not None and k.startswith("max_")
-                and k != "max_accuracy_drop"}
+        """metric -> the most it may reach: each `max_METRIC` set, METRIC a catalogued metric (not accuracy_drop,
+        a difference of two)."""
+        return {k[len("max_"):]: float(v) for k, v in self if v is not None and k[len("max_"):] in CATALOGUE}
 
 
 class DistillConfig(_Model):

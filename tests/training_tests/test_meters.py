@@ -197,3 +197,21 @@ def test_nvml_energy_counter_then_power_fallback(monkeypatch: pytest.MonkeyPatch
 def test_no_nvml_package_is_said(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "pynvml", None)  # import pynvml raises ImportError
     assert energy.unavailable(torch.device("cuda", 0)) == "the nvidia-ml-py package (pynvml) is not installed"
+
+
+def test_a_counter_that_fails_mid_trial_leaves_energy_absent(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A RAPL zone that disappears while the trial trains: the trial trains on, its energy is absent (not the part
+    read before), and `meters` says why."""
+    zone = _zone(tmp_path, "intel-rapl:0", 1_000, max_uj=2**32)
+    monkeypatch.setattr(energy, "POWERCAP", tmp_path)
+    ctx = _trial(0)
+    real_report = ctx.report
+
+    def report(**metrics: float) -> None:
+        (zone / "energy_uj").unlink(missing_ok=True)  # gone before the epoch's report reads it
+        real_report(**metrics)
+
+    monkeypatch.setattr(ctx, "report", report)
+    res = run_fit(user_fits.fit_holds_memory, ctx)
+    assert res.epochs_run == 2 and res.energy_j is None and "energy_j" not in res.history[0].as_dict()
+    assert res.meters["energy_j"].startswith("absent: rapl failed in epoch 1 (FileNotFoundError")

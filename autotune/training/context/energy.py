@@ -99,7 +99,9 @@ class NvmlEnergy:
         return (self.nvml.nvmlDeviceGetTotalEnergyConsumption(self.handle) - self.start) / 1e3
 
     def close(self) -> None:
-        self.nvml.nvmlShutdown()  # (NVML counts its inits: this one's)
+        if self.handle is not None:
+            self.handle = None
+            self.nvml.nvmlShutdown()  # (NVML counts its inits: this one's)
 
 
 class NvmlPower:

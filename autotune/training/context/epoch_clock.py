@@ -13,6 +13,7 @@ clock, from an epoch's (re)start to its report (evaluation inside the epoch's bo
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -95,6 +96,20 @@ class EpochClock:
         if self.energy is not None:
             self.energy.close()
 
+    def joules_now(self) -> float:
+        """The energy source's reading (0 without one). A counter that fails mid-trial (a driver reset, a file
+        gone) ends the trial's energy reading, never its training: energy_j is then absent, not part-counted."""
+        if self.energy is None:
+            return 0.0
+        try:
+            return self.energy.read()
+        except Exception as e:  # NVMLError, OSError, ValueError: whatever the counter raised
+            self.energy_missing = f"{self.energy.name} failed in epoch {self.epoch} ({type(e).__name__}: {e})"
+            with contextlib.suppress(Exception):
+                self.energy.close()
+            self.energy = None
+            return 0.0
+
     def meters(self) -> dict[str, str]:
         """What measured peak_memory_mb and energy_j, or why nothing did (stored with the trial)."""
         return {"peak_memory_mb": self.memory.method or f"not measured on {self.dev.type} here",
@@ -104,8 +119,7 @@ class EpochClock:
         """The epoch's training clock (re)starts now: at the epoch's opening, and again when its first training
         batch is asked for (whatever the loop did before, evaluating say, is not training)."""
         self.t0 = self.collective.clock(self.dev)
-        if self.energy is not None:
-            self.energy_mark = self.energy.read()
+        self.energy_mark = self.joules_now()
         self.step_clock.start(self.t0)
         if self.probe is not None:
             self.probe.epoch_start(self.dev, self.t0)
@@ -196,8 +210,7 @@ class EpochClock:
         end = self.step_clock.last()
         if end is None:
             end = self.train_end if self.train_end is not None else self.collective.clock(self.dev)
-        if self.energy is not None:
-            self.energy_j += self.energy.read() - self.energy_mark
+        self.energy_j += self.joules_now() - self.energy_mark
         if self.probe is not None:
             try:
                 self.probe.epoch_end(end)
