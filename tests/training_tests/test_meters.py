@@ -192,6 +192,7 @@ def test_nvml_energy_counter_then_power_fallback(monkeypatch: pytest.MonkeyPatch
     finally:
         src.close()
     assert nvml.inits == 0
+    assert energy.unavailable(gpu) is None and nvml.inits == 0  # (validation's look: opened, closed)
 
 
 def test_no_nvml_package_is_said(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -142,8 +142,10 @@ class NvmlPower:
             self.nvml.nvmlShutdown()
 
 
-def _nvml(dev: torch.device) -> tuple[Any, Any] | str:
-    """(pynvml, the device's handle), or why not."""
+def _nvml(dev: torch.device, exact: bool) -> tuple[Any, Any] | str:
+    """(pynvml, the device's handle), or why not. `exact`: the very GPU torch calls `dev` (which starts CUDA in
+    this process); else NVML's GPU of that number, enough to say whether this machine's GPUs have a counter (a
+    config's validation must not start CUDA)."""
     try:
         import pynvml  # nvidia-ml-py: optional
     except ImportError:
@@ -152,12 +154,13 @@ def _nvml(dev: torch.device) -> tuple[Any, Any] | str:
         pynvml.nvmlInit()
     except Exception as e:  # NVMLError_LibraryNotFound, a driver without NVML...
         return f"NVML is not usable here ({type(e).__name__}: {e})"
-    index = dev.index if dev.index is not None else torch.cuda.current_device()
-    try:  # CUDA_VISIBLE_DEVICES renumbers devices: the same GPU by its UUID (NVML numbers them all)
-        uuid = str(torch.cuda.get_device_properties(index).uuid)
-        return pynvml, pynvml.nvmlDeviceGetHandleByUUID(uuid if uuid.startswith("GPU-") else f"GPU-{uuid}")
-    except Exception:
-        pass
+    index = dev.index if dev.index is not None else (torch.cuda.current_device() if exact else 0)
+    if exact:
+        try:  # CUDA_VISIBLE_DEVICES renumbers devices: the same GPU by its UUID (NVML numbers them all)
+            uuid = str(torch.cuda.get_device_properties(index).uuid)
+            return pynvml, pynvml.nvmlDeviceGetHandleByUUID(uuid if uuid.startswith("GPU-") else f"GPU-{uuid}")
+        except Exception:
+            pass
     try:
         return pynvml, pynvml.nvmlDeviceGetHandleByIndex(index)
     except Exception as e:
@@ -165,8 +168,8 @@ def _nvml(dev: torch.device) -> tuple[Any, Any] | str:
         return f"NVML does not see cuda:{index} ({type(e).__name__}: {e})"
 
 
-def _nvml_source(dev: torch.device) -> Source | str:
-    got = _nvml(dev)
+def _nvml_source(dev: torch.device, exact: bool = True) -> Source | str:
+    got = _nvml(dev, exact)
     if isinstance(got, str):
         return got
     nvml, handle = got
@@ -181,12 +184,12 @@ def _nvml_source(dev: torch.device) -> Source | str:
         return f"this GPU reports neither NVML's energy counter nor its power ({type(e).__name__})"
 
 
-def source_for(dev: torch.device, powercap: Path | None = None) -> Source | str:
+def source_for(dev: torch.device, powercap: Path | None = None, exact: bool = True) -> Source | str:
     """The energy source for a trial on `dev`, opened now, or one line saying what is missing. `powercap`: where
-    RAPL's zones are (default POWERCAP)."""
+    RAPL's zones are (default POWERCAP); `exact`: see `_nvml`."""
     powercap = POWERCAP if powercap is None else powercap
     if dev.type == "cuda":
-        return _nvml_source(dev)
+        return _nvml_source(dev, exact)
     if dev.type == "cpu":
         zones = rapl_packages(powercap)
         if zones:
@@ -197,8 +200,8 @@ def source_for(dev: torch.device, powercap: Path | None = None) -> Source | str:
 
 
 def unavailable(dev: torch.device, powercap: Path | None = None) -> str | None:
-    """Why energy cannot be measured on `dev` here (None: it can)."""
-    got = source_for(dev, powercap)
+    """Why energy cannot be measured on `dev` here (None: it can), without starting CUDA in this process."""
+    got = source_for(dev, powercap, exact=False)
     if isinstance(got, str):
         return got
     got.close()
