@@ -54,7 +54,7 @@ def test_over_cap_trial_is_off_the_front_and_not_recommended(tmp_path: Path, cap
     # per epoch too: what the Pareto pruners compare (as they do train_time_s)
     assert big.user_attrs[EPOCH_VALUES] == [[300.0, big.user_attrs["peak_memory_mb"]]]
     assert [s.number for s in res.pareto] == [small.number] and res.best.number == small.number
-    assert big.user_attrs["meters"]["peak_memory_mb"] == "vmhwm"
+    assert big.user_attrs["meters"]["peak_memory_mb"] in ("vmhwm", "vmrss_sampled")  # what measured it
     # the report: the infeasible point drawn as such, the metric in the table; `best` shows it
     points = {p["number"]: p["category"] for p in report_data.pareto_data(res.study, res.config)["points"]}
     assert points[big.number] == "infeasible" and points[small.number] == "pareto"

@@ -31,7 +31,8 @@ def test_a_small_trial_after_a_big_one_records_its_own_peak() -> None:
     big = run_fit(user_fits.fit_holds_memory, _trial(300))
     base = watchdog.rss_mb()
     small = run_fit(user_fits.fit_holds_memory, _trial(0))
-    assert big.meters["peak_memory_mb"] == small.meters["peak_memory_mb"] == "vmhwm"  # (Linux here)
+    # (Linux: VmHWM reset per trial; a kernel that refuses the reset: VmRSS sampled, reset per trial all the same)
+    assert big.meters["peak_memory_mb"] == small.meters["peak_memory_mb"] in ("vmhwm", "vmrss_sampled")
     assert big.peak_memory_mb is not None and small.peak_memory_mb is not None
     assert big.peak_memory_mb - small.peak_memory_mb > 250  # 2 epochs x 300 MB held, against none
     assert base is not None and small.peak_memory_mb < base + 60  # the small trial's own: its start, plus a little
