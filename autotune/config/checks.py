@@ -10,6 +10,7 @@ from autotune.core import (
     CLOCKS,
     DIRECTIONS,
     INFERENCE,
+    AutotuneError,
     ConfigError,
     check_fit_signature,
     load_factory,
@@ -72,12 +73,37 @@ def _check_semantics(cfg: RunConfig, file: str, source: str) -> RunConfig:
     metrics = [o.metric for o in cfg.objectives]
     if len(set(metrics)) != len(metrics):
         raise ConfigError(file, "objectives", f"each metric may appear once; got {metrics}")
+    _check_measurable(cfg, file)
     _check_user_training(cfg, file)
     _check_sampler(cfg, file)
     _check_pruner(cfg, file)
     _check_data(cfg, file, source)
     _check_model(cfg, file, source)
     return _with_defaults(cfg, source)
+
+
+def _check_measurable(cfg: RunConfig, file: str) -> None:
+    """A meter's metric (peak_memory_mb, energy_j) as an objective or a `max_` constraint needs its meter on each
+    device the study may train on; as a plain record it is simply absent where it cannot be measured."""
+    from autotune.training import accel, energy_unavailable, memory_unavailable
+
+    meters = {"peak_memory_mb": memory_unavailable, "energy_j": energy_unavailable}
+    used = [(f"objectives.{i}.metric", o.metric) for i, o in enumerate(cfg.objectives) if o.metric in meters]
+    used += [(f"constraints.max_{m}", m) for m in cfg.constraints.caps() if m in meters]
+    if not used:
+        return
+    devices = cfg.space["device"].choices if "device" in cfg.space else None
+    for name in devices or [cfg.train.get("device", SETTINGS["device"].default)]:
+        try:
+            dev = accel.resolve_device(str(name))
+        except AutotuneError:  # a device this machine lacks: said when a trial asks for it
+            continue
+        for where, metric in used:
+            why = meters[metric](dev)
+            if why is not None:
+                raise ConfigError(file, where, f"{metric} cannot be measured on device {name} here: {why}; allowed "
+                                  "where measured: peak_memory_mb on a CUDA GPU or a Linux CPU, energy_j on an NVIDIA "
+                                  "GPU through NVML (nvidia-ml-py) or a CPU with readable RAPL counters")
 
 
 def _check_train_values(cfg: RunConfig, file: str) -> None:
