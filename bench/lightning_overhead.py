@@ -1,13 +1,13 @@
 """What does autotune's Lightning integration cost a trial, and does its clock agree with Lightning's own?
 
-Both arms train the digits example's LightningModule (examples/digits_lightning.py) with the same Trainer flags,
-the module's own Adam at the same lr (`own_optimizer=True`: autotune's fused Adam would make (b) faster for a
-reason that is not the integration), the same batch size, on the CPU: (a) plain `Trainer.fit`, (b) the same module through
-`autotune.integrations.lightning.fit` on a trial context (its callback, clocks, stop rules, rebuilt loaders).
-Each arm's training seconds are timed by one small Callback, the same in both (each epoch from
+Both arms train the digits example's LightningModule (examples/digits_lightning.py) with the same Trainer
+flags, the module's own Adam at the same lr (`own_optimizer=True`: autotune's fused Adam would make (b) faster for
+a reason that is not the integration), the same batch size, on the CPU: (a) plain `Trainer.fit`, (b) the same
+module through `autotune.integrations.lightning.fit` on a trial context (its callback, clocks, stop rules, rebuilt
+loaders). Each arm's training seconds are timed by one small Callback, the same in both (each epoch from
 on_train_epoch_start to its last on_train_batch_end: validation excluded); arms run in interleaved rounds (a slow
-spell of a shared machine hits both alike; which goes first alternates). Printed: median training seconds per arm and their ratio (b)/(a)
-(goal: at most 1.03), and (b)'s recorded train_time_s against the callback's seconds in the same run.
+spell of a shared machine hits both alike; which goes first alternates). Printed: median training seconds per arm
+and their ratio (b)/(a) (goal: at most 1.03), and (b)'s recorded train_time_s against the callback's seconds.
 
     python bench/lightning_overhead.py [--rounds 5] [--epochs 4] [--threads 1]
 """
