@@ -187,3 +187,43 @@ def test_the_lightning_example_runs_a_study_with_pruning_front_and_export(tmp_pa
     assert one.values[0] == pytest.approx(trial.values[0], abs=1e-9)
     assert [h["train_loss"] for h in one.user_attrs["history"]] == pytest.approx(
         [h["train_loss"] for h in trial.user_attrs["history"]], rel=1e-6)
+    html = res.report(str(tmp_path / "report.html"))  # the report reads the integration's records like any
+    assert Path(html).stat().st_size > 10_000
+
+
+def test_a_diverging_lightning_trial_ends_pruned_with_its_reason(tmp_path: Path) -> None:
+    """A multi-objective study (accuracy vs training time): the stop rules end the trial out of trainer.fit."""
+    from tests.test_examples import run
+
+    wild = {"lr": 1e9, "optimizer": "sgd_nesterov", "batch_size": 128, "precision": "fp32",
+            "grad_accum_steps": 1, "lr_schedule": "constant", "user.width": 8}
+    res = run(tmp_path, "digits_lightning", 1, [wild], **{"train.epochs": 3, "space.lr.high": 1e10})
+    (t,) = res.study.trials
+    assert t.state.name == "PRUNED", t.user_attrs
+    assert t.user_attrs["stop_reason"] == "diverged" and len(t.user_attrs["history"]) <= 1
+
+
+@pytest.mark.slow
+def test_the_lightning_example_with_two_workers_on_a_journal(tmp_path: Path) -> None:
+    """`autotune run --workers 2` on one machine's journal file: both workers train Lightning trials."""
+    import subprocess
+    import sys
+
+    from tests.test_examples import EXAMPLES
+
+    yaml_text = (EXAMPLES / "digits_lightning.yaml").read_text().replace("epochs: 4", "epochs: 2")
+    (tmp_path / "w.yaml").write_text(yaml_text.replace("choices: [fp32, bf16]", "choices: [fp32]"))
+    (tmp_path / "digits_lightning.py").write_text((EXAMPLES / "digits_lightning.py").read_text())
+    (tmp_path / "digits_data.py").write_text((EXAMPLES / "digits_data.py").read_text())
+    proc = subprocess.run([sys.executable, "-m", "autotune", "run", str(tmp_path / "w.yaml"), "--plain", "--n-trials",
+                           "4", "--workers", "2", "--storage", f"journal:///{tmp_path}/w.log"],
+                          capture_output=True, text=True, cwd=tmp_path, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    import optuna
+    from optuna.storages import JournalStorage
+    from optuna.storages.journal import JournalFileBackend
+
+    study = optuna.load_study(study_name="digits-lightning",
+                              storage=JournalStorage(JournalFileBackend(str(tmp_path / "w.log"))))
+    done = [t for t in study.trials if t.state.name == "COMPLETE"]
+    assert len(done) >= 4 and len({t.user_attrs["worker"] for t in done}) == 2
