@@ -189,6 +189,9 @@ def _install_optimizers(ctx: TrialContext, module: Any, opt: torch.optim.Optimiz
     (a scheduler Lightning steps after each optimizer step), or the module's own as it returned them."""
     if mine is not None:
         out = mine[1]
+        if "lr_schedule" in ctx.state.chosen:
+            ctx.state.not_applied["lr_schedule"] = ("own_optimizer=True: your configure_optimizers' scheduler, or "
+                                                    "none, sets the lr")
     else:
         stepper = ctx.state.stepper
         stepper.steps_per_epoch = steps_per_epoch

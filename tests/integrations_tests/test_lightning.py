@@ -92,10 +92,12 @@ def test_the_searched_optimizer_and_schedule_are_what_stepped() -> None:
 
 
 def test_own_optimizer_keeps_the_modules_and_a_chosen_lr_scales_it() -> None:
-    r = train(lightning_fits.fit_own_optimizer, lr=0.5, epochs=1)
+    r = train(lightning_fits.fit_own_optimizer, lr=0.5, lr_schedule="cosine", epochs=1)
     opt = SEEN["optimizer"]
     assert type(opt) is torch.optim.SGD and opt.param_groups[0]["lr"] == pytest.approx(0.05)  # 0.1 x 0.5
-    assert r.effective_lrs == ([0.1], [pytest.approx(0.05)]) and r.not_applied == {}
+    assert r.effective_lrs == ([0.1], [pytest.approx(0.05)]) and SEEN["schedulers"] == []
+    assert r.not_applied == {"lr_schedule": "own_optimizer=True: your configure_optimizers' scheduler, or none, "
+                                            "sets the lr"}
 
 
 def test_init_and_channels_last_through_prepare() -> None:
