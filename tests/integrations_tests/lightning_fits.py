@@ -59,7 +59,8 @@ class Capture(L.Callback):
         SEEN.update(trainer=trainer, train_loader=trainer.train_dataloader, val_loader=trainer.val_dataloaders,
                     optimizer=opt, schedulers=list(trainer.lr_scheduler_configs), model=pl_module,
                     compiled=trainer.strategy.model is not pl_module or hasattr(pl_module, "_compiler_ctx"),
-                    steps=0, lrs=[], benchmark=torch.backends.cudnn.benchmark)
+                    steps=0, lrs=[], benchmark=torch.backends.cudnn.benchmark,
+                    biases_zero=all(not bool(m.bias.any()) for m in pl_module.modules() if isinstance(m, nn.Linear)))
         opt.register_step_post_hook(lambda o, *_: (SEEN.__setitem__("steps", SEEN["steps"] + 1),
                                                    SEEN["lrs"].append(o.param_groups[0]["lr"])))
 

@@ -67,10 +67,11 @@ def test_bf16_reaches_the_trainer_and_fp16_on_a_cpu_is_recorded_not_applied() ->
 
 
 def test_loader_settings_shape_the_dataloaders() -> None:
-    r = train(batch_size=40, data_fraction=0.5, eval_batch_size=64, num_workers=1, pin_memory=False,
+    r = train(batch_size=40, data_fraction=0.5, eval_batch_size=64, num_workers=1, pin_memory=True,
               prefetch_factor=3, persistent_workers=True, epochs=1)
     dl, val = SEEN["train_loader"], SEEN["val_loader"]
-    assert (dl.batch_size, dl.num_workers, dl.prefetch_factor, dl.persistent_workers) == (40, 1, 3, True)
+    assert (dl.batch_size, dl.num_workers, dl.prefetch_factor, dl.persistent_workers, dl.pin_memory) == \
+        (40, 1, 3, True, True)
     assert len(dl.dataset) == 300 and SEEN["samples"] == 300 and val.batch_size == 64
     assert r.not_applied == {} and r.history[0].samples_per_s > 0
 
@@ -91,6 +92,13 @@ def test_the_searched_optimizer_and_schedule_are_what_stepped() -> None:
     assert r.history[0].lr > r.history[1].lr  # the cosine schedule moved the lr the epochs trained at
 
 
+def test_a_searched_sgd_takes_its_momentum() -> None:
+    r = train(optimizer="sgd", lr=0.05, momentum=0.7, epochs=1, data_fraction=0.5)
+    opt = SEEN["optimizer"]
+    assert type(opt) is torch.optim.SGD and opt.param_groups[0]["momentum"] == 0.7 and SEEN["steps"] == 6
+    assert r.not_applied == {} and "momentum" not in r.unused
+
+
 def test_own_optimizer_keeps_the_modules_and_a_chosen_lr_scales_it() -> None:
     r = train(lightning_fits.fit_own_optimizer, lr=0.5, lr_schedule="cosine", epochs=1)
     opt = SEEN["optimizer"]
@@ -103,7 +111,7 @@ def test_own_optimizer_keeps_the_modules_and_a_chosen_lr_scales_it() -> None:
 def test_init_and_channels_last_through_prepare() -> None:
     r = train(init="kaiming_normal", channels_last=True, user={"conv": True}, epochs=1, data_fraction=0.2)
     assert SEEN["model"].conv.weight.is_contiguous(memory_format=torch.channels_last)
-    assert r.not_applied == {}
+    assert SEEN["biases_zero"] and r.not_applied == {}  # init (not default) zeroes the biases before training
 
 
 def test_channels_last_without_a_conv_is_not_applied() -> None:
