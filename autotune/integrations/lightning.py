@@ -102,7 +102,7 @@ def fit(ctx: TrialContext, module: Any, datamodule: Any = None, *, train_dataloa
                             "space: in the YAML): leave them out of autotune.integrations.lightning.fit")
     if int(st.raw["devices"]) > 1:
         raise ContextMisuse("the Lightning integration trains on one device: devices must be 1")
-    train, val = _user_loaders(datamodule, train_dataloaders, val_dataloaders)
+    train, val = _user_loaders(pl, datamodule, train_dataloaders, val_dataloaders)
     train = _train_loader(ctx, train)
     val = _eval_loader(ctx, val)
     mine = _own_optimizers(module) if own_optimizer else None
@@ -119,16 +119,15 @@ def fit(ctx: TrialContext, module: Any, datamodule: Any = None, *, train_dataloa
     bridge.finish()
 
 
-def _user_loaders(datamodule: Any, train: Any, val: Any) -> tuple[Any, Any]:
+def _user_loaders(pl: Any, datamodule: Any, train: Any, val: Any) -> tuple[Any, Any]:
     """The user's training and validation DataLoaders: the datamodule's (set up for fit), or those given."""
     if datamodule is not None:
         datamodule.prepare_data()
         datamodule.setup("fit")
         train = datamodule.train_dataloader()
-        try:
-            val = datamodule.val_dataloader()
-        except Exception:  # Lightning's default raises: no validation data
-            val = None
+        # (Lightning's own val_dataloader raises: a datamodule that does not define one has no validation data)
+        own_val = type(datamodule).val_dataloader is not pl.LightningDataModule.val_dataloader
+        val = datamodule.val_dataloader() if own_val else None
     if not isinstance(train, torch.utils.data.DataLoader):
         raise ContextMisuse("autotune.integrations.lightning.fit needs the training data as a DataLoader (from "
                             f"a LightningDataModule's train_dataloader, or train_dataloaders=); got {type(train)}")
@@ -307,7 +306,8 @@ class _Bridge:
 
     def on_validation_end(self, trainer: Any, pl_module: Any) -> None:
         st = self.ctx.state
-        if trainer.sanity_checking or not (st.in_epoch and st.clock.running):
+        # (a validation inside the epoch, val_check_interval < 1, is not the epoch's: its training goes on)
+        if trainer.sanity_checking or not (st.in_epoch and st.clock.running) or not trainer.is_last_batch:
             return
         known = st.known
         metrics = {k: v for k, v in trainer.callback_metrics.items()

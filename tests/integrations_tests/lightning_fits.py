@@ -77,6 +77,13 @@ def fit(ctx: tune_lightning.TrialContext) -> None:
                        train_dataloaders=train, val_dataloaders=val, callbacks=[Capture()])
 
 
+def fit_validating_twice_an_epoch(ctx: tune_lightning.TrialContext) -> None:
+    train, val = loaders()
+    SEEN.clear()
+    tune_lightning.fit(ctx, Blobs(), train_dataloaders=train, val_dataloaders=val, val_check_interval=0.5,
+                       callbacks=[Capture()])
+
+
 def fit_own_optimizer(ctx: tune_lightning.TrialContext) -> None:
     train, val = loaders()
     SEEN.clear()

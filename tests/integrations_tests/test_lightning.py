@@ -141,6 +141,13 @@ def test_validation_time_is_not_training_time() -> None:
     assert r.history[-1].metrics["val_accuracy"] > 0.8 and r.history[0].train_loss < 1.2
 
 
+def test_a_validation_inside_the_epoch_is_not_its_report() -> None:
+    """val_check_interval 0.5: the epoch's training goes on after the first validation; the second is reported."""
+    r = train(lightning_fits.fit_validating_twice_an_epoch, epochs=2, lr=0.01)
+    assert r.epochs_run == 2 and SEEN["samples"] == 1200 and all("val_accuracy" in h.metrics for h in r.history)
+    assert [h.samples_per_s * h.epoch_time_s for h in r.history] == pytest.approx([600, 600])
+
+
 def test_a_stop_at_a_validation_ends_training_with_its_reason() -> None:
     def stop_at_2(rec: Any) -> None:
         if rec.epoch == 2:
