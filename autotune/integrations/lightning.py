@@ -107,16 +107,24 @@ def fit(ctx: TrialContext, module: Any, datamodule: Any = None, *, train_dataloa
     val = _eval_loader(ctx, val)
     mine = _own_optimizers(module) if own_optimizer else None
     model, opt = ctx.prepare(module, None if mine is None else mine[0])
-    _install_optimizers(ctx, module, opt, mine, len(train))
     args = _trainer_args(ctx)
-    bridge = _bridge_class(pl)(ctx, len(train))
+    bridge = _bridge_class(pl)(ctx)
     kwargs = {"logger": False, "enable_checkpointing": False, "enable_progress_bar": False,
               "enable_model_summary": False, **trainer_kwargs, **args}
     kwargs["callbacks"] = [*(trainer_kwargs.get("callbacks") or []), bridge]
     trainer = pl.Trainer(**kwargs)
     _record_received(ctx, args, trainer)
+    bridge.steps_per_epoch = _batches(len(train), trainer.limit_train_batches)  # (the schedule's length, the probe's)
+    _install_optimizers(ctx, module, opt, mine, bridge.steps_per_epoch)
     trainer.fit(model, train_dataloaders=train, val_dataloaders=val)
     bridge.finish()
+
+
+def _batches(n: int, limit: int | float) -> int:
+    """The training batches of an epoch under Trainer(limit_train_batches=) (Lightning's rule: a count or a share)."""
+    if isinstance(limit, int) and not isinstance(limit, bool):
+        return max(1, min(n, limit))
+    return max(1, int(n * float(limit)))
 
 
 def _user_loaders(pl: Any, datamodule: Any, train: Any, val: Any) -> tuple[Any, Any]:
@@ -259,9 +267,9 @@ class _Bridge:
     """Lightning's loop seen by the trial context: epochs opened by ctx.epochs(), each training batch counted and
     timed (the epoch's training ends with its last), each validation reported to the stop rules."""
 
-    def __init__(self, ctx: TrialContext, steps_per_epoch: int) -> None:
+    def __init__(self, ctx: TrialContext) -> None:
         self.ctx = ctx
-        self.steps_per_epoch = max(1, steps_per_epoch)
+        self.steps_per_epoch = 1  # (set once the Trainer says how many batches an epoch trains)
         self.epochs: Iterator[int] | None = None
         self.batch_end: float | None = None  # when the last training batch's step ended (input wait: until the next)
 

@@ -84,6 +84,13 @@ def fit_validating_twice_an_epoch(ctx: tune_lightning.TrialContext) -> None:
                        callbacks=[Capture()])
 
 
+def fit_half_the_batches(ctx: tune_lightning.TrialContext) -> None:
+    train, val = loaders()
+    SEEN.clear()
+    tune_lightning.fit(ctx, Blobs(), train_dataloaders=train, val_dataloaders=val, limit_train_batches=0.5,
+                       callbacks=[Capture()])
+
+
 def fit_own_optimizer(ctx: tune_lightning.TrialContext) -> None:
     train, val = loaders()
     SEEN.clear()

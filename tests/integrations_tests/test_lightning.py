@@ -99,6 +99,12 @@ def test_a_searched_sgd_takes_its_momentum() -> None:
     assert r.not_applied == {} and "momentum" not in r.unused
 
 
+def test_the_schedule_spans_the_batches_lightning_trains() -> None:
+    """limit_train_batches 0.5: 6 of 12 batches an epoch; the cosine schedule spans those 12 steps, not 24."""
+    train(lightning_fits.fit_half_the_batches, optimizer="sgd", lr=0.1, lr_schedule="cosine", epochs=2)
+    assert SEEN["steps"] == 12 and SEEN["lrs"][-1] < 0.01  # (over 24 steps it would still be near 0.05)
+
+
 def test_own_optimizer_keeps_the_modules_and_a_chosen_lr_scales_it() -> None:
     r = train(lightning_fits.fit_own_optimizer, lr=0.5, lr_schedule="cosine", epochs=1)
     opt = SEEN["optimizer"]
