@@ -359,9 +359,9 @@ def _check_model_keys(m: ModelConfig, file: str, where: str) -> None:
         return
     takes = models.model_keys(str(m.name))
     fields = m.model_dump()
-    if m.name == "torchvision" and fields["arch"] is None:
-        raise ConfigError(file, f"{where}.arch", "torchvision needs an arch, e.g. resnet18 (a name from "
-                                                 "torchvision.models.list_models())")
+    if m.name in ("torchvision", "timm") and fields["arch"] is None:
+        lister = "torchvision.models.list_models()" if m.name == "torchvision" else "timm.list_models()"
+        raise ConfigError(file, f"{where}.arch", f"{m.name} needs an arch, e.g. resnet18 (a name from {lister})")
     for key in models.MODEL_KEYS:
         value = fields[key]
         if value is None:
@@ -371,8 +371,8 @@ def _check_model_keys(m: ModelConfig, file: str, where: str) -> None:
         why = models.check_value(m.name, key, value)
         if why is not None:
             raise ConfigError(file, f"{where}.{key}", why)
-    if m.name == "torchvision":
-        bad = sorted({"weights", "pretrained", "weights_backbone"} & set(m.kwargs))
+    if m.name in ("torchvision", "timm"):
+        bad = sorted(set(models.NO_DOWNLOAD) & set(m.kwargs))
         if bad:
             raise ConfigError(file, f"{where}.kwargs.{bad[0]}", "autotune never downloads weights; give a local "
                                                                  "state dict as model.checkpoint")

@@ -12,6 +12,10 @@ from typing import Any
 
 from autotune.core.errors import ConfigError, describe_exception, library_file
 
+# A framework a user's module imports -> the autotune extra that installs it (a missing one is named by its extra)
+EXTRAS = {"lightning": "lightning", "pytorch_lightning": "lightning", "timm": "timm", "torchvision": "vision",
+          "transformers": "hf", "accelerate": "hf"}
+
 
 def check_fit_signature(fn: Any, ref: str, file: str) -> None:
     """A training function is called as fn(ctx): exactly one positional parameter without a default."""
@@ -60,6 +64,10 @@ def load_factory(ref: str, file: str = "<config>", key: str = "factory", near: s
         with _on_path(extra) as added:
             module = importlib.import_module(mod_name)
     except Exception as e:  # ImportError, or the user's module raising on import
+        missing = (getattr(e, "name", None) or "").partition(".")[0] if isinstance(e, ImportError) else ""
+        if missing in EXTRAS:
+            raise ConfigError(file, key, f"cannot import {mod_name!r}: it needs {missing}, which is not installed: "
+                                         f"pip install 'autotune[{EXTRAS[missing]}]'") from None
         raise ConfigError(file, key, f"cannot import {mod_name!r}: {describe_exception(e)}") from None
     _FOLDERS.extend(f for f in added if f not in _FOLDERS)
     fn = module.__dict__.get(attr)

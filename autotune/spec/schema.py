@@ -136,7 +136,7 @@ class ModelConfig(_Model):
     hidden: Int | None = Field(None, ge=1)  # cnn: head width; mlp: layer width (default 128)
     depth: Int | None = Field(None, ge=1)  # mlp: hidden layers (2); resnet: 6n+2 layers (20); cnn1d: conv blocks (3)
     width: Int | None = Field(None, ge=1)  # resnet: first stage's channels, doubled per stage (16); cnn1d: channels
-    arch: str | None = None  # torchvision: a model name of torchvision.models, e.g. resnet18
+    arch: str | None = None  # torchvision / timm: a model name (torchvision.models, timm.list_models()), e.g. resnet18
     kwargs: dict[str, Any] = Field(default_factory=dict)  # extra builder arguments
     checkpoint: str | None = None  # a state dict every trial warm-starts from
 
