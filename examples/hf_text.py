@@ -3,9 +3,10 @@ weights, nothing downloaded) on a synthetic text task, trained by `Trainer` (`ex
 
 The task: sequences of word ids; the label says whether the review holds the word "good" (id 5) or "bad" (id 6),
 one to three times among random words. The script is what a Trainer user already has; the lines marked
-`# autotune` are the ones tuning added or changed (3): the Trainer is built from the `TrainingArguments` autotune
-gives (the searched learning rate, batch size, precision, accumulation, schedule...) and the trial's context (a
-`user.` parameter picks the model's width, the searched dropout is read from `ctx.settings`).
+`# autotune` are the ones tuning added or changed (3, and 2 optional ones): the Trainer is built from the
+`TrainingArguments` autotune gives (the searched learning rate, batch size, precision, accumulation,
+schedule...) and the trial's context (a `user.` parameter picks the model's width, the searched dropout is read
+from `ctx.settings`).
 """
 
 from __future__ import annotations
@@ -46,10 +47,11 @@ def accuracy(pred) -> dict[str, float]:
 
 
 def make_trainer(args, ctx) -> Trainer:  # autotune: was `args = TrainingArguments(...)`, and no ctx
-    width = ctx.params["hidden"]
+    width = ctx.params["hidden"]  # autotune (optional): a searched user.hidden
     config = BertConfig(vocab_size=VOCAB, hidden_size=width, num_hidden_layers=2, num_attention_heads=2,
                         intermediate_size=2 * width, max_position_embeddings=LENGTH, num_labels=2,
-                        hidden_dropout_prob=ctx.settings.dropout, attention_probs_dropout_prob=0.0)
+                        hidden_dropout_prob=ctx.settings.dropout,  # autotune (optional)
+                        attention_probs_dropout_prob=0.0)
     torch.manual_seed(args.seed)
     model = BertForSequenceClassification(config)
     return Trainer(model=model, args=args, train_dataset=TRAIN, eval_dataset=VAL, compute_metrics=accuracy)

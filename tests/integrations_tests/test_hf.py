@@ -22,6 +22,7 @@ import autotune  # noqa: E402
 from autotune.cli import main  # noqa: E402
 from autotune.core import ConfigError  # noqa: E402
 from autotune.integrations import (  # noqa: E402
+    BY_CONTEXT,
     check_table,
     hf,  # noqa: E402
     require,
@@ -40,6 +41,12 @@ def test_the_table_covers_the_settings_catalogue_once() -> None:
     assert check_table({**hf.MAPPED, "nope": None}, hf.NOT_APPLICABLE) == ["aug_crop_padding", "aug_cutout",
                                                                            "aug_flip", "data_fraction", "dropout",
                                                                            "init", "nope"]
+
+
+def test_the_how_to_page_names_every_row() -> None:
+    page = (ROOT / "docs" / "howto" / "hf.md").read_text(encoding="utf-8")
+    for key in [*hf.MAPPED, *hf.YOURS, *hf.NOT_APPLICABLE, *BY_CONTEXT]:
+        assert f"`{key}`" in page, key
 
 
 # setting -> (a value other than its default, the TrainingArguments it must become)
@@ -242,3 +249,31 @@ def test_a_missing_transformers_is_one_line_naming_the_extra(tmp_path: Path) -> 
     assert len(lines) == 1 and "Traceback" not in done.stderr, done.stderr
     assert lines[0].startswith("error: s.yaml: trainer: cannot import 'hf_text': ") and \
         lines[0].endswith("pip install 'autotune[hf]'"), lines[0]
+
+
+def test_early_stopping_ends_the_trainers_training_cleanly(tmp_path: Path) -> None:
+    # (min_delta 10: no epoch improves val_loss by that much, so patience 1 stops after the second epoch)
+    res = _trial(tmp_path, {"batch_size": 64}, epochs=4, early_stopping_patience=1, early_stopping_min_delta=10.0)
+    assert res.stopped_early_at == 2 and [r.epoch for r in res.history] == [1, 2]
+    assert Seen.trainer.state.epoch == 2.0  # the Trainer stopped there (should_training_stop), no error
+
+
+def test_the_report_reads_an_hf_study(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = _config(tmp_path, monkeypatch)
+    res = _run(path, [SMALL])
+    res.report(str(tmp_path / "r.html"))
+    html = (tmp_path / "r.html").read_text(encoding="utf-8")
+    assert "val_accuracy" in html and "hf-text" in html
+
+
+@pytest.mark.slow
+def test_two_workers_share_the_study(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = _config(tmp_path, monkeypatch)
+    doc = yaml.safe_load(path.read_text(encoding="utf-8"))
+    doc["study"].update(storage=f"journal:///{tmp_path}/hf.log", n_trials=2)
+    doc["space"]["lr"] = {"type": "categorical", "choices": [0.005]}
+    path.write_text(yaml.safe_dump(doc), encoding="utf-8")
+    assert main(["run", str(path), "--workers", "2", "--plain"]) == 0
+    study = open_study(autotune.load_config(str(path)))
+    done = [t for t in study.trials if t.state.name == "COMPLETE"]  # (a surplus trial a worker raced for: PRUNED)
+    assert len(done) == 2 and all(t.values[0] > 0.5 and t.user_attrs["worker"] for t in done)
