@@ -277,3 +277,12 @@ def test_two_workers_share_the_study(tmp_path: Path, monkeypatch: pytest.MonkeyP
     study = open_study(autotune.load_config(str(path)))
     done = [t for t in study.trials if t.state.name == "COMPLETE"]  # (a surplus trial a worker raced for: PRUNED)
     assert len(done) == 2 and all(t.values[0] > 0.5 and t.user_attrs["worker"] for t in done)
+
+
+def test_no_lr_multiplier_note_for_the_trainer(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The Trainer always trains with autotune's optimizer: a searched lr is its learning rate, said nowhere else."""
+    from autotune.fit import notes
+
+    cfg = autotune.load_config(str(_config(tmp_path, monkeypatch)),
+                               overrides={"space.lr": {"type": "float", "low": 1e-4, "high": 1e-2, "log": True}})
+    assert notes(cfg) == []
