@@ -12,8 +12,9 @@ context's clocks and stop rules.
 Each epoch is evaluated and logged (`eval_strategy` and `logging_strategy` "epoch"); `eval_X` metrics are
 reported as `val_X` (`eval_loss` is `val_loss`), the epoch's logged `loss` as `train_loss`. An epoch's training
 clock runs from the Trainer's epoch start to its last optimizer step: evaluation, logging and checkpoint saving
-(`save_strategy` "steps" becomes "epoch") are not training. A stop (divergence, slow, dominated, the pruner)
-raises out of `trainer.train()` and the trial ends PRUNED with its reason. One device per trial (`devices: 1`).
+(`save_strategy` "no" unless given; "steps" becomes "epoch") are not training. A stop (divergence, slow,
+dominated, the pruner) raises out of `trainer.train()` and the trial ends PRUNED with its reason. One device per
+trial (`devices: 1`).
 """
 
 from __future__ import annotations
@@ -100,8 +101,12 @@ def training_arguments(ctx: TrialContext, user_args: Mapping[str, Any]
     kwargs = {"report_to": "none", "disable_tqdm": True, **user_args, **mapped,
               "eval_strategy": "epoch", "logging_strategy": "epoch", "seed": ctx.seed,
               "use_cpu": ctx.device.type == "cpu"}
-    if kwargs.get("save_strategy", "steps") == "steps":  # saved mid-epoch would be inside the training clock
-        kwargs["save_strategy"] = "epoch" if user_args.get("save_strategy") == "steps" else "no"
+    # a checkpoint saved mid-epoch would be inside the training clock: "steps" saves each epoch instead, and the
+    # Trainer's default (every 500 steps) saves nothing
+    if "save_strategy" not in user_args:
+        kwargs["save_strategy"] = "no"
+    elif str(user_args["save_strategy"]) == "steps":
+        kwargs["save_strategy"] = "epoch"
     return TrainingArguments(**kwargs), wanted
 
 
@@ -122,12 +127,13 @@ def _missed(ctx: TrialContext, key: str) -> str | None:
 class AutotuneCallback(TrainerCallback):
     """The Trainer's loop, seen by the trial context: epochs, optimizer steps, evaluations (the stop rules)."""
 
-    def __init__(self, ctx: TrialContext, trainer: Trainer, wanted: Mapping[str, Mapping[str, Any]]) -> None:
+    def __init__(self, ctx: TrialContext, wanted: Mapping[str, Mapping[str, Any]]) -> None:
         self.loop = FrameworkLoop(ctx)
-        self.trainer = trainer
         self.wanted = wanted
-        self.train_loss: float | None = None
+        self.train_loss: float | None = None  # the epoch's logged loss
         self.epoch_samples = 0
+        self.dataset_len = 0
+        self.per_step = 1
 
     def on_train_begin(self, args: TrainingArguments, state: Any, control: Any, **kw: Any) -> None:
         ctx = self.loop.ctx
@@ -140,7 +146,7 @@ class AutotuneCallback(TrainerCallback):
         loader = kw.get("train_dataloader")
         self.dataset_len = len(loader.dataset) if loader is not None and hasattr(loader.dataset, "__len__") else 0
         self.per_step = args.per_device_train_batch_size * args.gradient_accumulation_steps
-        steps = len(loader) // max(1, args.gradient_accumulation_steps) if loader is not None else 1
+        steps = math.ceil(len(loader) / args.gradient_accumulation_steps) if loader is not None else 1
         self.loop.start(steps, kw.get("optimizer"), kw.get("model"), bool(args.torch_compile))
 
     def on_epoch_begin(self, args: TrainingArguments, state: Any, control: Any, **kw: Any) -> None:
@@ -163,10 +169,8 @@ class AutotuneCallback(TrainerCallback):
     def on_evaluate(self, args: TrainingArguments, state: Any, control: Any,
                     metrics: Mapping[str, float] | None = None, **kw: Any) -> None:
         values = reported(metrics or {})
-        if self.train_loss is not None and math.isfinite(self.train_loss):
-            values.setdefault("train_loss", self.train_loss)
-        elif self.train_loss is not None:
-            values["train_loss"] = self.train_loss  # (non-finite: the stop rules end the trial, diverged)
+        if self.train_loss is not None:  # (a non-finite one: the stop rules end the trial, diverged)
+            values["train_loss"] = self.train_loss
         if self.loop.report(values):
             control.should_training_stop = True
 
@@ -209,7 +213,7 @@ def trainer_fit(make_trainer: Callable[..., Trainer], **training_args: Any) -> C
                 ctx.state.not_applied[key] = "your Trainer was given its own optimizer"
         else:
             trainer.optimizer_cls_and_kwargs = (_optimizer_factory(ctx, trainer), {})
-        trainer.add_callback(AutotuneCallback(ctx, trainer, wanted))
+        trainer.add_callback(AutotuneCallback(ctx, wanted))
         trainer.train()
         st = ctx.state
         if not own and st.stepper.opt_steps and "lr_schedule" not in st.not_applied and \
