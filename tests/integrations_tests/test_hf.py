@@ -286,3 +286,26 @@ def test_no_lr_multiplier_note_for_the_trainer(tmp_path: Path, monkeypatch: pyte
     cfg = autotune.load_config(str(_config(tmp_path, monkeypatch)),
                                overrides={"space.lr": {"type": "float", "low": 1e-4, "high": 1e-2, "log": True}})
     assert notes(cfg) == []
+
+
+def test_arguments_the_trainer_does_not_hold_are_not_applied(tmp_path: Path) -> None:
+    """A make_trainer that builds its own TrainingArguments: what autotune gave is read back from the Trainer."""
+    from transformers import TrainingArguments
+
+    def ignores(args: Any, ctx: TrialContext) -> Any:
+        own = TrainingArguments(**{**args.to_dict(), "per_device_train_batch_size": 16, "lr_scheduler_type": "linear",
+                                   "output_dir": str(tmp_path)})
+        return _make_trainer(own, ctx)
+
+    settings = {**DEFAULTS, "device": "cpu", "epochs": 1, "batch_size": 32, "lr_schedule": "onecycle",
+                "grad_accum_steps": 2}
+    ctx = TrialContext(settings, user_params={"hidden": 16},
+                       setup=TrialSetup(searched=["batch_size", "lr_schedule", "grad_accum_steps"]))
+    with trial_session(settings):
+        res = run_fit(hf.trainer_fit(ignores, output_dir=str(tmp_path)), ctx)
+    assert Seen.trainer.args.per_device_train_batch_size == 16
+    assert res.not_applied["batch_size"].startswith(
+        "the framework holds TrainingArguments.per_device_train_batch_size=16, not what autotune gave it")
+    assert res.not_applied["lr_schedule"] == ("the Trainer has no onecycle schedule (lr_scheduler_type: constant, "
+                                              "cosine)")
+    assert "grad_accum_steps" not in res.not_applied
