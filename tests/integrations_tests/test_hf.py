@@ -136,7 +136,9 @@ def test_a_trial_trains_the_trainer_with_every_mapped_value(tmp_path: Path) -> N
     assert type(opt) is torch.optim.SGD and opt.defaults["nesterov"] and opt.defaults["momentum"] == 0.8
     assert [g["weight_decay"] for g in opt.param_groups] == [0.01, 0.0]  # the Trainer's groups: no decay on biases
     assert all("momentum_buffer" in opt.state[p] for p in opt.param_groups[0]["params"])  # it stepped
+    assert opt.defaults["lr"] == 0.05 and 0.03 < res.history[0].lr < 0.05  # epoch 1 trained on the cosine's top
     assert opt.param_groups[0]["lr"] < 0.05 * 0.01  # the cosine schedule ran to its end
+    assert trainer.get_eval_dataloader().total_batch_size == 64
     assert trainer.label_smoother.epsilon == 0.1
     assert Seen.dtypes == {torch.bfloat16}  # the forward pass ran under bf16 autocast
     assert Seen.clips and set(Seen.clips) == {0.5}
@@ -309,3 +311,15 @@ def test_arguments_the_trainer_does_not_hold_are_not_applied(tmp_path: Path) -> 
     assert res.not_applied["lr_schedule"] == ("the Trainer has no onecycle schedule (lr_scheduler_type: constant, "
                                               "cosine)")
     assert "grad_accum_steps" not in res.not_applied
+
+
+def test_the_dataloader_takes_the_worker_settings(tmp_path: Path) -> None:
+    _trial(tmp_path, {"num_workers": 1, "prefetch_factor": 3, "persistent_workers": True}, epochs=1)
+    loader = Seen.trainer.callback_handler.train_dataloader
+    assert (loader.num_workers, loader.prefetch_factor, loader.persistent_workers) == (1, 3, True)
+
+
+@pytest.mark.slow
+def test_compile_compiles_the_trainers_model(tmp_path: Path) -> None:
+    res = _trial(tmp_path, {"compile": True}, epochs=1)
+    assert Seen.trainer.args.torch_compile and res.compile_time_s > 0
