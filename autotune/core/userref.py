@@ -43,6 +43,7 @@ def code_where(fn: Any) -> str:
     return f"{os.path.basename(code.co_filename)}:{code.co_firstlineno} in {code.co_name}"
 
 
+# A framework a user's module imports -> the extra that installs it (pyproject.toml's optional dependencies).
 # Folders a user's module was imported from that are not on sys.path: processes started to run the user's code
 # (DDP ranks) import it by name, so they get these on their path (`importable`); this process's sys.path does not.
 _FOLDERS: list[str] = []
@@ -63,6 +64,8 @@ def load_factory(ref: str, file: str = "<config>", key: str = "factory", near: s
     try:
         with _on_path(extra) as added:
             module = importlib.import_module(mod_name)
+    except ConfigError as e:  # (autotune's own, from the module's imports: a missing extra)
+        raise ConfigError(file, key, e.message) from None
     except Exception as e:  # ImportError, or the user's module raising on import
         missing = (getattr(e, "name", None) or "").partition(".")[0] if isinstance(e, ImportError) else ""
         if missing in EXTRAS:

@@ -164,10 +164,11 @@ class EpochClock:
             self.step_clock.mark()
         self.train_end = self.collective.clock(self.dev)
 
-    def stepped(self, loss: torch.Tensor, n: int) -> bool:
+    def stepped(self, loss: torch.Tensor | None, n: int) -> bool:
         """A ctx.backward step of `n` samples and mean `loss` is done (its optimizer step too, if due): samples
         and loss counted (a ctx.loader batch once, by its first micro-step; a batch taken and not trained on is
-        not counted), the step's end marked. True when the periodic finite check is due."""
+        not counted), the step's end marked. True when the periodic finite check is due. `loss` None: a
+        framework's own loop stepped (autotune.integrations), whose loss is reported with the epoch."""
         if self.fed:
             added = self.unstepped
             self.unstepped = 0
@@ -176,15 +177,17 @@ class EpochClock:
             if self.compiled and self.first_step is None and self.epoch == 1:
                 self.first_step = (self.t0, math.nan)  # the first step started with the epoch
         self.samples += added
+        self.steps += 1
+        self.step_clock.mark()  # the epoch's training ends with its last step (no sync here)
+        if self.first_step is not None and math.isnan(self.first_step[1]):
+            self.first_step = (self.first_step[0], accel.clock(self.dev))  # compile happened in this step
+        if loss is None:
+            return False
         if self.loss_sum is None:  # summed on the device: no host sync per step
             self.loss_sum = loss.detach().float() * n
         else:
             self.loss_sum.add_(loss.detach(), alpha=n)
         self.loss_n += n
-        self.steps += 1
-        self.step_clock.mark()  # the epoch's training ends with its last step (no sync here)
-        if self.first_step is not None and math.isnan(self.first_step[1]):
-            self.first_step = (self.first_step[0], accel.clock(self.dev))  # compile happened in this step
         return self.steps % FINITE_CHECK_EVERY == 0
 
     def probe_step(self, n: int) -> TrialStopped | None:
