@@ -30,7 +30,7 @@ from typing import Any
 
 import torch
 
-from autotune.core import ConfigError
+from autotune.core import ONE_DEVICE, ConfigError
 from autotune.spec import SETTINGS, applied_by
 from autotune.training import ContextMisuse, TrialContext
 
@@ -118,6 +118,9 @@ def fit(ctx: TrialContext, module: Any, datamodule: Any = None, *, train_dataloa
     _install_optimizers(ctx, module, opt, mine, bridge.steps_per_epoch)
     trainer.fit(model, train_dataloaders=train, val_dataloaders=val)
     bridge.finish()
+
+
+setattr(fit, ONE_DEVICE, "the Lightning integration")  # (a fit calling it with devices > 1: refused at validation)
 
 
 def _batches(n: int, limit: int | float) -> int:

@@ -233,6 +233,31 @@ def test_one_objective_a_diverging_trial_is_pruned_with_its_reason(
     assert blew.user_attrs["stop_epoch"] == 1
 
 
+def test_several_devices_are_refused_at_validation(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    """devices > 1 (fixed or searched) with the Trainer: one line, exit 2, before any trial (no study made)."""
+    path = _config(tmp_path, monkeypatch)
+    doc = yaml.safe_load(path.read_text(encoding="utf-8"))
+    doc["train"]["devices"] = 2
+    path.write_text(yaml.safe_dump(doc), encoding="utf-8")
+    assert main(["run", str(path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == ("error: hf_text.yaml: train.devices: the Hugging Face integration trains a trial on one device; "
+                   "allowed: 1 (got 2)"), err
+    assert not (tmp_path / "hf.db").exists()
+    del doc["train"]["devices"]
+    doc["space"]["devices"] = {"type": "categorical", "choices": [1, 2]}
+    path.write_text(yaml.safe_dump(doc), encoding="utf-8")
+    with pytest.raises(ConfigError, match=r"space\.devices: the Hugging Face integration .* \(got 1, 2\)$"):
+        autotune.load_config(str(path))
+    # a fit passed to run() is checked too
+    del doc["space"]["devices"]
+    path.write_text(yaml.safe_dump(doc), encoding="utf-8")
+    cfg = autotune.load_config(str(path))
+    with pytest.raises(ConfigError, match=r"train\.devices: the Hugging Face integration"):
+        autotune.run(cfg.model_copy(update={"train": {**cfg.train, "devices": 2}}), hf_text.fit)
+
+
 def test_require_names_the_extra() -> None:
     with pytest.raises(ConfigError, match=r"^<config>: trainer: the Hugging Face integration needs no_such_mod: "
                                           r"pip install 'autotune\[hf\]'$"):

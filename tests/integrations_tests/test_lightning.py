@@ -139,6 +139,31 @@ def test_a_trainer_argument_autotune_sets_is_refused() -> None:
 # ---------------------------------------------------------------- clocks and stops
 
 
+def test_several_devices_are_refused_at_validation(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """devices > 1 with a fit that calls tune_lightning.fit: one line, exit 2, before any trial runs."""
+    from autotune.cli import main
+    from tests.test_examples import EXAMPLES
+
+    monkeypatch.syspath_prepend(str(EXAMPLES))
+    text = (EXAMPLES / "digits_lightning.yaml").read_text(encoding="utf-8")
+    path = tmp_path / "l.yaml"
+    path.write_text(text.replace("sqlite:///studies/", f"sqlite:///{tmp_path}/").replace(
+        "  device: auto", "  device: cpu\n  devices: 2"), encoding="utf-8")
+    assert main(["validate", str(path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == "error: l.yaml: train.devices: the Lightning integration trains a trial on one device; allowed: 1 " \
+                  "(got 2)", err
+    assert not list(tmp_path.glob("*.db"))
+    # a fit handed to run() directly, from its own module's tune_lightning.fit
+    path.write_text(path.read_text(encoding="utf-8").replace("devices: 2", "devices: 1"), encoding="utf-8")
+    cfg = autotune.load_config(str(path))
+    with pytest.raises(ConfigError, match=r"l\.yaml: train\.devices: the Lightning integration"):
+        autotune.run(cfg.model_copy(update={"train": {**cfg.train, "devices": 2}}), lightning_fits.fit)
+    with pytest.raises(ContextMisuse, match="the Lightning integration trains on one device"):  # (at run time too)
+        train(devices=2)
+
+
 def test_validation_time_is_not_training_time() -> None:
     r = train(user={"val_sleep_s": 1.0}, epochs=2, lr=0.01)
     assert all(h.epoch_time_s < 1.0 for h in r.history)  # each epoch's validation slept 1 s after its training
