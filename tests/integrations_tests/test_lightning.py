@@ -251,6 +251,39 @@ def test_a_diverging_lightning_trial_ends_pruned_with_its_reason(tmp_path: Path)
     assert t.user_attrs["stop_reason"] == "diverged" and len(t.user_attrs["history"]) <= 1
 
 
+@pytest.mark.parametrize("multi", [True, False], ids=["pareto", "median"])
+def test_the_studys_pruner_stops_a_lightning_trial(multi: bool, tmp_path: Path) -> None:
+    """Two objectives, the Pareto pruner: the trial, dominated after its first epoch, ends PRUNED (dominated). One
+    objective, Optuna's median pruner: below the median after its first epoch, PRUNED (pruned). Each compared with
+    a finished trial no real one can match (accuracy 1.0 each epoch, in a microsecond), so the stop is certain;
+    raised out of trainer.fit at the first validation: one epoch of three recorded."""
+    from optuna.trial import create_trial
+
+    from autotune.search.pruners import EPOCH_VALUES
+    from autotune.study.runner import open_study
+    from tests.test_examples import EXAMPLES
+
+    overrides: dict[str, Any] = {
+        "study.storage": f"sqlite:///{tmp_path}/l.db", "study.n_trials": 2, "train.epochs": 3,
+        "pruning.pruner": "pareto" if multi else "median",
+        "pruning.pruner_args": {"n_startup_trials": 1, "n_warmup_steps": 1 if multi else 0}}
+    if multi:
+        ahead = create_trial(values=[1.0, 1e-6], user_attrs={EPOCH_VALUES: [[1.0, 1e-6 * e] for e in (1, 2, 3)]})
+    else:
+        overrides["objectives"] = [{"metric": "val_accuracy", "direction": "maximize"}]
+        ahead = create_trial(value=1.0, intermediate_values={1: 1.0, 2: 1.0, 3: 1.0})
+    cfg = autotune.load_config(str(EXAMPLES / "digits_lightning.yaml"), overrides=overrides)
+    study = open_study(cfg)
+    study.add_trial(ahead)
+    study.enqueue_trial({"lr": 0.01, "optimizer": "adam", "batch_size": 128, "precision": "fp32",
+                         "grad_accum_steps": 1, "lr_schedule": "constant", "user.width": 8})
+    t = autotune.run(cfg).study.trials[1]
+    assert t.state.name == "PRUNED", t.user_attrs
+    assert t.user_attrs["stop_reason"] == ("dominated" if multi else "pruned"), t.user_attrs
+    assert t.user_attrs["stop_epoch"] == 1 and len(t.user_attrs["history"]) == 1
+    assert t.user_attrs["stop_detail"] == ("dominated at epoch 1 by trial 0" if multi else "Optuna pruner")
+
+
 @pytest.mark.slow
 def test_the_lightning_example_with_two_workers_on_a_journal(tmp_path: Path) -> None:
     """`autotune run --workers 2` on one machine's journal file: both workers train Lightning trials."""
