@@ -308,3 +308,40 @@ def test_the_lightning_example_with_two_workers_on_a_journal(tmp_path: Path) -> 
                               storage=JournalStorage(JournalFileBackend(str(tmp_path / "w.log"))))
     done = [t for t in study.trials if t.state.name == "COMPLETE"]
     assert len(done) >= 4 and len({t.user_attrs["worker"] for t in done}) == 2
+
+
+def test_the_dashboard_lists_a_lightning_study_with_its_records(tmp_path: Path) -> None:
+    """Two trials of the Lightning example (the second with fp16, which Lightning turns into bf16 on a CPU: not
+    applied), served by the real optuna-dashboard: /api/studies lists the study, its trials and their user attrs."""
+    import json
+
+    import requests
+
+    from tests.observe_tests.test_dashboard import _attrs, _start_dashboard
+    from tests.test_examples import run
+
+    first = {"lr": 0.01, "optimizer": "adam", "batch_size": 128, "precision": "fp32", "grad_accum_steps": 1,
+             "lr_schedule": "constant", "user.width": 8}
+    res = run(tmp_path, "digits_lightning", 2, [first, {**first, "precision": "fp16"}],
+              **{"train.epochs": 2, "space.precision.choices": ["fp32", "fp16"], "pruning.pruner": "none"})
+    stored = res.study.trials
+    assert [t.state.name for t in stored] == ["COMPLETE", "COMPLETE"], [t.user_attrs for t in stored]
+    dash, base = _start_dashboard(f"sqlite:///{tmp_path}/digits_lightning.db")
+    try:
+        studies = requests.get(f"{base}/api/studies", timeout=30).json()["study_summaries"]
+        (sid,) = [s["study_id"] for s in studies if s["study_name"] == "digits-lightning"]
+        detail = requests.get(f"{base}/api/studies/{sid}", timeout=30).json()
+    finally:
+        dash.stop()
+    assert detail["objective_names"] == ["val_accuracy", "train_time_s"]
+    trials = sorted(detail["trials"], key=lambda t: t["number"])
+    assert [(t["number"], t["state"]) for t in trials] == [(0, "Complete"), (1, "Complete")]
+    for shown, t in zip(trials, stored):
+        ua = _attrs(shown["user_attrs"])
+        assert {"history", "settings", "seed"} <= set(ua), sorted(ua)
+        assert json.loads(ua["history"]) == t.user_attrs["history"]  # each epoch's record, as stored
+        assert json.loads(ua["settings"]) == t.user_attrs["settings"]
+        assert [float(v) for v in shown["values"]] == pytest.approx(t.values)
+    fp16 = _attrs(trials[1]["user_attrs"])
+    assert "not_applied" not in _attrs(trials[0]["user_attrs"])
+    assert json.loads(fp16["not_applied"])["precision"].startswith("Lightning's Trainer holds precision='bf16-mixed'")
