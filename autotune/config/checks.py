@@ -14,6 +14,7 @@ from autotune.core import (
     ConfigError,
     check_fit_signature,
     load_factory,
+    one_device_adapter,
     one_of,
     resolve_path,
     shown,
@@ -225,7 +226,25 @@ def _check_user_training(cfg: RunConfig, file: str) -> None:
     if cfg.trainer is not None:
         fn = load_factory(cfg.trainer, file, "trainer", near=cfg.source)
         check_fit_signature(fn, cfg.trainer, file)
+        check_one_device(cfg, fn, file)
         _check_builtin_only(cfg, file)
+
+
+def check_one_device(cfg: RunConfig, fn: Any, file: str | None) -> None:
+    """A training function through a framework adapter that trains a trial on one device (the HF Trainer, Lightning)
+    with `devices` above 1, fixed or searched: refused before any trial runs."""
+    spec = cfg.space.get("devices")
+    if spec is None:
+        values, where = [cfg.train.get("devices", SETTINGS["devices"].default)], "train.devices"
+    else:
+        values = list(spec.choices) if spec.choices is not None else [spec.low, spec.high]
+        where = "space.devices"
+    if all(int(v) <= 1 for v in values if v is not None):
+        return
+    adapter = one_device_adapter(fn)
+    if adapter is not None:
+        raise ConfigError(file, where, f"{adapter} trains a trial on one device; allowed: 1 (got "
+                                       f"{', '.join(str(v) for v in values if v is not None)})")
 
 
 # Steps on the built-in trainer's model and data that a user's training function does not expose.

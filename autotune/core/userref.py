@@ -34,6 +34,43 @@ def check_fit_signature(fn: Any, ref: str, file: str) -> None:
                                            f"takes ({shown})")
 
 
+# The attribute a framework adapter sets on a training function (hf.trainer_fit's) or on itself (lightning.fit): its
+# name, when it trains a trial on one device only (checked against `devices` at validation).
+ONE_DEVICE = "autotune_one_device"
+
+
+def one_device_adapter(fn: Any) -> str | None:
+    """The adapter that trains `fn`'s trials on one device: `fn` made by it (marked), or one `fn`'s code calls by a
+    name it reads (`tune_lightning.fit(...)`, an imported `fit`). An adapter reached through another function of the
+    user's is not seen here: the adapter refuses several devices when it runs."""
+    if _marked(fn) is not None:
+        return _marked(fn)
+    code, names = getattr(fn, "__code__", None), getattr(fn, "__globals__", None)
+    if code is None or not isinstance(names, dict):
+        return None
+    read: set[str] = set()
+    todo = [code]
+    while todo:  # (the names of nested functions and comprehensions too)
+        c = todo.pop()
+        read.update(c.co_names)
+        todo.extend(k for k in c.co_consts if hasattr(k, "co_names"))
+    for name in read & set(names):
+        obj = names[name]
+        found = [obj, *(vars(obj).get(n) for n in read)] if isinstance(obj, type(os)) else [obj]
+        for o in found:
+            if _marked(o) is not None:
+                return _marked(o)
+    return None
+
+
+def _marked(obj: Any) -> str | None:
+    try:  # (any object a user's module holds: one whose __getattr__ raises is not an adapter)
+        marked = getattr(obj, ONE_DEVICE, None)
+    except Exception:
+        return None
+    return marked if isinstance(marked, str) else None
+
+
 def code_where(fn: Any) -> str:
     """`file.py:LINE in name` where a user's function is defined ('' for a callable without Python code): the
     place an error about what the function did as a whole (returned, never reported) points at."""

@@ -13,6 +13,8 @@ the trial, or it cannot be applied there (recorded as not applied when a trial c
 
 from __future__ import annotations
 
+import math
+import time
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -65,36 +67,67 @@ def record_received(ctx: TrialContext, wanted: Mapping[str, Mapping[str, Any]], 
 
 
 class FrameworkLoop:
-    """A framework's training loop, seen by the trial context: `start` once the framework built its optimizer,
-    `epoch_begin` / `step` (after each optimizer step, `n_samples` trained on) / `report` (each evaluation's
-    metrics, stop rules) / `finish` (the epochs' end)."""
+    """A framework's training loop, seen by the trial context (the HF Trainer's callback and Lightning's drive it):
+    `start` once the framework knows an epoch's steps, `epoch_begin` / `batch_begin` (optional: input wait, the
+    hang limit) / `step` (after each step, `n_samples` trained on) / `report` (each evaluation's metrics, stop
+    rules) / `finish` (the framework's training ended)."""
 
     def __init__(self, ctx: TrialContext) -> None:
         self.ctx = ctx
         self._epochs: Iterator[int] | None = None
+        self._step_end: float | None = None  # when the last step ended (the input wait: until the next begins)
         self.early_stop = False  # early stopping ended training: the framework should stop
 
-    def start(self, steps_per_epoch: int, optimizer: Any, model: Any, compiled: bool) -> None:
+    @property
+    def started(self) -> bool:
+        return self._epochs is not None
+
+    def start(self, steps_per_epoch: int, optimizer: Any = None, model: Any = None,
+              compiled: bool | None = None) -> None:
+        """The context's epochs begin. `optimizer`, `model`, `compiled`: what the framework built, when
+        ctx.prepare did not (the HF Trainer builds its own)."""
         st = self.ctx.state
-        st.model = model
+        if model is not None:
+            st.model = model
         if optimizer is not None:  # its steps counted and its lrs noted (a wrapper's inner optimizer steps)
             st.stepper.use(getattr(optimizer, "optimizer", optimizer), None)
-        st.clock.compiled = compiled  # the first step's compile is timed apart
+        if compiled is not None:
+            st.clock.compiled = compiled  # the first step's compile is timed apart
         self._epochs = self.ctx.epochs(steps_per_epoch=max(1, steps_per_epoch))
 
     def epoch_begin(self) -> bool:
         """The next epoch's clock opens; False when the context's epochs are over."""
         assert self._epochs is not None, "start() first"
+        self._step_end = None
         return next(self._epochs, None) is not None
 
-    def step(self, n_samples: int) -> None:
-        """An optimizer step of `n_samples` ended (the epoch's training ends with its last)."""
-        clock = self.ctx.state.clock
-        clock.stepped(None, n_samples)
+    def batch_begin(self) -> None:
+        """A step begins: the wait since the last one's end is input wait; past the hang limit the trial stops."""
+        st = self.ctx.state
+        now = time.perf_counter()
+        if self._step_end is not None:
+            st.clock.wait_s += now - self._step_end
+        if st.rules.deadline != math.inf and now > st.rules.deadline:
+            raise st.stopped(st.rules.hung(st.epoch))
+
+    def step(self, n_samples: int, loss: Any = None, has_loss: bool = True) -> None:
+        """A step of `n_samples` ended (the epoch's training ends with its last); `loss`: its mean loss (None: the
+        framework logs the epoch's loss itself), summed on the device and checked every few steps. `has_loss`
+        False: a stand-in loss (zero) that keeps the periodic checks but adds no samples to the epoch's loss."""
+        st = self.ctx.state
+        clock = st.clock
+        due = clock.stepped(loss, n_samples)
+        if loss is not None and not has_loss:
+            clock.loss_n -= n_samples
+        if due:
+            stop = st.rules.periodic(clock.finite(), st.collective, clock.epoch)
+            if stop is not None:
+                raise st.stopped(stop)
         if clock.probe is not None and not clock.probe.done:
             stop = clock.probe_step(n_samples)
             if stop is not None:
-                raise self.ctx.state.stopped(stop) from None
+                raise st.stopped(stop) from None
+        self._step_end = time.perf_counter()
 
     def report(self, metrics: Mapping[str, float]) -> bool:
         """The epoch's evaluation: reported to the stop rules (a stop raises). True when the framework should
@@ -107,13 +140,18 @@ class FrameworkLoop:
         self.early_stop = st.stopped_early_at is not None
         return self.early_stop
 
-    def finish(self) -> None:
-        """The framework's training ended: the last epoch closes (an unreported one keeps its clocks)."""
+    def finish(self) -> bool:
+        """The framework's training ended: the last epoch closes (an unreported one is recorded with its clocks);
+        no epoch opens. False when start() never ran."""
         epochs, self._epochs = self._epochs, None
-        if epochs is not None and next(epochs, None) is not None:  # it ran fewer epochs than asked: none opens
-            epochs.close()
-            st = self.ctx.state
-            st.in_epoch = st.clock.running = False
+        if epochs is None:
+            return False
+        st = self.ctx.state
+        if st.in_epoch and st.clock.running and st.stop is None:
+            self.ctx.report()
+        epochs.close()
+        st.in_epoch = st.clock.running = False
+        return True
 
 
 __all__ = ["BUILTIN_ONLY", "BY_CONTEXT", "FrameworkLoop", "check_table", "record_not_applicable",

@@ -24,8 +24,9 @@ import math
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from autotune.core import ONE_DEVICE
 from autotune.integrations.common import FrameworkLoop, record_not_applicable, record_received, require
-from autotune.training import TrialContext
+from autotune.training import ContextMisuse, TrialContext
 
 require("transformers", "hf", "Hugging Face")
 require("accelerate", "hf", "Hugging Face")
@@ -200,8 +201,8 @@ def trainer_fit(make_trainer: Callable[..., Trainer], **training_args: Any) -> C
     takes_ctx = _takes_ctx(make_trainer)
 
     def fit(ctx: TrialContext) -> None:
-        if ctx.world_size > 1:
-            raise ValueError("the Hugging Face integration trains a trial on one device: set devices: 1")
+        if ctx.world_size > 1:  # (validation refuses devices > 1 for this fit: reached only through other code)
+            raise ContextMisuse("the Hugging Face integration trains a trial on one device: set devices: 1")
         record_not_applicable(ctx, NOT_APPLICABLE)
         args, wanted = training_arguments(ctx, training_args)
         trainer = make_trainer(args, ctx) if takes_ctx else make_trainer(args)
@@ -224,6 +225,7 @@ def trainer_fit(make_trainer: Callable[..., Trainer], **training_args: Any) -> C
 
     fit.__qualname__ = fit.__name__ = getattr(make_trainer, "__name__", "fit")
     fit.autotune_searched_optimizer = True  # type: ignore[attr-defined]  # (a searched lr is the learning rate)
+    setattr(fit, ONE_DEVICE, "the Hugging Face integration")  # (devices > 1: refused at validation)
     return fit
 
 

@@ -23,14 +23,13 @@ out of `trainer.fit` (the trial ends PRUNED with its reason, multi-objective too
 
 from __future__ import annotations
 
-import math
-import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import torch
 
-from autotune.core import ConfigError
+from autotune.core import ONE_DEVICE, ConfigError
+from autotune.integrations.common import FrameworkLoop
 from autotune.spec import SETTINGS, applied_by
 from autotune.training import ContextMisuse, TrialContext
 
@@ -118,6 +117,9 @@ def fit(ctx: TrialContext, module: Any, datamodule: Any = None, *, train_dataloa
     _install_optimizers(ctx, module, opt, mine, bridge.steps_per_epoch)
     trainer.fit(model, train_dataloaders=train, val_dataloaders=val)
     bridge.finish()
+
+
+setattr(fit, ONE_DEVICE, "the Lightning integration")  # (a fit calling it with devices > 1: refused at validation)
 
 
 def _batches(n: int, limit: int | float) -> int:
@@ -264,76 +266,47 @@ def _bridge_class(pl: Any) -> type:
 
 
 class _Bridge:
-    """Lightning's loop seen by the trial context: epochs opened by ctx.epochs(), each training batch counted and
-    timed (the epoch's training ends with its last), each validation reported to the stop rules."""
+    """Lightning's loop seen by the trial context, through the FrameworkLoop the HF Trainer's callback uses too:
+    epochs opened by ctx.epochs() (at the first epoch's start), each training batch counted and timed (the
+    epoch's training ends with its last), each validation at an epoch's end reported to the stop rules."""
 
     def __init__(self, ctx: TrialContext) -> None:
-        self.ctx = ctx
+        self.loop = FrameworkLoop(ctx)
         self.steps_per_epoch = 1  # (set once the Trainer says how many batches an epoch trains)
-        self.epochs: Iterator[int] | None = None
-        self.batch_end: float | None = None  # when the last training batch's step ended (input wait: until the next)
 
     def on_train_epoch_start(self, trainer: Any, pl_module: Any) -> None:
-        if self.epochs is None:
-            self.epochs = self.ctx.epochs(steps_per_epoch=self.steps_per_epoch)
-        if next(self.epochs, None) is None:  # early stopping ended the context's epochs
+        if not self.loop.started:
+            self.loop.start(self.steps_per_epoch)  # (ctx.prepare built the model and optimizer)
+        if not self.loop.epoch_begin():  # early stopping ended the context's epochs
             trainer.should_stop = True
-        self.batch_end = None
 
     def on_train_batch_start(self, trainer: Any, pl_module: Any, batch: Any, batch_idx: int) -> None:
-        st = self.ctx.state
-        now = time.perf_counter()
-        if self.batch_end is not None:
-            st.clock.wait_s += now - self.batch_end
-        if st.rules.deadline != math.inf and now > st.rules.deadline:
-            raise st.stopped(st.rules.hung(st.epoch))
+        self.loop.batch_begin()
 
     def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
-        st = self.ctx.state
-        clock = st.clock
-        if not clock.running:
+        if not self.loop.ctx.state.clock.running:
             return
         x = _first_tensor(batch)
         n = len(x) if x is not None and x.ndim else 1
         loss = outputs.get("loss") if isinstance(outputs, Mapping) else outputs
         if isinstance(loss, torch.Tensor):  # (Lightning divided it by the accumulation: the batch's own mean)
             accum = trainer.accumulate_grad_batches
-            due = clock.stepped(loss.detach() * accum if accum > 1 else loss, n)
+            self.loop.step(n, loss.detach() * accum if accum > 1 else loss)
         else:  # (manual optimization returning nothing: samples counted, no loss)
-            due = clock.stepped(torch.zeros((), device=self.ctx.device), n)
-            clock.loss_n -= n
-        if due:
-            stop = st.rules.periodic(clock.finite(), st.collective, clock.epoch)
-            if stop is not None:
-                raise st.stopped(stop)
-        if clock.probe is not None and not clock.probe.done:
-            stop = clock.probe_step(n)
-            if stop is not None:
-                raise st.stopped(stop) from None
-        self.batch_end = time.perf_counter()
+            self.loop.step(n, torch.zeros((), device=self.loop.ctx.device), has_loss=False)
 
     def on_validation_end(self, trainer: Any, pl_module: Any) -> None:
-        st = self.ctx.state
         # (a validation inside the epoch, val_check_interval < 1, is not the epoch's: its training goes on)
-        if trainer.sanity_checking or not (st.in_epoch and st.clock.running) or not trainer.is_last_batch:
+        if trainer.sanity_checking or not trainer.is_last_batch:
             return
-        known = st.known
-        metrics = {k: v for k, v in trainer.callback_metrics.items()
-                   if (known is None or k in known) and k != "train_loss" and _scalar(v)}
-        self.ctx.report(**metrics)
-        if st.stopped_early_at is not None:
+        metrics = {k: v for k, v in trainer.callback_metrics.items() if k != "train_loss" and _scalar(v)}
+        if self.loop.report(metrics):
             trainer.should_stop = True
 
     def finish(self) -> None:
         """trainer.fit returned: the last epoch closes (an unreported one keeps its clocks); no epoch opens."""
-        epochs, self.epochs = self.epochs, None
-        if epochs is None:
+        if not self.loop.finish():
             raise ContextMisuse("trainer.fit trained no epoch (max_epochs, max_steps or the data left none)")
-        st = self.ctx.state
-        if st.in_epoch and st.clock.running and st.stop is None:
-            self.ctx.report()
-        epochs.close()
-        st.in_epoch = False
 
 
 def _scalar(v: Any) -> bool:

@@ -233,6 +233,67 @@ def test_one_objective_a_diverging_trial_is_pruned_with_its_reason(
     assert blew.user_attrs["stop_epoch"] == 1
 
 
+def test_several_devices_are_refused_at_validation(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    """devices > 1 (fixed or searched) with the Trainer: one line, exit 2, before any trial (no study made)."""
+    path = _config(tmp_path, monkeypatch)
+    doc = yaml.safe_load(path.read_text(encoding="utf-8"))
+    doc["train"]["devices"] = 2
+    path.write_text(yaml.safe_dump(doc), encoding="utf-8")
+    assert main(["run", str(path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == ("error: hf_text.yaml: train.devices: the Hugging Face integration trains a trial on one device; "
+                   "allowed: 1 (got 2)"), err
+    assert not (tmp_path / "hf.db").exists()
+    del doc["train"]["devices"]
+    doc["space"]["devices"] = {"type": "categorical", "choices": [1, 2]}
+    path.write_text(yaml.safe_dump(doc), encoding="utf-8")
+    with pytest.raises(ConfigError, match=r"space\.devices: the Hugging Face integration .* \(got 1, 2\)$"):
+        autotune.load_config(str(path))
+    # a fit passed to run() is checked too
+    del doc["space"]["devices"]
+    path.write_text(yaml.safe_dump(doc), encoding="utf-8")
+    cfg = autotune.load_config(str(path))
+    with pytest.raises(ConfigError, match=r"train\.devices: the Hugging Face integration"):
+        autotune.run(cfg.model_copy(update={"train": {**cfg.train, "devices": 2}}), hf_text.fit)
+
+
+# ---------------------------------------------------------------- the study's pruners stop a Trainer's trial
+
+
+def _ahead(multi: bool) -> Any:
+    """A finished trial no real one can match (accuracy 1.0 after each of 2 epochs, in a microsecond): what the
+    study's pruner compares the Trainer's trial with, so its stop is certain, whatever the machine's load."""
+    from optuna.trial import create_trial
+
+    from autotune.search.pruners import EPOCH_VALUES
+
+    if multi:
+        return create_trial(values=[1.0, 1e-6], user_attrs={EPOCH_VALUES: [[1.0, 1e-6], [1.0, 2e-6]]})
+    return create_trial(value=1.0, intermediate_values={1: 1.0, 2: 1.0})
+
+
+@pytest.mark.parametrize("multi", [True, False], ids=["pareto", "median"])
+def test_the_studys_pruner_stops_a_trainers_trial(multi: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+                                                  ) -> None:
+    """Two objectives, the Pareto pruner: the trial, dominated after its first epoch, ends PRUNED (dominated). One
+    objective, Optuna's median pruner: below the median after its first epoch, PRUNED (pruned). Both raised out
+    of trainer.train() at the first evaluation: one epoch of two recorded."""
+    args = {"n_startup_trials": 1, "n_warmup_steps": 1 if multi else 0}
+    sections: dict[str, Any] = {"pruning": {"pruner": "pareto" if multi else "median", "pruner_args": args}}
+    if not multi:
+        sections["objectives"] = [{"metric": "val_accuracy", "direction": "maximize"}]
+    cfg = autotune.load_config(str(_config(tmp_path, monkeypatch, **sections)), overrides={"study.n_trials": 2})
+    study = open_study(cfg)
+    study.add_trial(_ahead(multi))
+    study.enqueue_trial(SMALL)
+    t = autotune.run(cfg).study.trials[1]
+    assert t.state.name == "PRUNED", t.user_attrs
+    assert t.user_attrs["stop_reason"] == ("dominated" if multi else "pruned"), t.user_attrs
+    assert t.user_attrs["stop_epoch"] == 1 and len(t.user_attrs["history"]) == 1
+    assert t.user_attrs["stop_detail"] == ("dominated at epoch 1 by trial 0" if multi else "Optuna pruner")
+
+
 def test_require_names_the_extra() -> None:
     with pytest.raises(ConfigError, match=r"^<config>: trainer: the Hugging Face integration needs no_such_mod: "
                                           r"pip install 'autotune\[hf\]'$"):

@@ -139,6 +139,31 @@ def test_a_trainer_argument_autotune_sets_is_refused() -> None:
 # ---------------------------------------------------------------- clocks and stops
 
 
+def test_several_devices_are_refused_at_validation(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """devices > 1 with a fit that calls tune_lightning.fit: one line, exit 2, before any trial runs."""
+    from autotune.cli import main
+    from tests.test_examples import EXAMPLES
+
+    monkeypatch.syspath_prepend(str(EXAMPLES))
+    text = (EXAMPLES / "digits_lightning.yaml").read_text(encoding="utf-8")
+    path = tmp_path / "l.yaml"
+    path.write_text(text.replace("sqlite:///studies/", f"sqlite:///{tmp_path}/").replace(
+        "  device: auto", "  device: cpu\n  devices: 2"), encoding="utf-8")
+    assert main(["validate", str(path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == "error: l.yaml: train.devices: the Lightning integration trains a trial on one device; allowed: 1 " \
+                  "(got 2)", err
+    assert not list(tmp_path.glob("*.db"))
+    # a fit handed to run() directly, from its own module's tune_lightning.fit
+    path.write_text(path.read_text(encoding="utf-8").replace("devices: 2", "devices: 1"), encoding="utf-8")
+    cfg = autotune.load_config(str(path))
+    with pytest.raises(ConfigError, match=r"l\.yaml: train\.devices: the Lightning integration"):
+        autotune.run(cfg.model_copy(update={"train": {**cfg.train, "devices": 2}}), lightning_fits.fit)
+    with pytest.raises(ContextMisuse, match="the Lightning integration trains on one device"):  # (at run time too)
+        train(devices=2)
+
+
 def test_validation_time_is_not_training_time() -> None:
     r = train(user={"val_sleep_s": 1.0}, epochs=2, lr=0.01)
     assert all(h.epoch_time_s < 1.0 for h in r.history)  # each epoch's validation slept 1 s after its training
@@ -226,6 +251,39 @@ def test_a_diverging_lightning_trial_ends_pruned_with_its_reason(tmp_path: Path)
     assert t.user_attrs["stop_reason"] == "diverged" and len(t.user_attrs["history"]) <= 1
 
 
+@pytest.mark.parametrize("multi", [True, False], ids=["pareto", "median"])
+def test_the_studys_pruner_stops_a_lightning_trial(multi: bool, tmp_path: Path) -> None:
+    """Two objectives, the Pareto pruner: the trial, dominated after its first epoch, ends PRUNED (dominated). One
+    objective, Optuna's median pruner: below the median after its first epoch, PRUNED (pruned). Each compared with
+    a finished trial no real one can match (accuracy 1.0 each epoch, in a microsecond), so the stop is certain;
+    raised out of trainer.fit at the first validation: one epoch of three recorded."""
+    from optuna.trial import create_trial
+
+    from autotune.search.pruners import EPOCH_VALUES
+    from autotune.study.runner import open_study
+    from tests.test_examples import EXAMPLES
+
+    overrides: dict[str, Any] = {
+        "study.storage": f"sqlite:///{tmp_path}/l.db", "study.n_trials": 2, "train.epochs": 3,
+        "pruning.pruner": "pareto" if multi else "median",
+        "pruning.pruner_args": {"n_startup_trials": 1, "n_warmup_steps": 1 if multi else 0}}
+    if multi:
+        ahead = create_trial(values=[1.0, 1e-6], user_attrs={EPOCH_VALUES: [[1.0, 1e-6 * e] for e in (1, 2, 3)]})
+    else:
+        overrides["objectives"] = [{"metric": "val_accuracy", "direction": "maximize"}]
+        ahead = create_trial(value=1.0, intermediate_values={1: 1.0, 2: 1.0, 3: 1.0})
+    cfg = autotune.load_config(str(EXAMPLES / "digits_lightning.yaml"), overrides=overrides)
+    study = open_study(cfg)
+    study.add_trial(ahead)
+    study.enqueue_trial({"lr": 0.01, "optimizer": "adam", "batch_size": 128, "precision": "fp32",
+                         "grad_accum_steps": 1, "lr_schedule": "constant", "user.width": 8})
+    t = autotune.run(cfg).study.trials[1]
+    assert t.state.name == "PRUNED", t.user_attrs
+    assert t.user_attrs["stop_reason"] == ("dominated" if multi else "pruned"), t.user_attrs
+    assert t.user_attrs["stop_epoch"] == 1 and len(t.user_attrs["history"]) == 1
+    assert t.user_attrs["stop_detail"] == ("dominated at epoch 1 by trial 0" if multi else "Optuna pruner")
+
+
 @pytest.mark.slow
 def test_the_lightning_example_with_two_workers_on_a_journal(tmp_path: Path) -> None:
     """`autotune run --workers 2` on one machine's journal file: both workers train Lightning trials."""
@@ -250,3 +308,40 @@ def test_the_lightning_example_with_two_workers_on_a_journal(tmp_path: Path) -> 
                               storage=JournalStorage(JournalFileBackend(str(tmp_path / "w.log"))))
     done = [t for t in study.trials if t.state.name == "COMPLETE"]
     assert len(done) >= 4 and len({t.user_attrs["worker"] for t in done}) == 2
+
+
+def test_the_dashboard_lists_a_lightning_study_with_its_records(tmp_path: Path) -> None:
+    """Two trials of the Lightning example (the second with fp16, which Lightning turns into bf16 on a CPU: not
+    applied), served by the real optuna-dashboard: /api/studies lists the study, its trials and their user attrs."""
+    import json
+
+    import requests
+
+    from tests.observe_tests.test_dashboard import _attrs, _start_dashboard
+    from tests.test_examples import run
+
+    first = {"lr": 0.01, "optimizer": "adam", "batch_size": 128, "precision": "fp32", "grad_accum_steps": 1,
+             "lr_schedule": "constant", "user.width": 8}
+    res = run(tmp_path, "digits_lightning", 2, [first, {**first, "precision": "fp16"}],
+              **{"train.epochs": 2, "space.precision.choices": ["fp32", "fp16"], "pruning.pruner": "none"})
+    stored = res.study.trials
+    assert [t.state.name for t in stored] == ["COMPLETE", "COMPLETE"], [t.user_attrs for t in stored]
+    dash, base = _start_dashboard(f"sqlite:///{tmp_path}/digits_lightning.db")
+    try:
+        studies = requests.get(f"{base}/api/studies", timeout=30).json()["study_summaries"]
+        (sid,) = [s["study_id"] for s in studies if s["study_name"] == "digits-lightning"]
+        detail = requests.get(f"{base}/api/studies/{sid}", timeout=30).json()
+    finally:
+        dash.stop()
+    assert detail["objective_names"] == ["val_accuracy", "train_time_s"]
+    trials = sorted(detail["trials"], key=lambda t: t["number"])
+    assert [(t["number"], t["state"]) for t in trials] == [(0, "Complete"), (1, "Complete")]
+    for shown, t in zip(trials, stored):
+        ua = _attrs(shown["user_attrs"])
+        assert {"history", "settings", "seed"} <= set(ua), sorted(ua)
+        assert json.loads(ua["history"]) == t.user_attrs["history"]  # each epoch's record, as stored
+        assert json.loads(ua["settings"]) == t.user_attrs["settings"]
+        assert [float(v) for v in shown["values"]] == pytest.approx(t.values)
+    fp16 = _attrs(trials[1]["user_attrs"])
+    assert "not_applied" not in _attrs(trials[0]["user_attrs"])
+    assert json.loads(fp16["not_applied"])["precision"].startswith("Lightning's Trainer holds precision='bf16-mixed'")
