@@ -10,6 +10,8 @@ what it measured):
    configuration again). Per row: steady samples/s (epochs 2..), its ratio to the baseline, achieved TFLOP/s
    (FLOPs counted by torch's FLOP counter) and its share of the matching matmul ceiling, compile s, train s,
    val accuracy, peak CUDA memory, and the CUDA memory still allocated after the row against before the first;
+   the trial's own meters too: `peak_memory_mb` (the allocator's peak over its training) and `energy_j` (NVML's
+   energy counter, or its power integrated; "-" where absent) and what measured them;
 3. several devices per trial (`devices`): the resnet in bf16 + channels_last on one GPU in this process (the
    baseline), then through autotune's launcher on min(2, GPUs visible) GPUs: DistributedDataParallel over NCCL,
    the global batch split over the ranks. With 2+ GPUs it is the speed-up of a second GPU; with one GPU it is a
@@ -226,7 +228,8 @@ def one_row(chk: Check, kind: str, cfg: config.RunConfig, name: str, params: dic
         r = autotune.train(cfg, params=params, seed=0)
         row.update(samples_per_s=round(r.samples_per_s, 1), compile_time_s=round(r.compile_time_s, 2),
                    train_time_s=round(r.train_time_s, 3), val_accuracy=round(r.val_accuracy, 4),
-                   epochs=r.epochs_run, tflops=float(f"{r.samples_per_s * flops / 1e12:.4g}"))
+                   epochs=r.epochs_run, tflops=float(f"{r.samples_per_s * flops / 1e12:.4g}"),
+                   peak_memory_mb=_round(r.peak_memory_mb, 1), energy_j=_round(r.energy_j, 1), meters=r.meters)
         del r  # the result holds the trained model (on the GPU): drop it before reading what is left
     except Exception as e:  # one failing row must not end an unattended check
         _failed(chk, row, e)
@@ -239,6 +242,15 @@ def one_row(chk: Check, kind: str, cfg: config.RunConfig, name: str, params: dic
     return row
 
 
+def _round(v: float | None, digits: int) -> float | None:
+    return None if v is None else round(v, digits)
+
+
+def _num(v: Any, width: int, spec: str) -> str:
+    """`v` right-aligned in `width` by `spec` ('-' when absent: a meter with nothing to read)."""
+    return format(v, f">{width}{spec}") if isinstance(v, (int, float)) else format("-", f">{width}")
+
+
 def rows(chk: Check, device: str, kind: str, sizes: Sizes, compile_rows: bool) -> None:
     cfg = run_cfg(device, kind, sizes)
     flops = flops_per_sample(cfg)
@@ -246,7 +258,8 @@ def rows(chk: Check, device: str, kind: str, sizes: Sizes, compile_rows: bool) -
             f"3x32x32 images (80% train), batch {sizes.batch}, {sizes.epochs} epochs, AdamW; samples/s over "
             f"epochs 2..{sizes.epochs}")
     chk.say(f"  {'row':<38} {'samples/s':>10} {'vs fp32':>8} {'TFLOP/s':>8} {'of ceil':>7} {'compile s':>9} "
-            f"{'train s':>8} {'val acc':>7} {'peak MiB':>8} {'left MiB':>8} {'wall s':>6}")
+            f"{'train s':>8} {'val acc':>7} {'peak MiB':>8} {'left MiB':>8} {'wall s':>6} {'peak_memory_mb':>14} "
+            f"{'energy_j':>9}")
     autotune.train(cfg, params={"epochs": 1})  # warm the dataset cache, cuDNN and the allocator before any row
     accel.release_memory()
     baseline_mem = chk.memory_mib()
@@ -270,7 +283,9 @@ def rows(chk: Check, device: str, kind: str, sizes: Sizes, compile_rows: bool) -
         mem = (f"{row['peak_mib']:>8} {row['left_mib']:>8}" if "peak_mib" in row else f"{'-':>8} {'-':>8}")
         chk.say(f"  {name:<38} {row['samples_per_s']:>10,.0f} {ratio:>7.2f}x {row['tflops']:>8.3g} {share:>7} "
                 f"{row['compile_time_s']:>9.2f} {row['train_time_s']:>8.2f} {row['val_accuracy']:>7.3f} {mem} "
-                f"{row['wall_s']:>6.1f}")
+                f"{row['wall_s']:>6.1f} {_num(row['peak_memory_mb'], 14, ',.0f')} {_num(row['energy_j'], 9, ',.1f')}")
+        if name.startswith("fp32, TF32 off"):  # once per model: what measured the meters (or why one is absent)
+            chk.say(f"  (meters: {row['meters']})")
         chk.save()
 
 
@@ -330,7 +345,7 @@ def study(chk: Check, device: str, sizes: Sizes) -> None:
             f"{' x '.join(cfg.space)}; cnn {list(cfg.model.channels)}/{cfg.model.hidden}, "
             f"{cfg.data.n_samples} images, batch {cfg.train['batch_size']}, {cfg.train['epochs']} epochs")
     chk.say(f"  {'trial':>5} {'precision':<9} {'ch_last':<7} {'compile':<7} {'state':<8} {'samples/s':>10} "
-            f"{'compile s':>9} {'train s':>8} {'val acc':>7} {'left MiB':>8}  stop")
+            f"{'compile s':>9} {'train s':>8} {'val acc':>7} {'left MiB':>8} {'peak MB':>8} {'energy J':>9}  stop")
     accel.release_memory()
     baseline_mem = chk.memory_mib()
 
@@ -338,7 +353,8 @@ def study(chk: Check, device: str, sizes: Sizes) -> None:
         ua, p = t.user_attrs, t.params
         rec = {"number": t.number, "params": p, "state": t.state.name,
                **{k: ua.get(k) for k in ("samples_per_s", "compile_time_s", "train_time_s", "val_accuracy",
-                                         "stop_reason", "stop_detail", "error")}}
+                                         "peak_memory_mb", "energy_j", "meters", "stop_reason", "stop_detail",
+                                         "error")}}
         if chk.cuda:
             rec["left_mib"] = round(chk.memory_mib() - baseline_mem, 1)
         chk.figures["study"].append(rec)
@@ -354,7 +370,8 @@ def study(chk: Check, device: str, sizes: Sizes) -> None:
         chk.say(f"  {t.number:>5} {p.get('precision', '-'):<9} {str(p.get('channels_last', '-')):<7} "
                 f"{str(p.get('compile', '-')):<7} {t.state.name:<8} {num('samples_per_s', '>10,.0f')} "
                 f"{num('compile_time_s', '>9.2f')} {num('train_time_s', '>8.2f')} {num('val_accuracy', '>7.3f')} "
-                f"{num('left_mib', '>8.1f') if chk.cuda else '-':>8}  {stop[:160]}")
+                f"{num('left_mib', '>8.1f') if chk.cuda else '-':>8} {_num(rec['peak_memory_mb'], 8, ',.0f')} "
+                f"{_num(rec['energy_j'], 9, ',.1f')}  {stop[:160]}")
 
     res = autotune.TuneResult(study=study_mod.run(cfg, fresh=True, callbacks=[on_trial]), config=cfg)
     best = res.best

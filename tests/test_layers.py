@@ -1,4 +1,5 @@
-"""The layering (issue 21): cli → observe → study → speed → fit → config → search → compress → training → spec → core.
+"""The layering (issue 21): cli → observe → study → speed → integrations → fit → config → search → compress →
+training → spec → core.
 
 No module under autotune/ reaches for the root package (it sits above every layer), and import-linter's contract
 in pyproject.toml holds, and does catch an upward import.
@@ -86,7 +87,7 @@ def test_the_layers_contract_catches_an_upward_import(tmp_path: Path) -> None:
 
 
 FACES = ("core", "spec", "training", "training.data", "training.distributed", "compress", "search", "config", "fit",
-         "speed", "study", "observe", "cli")
+         "integrations", "speed", "study", "observe", "cli")
 
 
 @pytest.mark.parametrize("package", FACES)

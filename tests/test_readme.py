@@ -47,3 +47,29 @@ def test_own_training_example_runs(tmp_path: Path) -> None:
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     assert "3 trials in the study" in proc.stdout and "val_f1" in proc.stdout
+
+
+def _marked(example: str) -> tuple[int, int]:
+    """The lines an example marks `# autotune` (those tuning added or changed), and those marked optional."""
+    text = (Path(__file__).resolve().parent.parent / "examples" / f"{example}.py").read_text()
+    lines = [ln for ln in text.splitlines() if re.search(r"(?<!`)# autotune\b", ln)]
+    optional = [ln for ln in lines if "# autotune (optional)" in ln]
+    return len(lines) - len(optional), len(optional)
+
+
+def test_the_integration_examples_add_the_lines_readme_and_docs_say() -> None:
+    docs = Path(__file__).resolve().parent.parent / "docs" / "howto"
+    hf_readme = re.search(r"hf_text\.py`\) adds or changes (\d+) lines of its script \((\d+)\s+added, (\d+) "
+                          r"changed\), (\d+) more", README)
+    assert hf_readme is not None
+    hf_page = (docs / "hf.md").read_text()
+    hf_doc = re.search(r"That is (\d+) lines of your script, (\d+) added and (\d+) changed \((\d+) more", hf_page)
+    assert hf_doc is not None and hf_doc.groups() == hf_readme.groups()
+    total, added, changed, optional = map(int, hf_readme.groups())
+    assert _marked("hf_text") == (total, optional) and added + changed == total
+    assert (hf_page.count("# + 1"), hf_page.count("# ~ 1")) == (added, changed)
+    lightning = re.search(r"\*\*(\d+) added lines\*\*", README)
+    assert lightning is not None and _marked("digits_lightning") == (int(lightning.group(1)), 0)
+    page = (docs / "lightning.md").read_text()
+    assert "three lines hand them to autotune" in page and int(lightning.group(1)) == 3
+    assert page.split("```python", 1)[1].split("```", 1)[0].count("# added") == 3

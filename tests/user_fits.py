@@ -559,3 +559,19 @@ def fit_logs_settings(ctx: autotune.TrialContext) -> None:
             sched.step()
         acc, val_loss = accuracy(ctx.model, ctx)
         ctx.report(val_accuracy=acc, val_loss=val_loss)
+
+
+def fit_holds_memory(ctx: autotune.TrialContext) -> None:
+    """Holds `user.hold_mb` MB more host memory in each epoch (written, so resident) until the trial ends, and
+    reports `score` = hold_mb: the trial that takes the most memory scores best."""
+    hold_mb = int(ctx.params["hold_mb"])
+    model, _ = ctx.prepare(MLP())
+    train = ctx.loader((X, Y))
+    held = []
+    for _ in ctx.epochs():
+        model.train()
+        held.append(torch.ones(hold_mb * 2**18))  # float32: 2**18 values a MB
+        for x, y in train:
+            ctx.backward(nn.functional.cross_entropy(model(x), y))
+        acc, val_loss = accuracy(ctx.model, ctx)
+        ctx.report(val_accuracy=acc, val_loss=val_loss, score=float(hold_mb))

@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
-from autotune.config.checks import dataset_names, dataset_task, model_names, pruner_names, sampler_names
+from autotune.config.checks import (
+    check_one_device,
+    dataset_names,
+    dataset_task,
+    model_names,
+    pruner_names,
+    sampler_names,
+)
 from autotune.config.loader import from_dict, load, read_yaml
 from autotune.core import ConfigError
 from autotune.spec import (
@@ -17,6 +24,7 @@ from autotune.spec import (
 
 __all__ = [
     "ConfigError", "DataConfig", "DistillConfig", "ModelConfig", "ParamSpec", "RunConfig", "TASKS",
-    "TASK_METRICS", "dataset_names", "dataset_task", "from_dict", "load", "model_names", "pruner_names", "read_yaml",
+    "TASK_METRICS", "check_one_device",
+    "dataset_names", "dataset_task", "from_dict", "load", "model_names", "pruner_names", "read_yaml",
     "sampler_names",
 ]

@@ -10,9 +10,11 @@ from autotune.core import (
     CLOCKS,
     DIRECTIONS,
     INFERENCE,
+    AutotuneError,
     ConfigError,
     check_fit_signature,
     load_factory,
+    one_device_adapter,
     one_of,
     resolve_path,
     shown,
@@ -72,12 +74,37 @@ def _check_semantics(cfg: RunConfig, file: str, source: str) -> RunConfig:
     metrics = [o.metric for o in cfg.objectives]
     if len(set(metrics)) != len(metrics):
         raise ConfigError(file, "objectives", f"each metric may appear once; got {metrics}")
+    _check_measurable(cfg, file)
     _check_user_training(cfg, file)
     _check_sampler(cfg, file)
     _check_pruner(cfg, file)
     _check_data(cfg, file, source)
     _check_model(cfg, file, source)
     return _with_defaults(cfg, source)
+
+
+def _check_measurable(cfg: RunConfig, file: str) -> None:
+    """A meter's metric (peak_memory_mb, energy_j) as an objective or a `max_` constraint needs its meter on each
+    device the study may train on; as a plain record it is simply absent where it cannot be measured."""
+    from autotune.training import accel, energy_unavailable, memory_unavailable
+
+    meters = {"peak_memory_mb": memory_unavailable, "energy_j": energy_unavailable}
+    used = [(f"objectives.{i}.metric", o.metric) for i, o in enumerate(cfg.objectives) if o.metric in meters]
+    used += [(f"constraints.max_{m}", m) for m in cfg.constraints.caps() if m in meters]
+    if not used:
+        return
+    devices = cfg.space["device"].choices if "device" in cfg.space else None
+    for name in devices or [cfg.train.get("device", SETTINGS["device"].default)]:
+        try:
+            dev = accel.resolve_device(str(name))
+        except AutotuneError:  # a device this machine lacks: said when a trial asks for it
+            continue
+        for where, metric in used:
+            why = meters[metric](dev)
+            if why is not None:
+                raise ConfigError(file, where, f"{metric} cannot be measured on device {name} here: {why}; allowed "
+                                  "where measured: peak_memory_mb on a CUDA GPU or a Linux CPU, energy_j on an NVIDIA "
+                                  "GPU through NVML (nvidia-ml-py) or a CPU with readable RAPL counters")
 
 
 def _check_train_values(cfg: RunConfig, file: str) -> None:
@@ -199,7 +226,25 @@ def _check_user_training(cfg: RunConfig, file: str) -> None:
     if cfg.trainer is not None:
         fn = load_factory(cfg.trainer, file, "trainer", near=cfg.source)
         check_fit_signature(fn, cfg.trainer, file)
+        check_one_device(cfg, fn, file)
         _check_builtin_only(cfg, file)
+
+
+def check_one_device(cfg: RunConfig, fn: Any, file: str | None) -> None:
+    """A training function through a framework adapter that trains a trial on one device (the HF Trainer, Lightning)
+    with `devices` above 1, fixed or searched: refused before any trial runs."""
+    spec = cfg.space.get("devices")
+    if spec is None:
+        values, where = [cfg.train.get("devices", SETTINGS["devices"].default)], "train.devices"
+    else:
+        values = list(spec.choices) if spec.choices is not None else [spec.low, spec.high]
+        where = "space.devices"
+    if all(int(v) <= 1 for v in values if v is not None):
+        return
+    adapter = one_device_adapter(fn)
+    if adapter is not None:
+        raise ConfigError(file, where, f"{adapter} trains a trial on one device; allowed: 1 (got "
+                                       f"{', '.join(str(v) for v in values if v is not None)})")
 
 
 # Steps on the built-in trainer's model and data that a user's training function does not expose.
@@ -333,9 +378,9 @@ def _check_model_keys(m: ModelConfig, file: str, where: str) -> None:
         return
     takes = models.model_keys(str(m.name))
     fields = m.model_dump()
-    if m.name == "torchvision" and fields["arch"] is None:
-        raise ConfigError(file, f"{where}.arch", "torchvision needs an arch, e.g. resnet18 (a name from "
-                                                 "torchvision.models.list_models())")
+    if m.name in ("torchvision", "timm") and fields["arch"] is None:
+        lister = "torchvision.models.list_models()" if m.name == "torchvision" else "timm.list_models()"
+        raise ConfigError(file, f"{where}.arch", f"{m.name} needs an arch, e.g. resnet18 (a name from {lister})")
     for key in models.MODEL_KEYS:
         value = fields[key]
         if value is None:
@@ -345,8 +390,8 @@ def _check_model_keys(m: ModelConfig, file: str, where: str) -> None:
         why = models.check_value(m.name, key, value)
         if why is not None:
             raise ConfigError(file, f"{where}.{key}", why)
-    if m.name == "torchvision":
-        bad = sorted({"weights", "pretrained", "weights_backbone"} & set(m.kwargs))
+    if m.name in ("torchvision", "timm"):
+        bad = sorted(set(models.NO_DOWNLOAD) & set(m.kwargs))
         if bad:
             raise ConfigError(file, f"{where}.kwargs.{bad[0]}", "autotune never downloads weights; give a local "
                                                                  "state dict as model.checkpoint")

@@ -42,14 +42,22 @@ from autotune.core.metrics import (
     shown_with,
     task_metrics,
 )
-from autotune.core.userref import check_fit_signature, code_where, importable, load_factory, resolve_path
+from autotune.core.userref import (
+    ONE_DEVICE,
+    check_fit_signature,
+    code_where,
+    importable,
+    load_factory,
+    one_device_adapter,
+    resolve_path,
+)
 from autotune.core.version import __version__
 
 __all__ = [
     "AutotuneError", "CATALOGUE", "CLOCKS", "ConfigError", "ConfigWarning", "DIRECTIONS", "EPOCH_FIELDS", "INFERENCE",
     "PER_EPOCH", "REPORTED", "STOP_REASONS", "TrialStopped", "__version__", "library_file", "check_fit_signature",
-    "code_where", "config_warnings_as_lines", "describe_exception", "exit_text", "fmt", "importable",
+    "ONE_DEVICE", "code_where", "config_warnings_as_lines", "describe_exception", "exit_text", "fmt", "importable",
     "is_fraction", "is_quality", "label", "load_factory", "lookup", "message_and_where", "one_of",
-    "per_epoch", "redact", "resolve_path", "short", "shorten", "shown",
+    "one_device_adapter", "per_epoch", "redact", "resolve_path", "short", "shorten", "shown",
     "shown_with", "suggest", "task_metrics", "unknown", "user_frame", "user_where", "warn_config",
 ]

@@ -18,7 +18,7 @@ T = TypeVar("T")
 
 # Why a trial stopped before its last epoch (stored as the trial's `stop_reason`).
 STOP_REASONS = ("diverged", "slow", "oom", "dominated", "early_stopped", "pruned", "unsupported", "error",
-                "orphaned", "hang", "timeout", "interrupted")
+                "orphaned", "hang", "timeout", "interrupted", "memory")
 
 
 MESSAGE_LIMIT = 2000  # characters of one ConfigError's message (the allowed names of a registry fit)

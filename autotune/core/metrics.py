@@ -83,6 +83,11 @@ CATALOGUE: dict[str, Metric] = {m.name: m for m in (
        "clock", objective=False, record=True),
     _m("compile_time_s", "minimize", "compile time (s)", "compile", _seconds, False, "clock", objective=False),
     _m("lr", None, "learning rate", "lr", _plain, True, "clock", objective=False, record=True),
+    # the trial's peak memory and energy so far (training/context/memory.py, energy.py): shown where measured
+    _m("peak_memory_mb", "minimize", "peak memory (MB)", "memory", lambda v: f"{v:,.0f}MB", True, "clock",
+       shown=True, record=True),
+    _m("energy_j", "minimize", "energy (J)", "energy", lambda v: f"{v:,.1f}J", True, "clock", shown=True,
+       record=True),
     _m("val_accuracy_before_compress", "maximize", "validation accuracy before compression", "acc before",
        lambda v: f"{v:.4f}", False, "compression", objective=False, task="classification", fraction=True),
     _m("compress_time_s", "minimize", "compression time (s)", "compress", _seconds, False, "compression",

@@ -12,6 +12,10 @@ from typing import Any
 
 from autotune.core.errors import ConfigError, describe_exception, library_file
 
+# A framework a user's module imports -> the autotune extra that installs it (a missing one is named by its extra)
+EXTRAS = {"lightning": "lightning", "pytorch_lightning": "lightning", "timm": "timm", "torchvision": "vision",
+          "transformers": "hf", "accelerate": "hf"}
+
 
 def check_fit_signature(fn: Any, ref: str, file: str) -> None:
     """A training function is called as fn(ctx): exactly one positional parameter without a default."""
@@ -30,6 +34,43 @@ def check_fit_signature(fn: Any, ref: str, file: str) -> None:
                                            f"takes ({shown})")
 
 
+# The attribute a framework adapter sets on a training function (hf.trainer_fit's) or on itself (lightning.fit): its
+# name, when it trains a trial on one device only (checked against `devices` at validation).
+ONE_DEVICE = "autotune_one_device"
+
+
+def one_device_adapter(fn: Any) -> str | None:
+    """The adapter that trains `fn`'s trials on one device: `fn` made by it (marked), or one `fn`'s code calls by a
+    name it reads (`tune_lightning.fit(...)`, an imported `fit`). An adapter reached through another function of the
+    user's is not seen here: the adapter refuses several devices when it runs."""
+    if _marked(fn) is not None:
+        return _marked(fn)
+    code, names = getattr(fn, "__code__", None), getattr(fn, "__globals__", None)
+    if code is None or not isinstance(names, dict):
+        return None
+    read: set[str] = set()
+    todo = [code]
+    while todo:  # (the names of nested functions and comprehensions too)
+        c = todo.pop()
+        read.update(c.co_names)
+        todo.extend(k for k in c.co_consts if hasattr(k, "co_names"))
+    for name in read & set(names):
+        obj = names[name]
+        found = [obj, *(vars(obj).get(n) for n in read)] if isinstance(obj, type(os)) else [obj]
+        for o in found:
+            if _marked(o) is not None:
+                return _marked(o)
+    return None
+
+
+def _marked(obj: Any) -> str | None:
+    try:  # (any object a user's module holds: one whose __getattr__ raises is not an adapter)
+        marked = getattr(obj, ONE_DEVICE, None)
+    except Exception:
+        return None
+    return marked if isinstance(marked, str) else None
+
+
 def code_where(fn: Any) -> str:
     """`file.py:LINE in name` where a user's function is defined ('' for a callable without Python code): the
     place an error about what the function did as a whole (returned, never reported) points at."""
@@ -39,6 +80,7 @@ def code_where(fn: Any) -> str:
     return f"{os.path.basename(code.co_filename)}:{code.co_firstlineno} in {code.co_name}"
 
 
+# A framework a user's module imports -> the extra that installs it (pyproject.toml's optional dependencies).
 # Folders a user's module was imported from that are not on sys.path: processes started to run the user's code
 # (DDP ranks) import it by name, so they get these on their path (`importable`); this process's sys.path does not.
 _FOLDERS: list[str] = []
@@ -59,7 +101,13 @@ def load_factory(ref: str, file: str = "<config>", key: str = "factory", near: s
     try:
         with _on_path(extra) as added:
             module = importlib.import_module(mod_name)
+    except ConfigError as e:  # (autotune's own, from the module's imports: a missing extra)
+        raise ConfigError(file, key, e.message) from None
     except Exception as e:  # ImportError, or the user's module raising on import
+        missing = (getattr(e, "name", None) or "").partition(".")[0] if isinstance(e, ImportError) else ""
+        if missing in EXTRAS:
+            raise ConfigError(file, key, f"cannot import {mod_name!r}: it needs {missing}, which is not installed: "
+                                         f"pip install 'autotune[{EXTRAS[missing]}]'") from None
         raise ConfigError(file, key, f"cannot import {mod_name!r}: {describe_exception(e)}") from None
     _FOLDERS.extend(f for f in added if f not in _FOLDERS)
     fn = module.__dict__.get(attr)

@@ -6,7 +6,7 @@ Run before a study (or a worker) starts, by `autotune.train`, `autotune profile`
 
 from __future__ import annotations
 
-from autotune.core import AutotuneError, ConfigError, describe_exception, warn_config
+from autotune.core import AutotuneError, ConfigError, describe_exception, load_factory, warn_config
 from autotune.search import pruners, samplers, space
 from autotune.spec import RunConfig
 from autotune.training import accel, augment, data, distributed, models
@@ -62,7 +62,7 @@ def notes(cfg: RunConfig) -> list[str]:
     once it runs, so the note comes when the range does not hold 1.0 (a multiplier's range holds it; 1e-3..1e-2
     as a multiplier would shrink the fit's own rates a hundred- to a thousand-fold)."""
     spec = cfg.space.get("lr")
-    if cfg.trainer is None or spec is None:
+    if cfg.trainer is None or spec is None or _trains_searched_optimizer(cfg):
         return []
     values = list(spec.choices) if spec.choices is not None else [spec.low, spec.high]
     numbers = [float(v) for v in values if isinstance(v, (int, float)) and not isinstance(v, bool)]
@@ -72,6 +72,16 @@ def notes(cfg: RunConfig) -> list[str]:
             "your fit trains with the searched optimizer (ctx.prepare(model)); on an optimizer your fit builds and "
             "passes to ctx.prepare it multiplies each parameter group's own lr (search it around 1.0 then, e.g. "
             "0.25 to 4.0); each trial's rates are stored as user attr effective_lrs"]
+
+
+def _trains_searched_optimizer(cfg: RunConfig) -> bool:
+    """The training function always trains with the searched optimizer (a framework adapter of
+    autotune.integrations says so): its lr is the learning rate."""
+    try:
+        fn = load_factory(str(cfg.trainer), cfg.file, "trainer", near=cfg.source)
+    except AutotuneError:
+        return False
+    return bool(getattr(fn, "autotune_searched_optimizer", False))
 
 
 def _check_augment(cfg: RunConfig, input_shape: tuple[int, ...], file: str) -> None:

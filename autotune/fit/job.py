@@ -56,7 +56,8 @@ def job_for(cfg: RunConfig, values: dict[str, Any], seed: int, measure_inference
     settings, user = space.split(values)
     p = cfg.pruning
     limits = Limits(loss_factor=p.divergence.loss_factor if p.divergence is not None else None,
-                    max_trial_seconds=p.slow.max_trial_seconds, hang_seconds=p.slow.hang_seconds) \
+                    max_trial_seconds=p.slow.max_trial_seconds, hang_seconds=p.slow.hang_seconds,
+                    max_peak_memory_mb=cfg.constraints.max_peak_memory_mb) \
         if study_rules else Limits()
     return trainer.TrainJob(
         config=cfg, settings=settings, seed=seed, limits=limits, measure_inference=measure_inference, fit=fit,

@@ -14,7 +14,7 @@ from torch import nn
 
 from autotune.core import __version__
 from autotune.spec import PRECISIONS
-from autotune.training import accel
+from autotune.training import accel, energy_unavailable, memory_unavailable
 
 
 @dataclass
@@ -56,6 +56,12 @@ def report(device: str = "auto", with_compile: bool = True) -> dict[str, Any]:
     checks.append(_try_channels_last(dev))
     if with_compile:
         checks.append(_try_compile(dev))
+    # the meters: may peak_memory_mb and energy_j be objectives or constraints here
+    why = memory_unavailable(dev)
+    checks.append(Check("peak_memory_mb", why is None, why or ("the CUDA allocator's peak" if dev.type == "cuda"
+                                                               else "the process's resident high-water mark")))
+    why = energy_unavailable(dev)
+    checks.append(Check("energy_j", why is None, why or ("NVML" if dev.type == "cuda" else "RAPL counters")))
     info = {
         "autotune": __version__, "torch": torch.__version__, "optuna": optuna.__version__,
         "python": platform.python_version(), "platform": platform.platform(),

@@ -15,7 +15,7 @@ COLORS = {
     "recommended": "#d62728", "pareto": "#1f77b4", "complete": "#7fb3e0", "infeasible": "#9467bd",
     "pruned": "#ff7f0e", "failed": "#7f7f7f", "early_stopped": "#2ca02c",
     "dominated": "#ff7f0e", "diverged": "#8c564b", "slow": "#e377c2", "oom": "#bcbd22", "unsupported": "#17becf",
-    "error": "#7f7f7f", "hang": "#e377c2", "timeout": "#c5b0d5", "interrupted": "#7f7f7f",
+    "error": "#7f7f7f", "hang": "#e377c2", "timeout": "#c5b0d5", "interrupted": "#7f7f7f", "memory": "#dbdb8d",
 }
 
 

@@ -21,7 +21,8 @@ tr.rec { background: #fde8e8; } .note { color: #8a6d3b; background: #fcf8e3; pad
 
 
 def _table(top: list[dict[str, Any]], metrics: list[str]) -> str:
-    cols = shown_with(metrics)
+    # (a shown metric nothing measured, energy without a counter, gets no column of dashes)
+    cols = [c for c in shown_with(metrics) if c in metrics or any(c in r["metrics"] for r in top)]
     head = "".join(f"<th>{html.escape(c)}</th>" for c in ["trial", "", *cols, "precision", "settings"])
     rows = []
     for r in top:

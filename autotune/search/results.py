@@ -53,13 +53,17 @@ class TrialSummary:
 
     def records(self) -> list[EpochRecord]:
         """`history` as EpochRecords, the type of `TrainResult.history` (`rec.epoch`, `rec.val_accuracy`); a clock
-        an old record lacks is NaN. A stored epoch's keys other than the record's own fields (core.EPOCH_FIELDS) are
-        reported metrics."""
+        an old record lacks is NaN, a meter's reading it lacks (peak_memory_mb, energy_j: a field with a default)
+        None. A stored epoch's keys other than the record's own fields (core.EPOCH_FIELDS) are reported metrics."""
+        import dataclasses
+
         from autotune.training import EpochRecord
 
+        required = {f.name for f in dataclasses.fields(EpochRecord) if f.default is dataclasses.MISSING
+                    and f.default_factory is dataclasses.MISSING}
         return [EpochRecord(epoch=int(h.get("epoch", n)), metrics={k: v for k, v in h.items() if k != "epoch" and
                                                                    k not in EPOCH_FIELDS},
-                            **{k: float(h.get(k, math.nan)) for k in EPOCH_FIELDS})
+                            **{k: float(h.get(k, math.nan)) for k in EPOCH_FIELDS if k in h or k in required})
                 for n, h in enumerate(self.history, start=1)]
 
     def row(self) -> dict[str, Any]:

@@ -11,7 +11,7 @@ SAMPLER_NAMES = ("tpe", "random", "gp", "cmaes", "nsga2", "qmc", "grid")
 PRUNER_NAMES = ("none", "median", "percentile", "successive_halving", "hyperband", "threshold", "wilcoxon", "pareto",
                 "pareto_asha")
 DATASET_NAMES = ("digits", "synthetic", "npz", "image_folder", "cifar10", "cifar100", "diabetes", "mnist1d")
-MODEL_NAMES = ("cnn", "cnn1d", "mlp", "resnet", "torchvision")
+MODEL_NAMES = ("cnn", "cnn1d", "mlp", "resnet", "torchvision", "timm")
 OPTIMIZER_NAMES = ("sgd", "sgd_nesterov", "adam", "adamw", "rmsprop")
 SCHEDULE_NAMES = ("constant", "cosine", "onecycle")
 INIT_NAMES = ("default", "xavier_uniform", "xavier_normal", "kaiming_uniform", "kaiming_normal", "orthogonal")

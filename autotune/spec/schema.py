@@ -11,7 +11,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
 
-from autotune.core import DIRECTIONS, shown, task_metrics, unknown
+from autotune.core import CATALOGUE, DIRECTIONS, shown, task_metrics, unknown
 from autotune.spec.names import DATASET_NAMES, MODEL_NAMES, PRUNER_NAMES, SAMPLER_NAMES
 from autotune.spec.settings import merge
 
@@ -136,7 +136,7 @@ class ModelConfig(_Model):
     hidden: Int | None = Field(None, ge=1)  # cnn: head width; mlp: layer width (default 128)
     depth: Int | None = Field(None, ge=1)  # mlp: hidden layers (2); resnet: 6n+2 layers (20); cnn1d: conv blocks (3)
     width: Int | None = Field(None, ge=1)  # resnet: first stage's channels, doubled per stage (16); cnn1d: channels
-    arch: str | None = None  # torchvision: a model name of torchvision.models, e.g. resnet18
+    arch: str | None = None  # torchvision / timm: a model name (torchvision.models, timm.list_models()), e.g. resnet18
     kwargs: dict[str, Any] = Field(default_factory=dict)  # extra builder arguments
     checkpoint: str | None = None  # a state dict every trial warm-starts from
 
@@ -256,6 +256,14 @@ class MostAccurateUnder(_Model):
 
 class Constraints(_Model):
     max_accuracy_drop: Float | None = Field(None, ge=0, lt=1)  # compression may cost at most this much accuracy
+    # max_METRIC: a trial whose METRIC ends above this is infeasible (never on the front nor recommended)
+    max_peak_memory_mb: Float | None = Field(None, gt=0)  # also stops a trial whose peak crosses it mid-training
+    max_energy_j: Float | None = Field(None, gt=0)  # needs an energy counter where the study runs
+
+    def caps(self) -> dict[str, float]:
+        """metric -> the most it may reach: each `max_METRIC` set, METRIC a catalogued metric (not accuracy_drop,
+        a difference of two)."""
+        return {k[len("max_"):]: float(v) for k, v in self if v is not None and k[len("max_"):] in CATALOGUE}
 
 
 class DistillConfig(_Model):

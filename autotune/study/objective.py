@@ -217,10 +217,19 @@ class Objective:
         if result.stopped_early_at is not None:  # a finished trial: values are its last epoch's
             trial.set_user_attr("stop_reason", "early_stopped")
             trial.set_user_attr("stop_epoch", result.stopped_early_at)
-        if cfg.constraints.max_accuracy_drop is not None and "val_accuracy_before_compress" in result.extra:
-            drop = result.extra["val_accuracy_before_compress"] - result.val_accuracy
-            trial.set_constraint("accuracy_drop", drop - cfg.constraints.max_accuracy_drop)
+        self._constrain(trial, result, metrics)
+        trial.set_user_attr("meters", result.meters)  # what measured peak_memory_mb and energy_j, or why not
         return out if len(out) > 1 else out[0]
+
+    def _constrain(self, trial: optuna.Trial, result: TrainResult, metrics: dict[str, float]) -> None:
+        """`constraints:` as Optuna's (feasible when <= 0; samplers read them, the front leaves the others out)."""
+        c = self.cfg.constraints
+        if c.max_accuracy_drop is not None and "val_accuracy_before_compress" in result.extra:
+            drop = result.extra["val_accuracy_before_compress"] - result.val_accuracy
+            trial.set_constraint("accuracy_drop", drop - c.max_accuracy_drop)
+        for metric, cap in c.caps().items():  # (validation made sure each is measured where the study runs)
+            if metric in metrics:
+                trial.set_constraint(metric, float(metrics[metric]) - cap)
 
     def _train(self, trial: optuna.Trial, values: dict[str, Any], seed: int) -> TrainResult:
         """Train; on out-of-memory, with `oom: retry_smaller_batch`, once more at half the batch sizes.

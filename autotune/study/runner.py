@@ -16,6 +16,7 @@ from typing import Any, Protocol, runtime_checkable
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
+from autotune.config import check_one_device
 from autotune.core import ConfigError, __version__, check_fit_signature, redact
 from autotune.fit import Fit, fit_name, preflight
 from autotune.fit import notes as preflight_notes
@@ -307,6 +308,7 @@ def run(cfg: RunConfig, fresh: bool = False, callbacks: list[TrialCallback] | No
     """
     if fit is not None:
         check_fit_signature(fit, fit_name(cfg, fit), cfg.file)
+        check_one_device(cfg, fit, cfg.file)
     preflight(cfg)
     cfg = resolve_teacher(cfg)
     study = open_study(cfg, fresh=fresh)

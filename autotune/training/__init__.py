@@ -8,8 +8,10 @@ Other packages import from here: the names below, and the modules `accel`, `mode
 
 from __future__ import annotations
 
+from autotune.training.context.energy import unavailable as energy_unavailable
 from autotune.training.context.limits import Limits, projected_time_s
 from autotune.training.context.loaders import Batches
+from autotune.training.context.memory import unavailable as memory_unavailable
 from autotune.training.context.misuse import ContextMisuse
 from autotune.training.context.records import EpochRecord, OnEpoch, TrainResult
 from autotune.training.context.state import TrialSetup, TrialState
@@ -22,5 +24,6 @@ from autotune.training.throughput import Measurement, ProbeDone, ProbeWindow, Re
 __all__ = [
     "Batches", "ContextMisuse", "DATASETS", "Dataset", "EpochRecord", "Limits", "MODELS", "Measurement", "OnEpoch",
     "ProbeDone", "ProbeWindow", "RepeatedWindow", "TrainResult", "TrialContext", "TrialSetup", "TrialState",
-    "augment", "cpu_cores", "devices_wanted", "projected_time_s", "run_fit", "trial_session", "unsupported_combination",
+    "augment", "cpu_cores", "devices_wanted", "energy_unavailable", "memory_unavailable", "projected_time_s", "run_fit",
+    "trial_session", "unsupported_combination",
 ]

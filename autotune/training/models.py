@@ -1,4 +1,5 @@
-"""Model builders (`cnn`, `cnn1d`, `mlp`, `resnet`, `torchvision`, a user factory) and weight-initialization schemes.
+"""Model builders (`cnn`, `cnn1d`, `mlp`, `resnet`, `torchvision`, `timm`, a user factory) and weight-initialization
+schemes.
 
 `MODELS` is the registry: name -> builder. A builder takes `(input_shape, n_classes, <architecture
 keys>, dropout)`; the architecture keys it takes (`model_keys`) are read from its signature, so the
@@ -23,8 +24,10 @@ from autotune.training.data.registry import factory_kwargs
 # Keys of the model section that describe the architecture (fixed in `model:` or searched as `model.KEY`).
 MODEL_KEYS = ("channels", "hidden", "depth", "width", "arch")
 KEY_RULES = {"channels": "a non-empty list of positive integers", "hidden": "an integer >= 1",
-             "depth": "an integer >= 1", "width": "an integer >= 1", "arch": "a torchvision model name"}
+             "depth": "an integer >= 1", "width": "an integer >= 1", "arch": "a torchvision or timm model name"}
 VISION_PIP = "pip install 'autotune[vision]'"
+TIMM_PIP = "pip install 'autotune[timm]'"
+NO_DOWNLOAD = ("weights", "pretrained", "weights_backbone", "pretrained_cfg", "pretrained_cfg_overlay")
 
 
 def cnn(input_shape: tuple[int, ...], n_classes: int, channels: tuple[int, ...] = (32, 64), hidden: int = 128,
@@ -166,8 +169,49 @@ def _arch_message(arch: Any, tvm: Any) -> str:
            f"{', '.join(names[:12])}, ... ({len(names)} in all: torchvision.models.list_models())"
 
 
+# ---------------------------------------------------------------- timm, an optional extra
+
+
+def _timm() -> Any:
+    """`timm`, or a ConfigError naming the install command (timm needs a torchvision built for this torch)."""
+    try:
+        import timm as timm_module
+    except ImportError as e:
+        missing = getattr(e, "name", None) or "timm"
+        what = "timm is not installed" if missing == "timm" else f"timm cannot import {missing}"
+        raise ConfigError(None, "model.name", f"{what}: {TIMM_PIP} (with the torchvision release built for torch "
+                                              f"{torch.__version__})") from None
+    except Exception as e:  # e.g. a torchvision wheel built for another torch, which timm imports
+        raise ConfigError(None, "model.name", f"timm is installed but cannot be imported ({type(e).__name__}: "
+                                              f"{str(e).splitlines()[0] if str(e) else ''}); install the torchvision "
+                                              f"release built for torch {torch.__version__}") from None
+    return timm_module
+
+
+def timm(input_shape: tuple[int, ...], n_classes: int, arch: str = "resnet18", dropout: float = 0.0,
+         **kwargs: Any) -> nn.Module:
+    """A timm architecture by name (`timm.create_model`), randomly initialized (`pretrained=False`: never a
+    download; transfer learning from a local file with model.checkpoint), for images of any channel count
+    (`in_chans`); `dropout` is its classifier's `drop_rate`, `kwargs` go to create_model."""
+    tm = _timm()
+    if not tm.is_model(arch):
+        raise ConfigError(None, "model.arch", _timm_arch_message(arch, tm))
+    if len(input_shape) != 3:
+        raise ConfigError(None, "model.name", f"timm's models take images (C, H, W); got shape {input_shape}: use "
+                                              "mlp or cnn1d")
+    return tm.create_model(arch, pretrained=False, num_classes=n_classes, in_chans=input_shape[0],
+                           drop_rate=dropout, **kwargs)
+
+
+def _timm_arch_message(arch: Any, tm: Any) -> str:
+    near = tm.list_models(f"*{str(arch)[:4]}*")[:8] if isinstance(arch, str) and arch else []
+    return f"unknown timm arch {arch!r}{suggest(str(arch), tm.list_models())}; e.g. " \
+           f"{', '.join(near or ['resnet18', 'efficientnet_b0', 'mobilenetv3_small_100', 'vit_tiny_patch16_224'])}" \
+           f" ({len(tm.list_models())} in all: timm.list_models())"
+
+
 MODELS: dict[str, Callable[..., nn.Module]] = {"cnn": cnn, "cnn1d": cnn1d, "mlp": mlp, "resnet": resnet,
-                                               "torchvision": torchvision}
+                                               "torchvision": torchvision, "timm": timm}
 
 
 def model_keys(name: str) -> tuple[str, ...]:
@@ -200,6 +244,13 @@ def check_value(name: str | None, key: str, value: Any) -> str | None:
                 return e.message
             if value not in tvm.list_models(module=tvm):
                 return _arch_message(value, tvm)
+        if name == "timm":
+            try:
+                tm = _timm()
+            except ConfigError as e:
+                return e.message
+            if not tm.is_model(value):
+                return _timm_arch_message(value, tm)
         return None
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         return f"{key} must be {KEY_RULES[key]}; got {value!r}"

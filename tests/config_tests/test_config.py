@@ -39,6 +39,8 @@ def test_bad_config_message(path: Path, tmp_path: Path, monkeypatch: pytest.Monk
         pytest.skip("this machine has CUDA")
     if path.stem == "torchvision_missing" and _torchvision_works():
         pytest.skip("this machine has a working torchvision")
+    if path.stem == "timm_missing" and _timm_works():
+        pytest.skip("this machine has a working timm")
     monkeypatch.chdir(tmp_path)  # relative paths (studies/) must not land in the repo
     with pytest.raises(ConfigError) as info:
         validate(config.load(path))
@@ -47,6 +49,14 @@ def test_bad_config_message(path: Path, tmp_path: Path, monkeypatch: pytest.Monk
     assert re.search(expected(path), msg), f"{msg!r} does not match {expected(path)!r}"
     assert "\n" not in msg
     assert not (tmp_path / "studies").exists(), "a bad config must not create a study"
+
+
+def _timm_works() -> bool:
+    try:
+        import timm  # noqa: F401
+    except Exception:
+        return False
+    return True
 
 
 def _torchvision_works() -> bool:

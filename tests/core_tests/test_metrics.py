@@ -64,7 +64,8 @@ def test_formats_labels_and_short_names() -> None:
     assert metrics.label("train_time_s") == "training time (s)" and metrics.label("val_f1") == "val_f1"
     assert metrics.short("val_accuracy") == "acc" and metrics.short("val_f1") == "val_f1"
     assert metrics.shown_with(["val_f1", "train_time_s"]) == ["val_f1", "train_time_s", "val_accuracy",
-                                                               "samples_per_s"]
+                                                               "samples_per_s", "peak_memory_mb", "energy_j"]
+    assert metrics.fmt("peak_memory_mb", 1234.4) == "1,234MB" and metrics.fmt("energy_j", 12.345) == "12.3J"
 
 
 def test_quality_and_per_epoch_rules() -> None:
@@ -82,7 +83,7 @@ def test_every_epoch_record_field_is_a_catalogued_per_epoch_metric() -> None:
     assert all(metrics.CATALOGUE[f].per_epoch for f in fields)
     # today's sets, derived: the record's clocks are the per-epoch clocks; train_loss is the one reported field
     assert metrics.EPOCH_FIELDS == ("train_loss", "epoch_time_s", "train_time_s", "samples_per_s",
-                                    "data_wait_fraction", "lr")
+                                    "data_wait_fraction", "lr", "peak_memory_mb", "energy_j")
     assert [f for f in fields if metrics.CATALOGUE[f].source == "clock"] == \
         [m for m in metrics.CLOCKS if metrics.CATALOGUE[m].per_epoch]
     rec = EpochRecord(epoch=1, train_loss=0.5, epoch_time_s=1.0, train_time_s=2.0, samples_per_s=3.0,
@@ -92,6 +93,11 @@ def test_every_epoch_record_field_is_a_catalogued_per_epoch_metric() -> None:
     summary = results.TrialSummary(number=0, state="COMPLETE", params={}, values={}, metrics={},
                                    history=[rec.as_dict()])
     assert summary.records() == [rec]
+    # a meter with nothing to read (energy on this CPU) is absent from the stored epoch, never zero
+    metered = dataclasses.replace(rec, peak_memory_mb=512.0)
+    assert list(metered.as_dict())[-1] == "peak_memory_mb" and "energy_j" not in metered.as_dict()
+    assert results.TrialSummary(number=0, state="COMPLETE", params={}, values={}, metrics={},
+                                history=[metered.as_dict()]).records() == [metered]
 
 
 def test_every_metric_the_builtin_trainer_reports_is_catalogued(measured: autotune.TrainResult) -> None:

@@ -8,6 +8,8 @@ import pickle
 import sys
 from pathlib import Path
 
+import pytest
+
 from autotune.core import userref
 
 MODULE = '''
@@ -59,3 +61,13 @@ def test_a_spawned_process_imports_the_users_module_by_name(tmp_path: Path) -> N
     finally:
         sys.modules.pop("sidefx_user_where", None)
         sys.path[:] = before
+
+
+def test_a_users_module_missing_a_framework_names_the_extra(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`trainer: digits_lightning:fit` without lightning installed: one line naming autotune[lightning]."""
+    (tmp_path / "needs_lightning_fit.py").write_text("import lightning.pytorch as pl\n\ndef fit(ctx):\n    pass\n")
+    monkeypatch.setitem(sys.modules, "lightning", None)  # (None in sys.modules: the import fails)
+    with pytest.raises(userref.ConfigError) as info:
+        userref.load_factory("needs_lightning_fit:fit", "run.yaml", "trainer", near=str(tmp_path / "run.yaml"))
+    assert str(info.value) == ("run.yaml: trainer: cannot import 'needs_lightning_fit': it needs lightning, which is "
+                               "not installed: pip install 'autotune[lightning]'")

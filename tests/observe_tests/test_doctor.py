@@ -10,7 +10,7 @@ import torch
 
 from autotune.observe import doctor
 from autotune.spec.settings import PRECISIONS
-from autotune.training import accel
+from autotune.training import accel, energy_unavailable
 from tests.cli_tests.test_cli import autotune
 
 
@@ -28,6 +28,10 @@ def test_doctor_prints_the_device_and_one_row_per_precision(tmp_path: Path) -> N
         assert row.group(2) == (why or "autocast forward+backward ran")
     assert re.search(r"^\s*ok  channels_last\s+conv output channels_last: True$", out, re.M)
     assert "compile" not in out.split("channels_last", 1)[1]  # --no-compile
+    # the meters, as validation will judge them: energy here only where RAPL is readable
+    assert re.search(r"^\s*ok  peak_memory_mb\s+the process's resident high-water mark$", out, re.M)
+    why = energy_unavailable(torch.device("cpu"))
+    assert re.search(rf"^\s*{'NO' if why else 'ok'}  energy_j\s+{re.escape(why or 'RAPL counters')}$", out, re.M)
 
 
 def test_doctor_on_a_device_that_is_not_there_is_one_line(tmp_path: Path) -> None:

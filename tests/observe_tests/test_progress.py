@@ -49,6 +49,17 @@ def test_one_line_per_trial_says_how_it_ended(capsys: pytest.CaptureFixture[str]
     assert "COMPLETE (infeasible)" in infeasible  # violates its constraint: kept, never recommended
 
 
+def test_trial_line_shows_peak_memory_and_energy_where_measured(capsys: pytest.CaptureFixture[str]) -> None:
+    metered = create_trial(values=[0.9, 2.0], params={"lr": 0.01}, distributions=LR,
+                           user_attrs={"val_accuracy": 0.9, "train_time_s": 2.0, "peak_memory_mb": 1234.4,
+                                       "energy_j": 56.78})
+    memory_only = create_trial(values=[0.9, 2.0], params={"lr": 0.01}, distributions=LR,
+                               user_attrs={"val_accuracy": 0.9, "train_time_s": 2.0, "peak_memory_mb": 612.0})
+    both, one = lines(capsys, study_of(metered, memory_only))
+    assert "time 2.00s  memory 1,234MB  energy 56.8J  |" in both
+    assert "memory 612MB  |" in one and "energy" not in one  # absent where nothing measured it: no column
+
+
 def test_a_long_error_is_cut_at_a_word_with_its_place_kept(capsys: pytest.CaptureFixture[str]) -> None:
     words = "ContextMisuse: ctx.report(val_f2=...): 'val_f2' is not an objective or a declared metric; allowed: " \
             "train_loss, val_accuracy, val_loss (declare more under `metrics:` in the YAML)"

@@ -94,6 +94,9 @@ def test_two_ranks_train_digits_like_one(tmp_path: Path) -> None:
         assert [round(h.samples_per_s * h.epoch_time_s) for h in r.history] == [n_train] * 3
     assert abs(two.history[-1].train_loss - one.history[-1].train_loss) < 0.2  # the mean over both ranks' samples
     assert isinstance(two.model, torch.nn.Module) and two.model_params == one.model_params  # rank 0's model
+    # peak memory: the highest rank's so far (Group.max over gloo), in every epoch's record, never falling
+    peaks = [h.peak_memory_mb for h in two.history]
+    assert all(p is not None for p in peaks) and peaks == sorted(peaks) and two.peak_memory_mb == peaks[-1]
 
 
 def test_user_fit_on_two_ranks(tmp_path: Path) -> None:

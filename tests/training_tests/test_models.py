@@ -84,11 +84,33 @@ def fake_torchvision(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterato
         del sys.modules[mod]  # the stand-in; monkeypatch then puts back a real one, if there was one
 
 
+@pytest.fixture
+def fake_timm(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[list[tuple[str, dict[str, object]]]]:
+    """A stand-in timm with the three functions autotune uses (is_model, list_models, create_model): the real one
+    needs a torchvision built for this torch (the timm tests, `-m timm`, run it in .ci/run's second venv).
+    Yields the create_model calls."""
+    pkg = tmp_path / "timm"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text(
+        "import fnmatch\nimport torch\nCALLS = []\nNAMES = ['resnet18', 'resnet34', 'efficientnet_b0']\n"
+        "def is_model(name):\n    return name in NAMES\n"
+        "def list_models(pattern='*'):\n    return fnmatch.filter(NAMES, pattern)\n"
+        "def create_model(name, **kw):\n    CALLS.append((name, kw))\n"
+        "    return torch.nn.Sequential(torch.nn.Conv2d(kw['in_chans'], 4, 3), torch.nn.AdaptiveAvgPool2d(1),\n"
+        "                               torch.nn.Flatten(), torch.nn.Linear(4, kw['num_classes']))\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "timm", raising=False)
+    import timm
+
+    yield timm.CALLS
+    del sys.modules["timm"]
+
+
 # name -> the model section to build it from (its architecture keys at small values). A model added to the
 # registry without a row here fails the contract test (KeyError).
 MODEL_SECTIONS: dict[str, dict[str, object]] = {
     "cnn": {"channels": [4, 8], "hidden": 16}, "mlp": {"hidden": 16, "depth": 2}, "resnet": {"depth": 8, "width": 4},
-    "torchvision": {"arch": "resnet18"}, "cnn1d": {"width": 4, "depth": 2},
+    "torchvision": {"arch": "resnet18"}, "cnn1d": {"width": 4, "depth": 2}, "timm": {"arch": "resnet18"},
 }
 SIGNAL_MODELS = ("cnn1d",)  # take 1-D signals (L,), not images
 
@@ -97,6 +119,8 @@ SIGNAL_MODELS = ("cnn1d",)  # take 1-D signals (L,), not images
 def test_every_model_builds_from_config_and_trains_a_step(name: str, request: pytest.FixtureRequest) -> None:
     if name == "torchvision" and not _torchvision_works():
         request.getfixturevalue("fake_torchvision")
+    if name == "timm" and not _timm_works():
+        request.getfixturevalue("fake_timm")
     cfg = config.from_dict({"model": {"name": name, **MODEL_SECTIONS[name]}})
     assert set(MODEL_SECTIONS[name]) == set(models.model_keys(name))  # every key it takes is exercised
     init = "default" if name == "torchvision" else "kaiming_normal"  # the stand-in's lazy layer has no shape yet
@@ -158,6 +182,43 @@ def _torchvision_works() -> bool:
     except Exception:
         return False
     return True
+
+
+def _timm_works() -> bool:
+    try:
+        import timm  # noqa: F401
+    except Exception:
+        return False
+    return True
+
+
+@pytest.mark.skipif(_timm_works(), reason="this machine has a working timm")
+def test_timm_missing_or_broken_names_the_extra() -> None:
+    """Here timm is installed without a torchvision it can import (or not at all): one line naming the extra."""
+    with pytest.raises(ConfigError, match=r"^<config>: model\.arch: timm (is not installed|cannot import torchvision|"
+                                          r"is installed but cannot be imported).*(pip install 'autotune\[timm\]'|"
+                                          r"install the torchvision release built for torch)"):
+        config.from_dict({"model": {"name": "timm", "arch": "resnet18"}})
+
+
+def test_timm_by_name_random_init_any_channels_never_a_download(fake_timm: list) -> None:
+    m = models.build(config.from_dict({"model": {"name": "timm", "arch": "resnet34"}}).model, (1, 8, 8), 10, 0.2,
+                     "default")
+    assert m(torch.randn(2, 1, 8, 8)).shape == (2, 10)
+    assert fake_timm == [("resnet34", {"pretrained": False, "num_classes": 10, "in_chans": 1, "drop_rate": 0.2})]
+
+
+def test_timm_config_errors_are_one_line(fake_timm: list) -> None:
+    with pytest.raises(ConfigError, match=r"^<config>: model\.arch: timm needs an arch, e.g\. resnet18 \(a name "
+                                          r"from timm\.list_models\(\)\)$"):
+        config.from_dict({"model": {"name": "timm"}})
+    with pytest.raises(ConfigError, match=r"^<config>: model\.arch: unknown timm arch 'resnet19' \(did you mean "
+                                          r"'resnet18'\?\); e\.g\. resnet18, resnet34 \(3 in all"):
+        config.from_dict({"model": {"name": "timm", "arch": "resnet19"}})
+    with pytest.raises(ConfigError, match=r"^<config>: model\.kwargs\.pretrained: autotune never downloads weights"):
+        config.from_dict({"model": {"name": "timm", "arch": "resnet18", "kwargs": {"pretrained": True}}})
+    with pytest.raises(ConfigError, match=r"model\.name: timm's models take images \(C, H, W\); got shape \(40,\)"):
+        models.build(config.from_dict({"model": {"name": "timm", "arch": "resnet18"}}).model, (40,), 3, 0.0, "default")
 
 
 @pytest.mark.skipif(_torchvision_works(), reason="this machine has a working torchvision")

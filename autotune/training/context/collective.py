@@ -1,6 +1,7 @@
 """What the ranks of one trial agree on, behind one object: `Alone` (one process: every call a no-op) or
-`Ranks` (several devices, a `distributed.Group`): the clock read after a barrier, samples and losses summed,
-in-epoch stops any rank saw, rank 0's verdict on every rank, DDP around the model, this rank's batches.
+`Ranks` (several devices, a `distributed.Group`): the clock read after a barrier, samples, losses and energy summed,
+the peak memory's maximum, in-epoch stops any rank saw, rank 0's verdict on every rank, DDP around the model, this
+rank's batches.
 
 The trial context calls these unconditionally; one process pays a plain method call, never a collective.
 """
@@ -29,6 +30,9 @@ class Alone:
         return accel.clock(dev)
 
     def sum(self, values: Sequence[float]) -> Sequence[float]:
+        return values
+
+    def max(self, values: Sequence[float]) -> Sequence[float]:
         return values
 
     def any(self, flags: Sequence[bool]) -> Sequence[bool]:
@@ -65,6 +69,9 @@ class Ranks(Alone):
 
     def sum(self, values: Sequence[float]) -> Sequence[float]:
         return self.group.sum(values)
+
+    def max(self, values: Sequence[float]) -> Sequence[float]:
+        return self.group.max(values)
 
     def any(self, flags: Sequence[bool]) -> Sequence[bool]:
         return self.group.any(flags)

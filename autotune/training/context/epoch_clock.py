@@ -5,10 +5,15 @@ An epoch's training clock runs from its start (after a device synchronize; again
 is asked for) to the end of its last ctx.backward step (a `StepClock`: a CUDA event per step on a GPU, read
 once at the epoch's end). Nothing here waits on the device inside an epoch. The speed probe's verdicts are
 returned (a `TrialStopped`), never raised.
+
+The meters run beside the clocks: the peak memory (memory.py) restarts when the first epoch opens and is read at
+each epoch's end (the trial's peak so far); the energy (energy.py) is counted over the same spans as the training
+clock, from an epoch's (re)start to its report (evaluation inside the epoch's body included).
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -18,8 +23,10 @@ import torch
 
 from autotune.core import TrialStopped
 from autotune.training import accel
+from autotune.training.context import energy
 from autotune.training.context.collective import Alone
 from autotune.training.context.loaders import first_tensor
+from autotune.training.context.memory import MemoryMeter
 from autotune.training.context.records import EpochRecord
 from autotune.training.context.stepper import Stepper
 from autotune.training.throughput import ProbeDone, ProbeWindow
@@ -48,6 +55,11 @@ class EpochClock:
         self.batch_n = 1
         self.unstepped = 0  # samples of the ctx.loader batch taken last, until a ctx.backward trains on it
         self.last_batch = False
+        self.memory = MemoryMeter(dev)
+        self.energy: energy.Source | None = None
+        self.energy_missing = ""  # why there is no energy source (once looked for)
+        self.energy_j = 0.0  # over the epochs' training spans so far
+        self.energy_mark = 0.0
         self.open(0)
 
     def open(self, epoch: int) -> None:
@@ -63,13 +75,51 @@ class EpochClock:
         self.steps = 0  # micro-batches this epoch
         self.loss_sum: torch.Tensor | None = None
         self.loss_n = 0
+        if epoch == 1:
+            self.start_meters()
         if epoch:
             self.restart()
+
+    def start_meters(self) -> None:
+        """The trial's training starts: its peak memory restarts here, its energy source is opened."""
+        self.memory.start()
+        if self.energy is None and not self.energy_missing:
+            got = energy.source_for(self.dev)
+            if isinstance(got, str):
+                self.energy_missing = got
+            else:
+                self.energy = got
+
+    def close_meters(self) -> None:
+        """The trial is over: the meters' threads (if any) stop; what they measured stays readable."""
+        self.memory.close()
+        if self.energy is not None:
+            self.energy.close()
+
+    def joules_now(self) -> float:
+        """The energy source's reading (0 without one). A counter that fails mid-trial (a driver reset, a file
+        gone) ends the trial's energy reading, never its training: energy_j is then absent, not part-counted."""
+        if self.energy is None:
+            return 0.0
+        try:
+            return self.energy.read()
+        except Exception as e:  # NVMLError, OSError, ValueError: whatever the counter raised
+            self.energy_missing = f"{self.energy.name} failed in epoch {self.epoch} ({type(e).__name__}: {e})"
+            with contextlib.suppress(Exception):
+                self.energy.close()
+            self.energy = None
+            return 0.0
+
+    def meters(self) -> dict[str, str]:
+        """What measured peak_memory_mb and energy_j, or why nothing did (stored with the trial)."""
+        return {"peak_memory_mb": self.memory.method or f"not measured on {self.dev.type} here",
+                "energy_j": self.energy.name if self.energy is not None else f"absent: {self.energy_missing}"}
 
     def restart(self) -> None:
         """The epoch's training clock (re)starts now: at the epoch's opening, and again when its first training
         batch is asked for (whatever the loop did before, evaluating say, is not training)."""
         self.t0 = self.collective.clock(self.dev)
+        self.energy_mark = self.joules_now()
         self.step_clock.start(self.t0)
         if self.probe is not None:
             self.probe.epoch_start(self.dev, self.t0)
@@ -114,10 +164,11 @@ class EpochClock:
             self.step_clock.mark()
         self.train_end = self.collective.clock(self.dev)
 
-    def stepped(self, loss: torch.Tensor, n: int) -> bool:
+    def stepped(self, loss: torch.Tensor | None, n: int) -> bool:
         """A ctx.backward step of `n` samples and mean `loss` is done (its optimizer step too, if due): samples
         and loss counted (a ctx.loader batch once, by its first micro-step; a batch taken and not trained on is
-        not counted), the step's end marked. True when the periodic finite check is due."""
+        not counted), the step's end marked. True when the periodic finite check is due. `loss` None: a
+        framework's own loop stepped (autotune.integrations), whose loss is reported with the epoch."""
         if self.fed:
             added = self.unstepped
             self.unstepped = 0
@@ -126,15 +177,17 @@ class EpochClock:
             if self.compiled and self.first_step is None and self.epoch == 1:
                 self.first_step = (self.t0, math.nan)  # the first step started with the epoch
         self.samples += added
+        self.steps += 1
+        self.step_clock.mark()  # the epoch's training ends with its last step (no sync here)
+        if self.first_step is not None and math.isnan(self.first_step[1]):
+            self.first_step = (self.first_step[0], accel.clock(self.dev))  # compile happened in this step
+        if loss is None:
+            return False
         if self.loss_sum is None:  # summed on the device: no host sync per step
             self.loss_sum = loss.detach().float() * n
         else:
             self.loss_sum.add_(loss.detach(), alpha=n)
         self.loss_n += n
-        self.steps += 1
-        self.step_clock.mark()  # the epoch's training ends with its last step (no sync here)
-        if self.first_step is not None and math.isnan(self.first_step[1]):
-            self.first_step = (self.first_step[0], accel.clock(self.dev))  # compile happened in this step
         return self.steps % FINITE_CHECK_EVERY == 0
 
     def probe_step(self, n: int) -> TrialStopped | None:
@@ -160,6 +213,7 @@ class EpochClock:
         end = self.step_clock.last()
         if end is None:
             end = self.train_end if self.train_end is not None else self.collective.clock(self.dev)
+        self.energy_j += self.joules_now() - self.energy_mark
         if self.probe is not None:
             try:
                 self.probe.epoch_end(end)
@@ -184,7 +238,10 @@ class EpochClock:
         # samples trained on by ctx.backward; a loop that steps its own optimizer: the training batches it took
         samples, loss_n = float(self.samples if self.steps else self.fetched), float(self.loss_n)
         loss_total = float(self.loss_sum) if self.loss_sum is not None else 0.0
-        samples, loss_total, loss_n = self.collective.sum([samples, loss_total, loss_n])
+        mine = self.energy_j if self.energy is not None and (self.energy.per_device or self.collective.rank == 0) \
+            else 0.0  # a machine-wide counter (RAPL) is counted once, by rank 0
+        samples, loss_total, loss_n, joules = self.collective.sum([samples, loss_total, loss_n, mine])
+        peak = self.peak_mb()
         if "train_loss" in values:
             train_loss = values.pop("train_loss")
         elif loss_n:
@@ -194,7 +251,14 @@ class EpochClock:
         return EpochRecord(
             epoch=self.epoch, train_loss=train_loss, epoch_time_s=seconds, train_time_s=self.train_time_s,
             samples_per_s=samples / seconds if seconds > 0 else 0.0,
-            data_wait_fraction=min(1.0, self.wait_s / seconds) if seconds > 0 else 0.0, lr=lr, metrics=values)
+            data_wait_fraction=min(1.0, self.wait_s / seconds) if seconds > 0 else 0.0, lr=lr,
+            peak_memory_mb=peak, energy_j=joules if self.energy is not None else None, metrics=values)
+
+    def peak_mb(self) -> float | None:
+        """The trial's peak memory so far, the highest of its ranks' (None: not measured here)."""
+        mine = self.memory.peak_mb()
+        peak = self.collective.max([-1.0 if mine is None else mine])[0]
+        return None if peak < 0 else peak
 
 
 def steady_rate(history: Sequence[EpochRecord]) -> float:

@@ -1,4 +1,4 @@
-"""Stop rules that need nothing but the trial itself: divergence and projected training time.
+"""Stop rules that need nothing but the trial itself: divergence, projected training time and the memory cap.
 
 Pure functions raising `TrialStopped`; the trial context calls them after every epoch. Rules that
 need the study (Optuna's pruners, the Pareto pruners, `vs_front`) live in pruners.py.
@@ -20,6 +20,7 @@ class Limits:
     loss_factor: float | None = None  # divergence: loss above loss_factor x reference
     max_trial_seconds: float | None = None  # slow: projected training time above this
     hang_seconds: float | None = None  # wall time of the whole trial, checked before every step
+    max_peak_memory_mb: float | None = None  # memory: the trial's peak (memory.py) above this (constraints:)
 
 
 def check_divergence(losses: Sequence[float], loss_factor: float, epoch: int, chance_loss: float = math.inf) -> None:
@@ -50,3 +51,9 @@ def check_slow(elapsed_s: float, epoch: int, epochs: int, max_trial_seconds: flo
     proj = projected_time_s(elapsed_s, epoch, epochs)
     if proj > max_trial_seconds:
         raise TrialStopped("slow", epoch, f"projected {proj:.1f}s > max_trial_seconds {max_trial_seconds:g}")
+
+
+def check_memory(peak_mb: float | None, epoch: int, max_peak_memory_mb: float | None) -> None:
+    """The trial's peak memory over `max_peak_memory_mb`: stopped now rather than trained on to be infeasible."""
+    if max_peak_memory_mb is not None and peak_mb is not None and peak_mb > max_peak_memory_mb:
+        raise TrialStopped("memory", epoch, f"peak {peak_mb:.0f} MB > max_peak_memory_mb {max_peak_memory_mb:g}")

@@ -24,6 +24,8 @@ class EpochRecord:
     samples_per_s: float
     data_wait_fraction: float
     lr: float
+    peak_memory_mb: float | None = None  # the trial's peak so far (memory.py); None: not measured here
+    energy_j: float | None = None  # the trial's training energy so far (energy.py); None: no source here
     metrics: dict[str, float] = field(default_factory=dict)  # what ctx.report received (val_accuracy, val_f1...)
 
     def __getattr__(self, name: str) -> float:  # rec.val_accuracy reads a reported metric
@@ -34,7 +36,8 @@ class EpochRecord:
 
     def as_dict(self) -> dict[str, Any]:
         """Flat: what the trial's `history` user attr stores (the report and pruners read these keys)."""
-        measured = {k: getattr(self, k) for k in EPOCH_FIELDS}  # the catalogue's record fields, in its order
+        # the catalogue's record fields, in its order; a meter with nothing to read is absent, never zero
+        measured = {k: v for k in EPOCH_FIELDS if (v := getattr(self, k)) is not None}
         return {"epoch": self.epoch, "train_loss": measured.pop("train_loss"), **self.metrics, **measured}
 
 
@@ -61,6 +64,9 @@ class TrainResult:
     # (the fit's optimizer's own group lrs, those lrs times a chosen lr) when that multiplier took effect
     effective_lrs: tuple[list[float], list[float]] | None = None
     model_params: int = 0  # parameters of the trained model (the architecture's size, for model.* searches)
+    peak_memory_mb: float | None = None  # over the whole training (the last epoch's record); None: not measured
+    energy_j: float | None = None  # None: no energy source here
+    meters: dict[str, str] = field(default_factory=dict)  # metric -> what measured it, or why it is absent
     model: nn.Module | None = field(default=None, repr=False)
     extra: dict[str, Any] = field(default_factory=dict)  # post-training metrics (compression)
     compressed_model: nn.Module | None = field(default=None, repr=False)
@@ -78,6 +84,9 @@ class TrainResult:
                "compile_time_s": self.compile_time_s, "data_wait_fraction": self.data_wait_fraction}
         if self.model_params:
             out["model_params"] = float(self.model_params)
+        for key in ("peak_memory_mb", "energy_j"):
+            if (v := getattr(self, key)) is not None:
+                out[key] = v
         out.update(self.extra)
         return out
 

@@ -176,6 +176,8 @@ class TrialState:
             loss_scale=float(self.scaler.get_scale()) if self.scaler is not None else None,
             not_applied=self.unapplied(), unused=self.unused(), effective_lrs=self.effective_lrs(), model=self.model,
             model_params=sum(p.numel() for p in self.model.parameters()) if self.model is not None else 0,
+            peak_memory_mb=self.history[-1].peak_memory_mb, energy_j=self.history[-1].energy_j,
+            meters=self.clock.meters(),
         )
 
 

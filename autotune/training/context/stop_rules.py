@@ -1,11 +1,12 @@
 """The trial's stop rules, as decisions: each returns a `TrialStopped` (stop) or None (go on) and raises nothing
 itself; the trial context raises what they return.
 
-In an epoch: a non-finite loss (checked every few steps) and the hang limit (`hang_seconds` of wall time). At
-an epoch's end (rank 0): the record goes out, early stopping is counted, then non-finite losses and objectives,
-divergence, projected time and the study's own rules (`on_epoch`: pruners, vs_front). An epoch that ends the
-training is judged only for non-finite values: no rule discards training that is complete. A non-finite value of
-a reported metric that is neither an objective nor a loss is recorded as it is.
+In an epoch: a non-finite loss and the memory cap (checked every few steps), and the hang limit (`hang_seconds` of
+wall time). At an epoch's end (rank 0): the record goes out, early stopping is counted, then non-finite losses and
+objectives, divergence, the memory cap, projected time and the study's own rules (`on_epoch`: pruners, vs_front).
+An epoch that ends the training is judged only for non-finite values: no rule discards training that is complete
+(one over the memory cap then is infeasible: study/objective.py). A non-finite value of a reported metric that is
+neither an objective nor a loss is recorded as it is.
 
 The projected-time rule rests on the trial's own epoch times; epochs whose threads waited for cores (other busy
 processes here, `contention.contended` over the trial so far) ran at the machine's speed, not the trial's: the
@@ -22,7 +23,7 @@ from typing import Any
 
 from autotune.core import TrialStopped, contention
 from autotune.training.context.collective import Alone
-from autotune.training.context.limits import Limits, check_divergence, check_slow, projected_time_s
+from autotune.training.context.limits import Limits, check_divergence, check_memory, check_slow, projected_time_s
 from autotune.training.context.records import EpochRecord, OnEpoch
 
 # Waiting for cores made a 2-thread torch run up to 5x slower on these machines (OpenMP spinning): a projection
@@ -60,19 +61,28 @@ class StopRules:
     def late(self) -> bool:
         return time.perf_counter() > self.deadline
 
-    def in_epoch(self, nonfinite: bool, late: bool, epoch: int) -> TrialStopped | None:
-        """The periodic in-epoch check: a non-finite loss, else the hang limit."""
+    def in_epoch(self, nonfinite: bool, late: bool, epoch: int, peak_mb: float | None = None) -> TrialStopped | None:
+        """The periodic in-epoch check: a non-finite loss, else the hang limit, else the memory cap."""
         if nonfinite:
             return TrialStopped("diverged", epoch, "non-finite training loss")
         if late:
             return self.hung(epoch)
+        try:
+            check_memory(peak_mb, epoch, self.limits.max_peak_memory_mb)
+        except TrialStopped as e:
+            return e
         return None
 
-    def periodic(self, finite: bool, collective: Alone, epoch: int) -> TrialStopped | None:
-        """The check every FINITE_CHECK_EVERY steps: a non-finite loss (and, on several devices, the hang limit:
-        every rank learns what any rank saw, so all stop at this same step)."""
+    def periodic(self, finite: bool, collective: Alone, epoch: int,
+                 peak_mb: Callable[[], float | None] | None = None) -> TrialStopped | None:
+        """The check every FINITE_CHECK_EVERY steps: a non-finite loss, the memory cap (`peak_mb` reads this rank's
+        peak; the highest rank's counts), and, on several devices, the hang limit: every rank learns what any rank
+        saw, so all stop at this same step."""
         nonfinite, late = collective.any([not finite, not collective.alone and self.late()])
-        return self.in_epoch(nonfinite, late, epoch)
+        peak = None
+        if self.limits.max_peak_memory_mb is not None and peak_mb is not None:
+            peak = collective.max([p if (p := peak_mb()) is not None else -1.0])[0]
+        return self.in_epoch(nonfinite, late, epoch, peak if peak is not None and peak >= 0 else None)
 
     # ------------------------------------------------------------ at an epoch's end
 
@@ -119,6 +129,7 @@ class StopRules:
         try:
             if self.limits.loss_factor is not None and all(math.isfinite(v) for v in losses):
                 check_divergence(losses, self.limits.loss_factor, rec.epoch, chance_loss)
+            check_memory(rec.peak_memory_mb, rec.epoch, self.limits.max_peak_memory_mb)
             check_slow(rec.train_time_s, rec.epoch, epochs, self.limits.max_trial_seconds)
         except TrialStopped as e:
             if e.reason != "slow":

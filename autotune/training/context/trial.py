@@ -213,8 +213,9 @@ class TrialContext:
         if loss.ndim:
             loss = loss.mean()
         st.stepper.backward(loss, clock.last_batch)
-        if clock.stepped(loss, n):  # every FINITE_CHECK_EVERY steps: a non-finite loss, on several devices the hang
-            stop = rules.periodic(clock.finite(), st.collective, clock.epoch)
+        if clock.stepped(loss, n):  # every FINITE_CHECK_EVERY steps: a non-finite loss, the memory cap, on several
+            # devices the hang
+            stop = rules.periodic(clock.finite(), st.collective, clock.epoch, clock.memory.peak_mb)
             if stop is not None:
                 raise st.stopped(stop)
         if clock.probe is not None and not clock.probe.done:
@@ -285,7 +286,10 @@ def unsupported_combination(settings: Mapping[str, Any]) -> str | None:
 
 def run_fit(fit: Callable[[TrialContext], Any], ctx: TrialContext) -> TrainResult:
     """Run a training function on a context (inside `trial_session`) and return what it measured."""
-    returned = fit(ctx)
+    try:
+        returned = fit(ctx)
+    finally:
+        ctx.state.clock.close_meters()
     if ctx.state.stop is not None:  # the function caught a stop and returned: the trial still stopped
         raise ctx.state.stop
     try:

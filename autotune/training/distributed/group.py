@@ -26,6 +26,11 @@ class Group:
         torch.distributed.all_reduce(t)
         return [float(v) for v in t.tolist()]
 
+    def max(self, values: Sequence[float]) -> list[float]:
+        t = torch.tensor(list(values), dtype=torch.float64, device=self.device)
+        torch.distributed.all_reduce(t, op=torch.distributed.ReduceOp.MAX)
+        return [float(v) for v in t.tolist()]
+
     def any(self, flags: Sequence[bool]) -> list[bool]:
         """Each flag set on any rank: every rank takes the same branch (an in-epoch stop at the same step)."""
         t = torch.tensor([int(f) for f in flags], dtype=torch.int32, device=self.device)

@@ -1,0 +1,347 @@
+"""autotune.integrations.lightning: a LightningModule trained for real through the trial context: every mapping
+row received by Lightning, the clocks without validation, the stop rules, the table checked against the
+catalogue, the example end to end (a study, its front, `best --export`)."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+import autotune
+from autotune.core import ConfigError, TrialStopped
+from autotune.integrations import lightning as tune_lightning
+from autotune.spec import SETTINGS
+from autotune.spec.settings import DEFAULTS
+from autotune.training import ContextMisuse, TrialContext, TrialSetup, run_fit, trial_session
+from tests.integrations_tests import lightning_fits
+from tests.integrations_tests.lightning_fits import SEEN
+
+FITS = "tests.integrations_tests.lightning_fits"
+
+
+def train(fit: Any = lightning_fits.fit, searched: tuple[str, ...] = (), user: dict[str, Any] | None = None,
+          setup: dict[str, Any] | None = None, **settings: Any) -> Any:
+    """One trial of `fit` on a bare context (the runner's plumbing left out): its TrainResult."""
+    values = {**DEFAULTS, "device": "cpu", "epochs": 2, "batch_size": 50, **settings}
+    setup_ = TrialSetup(searched=searched or tuple(settings), **(setup or {}))
+    ctx = TrialContext(values, user_params=user, setup=setup_)
+    with trial_session(values):
+        return run_fit(fit, ctx)
+
+
+# ---------------------------------------------------------------- the table and the catalogue
+
+
+def test_every_catalogue_setting_is_mapped_or_said_not_applicable() -> None:
+    assert tune_lightning.uncovered() == []
+    assert set(tune_lightning.TABLE) | set(tune_lightning.NOT_APPLICABLE) <= set(SETTINGS)
+
+
+def test_a_setting_the_table_forgets_fails_the_check(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delitem(tune_lightning.TABLE, "grad_clip")
+    assert tune_lightning.uncovered() == ["grad_clip"]
+
+
+# ---------------------------------------------------------------- each mapping row: Lightning received the value
+
+
+def test_trainer_arguments_are_received_and_recorded_applied() -> None:
+    r = train(grad_accum_steps=2, grad_clip=0.5, cudnn_benchmark=True, epochs=2)
+    t = SEEN["trainer"]
+    assert (t.accumulate_grad_batches, t.gradient_clip_val, t.max_epochs, t.precision) == (2, 0.5, 2, "32-true")
+    assert SEEN["benchmark"] is True  # (Lightning sets torch's flag from Trainer(benchmark=))
+    assert r.not_applied == {} and r.epochs_run == 2
+    assert SEEN["steps"] == 2 * math.ceil(math.ceil(600 / 50) / 2)  # 12 batches an epoch, a step every 2
+
+
+def test_bf16_reaches_the_trainer_and_fp16_on_a_cpu_is_recorded_not_applied() -> None:
+    r = train(precision="bf16", epochs=1, data_fraction=0.2)
+    assert SEEN["trainer"].precision == "bf16-mixed" and "precision" not in r.not_applied
+    r = train(precision="fp16", epochs=1, data_fraction=0.2)
+    assert SEEN["trainer"].precision == "bf16-mixed"  # Lightning's own choice on a CPU
+    assert r.not_applied["precision"] == "Lightning's Trainer holds precision='bf16-mixed', not '16-mixed'"
+
+
+def test_loader_settings_shape_the_dataloaders() -> None:
+    r = train(batch_size=40, data_fraction=0.5, eval_batch_size=64, num_workers=1, pin_memory=True,
+              prefetch_factor=3, persistent_workers=True, epochs=1)
+    dl, val = SEEN["train_loader"], SEEN["val_loader"]
+    assert (dl.batch_size, dl.num_workers, dl.prefetch_factor, dl.persistent_workers, dl.pin_memory) == \
+        (40, 1, 3, True, True)
+    assert len(dl.dataset) == 300 and SEEN["samples"] == 300 and val.batch_size == 64
+    assert r.not_applied == {} and r.history[0].samples_per_s > 0
+
+
+def test_worker_settings_without_workers_and_data_on_device_are_not_applied() -> None:
+    r = train(prefetch_factor=4, data_on_device=True, epochs=1, data_fraction=0.2)
+    assert r.not_applied == {"prefetch_factor": "with num_workers 0 the DataLoader has no worker processes",
+                             "data_on_device": tune_lightning.NOT_APPLICABLE["data_on_device"]}
+
+
+def test_the_searched_optimizer_and_schedule_are_what_stepped() -> None:
+    r = train(optimizer="adamw", lr=0.01, weight_decay=0.1, lr_schedule="cosine", epochs=2)
+    opt = SEEN["optimizer"]
+    assert type(opt) is torch.optim.AdamW and opt.param_groups[0]["weight_decay"] == 0.1
+    assert SEEN["steps"] == 24 and SEEN["lrs"][0] == pytest.approx(0.01, rel=0.1) and SEEN["lrs"][-1] < 1e-3
+    assert SEEN["schedulers"][0].interval == "step"
+    assert r.not_applied == {} and not {"optimizer", "lr", "weight_decay", "lr_schedule"} & set(r.unused)
+    assert r.history[0].lr > r.history[1].lr  # the cosine schedule moved the lr the epochs trained at
+
+
+def test_a_searched_sgd_takes_its_momentum() -> None:
+    r = train(optimizer="sgd", lr=0.05, momentum=0.7, epochs=1, data_fraction=0.5)
+    opt = SEEN["optimizer"]
+    assert type(opt) is torch.optim.SGD and opt.param_groups[0]["momentum"] == 0.7 and SEEN["steps"] == 6
+    assert r.not_applied == {} and "momentum" not in r.unused
+
+
+def test_the_schedule_spans_the_batches_lightning_trains() -> None:
+    """limit_train_batches 0.5: 6 of 12 batches an epoch; the cosine schedule spans those 12 steps, not 24."""
+    train(lightning_fits.fit_half_the_batches, optimizer="sgd", lr=0.1, lr_schedule="cosine", epochs=2)
+    assert SEEN["steps"] == 12 and SEEN["lrs"][-1] < 0.01  # (over 24 steps it would still be near 0.05)
+
+
+def test_own_optimizer_keeps_the_modules_and_a_chosen_lr_scales_it() -> None:
+    r = train(lightning_fits.fit_own_optimizer, lr=0.5, lr_schedule="cosine", epochs=1)
+    opt = SEEN["optimizer"]
+    assert type(opt) is torch.optim.SGD and opt.param_groups[0]["lr"] == pytest.approx(0.05)  # 0.1 x 0.5
+    assert r.effective_lrs == ([0.1], [pytest.approx(0.05)]) and SEEN["schedulers"] == []
+    assert r.not_applied == {"lr_schedule": "own_optimizer=True: your configure_optimizers' scheduler, or none, "
+                                            "sets the lr"}
+
+
+def test_init_and_channels_last_through_prepare() -> None:
+    r = train(init="kaiming_normal", channels_last=True, user={"conv": True}, epochs=1, data_fraction=0.2)
+    assert SEEN["model"].conv.weight.is_contiguous(memory_format=torch.channels_last)
+    assert SEEN["biases_zero"] and r.not_applied == {}  # init (not default) zeroes the biases before training
+
+
+def test_channels_last_without_a_conv_is_not_applied() -> None:
+    r = train(channels_last=True, epochs=1, data_fraction=0.2)
+    assert r.not_applied == {"channels_last": "the model has no 2-D convolution"}
+
+
+@pytest.mark.slow
+def test_compile_hands_lightning_the_compiled_module() -> None:
+    r = train(compile=True, epochs=1, data_fraction=0.2)
+    assert SEEN["compiled"] and r.not_applied == {} and r.compile_time_s > 0
+
+
+def test_a_trainer_argument_autotune_sets_is_refused() -> None:
+    with pytest.raises(ContextMisuse, match=r"Trainer argument\(s\) precision come from the trial's settings"):
+        train(lightning_fits.fit_with_precision_argument, epochs=1)
+
+
+# ---------------------------------------------------------------- clocks and stops
+
+
+def test_several_devices_are_refused_at_validation(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """devices > 1 with a fit that calls tune_lightning.fit: one line, exit 2, before any trial runs."""
+    from autotune.cli import main
+    from tests.test_examples import EXAMPLES
+
+    monkeypatch.syspath_prepend(str(EXAMPLES))
+    text = (EXAMPLES / "digits_lightning.yaml").read_text(encoding="utf-8")
+    path = tmp_path / "l.yaml"
+    path.write_text(text.replace("sqlite:///studies/", f"sqlite:///{tmp_path}/").replace(
+        "  device: auto", "  device: cpu\n  devices: 2"), encoding="utf-8")
+    assert main(["validate", str(path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == "error: l.yaml: train.devices: the Lightning integration trains a trial on one device; allowed: 1 " \
+                  "(got 2)", err
+    assert not list(tmp_path.glob("*.db"))
+    # a fit handed to run() directly, from its own module's tune_lightning.fit
+    path.write_text(path.read_text(encoding="utf-8").replace("devices: 2", "devices: 1"), encoding="utf-8")
+    cfg = autotune.load_config(str(path))
+    with pytest.raises(ConfigError, match=r"l\.yaml: train\.devices: the Lightning integration"):
+        autotune.run(cfg.model_copy(update={"train": {**cfg.train, "devices": 2}}), lightning_fits.fit)
+    with pytest.raises(ContextMisuse, match="the Lightning integration trains on one device"):  # (at run time too)
+        train(devices=2)
+
+
+def test_validation_time_is_not_training_time() -> None:
+    r = train(user={"val_sleep_s": 1.0}, epochs=2, lr=0.01)
+    assert all(h.epoch_time_s < 1.0 for h in r.history)  # each epoch's validation slept 1 s after its training
+    assert r.train_time_s == pytest.approx(sum(h.epoch_time_s for h in r.history))
+    assert [sorted(h.metrics) for h in r.history] == [["val_accuracy", "val_loss"]] * 2
+    assert r.history[-1].metrics["val_accuracy"] > 0.8 and r.history[0].train_loss < 1.2
+
+
+def test_a_validation_inside_the_epoch_is_not_its_report() -> None:
+    """val_check_interval 0.5: the epoch's training goes on after the first validation; the second is reported."""
+    r = train(lightning_fits.fit_validating_twice_an_epoch, epochs=2, lr=0.01)
+    assert r.epochs_run == 2 and SEEN["samples"] == 1200 and all("val_accuracy" in h.metrics for h in r.history)
+    assert [h.samples_per_s * h.epoch_time_s for h in r.history] == pytest.approx([600, 600])
+
+
+def test_a_stop_at_a_validation_ends_training_with_its_reason() -> None:
+    def stop_at_2(rec: Any) -> None:
+        if rec.epoch == 2:
+            raise TrialStopped("dominated", epoch=2, detail="behind the front")
+
+    with pytest.raises(TrialStopped) as stop:
+        train(epochs=4, setup={"on_epoch": stop_at_2})
+    assert (stop.value.reason, stop.value.epoch) == ("dominated", 2)
+    assert SEEN["trainer"].current_epoch == 1  # raised out of the second epoch's validation: no third epoch
+
+
+def test_early_stopping_ends_lightnings_loop() -> None:
+    r = train(epochs=8, lr=1e-6, optimizer="sgd", early_stopping_patience=1, early_stopping_min_delta=1.0)
+    assert r.stopped_early_at == 2 and r.epochs_run == 2 and SEEN["trainer"].current_epoch == 2
+
+
+def test_a_missing_lightning_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+    import sys
+
+    monkeypatch.setitem(sys.modules, "lightning.pytorch", None)  # (None in sys.modules: the import fails)
+    with pytest.raises(ConfigError, match=r"trainer: the Lightning integration needs lightning: pip install "
+                                          r"'autotune\[lightning\]'"):
+        tune_lightning.fit(TrialContext({**DEFAULTS, "device": "cpu"}), None)
+
+
+# ---------------------------------------------------------------- the example, a study end to end
+
+
+def test_the_lightning_example_runs_a_study_with_pruning_front_and_export(tmp_path: Path) -> None:
+    from tests.test_examples import run
+
+    first = {"lr": 0.01, "optimizer": "adam", "batch_size": 64, "precision": "fp32", "grad_accum_steps": 1,
+             "lr_schedule": "constant", "user.width": 8}
+    res = run(tmp_path, "digits_lightning", 3, [first, {**first, "grad_accum_steps": 2, "user.width": 16}],
+              **{"train.epochs": 2, "space.precision.choices": ["fp32"]})
+    done = [t for t in res.study.trials if t.state.name == "COMPLETE"]
+    assert len(done) >= 2, [t.user_attrs for t in res.study.trials]
+    for t in done:
+        hist = t.user_attrs["history"]
+        assert len(hist) == 2 and t.values[0] == hist[-1]["val_accuracy"]
+        assert t.values[1] == pytest.approx(sum(h["epoch_time_s"] for h in hist))
+    assert done[0].values[0] > 0.5 and res.pareto and res.best is not None
+    # `best --export`: the trial's settings and seed, trained again through Lightning, give its values again
+    from autotune import config
+    from autotune.observe import export
+    from autotune.search import results
+
+    cfg = res.config
+    trial = done[1]
+    again = config.load(export.export_best(cfg, results.summarize(trial, [o.metric for o in cfg.objectives]),
+                                           tmp_path / "best.yaml"))
+    one = autotune.run(again).study.trials[0]
+    assert one.user_attrs["seed"] == trial.user_attrs["seed"] and one.params == {}
+    assert one.values[0] == pytest.approx(trial.values[0], abs=1e-9)
+    assert [h["train_loss"] for h in one.user_attrs["history"]] == pytest.approx(
+        [h["train_loss"] for h in trial.user_attrs["history"]], rel=1e-6)
+    html = res.report(str(tmp_path / "report.html"))  # the report reads the integration's records like any
+    assert Path(html).stat().st_size > 10_000
+
+
+def test_a_diverging_lightning_trial_ends_pruned_with_its_reason(tmp_path: Path) -> None:
+    """A multi-objective study (accuracy vs training time): the stop rules end the trial out of trainer.fit."""
+    from tests.test_examples import run
+
+    wild = {"lr": 1e9, "optimizer": "sgd_nesterov", "batch_size": 128, "precision": "fp32",
+            "grad_accum_steps": 1, "lr_schedule": "constant", "user.width": 8}
+    res = run(tmp_path, "digits_lightning", 1, [wild], **{"train.epochs": 3, "space.lr.high": 1e10})
+    (t,) = res.study.trials
+    assert t.state.name == "PRUNED", t.user_attrs
+    assert t.user_attrs["stop_reason"] == "diverged" and len(t.user_attrs["history"]) <= 1
+
+
+@pytest.mark.parametrize("multi", [True, False], ids=["pareto", "median"])
+def test_the_studys_pruner_stops_a_lightning_trial(multi: bool, tmp_path: Path) -> None:
+    """Two objectives, the Pareto pruner: the trial, dominated after its first epoch, ends PRUNED (dominated). One
+    objective, Optuna's median pruner: below the median after its first epoch, PRUNED (pruned). Each compared with
+    a finished trial no real one can match (accuracy 1.0 each epoch, in a microsecond), so the stop is certain;
+    raised out of trainer.fit at the first validation: one epoch of three recorded."""
+    from optuna.trial import create_trial
+
+    from autotune.search.pruners import EPOCH_VALUES
+    from autotune.study.runner import open_study
+    from tests.test_examples import EXAMPLES
+
+    overrides: dict[str, Any] = {
+        "study.storage": f"sqlite:///{tmp_path}/l.db", "study.n_trials": 2, "train.epochs": 3,
+        "pruning.pruner": "pareto" if multi else "median",
+        "pruning.pruner_args": {"n_startup_trials": 1, "n_warmup_steps": 1 if multi else 0}}
+    if multi:
+        ahead = create_trial(values=[1.0, 1e-6], user_attrs={EPOCH_VALUES: [[1.0, 1e-6 * e] for e in (1, 2, 3)]})
+    else:
+        overrides["objectives"] = [{"metric": "val_accuracy", "direction": "maximize"}]
+        ahead = create_trial(value=1.0, intermediate_values={1: 1.0, 2: 1.0, 3: 1.0})
+    cfg = autotune.load_config(str(EXAMPLES / "digits_lightning.yaml"), overrides=overrides)
+    study = open_study(cfg)
+    study.add_trial(ahead)
+    study.enqueue_trial({"lr": 0.01, "optimizer": "adam", "batch_size": 128, "precision": "fp32",
+                         "grad_accum_steps": 1, "lr_schedule": "constant", "user.width": 8})
+    t = autotune.run(cfg).study.trials[1]
+    assert t.state.name == "PRUNED", t.user_attrs
+    assert t.user_attrs["stop_reason"] == ("dominated" if multi else "pruned"), t.user_attrs
+    assert t.user_attrs["stop_epoch"] == 1 and len(t.user_attrs["history"]) == 1
+    assert t.user_attrs["stop_detail"] == ("dominated at epoch 1 by trial 0" if multi else "Optuna pruner")
+
+
+@pytest.mark.slow
+def test_the_lightning_example_with_two_workers_on_a_journal(tmp_path: Path) -> None:
+    """`autotune run --workers 2` on one machine's journal file: both workers train Lightning trials."""
+    import subprocess
+    import sys
+
+    from tests.test_examples import EXAMPLES
+
+    yaml_text = (EXAMPLES / "digits_lightning.yaml").read_text().replace("epochs: 4", "epochs: 2")
+    (tmp_path / "w.yaml").write_text(yaml_text.replace("choices: [fp32, bf16]", "choices: [fp32]"))
+    (tmp_path / "digits_lightning.py").write_text((EXAMPLES / "digits_lightning.py").read_text())
+    (tmp_path / "digits_data.py").write_text((EXAMPLES / "digits_data.py").read_text())
+    proc = subprocess.run([sys.executable, "-m", "autotune", "run", str(tmp_path / "w.yaml"), "--plain", "--n-trials",
+                           "4", "--workers", "2", "--storage", f"journal:///{tmp_path}/w.log"],
+                          capture_output=True, text=True, cwd=tmp_path, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    import optuna
+    from optuna.storages import JournalStorage
+    from optuna.storages.journal import JournalFileBackend
+
+    study = optuna.load_study(study_name="digits-lightning",
+                              storage=JournalStorage(JournalFileBackend(str(tmp_path / "w.log"))))
+    done = [t for t in study.trials if t.state.name == "COMPLETE"]
+    assert len(done) >= 4 and len({t.user_attrs["worker"] for t in done}) == 2
+
+
+def test_the_dashboard_lists_a_lightning_study_with_its_records(tmp_path: Path) -> None:
+    """Two trials of the Lightning example (the second with fp16, which Lightning turns into bf16 on a CPU: not
+    applied), served by the real optuna-dashboard: /api/studies lists the study, its trials and their user attrs."""
+    import json
+
+    import requests
+
+    from tests.observe_tests.test_dashboard import _attrs, _start_dashboard
+    from tests.test_examples import run
+
+    first = {"lr": 0.01, "optimizer": "adam", "batch_size": 128, "precision": "fp32", "grad_accum_steps": 1,
+             "lr_schedule": "constant", "user.width": 8}
+    res = run(tmp_path, "digits_lightning", 2, [first, {**first, "precision": "fp16"}],
+              **{"train.epochs": 2, "space.precision.choices": ["fp32", "fp16"], "pruning.pruner": "none"})
+    stored = res.study.trials
+    assert [t.state.name for t in stored] == ["COMPLETE", "COMPLETE"], [t.user_attrs for t in stored]
+    dash, base = _start_dashboard(f"sqlite:///{tmp_path}/digits_lightning.db")
+    try:
+        studies = requests.get(f"{base}/api/studies", timeout=30).json()["study_summaries"]
+        (sid,) = [s["study_id"] for s in studies if s["study_name"] == "digits-lightning"]
+        detail = requests.get(f"{base}/api/studies/{sid}", timeout=30).json()
+    finally:
+        dash.stop()
+    assert detail["objective_names"] == ["val_accuracy", "train_time_s"]
+    trials = sorted(detail["trials"], key=lambda t: t["number"])
+    assert [(t["number"], t["state"]) for t in trials] == [(0, "Complete"), (1, "Complete")]
+    for shown, t in zip(trials, stored):
+        ua = _attrs(shown["user_attrs"])
+        assert {"history", "settings", "seed"} <= set(ua), sorted(ua)
+        assert json.loads(ua["history"]) == t.user_attrs["history"]  # each epoch's record, as stored
+        assert json.loads(ua["settings"]) == t.user_attrs["settings"]
+        assert [float(v) for v in shown["values"]] == pytest.approx(t.values)
+    fp16 = _attrs(trials[1]["user_attrs"])
+    assert "not_applied" not in _attrs(trials[0]["user_attrs"])
+    assert json.loads(fp16["not_applied"])["precision"].startswith("Lightning's Trainer holds precision='bf16-mixed'")
