@@ -66,6 +66,8 @@ ARMS: dict[str, tuple[str, dict[str, Any] | None, dict[str, Any]]] = {
 }
 BASELINES = ("plain Optuna", "random search", "Optuna + Pareto-rank pruner", "Syne Tune MOASHA",
              "Syne Tune MOASHA + stopped results")
+SHORT = {"plain Optuna": "plain", "random search": "random", "Optuna + Pareto-rank pruner": "Pareto-rank",
+         "Syne Tune MOASHA": "MOASHA", "Syne Tune MOASHA + stopped results": "MOASHA+stopped"}
 TARGETS = (0.90, 0.95)
 
 
@@ -209,9 +211,9 @@ def report(name: str, workers: int, rows: dict[str, dict[str, Any]], seeds: int,
     bases = [b for b in BASELINES if b in rows]
     for q in TARGETS:
         print(f"\nspeed-up to {int(100 * q)}% (baseline's median time / arm's; [90% bootstrap interval]):")
-        print(f"{'arm':<36}" + "".join(f"{'vs ' + b:>30}" for b in bases))
+        print(f"{'arm':<36}" + "".join(f"{'vs ' + SHORT.get(b, b):>24}" for b in bases))
         for arm, r in rows.items():
-            print(f"{arm:<36}" + "".join(f"{fmt_x(r.get(f'x_{b}_{q}')):>30}" for b in bases))
+            print(f"{arm:<36}" + "".join(f"{fmt_x(r.get(f'x_{b}_{q}')):>24}" for b in bases))
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -247,6 +247,8 @@ def nondominated_ranks(points: list[list[float]], directions: list[str]) -> list
     if not points:
         return []
     x = np.asarray(points, dtype=float) * np.array([1.0 if d == "minimize" else -1.0 for d in directions])
+    if x.shape[1] == 2:
+        return _ranks_2d(x)
     # dom[i, j]: j dominates i (no worse everywhere, better somewhere)
     dom = (x[None, :, :] <= x[:, None, :]).all(axis=2) & (x[None, :, :] < x[:, None, :]).any(axis=2)
     ranks = np.full(len(points), -1)
@@ -258,6 +260,31 @@ def nondominated_ranks(points: list[list[float]], directions: list[str]) -> list
         left &= ~front
         r += 1
     return [int(v) for v in ranks]
+
+
+def _ranks_2d(x: np.ndarray) -> list[int]:
+    """Non-dominated sorting of minimized 2-D points in O(n log n): in (first, second) order every dominator of a
+    point comes before it, so a point joins the first front whose lowest second value so far does not dominate it
+    (each front's lowest second values fall front after front: bisect)."""
+    order = sorted(range(len(x)), key=lambda i: (x[i, 0], x[i, 1]))
+    lows: list[tuple[float, float]] = []  # per front: its lowest (second, first) so far
+    ranks = [0] * len(x)
+    for i in order:
+        a, b = float(x[i, 0]), float(x[i, 1])
+        lo, hi = 0, len(lows)
+        while lo < hi:  # the first front with no member dominating (a, b)
+            mid = (lo + hi) // 2
+            y, f = lows[mid]
+            if y < b or (y == b and f < a):
+                lo = mid + 1
+            else:
+                hi = mid
+        if lo == len(lows):
+            lows.append((b, a))
+        elif (b, a) < lows[lo]:
+            lows[lo] = (b, a)
+        ranks[i] = lo
+    return ranks
 
 
 def crowding_distances(points: list[list[float]], members: list[int]) -> dict[int, float]:
@@ -395,7 +422,7 @@ PRUNERS: dict[str, PrunerKind] = {
     "pareto": PrunerKind(_pareto, "several"),
     "pareto_asha": PrunerKind(_pareto_asha, "several"),
 }
-AUTO = {"one": "median", "several": "pareto"}  # `pruner: auto` by the study's number of objectives
+AUTO = {"one": "median", "several": "pareto_asha"}  # `pruner: auto` by the study's number of objectives (bench/replay.py)
 
 
 def resolved_name(cfg: RunConfig) -> str:
@@ -422,7 +449,7 @@ def optuna_pruner(cfg: RunConfig) -> optuna.pruners.BasePruner:
 
 
 def pareto_pruner(cfg: RunConfig) -> ParetoStop | None:
-    """autotune's own pruner for a multi-objective study (auto = pareto), over the objectives known after every
+    """autotune's own pruner for a multi-objective study (auto = pareto_asha), over the objectives known after every
     epoch (size and latency are known only at the end): None when fewer than two are, or the pruner is none."""
     name = resolved_name(cfg)
     if not cfg.multi_objective or PRUNERS[name].objectives != "several":

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import random
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +16,7 @@ from autotune import config
 from autotune.core.errors import ConfigError, TrialStopped
 from autotune.search import pruners
 from autotune.search.pruners import EPOCH_VALUES
+from autotune.search.results import dominates
 from autotune.study.runner import open_study
 from tests.conftest import tiny
 
@@ -138,8 +140,12 @@ def test_pareto_asha_stop_counts_pruned_peers_at_the_rung() -> None:
 
 
 def test_pareto_pruner_directions_are_the_per_epoch_objectives(tmp_path: Path) -> None:
-    three = tiny(tmp_path, objectives=["val_accuracy", "inference_latency_ms", "train_time_s"])
+    three = tiny(tmp_path, objectives=["val_accuracy", "inference_latency_ms", "train_time_s"],
+                 pruning={"pruner": "pareto"})
     p = pruners.pareto_pruner(three)
+    # `auto` with several objectives: pareto_asha (bench/replay.py's measurement, bench/RESULTS.md)
+    auto = pruners.pareto_pruner(tiny(tmp_path, objectives=["val_accuracy", "train_time_s"]))
+    assert isinstance(auto, pruners.ParetoASHAPruner) and pruners.AUTO == {"one": "median", "several": "pareto_asha"}
     assert isinstance(p, pruners.ParetoPruner) and p.directions == ["maximize", "minimize"]  # latency: at the end
     asha = tiny(tmp_path, objectives=[{"metric": "val_loss"}, {"metric": "samples_per_s"}],
                 pruning={"pruner": "pareto_asha"})
@@ -377,7 +383,7 @@ def test_keep_leaders_spares_a_dominated_trial_among_the_most_accurate_at_its_ep
 def test_forecast_is_a_pruner_arg(tmp_path: Path) -> None:
     p = pruners.pareto_pruner(tiny(tmp_path, pruning={"pruner": "pareto", "pruner_args": {"forecast": True}}))
     assert p.forecast and p.metrics == ["val_accuracy", "train_time_s"]
-    assert not pruners.pareto_pruner(tiny(tmp_path)).forecast
+    assert not pruners.pareto_pruner(tiny(tmp_path, pruning={"pruner": "pareto"})).forecast
     with pytest.raises(ValueError, match="forecast and keep_leaders need the name of every objective"):
         pruners.ParetoPruner(MO, forecast=True)
 
@@ -432,3 +438,24 @@ def test_front_gain_waits_for_enough_completed_trials(tmp_path: Path) -> None:
     study.add_trial(_front_trial(0.9, 1.0))
     with pytest.raises(TrialStopped, match="behind the front"):
         pruners.check_front_gain_in(study, cfg, 50.0, "x")
+
+
+def test_nondominated_ranks_two_objectives_match_peeling_ties_included() -> None:
+    """The 2-D fast path (sorted sweep) against pairwise peeling, on points with many ties."""
+    rng = random.Random(2)
+
+    def peeled(points: list[list[float]], directions: list[str]) -> list[int]:
+        ranks, left, r = [-1] * len(points), set(range(len(points))), 0
+        while left:
+            front = {i for i in left if not any(dominates(points[j], points[i], directions) for j in left if j != i)}
+            for i in front:
+                ranks[i] = r
+            left -= front
+            r += 1
+        return ranks
+
+    for _ in range(200):
+        pts = [[rng.choice([0.1, 0.2, round(rng.random(), 1)]), rng.choice([1.0, 2.0, round(rng.random(), 1)])]
+               for _ in range(rng.randint(0, 30))]
+        for d in (["maximize", "minimize"], ["minimize", "minimize"]):
+            assert pruners.nondominated_ranks(pts, d) == peeled(pts, d)
