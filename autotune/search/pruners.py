@@ -15,6 +15,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
+import numpy as np
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
@@ -159,29 +160,57 @@ class ParetoPruner:
     trials' final values, by the same margin; until its curve can be fitted, by the values at epoch k."""
 
     def __init__(self, directions: Sequence[str], n_startup_trials: int = 4, n_warmup_steps: int = 2,
-                 margin: float = 0.05, forecast: bool = False, metrics: Sequence[str] | None = None) -> None:
+                 margin: float = 0.05, forecast: bool = False, metrics: Sequence[str] | None = None,
+                 keep_leaders: float | None = None) -> None:
         self.directions = list(directions)
         self.n_startup_trials = n_startup_trials
         self.n_warmup_steps = n_warmup_steps
         self.margin = margin
         self.forecast = bool(forecast)
         self.metrics = list(metrics) if metrics is not None else []
-        if self.forecast and len(self.metrics) != len(self.directions):
-            raise ValueError("forecast needs the name of every objective it compares (metrics)")
+        if (self.forecast or keep_leaders is not None) and len(self.metrics) != len(self.directions):
+            raise ValueError("forecast and keep_leaders need the name of every objective they compare (metrics)")
+        if keep_leaders is not None and not 0 < keep_leaders < 1:
+            raise ValueError(f"keep_leaders must be a share in (0, 1); got {keep_leaders}")
+        self.keep_leaders = keep_leaders
 
     def stop(self, current: list[float], step: int, trials: list[FrozenTrial], epochs: int,
              curve: list[list[float]] | None = None) -> str | None:
         completed = [t for t in trials if t.state == TrialState.COMPLETE]
-        if self.forecast and curve and step >= self.n_warmup_steps and len(completed) >= self.n_startup_trials:
+        if self.forecast:
+            if not curve or step < self.n_warmup_steps or len(completed) < self.n_startup_trials:
+                return None
+            # Until its learning curve can be fitted, a trial is not judged at all: the values at epoch k are what
+            # the forecast replaces (a slow learner behind fast ones at epoch 2 may end ahead of all of them).
             pred = heading_for(curve, epochs, self.metrics, self.directions)
-            if pred is not None:
-                finals = [(t, list(rec[-1])) for t in completed if (rec := t.user_attrs.get(EPOCH_VALUES))]
-                by = self._dominating(pred, finals)
-                shown = ", ".join(f"{m} {v:.4g}" for m, v in zip(self.metrics, pred))
-                return None if by is None else (f"heading for {shown} at epoch {epochs} (learning curve at epoch "
-                                                f"{step}): dominated by trial {by.number}")
+            if pred is None:
+                return None
+            finals = [(t, list(rec[-1])) for t in completed if (rec := t.user_attrs.get(EPOCH_VALUES))]
+            by = self._dominating(pred, finals)
+            shown = ", ".join(f"{m} {v:.4g}" for m, v in zip(self.metrics, pred))
+            return None if by is None else (f"heading for {shown} at epoch {epochs} (learning curve at epoch "
+                                            f"{step}): dominated by trial {by.number}")
         by = self.dominated_by(current, step, completed)
+        if by is not None and self.leads(current, step, completed):
+            return None
         return None if by is None else f"dominated at epoch {step} by trial {by.number}"
+
+    def leads(self, current: list[float], step: int, completed: list[FrozenTrial]) -> bool:
+        """`keep_leaders`: the trial's quality at `step` is in the top share of the completed trials' there. A slow
+        learner that is dominated at epoch k (more time, less accuracy than a fast trial) but among the most
+        accurate at k is where the front's accurate end comes from: it goes on."""
+        if self.keep_leaders is None:
+            return False
+        quality = [i for i, m in enumerate(self.metrics) if is_quality(m)]
+        if not quality:
+            return False
+        i = quality[0]
+        sign = 1.0 if self.directions[i] == "maximize" else -1.0
+        seen = sorted((sign * v[i] for t in completed if (v := _values_at(t, step)) is not None), reverse=True)
+        if not seen:
+            return False
+        bar = seen[max(0, math.ceil(self.keep_leaders * len(seen)) - 1)]
+        return sign * current[i] >= bar
 
     def dominated_by(self, current: list[float], step: int, completed: list[FrozenTrial]) -> FrozenTrial | None:
         """The completed trial that dominates `current` at `step` by the margin, if any."""
@@ -213,16 +242,48 @@ class ParetoPruner:
 
 
 def nondominated_ranks(points: list[list[float]], directions: list[str]) -> list[int]:
-    """Front index of each point (0 = non-dominated) by repeated peeling."""
-    ranks = [-1] * len(points)
-    left = set(range(len(points)))
+    """Front index of each point (0 = non-dominated) by repeated peeling, on a dominance matrix (a rung table or a
+    step of a study holds hundreds of points: pairwise Python comparisons per front would cost seconds)."""
+    if not points:
+        return []
+    x = np.asarray(points, dtype=float) * np.array([1.0 if d == "minimize" else -1.0 for d in directions])
+    if x.shape[1] == 2:
+        return _ranks_2d(x)
+    # dom[i, j]: j dominates i (no worse everywhere, better somewhere)
+    dom = (x[None, :, :] <= x[:, None, :]).all(axis=2) & (x[None, :, :] < x[:, None, :]).any(axis=2)
+    ranks = np.full(len(points), -1)
+    left = np.ones(len(points), dtype=bool)
     r = 0
-    while left:
-        front = {i for i in left if not any(dominates(points[j], points[i], directions) for j in left if j != i)}
-        for i in front:
-            ranks[i] = r
-        left -= front
+    while left.any():
+        front = left & ~(dom[:, left].any(axis=1))
+        ranks[front] = r
+        left &= ~front
         r += 1
+    return [int(v) for v in ranks]
+
+
+def _ranks_2d(x: np.ndarray) -> list[int]:
+    """Non-dominated sorting of minimized 2-D points in O(n log n): in (first, second) order every dominator of a
+    point comes before it, so a point joins the first front whose lowest second value so far does not dominate it
+    (each front's lowest second values fall front after front: bisect)."""
+    order = sorted(range(len(x)), key=lambda i: (x[i, 0], x[i, 1]))
+    lows: list[tuple[float, float]] = []  # per front: its lowest (second, first) so far
+    ranks = [0] * len(x)
+    for i in order:
+        a, b = float(x[i, 0]), float(x[i, 1])
+        lo, hi = 0, len(lows)
+        while lo < hi:  # the first front with no member dominating (a, b)
+            mid = (lo + hi) // 2
+            y, f = lows[mid]
+            if y < b or (y == b and f < a):
+                lo = mid + 1
+            else:
+                hi = mid
+        if lo == len(lows):
+            lows.append((b, a))
+        elif (b, a) < lows[lo]:
+            lows[lo] = (b, a)
+        ranks[i] = lo
     return ranks
 
 
@@ -361,7 +422,7 @@ PRUNERS: dict[str, PrunerKind] = {
     "pareto": PrunerKind(_pareto, "several"),
     "pareto_asha": PrunerKind(_pareto_asha, "several"),
 }
-AUTO = {"one": "median", "several": "pareto"}  # `pruner: auto` by the study's number of objectives
+AUTO = {"one": "median", "several": "pareto_asha"}  # `pruner: auto` by the study's number of objectives (bench/replay.py)
 
 
 def resolved_name(cfg: RunConfig) -> str:
@@ -388,7 +449,7 @@ def optuna_pruner(cfg: RunConfig) -> optuna.pruners.BasePruner:
 
 
 def pareto_pruner(cfg: RunConfig) -> ParetoStop | None:
-    """autotune's own pruner for a multi-objective study (auto = pareto), over the objectives known after every
+    """autotune's own pruner for a multi-objective study (auto = pareto_asha), over the objectives known after every
     epoch (size and latency are known only at the end): None when fewer than two are, or the pruner is none."""
     name = resolved_name(cfg)
     if not cfg.multi_objective or PRUNERS[name].objectives != "several":

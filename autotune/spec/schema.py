@@ -229,7 +229,7 @@ class Slow(_Model):
 
 
 class PruningConfig(_Model):
-    pruner: str = "auto"  # auto: median (one objective) or pareto (several); none, or a pruner's name
+    pruner: str = "auto"  # auto: median (one objective) or pareto_asha (several); none, or a pruner's name
     pruner_args: dict[str, Any] = Field(default_factory=dict)  # keyword arguments for the pruner
     divergence: Divergence | None = Divergence()  # null turns it off
     slow: Slow = Slow()  # projections of a trial's training time

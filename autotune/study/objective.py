@@ -32,7 +32,7 @@ from autotune.core import (
     watchdog,
 )
 from autotune.core import optuna_compat as compat
-from autotune.fit import fit_name, job_for, load_fit, searched_keys, trainer, trial_seed
+from autotune.fit import REAL, Backend, fit_name, job_for, load_fit, searched_keys, trainer, trial_seed
 from autotune.search import EPOCH_VALUES, lr_scaling_text, pruners
 from autotune.spec import RunConfig
 from autotune.speed import probe, strategy
@@ -123,8 +123,9 @@ class FailureStreak:
 class Objective:
     """Callable for `study.optimize`: one real training run per trial."""
 
-    def __init__(self, cfg: RunConfig, fit: trainer.Fit | None = None) -> None:
+    def __init__(self, cfg: RunConfig, fit: trainer.Fit | None = None, backend: Backend = REAL) -> None:
         self.cfg = cfg
+        self.backend = backend  # where each trial's job trains: really, or replayed (bench/replay_backend.py)
         self.fit = fit if fit is not None else load_fit(cfg)
         self.name = fit_name(cfg, self.fit)
         self.metrics = [o.metric for o in cfg.objectives]
@@ -166,7 +167,7 @@ class Objective:
 
     def _run(self, trial: optuna.Trial) -> float | list[float]:
         cfg = self.cfg
-        accel.freeze_survivors()
+        self.backend.tidy(accel.freeze_survivors)
         values = self.search.sample(trial)
         seed = trial_seed(cfg, trial.number)
         trial.set_user_attr("seed", seed)
@@ -189,7 +190,7 @@ class Objective:
         try:
             result = self._train(trial, values, seed)
         finally:
-            accel.after_trial()
+            self.backend.tidy(accel.after_trial)
         metrics = result.metrics()
         missing = [m for m in self.metrics if m not in metrics]
         if missing and not any(r.metrics for r in result.history):
@@ -241,7 +242,7 @@ class Objective:
             outcome = self._attempt(trial, values, seed)
             if isinstance(outcome, TrainResult):
                 return outcome
-            accel.release_memory()  # nothing of the failed attempt is referenced any more
+            self.backend.tidy(accel.release_memory)  # nothing of the failed attempt is referenced any more
             oom, epoch = outcome
             if self.cfg.pruning.oom == "retry_smaller_batch" and values["batch_size"] > 1 and not retried:
                 retried = True
@@ -284,11 +285,10 @@ class Objective:
                 cpu = contention.Window(int(values["cpu_threads"]) or torch.get_num_threads())
                 job = job_for(self.cfg, values, seed, fit=self.fit, probe=window,
                               searched=searched_keys(self.cfg, values))
-                result = self._watched(trial, lambda: trainer.train(job, on_epoch=on_epoch, on_record=on_record,
-                                                                    keep_model=False), lambda: len(history),
+                result = self._watched(trial, lambda: self.backend.train(job, on_epoch=on_epoch, on_record=on_record,
+                                                                         keep_model=False), lambda: len(history),
                                        int(values.get("devices", 1)))
-            if not self._oversubscribed(trial, values, result, cpu):
-                self.gate.finished(trial, values, window, result, contended=contention.contended(cpu.share()))
+            self._measured(trial, values, window, result, cpu)
             return result
         except TrialStopped as e:
             stop = TrialStopped(e.reason, e.epoch, e.detail)  # a fresh one: no traceback, no frames
@@ -302,7 +302,7 @@ class Objective:
                 failure = _without_frames(e)
                 fatal = accel.is_fatal_device_error(e)
         if stop is not None:
-            accel.release_memory()
+            self.backend.tidy(accel.release_memory)
             self._stop(trial, stop.reason, stop.epoch, stop.detail)
         if failure is not None:
             if fatal:  # the CUDA context is broken: every later trial in this process would fail too
@@ -310,10 +310,19 @@ class Objective:
                 raise FatalDeviceError(f"{self.name}: {describe_exception(failure)}: the device cannot be used "
                                        "by this process any more; stopped (finished trials are kept; start the "
                                        "run or worker again)")
-            accel.release_memory()
+            self.backend.tidy(accel.release_memory)
             self._fail(trial, failure, len(history))
         assert oom is not None
         return oom, len(history)
+
+    def _measured(self, trial: optuna.Trial, values: dict[str, Any], window: Any, result: TrainResult,
+                  cpu: contention.Window) -> None:
+        """A trained trial's samples/s become its combination's probe reading, unless its threads waited for cores
+        (`_oversubscribed`); a backend with no CPU of its own (a replay) is read as it reports."""
+        if not self.backend.real:
+            self.gate.finished(trial, values, window, result)
+        elif not self._oversubscribed(trial, values, result, cpu):
+            self.gate.finished(trial, values, window, result, contended=contention.contended(cpu.share()))
 
     def _watched(self, trial: optuna.Trial, train: Callable[[], TrainResult], epochs: Callable[[], int],
                  devices: int) -> TrainResult:

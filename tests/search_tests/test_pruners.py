@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import random
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +16,7 @@ from autotune import config
 from autotune.core.errors import ConfigError, TrialStopped
 from autotune.search import pruners
 from autotune.search.pruners import EPOCH_VALUES
+from autotune.search.results import dominates
 from autotune.study.runner import open_study
 from tests.conftest import tiny
 
@@ -138,8 +140,12 @@ def test_pareto_asha_stop_counts_pruned_peers_at_the_rung() -> None:
 
 
 def test_pareto_pruner_directions_are_the_per_epoch_objectives(tmp_path: Path) -> None:
-    three = tiny(tmp_path, objectives=["val_accuracy", "inference_latency_ms", "train_time_s"])
+    three = tiny(tmp_path, objectives=["val_accuracy", "inference_latency_ms", "train_time_s"],
+                 pruning={"pruner": "pareto"})
     p = pruners.pareto_pruner(three)
+    # `auto` with several objectives: pareto_asha (bench/replay.py's measurement, bench/RESULTS.md)
+    auto = pruners.pareto_pruner(tiny(tmp_path, objectives=["val_accuracy", "train_time_s"]))
+    assert isinstance(auto, pruners.ParetoASHAPruner) and pruners.AUTO == {"one": "median", "several": "pareto_asha"}
     assert isinstance(p, pruners.ParetoPruner) and p.directions == ["maximize", "minimize"]  # latency: at the end
     asha = tiny(tmp_path, objectives=[{"metric": "val_loss"}, {"metric": "samples_per_s"}],
                 pruning={"pruner": "pareto_asha"})
@@ -352,15 +358,33 @@ def test_forecast_judges_a_trial_by_where_its_learning_curve_is_heading() -> Non
     why = ahead.stop(flat[-1], 4, done, 10, curve=flat)
     assert why is not None and why.startswith("heading for val_accuracy 0.5") and "12 at epoch 10" in why
     assert why.endswith("dominated by trial 0")
-    # two epochs: no curve to fit, the same-epoch rule judges
-    assert ahead.stop(late[1], 2, done, 10, curve=late[:2]) == same_epoch.stop(late[1], 2, done, 10)
+    # two epochs: no curve to fit yet, so no verdict (the same-epoch rule would stop this slow learner)
+    assert same_epoch.stop(late[1], 2, done, 10) == "dominated at epoch 2 by trial 0"
+    assert ahead.stop(late[1], 2, done, 10, curve=late[:2]) is None
+
+
+def test_keep_leaders_spares_a_dominated_trial_among_the_most_accurate_at_its_epoch() -> None:
+    best = _learning(lambda e: 0.4 + 0.1 * e, 0.5 / 3, 10)  # at epoch 3: accuracy 0.7 in 0.5 s
+    rest = _learning(lambda e: 0.2 + 0.1 * e, 0.5 / 3, 10)  # at epoch 3: 0.5 in 0.5 s
+    done = [_done(c, c[-1]) for c in (best, rest, rest, rest)]
+    for i, t in enumerate(done):
+        t.number = i
+    slow_learner = [0.6, 2.0]  # at epoch 3: behind trial 0 on both, ahead of the other three on accuracy
+    plain = pruners.ParetoPruner(MO, n_warmup_steps=2)
+    half = pruners.ParetoPruner(MO, n_warmup_steps=2, keep_leaders=0.5, metrics=["val_accuracy", "train_time_s"])
+    quarter = pruners.ParetoPruner(MO, n_warmup_steps=2, keep_leaders=0.25, metrics=["val_accuracy", "train_time_s"])
+    assert plain.stop(slow_learner, 3, done, 10) == "dominated at epoch 3 by trial 0"
+    assert half.stop(slow_learner, 3, done, 10) is None  # in the top half of accuracy at epoch 3: goes on
+    assert quarter.stop(slow_learner, 3, done, 10) == "dominated at epoch 3 by trial 0"  # the top quarter is 0.7
+    with pytest.raises(ValueError, match="keep_leaders must be a share"):
+        pruners.ParetoPruner(MO, keep_leaders=1.5, metrics=["val_accuracy", "train_time_s"])
 
 
 def test_forecast_is_a_pruner_arg(tmp_path: Path) -> None:
     p = pruners.pareto_pruner(tiny(tmp_path, pruning={"pruner": "pareto", "pruner_args": {"forecast": True}}))
     assert p.forecast and p.metrics == ["val_accuracy", "train_time_s"]
-    assert not pruners.pareto_pruner(tiny(tmp_path)).forecast
-    with pytest.raises(ValueError, match="forecast needs the name of every objective"):
+    assert not pruners.pareto_pruner(tiny(tmp_path, pruning={"pruner": "pareto"})).forecast
+    with pytest.raises(ValueError, match="forecast and keep_leaders need the name of every objective"):
         pruners.ParetoPruner(MO, forecast=True)
 
 
@@ -414,3 +438,24 @@ def test_front_gain_waits_for_enough_completed_trials(tmp_path: Path) -> None:
     study.add_trial(_front_trial(0.9, 1.0))
     with pytest.raises(TrialStopped, match="behind the front"):
         pruners.check_front_gain_in(study, cfg, 50.0, "x")
+
+
+def test_nondominated_ranks_two_objectives_match_peeling_ties_included() -> None:
+    """The 2-D fast path (sorted sweep) against pairwise peeling, on points with many ties."""
+    rng = random.Random(2)
+
+    def peeled(points: list[list[float]], directions: list[str]) -> list[int]:
+        ranks, left, r = [-1] * len(points), set(range(len(points))), 0
+        while left:
+            front = {i for i in left if not any(dominates(points[j], points[i], directions) for j in left if j != i)}
+            for i in front:
+                ranks[i] = r
+            left -= front
+            r += 1
+        return ranks
+
+    for _ in range(200):
+        pts = [[rng.choice([0.1, 0.2, round(rng.random(), 1)]), rng.choice([1.0, 2.0, round(rng.random(), 1)])]
+               for _ in range(rng.randint(0, 30))]
+        for d in (["maximize", "minimize"], ["minimize", "minimize"]):
+            assert pruners.nondominated_ranks(pts, d) == peeled(pts, d)

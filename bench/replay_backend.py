@@ -1,0 +1,208 @@
+"""The replay backend: strategies run against a recorded workload on a simulated clock, with N simulated workers.
+
+`SimClock` schedules N worker threads as a discrete-event simulation: each worker has its own simulated time,
+and only the worker furthest behind runs (ties: the lower worker number); a worker that charges time
+(`advance`) waits until every other worker has caught up with it. So the study's state that a worker sees when
+its epoch ends (which trials finished, which probe readings exist) is the state at that simulated moment, as it
+would be for real workers sharing one storage; and a replay with a seed gives the same table every time.
+
+`replay_backend(workload, clock)` is an `autotune.fit.Backend`: the study's real objective (its sampler, speed
+probe, stop rules, Pareto pruners and records) calls it instead of the trainer. It answers a job from the
+recording: set-up, then per epoch its training and evaluation time charged to the clock, the epoch's record to
+the objective's callbacks (which may stop the trial), the speed probe's reading delivered after the probe's steps
+of epoch 1. A recorded configuration that diverged stops at the same epoch for the same reason.
+
+What the replay does not charge: the sampler's own time (milliseconds per trial here, beside trials of seconds)
+and the study's storage writes (in memory).
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import optuna
+
+from autotune.core import TrialStopped
+from autotune.fit import Backend
+from autotune.training import EpochRecord, Measurement, TrainResult
+from autotune.training.throughput import MIN_SECONDS, TIMED_STEPS, WARMUP_STEPS
+from bench.replay_workload import Curve, Workload
+
+
+class BudgetSpent(BaseException):  # noqa: N818 (not an error: the worker's simulated budget ran out)
+    """Raised in a worker whose simulated time passed the budget: its trial is cut off and the worker stops. A
+    BaseException, so no `except Exception` in the strategy code takes it for the trial's own failure."""
+
+
+class SimClock:
+    """Simulated seconds per worker thread; only the worker furthest behind runs."""
+
+    def __init__(self, workers: int, budget_s: float) -> None:
+        self.budget_s = budget_s
+        self.t = [0.0] * workers
+        self.live = set(range(workers))
+        self._cond = threading.Condition()
+        self._local = threading.local()
+
+    @property
+    def worker(self) -> int:
+        return self._local.worker
+
+    def now(self) -> float:
+        return self.t[self.worker]
+
+    def _turn(self) -> int:
+        return min(self.live, key=lambda w: (self.t[w], w))
+
+    def enter(self, worker: int) -> None:
+        """The calling thread is `worker`: it waits for its turn."""
+        self._local.worker = worker
+        with self._cond:
+            self._cond.wait_for(lambda: self._turn() == worker)
+
+    def advance(self, seconds: float) -> None:
+        """Charge `seconds` to the calling worker and wait until it is the furthest behind again; past the budget,
+        `BudgetSpent`."""
+        w = self.worker
+        with self._cond:
+            self.t[w] += max(0.0, float(seconds))
+            self._cond.notify_all()
+            self._cond.wait_for(lambda: self._turn() == w)
+        if self.t[w] > self.budget_s:
+            raise BudgetSpent
+
+    def leave(self) -> None:
+        with self._cond:
+            self.live.discard(self.worker)
+            self._cond.notify_all()
+
+
+def run_workers(clock: SimClock, work: Callable[[], None]) -> None:
+    """`work()` in a loop on every worker thread until its simulated time passes the budget."""
+    errors: list[BaseException] = []
+
+    def loop(w: int) -> None:
+        clock.enter(w)
+        try:
+            while clock.now() < clock.budget_s:
+                work()
+        except BudgetSpent:
+            pass
+        except BaseException as e:  # a bug in the harness: reported, not lost in a thread
+            errors.append(e)
+        finally:
+            clock.leave()
+
+    threads = [threading.Thread(target=loop, args=(w,), daemon=True) for w in range(1, len(clock.t))]
+    for t in threads:
+        t.start()
+    loop(0)  # worker 0 in the calling thread (a profiler of the caller sees one worker's work)
+    for t in threads:
+        t.join()
+    if errors:
+        raise errors[0]
+
+
+# ---------------------------------------------------------------- replaying one trial
+
+
+def point_of(workload: Workload, settings: Any) -> dict[str, Any]:
+    """The recorded space's keys of a trial's settings (what the surrogate looks up)."""
+    return {k: settings[k] for k in workload.keys if k in settings and settings[k] is not None}
+
+
+def probe_reading(curve: Curve, batch_size: int) -> tuple[float, Measurement]:
+    """(seconds into epoch 1 at which the speed probe's window closes, what it measured): its warm-up and timed
+    steps (at least MIN_SECONDS of them) at the recorded first epoch's samples/s."""
+    first = curve.epochs[0]
+    sps = float(first["samples_per_s"])
+    epoch_samples = sps * float(first["train_time_s"])
+    steps = max(1.0, epoch_samples / max(batch_size, 1))
+    share = min(1.0, (WARMUP_STEPS + TIMED_STEPS) / steps)
+    at = max(share * curve.epoch_train_s(1), min(MIN_SECONDS, curve.epoch_train_s(1)))
+    timed = TIMED_STEPS * batch_size / sps
+    return at, Measurement(samples_per_s=sps, steps_per_s=sps / max(batch_size, 1), timed_steps=TIMED_STEPS,
+                           timed_s=timed, first_step_s=batch_size / sps, compile_time_s=0.0,
+                           epoch_samples=epoch_samples, peak_memory_bytes=None)
+
+
+def record_of(curve: Curve, epoch: int, lr: float) -> EpochRecord:
+    e = curve.epochs[epoch - 1]
+    metrics = {k: float(e[k]) for k in ("val_accuracy", "val_loss") if k in e}
+    return EpochRecord(epoch=epoch, train_loss=float(e.get("train_loss", math.nan)),
+                       epoch_time_s=curve.epoch_train_s(epoch), train_time_s=float(e["train_time_s"]),
+                       samples_per_s=float(e["samples_per_s"]), data_wait_fraction=0.0, lr=lr, metrics=metrics)
+
+
+def replay_train(workload: Workload, clock: SimClock) -> Callable[..., TrainResult]:
+    """The trainer's signature over the recording (see the module's doc)."""
+
+    def train(job: Any, on_epoch: Callable[[EpochRecord], None] | None = None,
+              on_record: Callable[[EpochRecord], None] | None = None, keep_model: bool = True) -> TrainResult:
+        s = job.settings
+        curve = workload.nearest(point_of(workload, s))
+        epochs = int(s["epochs"])
+        clock.advance(curve.setup_s)
+        history: list[EpochRecord] = []
+        for epoch in range(1, epochs + 1):
+            if epoch > len(curve.epochs):  # the recorded configuration stopped here (diverged)
+                stop = curve.stop or {"reason": "diverged", "detail": "the recording ends here"}
+                raise TrialStopped(stop["reason"], epoch - 1, f"replayed: {stop.get('detail', '')}")
+            spent = 0.0
+            window = job.probe
+            if epoch == 1 and window is not None and not window.done and window.on_measured is not None:
+                at, m = probe_reading(curve, int(s["batch_size"]))
+                clock.advance(at)
+                spent = at
+                window.measurement = m
+                window.on_measured(m)  # the study's gate: may stop the trial (slow, behind the front)
+            clock.advance(curve.epoch_s(epoch) - spent)
+            rec = record_of(curve, epoch, float(s.get("lr", 0.0)))
+            history.append(rec)
+            if on_record is not None:
+                on_record(rec)
+            if on_epoch is not None:
+                on_epoch(rec)
+        last = history[-1]
+        final = dict(last.metrics)
+        return TrainResult(final=final, train_time_s=last.train_time_s, samples_per_s=last.samples_per_s,
+                           compile_time_s=0.0, data_wait_fraction=0.0, epochs_run=len(history), device="cpu",
+                           precision=str(s.get("precision", "fp32")), history=history)
+
+    return train
+
+
+def replay_backend(workload: Workload, clock: SimClock) -> Backend:
+    return Backend(replay_train(workload, clock), real=False)
+
+
+# ---------------------------------------------------------------- what a study's trials did, on the clock
+
+
+@dataclass
+class Log:
+    """(simulated seconds, accuracy or None, training time or None, state name) per trial that ended in budget:
+    the events bench/time_to_target.py's measures read."""
+
+    events: list[tuple[float, float | None, float | None, str]] = field(default_factory=list)
+
+    def callback(self, clock: SimClock) -> Callable[[optuna.Study, optuna.trial.FrozenTrial], None]:
+        def ended(study: optuna.Study, t: optuna.trial.FrozenTrial) -> None:
+            ok = t.state == optuna.trial.TrialState.COMPLETE
+            at = clock.now()
+            if at <= clock.budget_s:
+                acc = t.user_attrs.get("val_accuracy", t.values[0] if ok and t.values else None)
+                tt = t.user_attrs.get("train_time_s", t.values[1] if ok and t.values else None)
+                self.events.append((at, acc if ok else None, tt if ok else None, t.state.name))
+        return ended
+
+    def sorted(self) -> list[tuple[float, float | None, float | None, str]]:
+        return sorted(self.events, key=lambda e: e[0])
+
+
+__all__ = ["BudgetSpent", "Log", "SimClock", "point_of", "probe_reading", "record_of", "replay_backend",
+           "replay_train", "run_workers"]
