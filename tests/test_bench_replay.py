@@ -11,7 +11,7 @@ import optuna
 import pytest
 
 from bench import replay
-from bench.replay_arms import ParetoRankPruner, variant
+from bench.replay_arms import ParetoRankPruner
 from bench.replay_backend import BudgetSpent, SimClock, replay_train, run_workers
 from bench.replay_workload import RECORDINGS, Workload
 

@@ -422,7 +422,8 @@ PRUNERS: dict[str, PrunerKind] = {
     "pareto": PrunerKind(_pareto, "several"),
     "pareto_asha": PrunerKind(_pareto_asha, "several"),
 }
-AUTO = {"one": "median", "several": "pareto_asha"}  # `pruner: auto` by the study's number of objectives (bench/replay.py)
+# `pruner: auto` by the study's number of objectives (several: measured on bench/replay.py, bench/RESULTS.md)
+AUTO = {"one": "median", "several": "pareto_asha"}
 
 
 def resolved_name(cfg: RunConfig) -> str:
