@@ -416,7 +416,7 @@ def test_a_candidate_predicted_behind_the_front_is_stopped_before_it_trains(tmp_
     cfg = sleepy_study(tmp_path, study={"name": "g", "storage": f"sqlite:///{tmp_path}/s.db", "n_trials": 7},
                        train={"epochs": 3, "batch_size": 64, "device": "cpu"},
                        space={"user.sleep_ms": {"type": "categorical", "choices": [0, 8]}},
-                       pruning={"slow": {"min_front_gain": 0.05}})
+                       pruning={"pruner": "pareto", "slow": {"min_front_gain": 0.05}})
     study = open_study(cfg)
     for ms in (0,) * pruners.FRONT_GAIN_STARTUP + (8, 8):
         study.enqueue_trial({"user.sleep_ms": ms})

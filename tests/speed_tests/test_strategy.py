@@ -26,7 +26,7 @@ def cfg_for(tmp_path: Path, space: dict[str, Any], fit: str = "fit", **study: An
     return config.from_dict({
         "study": {"name": "s", "storage": f"sqlite:///{tmp_path}/s.db", "n_trials": 4, "seed": 0,
                   "strategy": "probe_then_tune", "max_repeated_errors": 10, **study},
-        "trainer": f"tests.user_fits:{fit}", "train": {"device": "cpu", "epochs": 2},
+        "trainer": f"tests.user_fits:{fit}", "train": {"device": "cpu", "epochs": 2}, "pruning": {"pruner": "pareto"},
         "space": {"lr": {"type": "float", "low": 1e-3, "high": 1e-1, "log": True}, **space}},
         source=str(tmp_path / "s.yaml"))
 
