@@ -44,25 +44,33 @@ from bench.replay_workload import RECORDINGS, Workload  # noqa: E402
 Events = replay_arms.Events
 SPACES = {"mnist1d": "search_spaces/mnist1d.yaml", "digits": "search_spaces/cnn.yaml"}
 # name -> (runner, pruning over the space's own, study over its own); None: not an autotune arm
+# the arms named before stopped_as_shorter (search/credit.py) became the default keep their meaning: without it
+OLD = {"stopped_as_shorter": False}
 ARMS: dict[str, tuple[str, dict[str, Any] | None, dict[str, Any]]] = {
     "plain Optuna": ("plain", None, {}),
     "random search": ("random", None, {}),
     "Optuna + Pareto-rank pruner": ("pareto_rank", None, {}),
     "Syne Tune MOASHA": ("moasha", None, {}),
     "Syne Tune MOASHA + stopped results": ("moasha_all", None, {}),
-    "autotune pareto": ("autotune", {"pruner": "pareto"}, {}),
-    "autotune pareto_asha": ("autotune", {"pruner": "pareto_asha"}, {}),
-    "autotune forecast": ("autotune", {"pruner": "pareto", "pruner_args": {"forecast": True}}, {}),
-    "autotune forecast + front gain": ("autotune", {"pruner": "pareto", "pruner_args": {"forecast": True},
+    "autotune pareto": ("autotune", {"pruner": "pareto", **OLD}, {}),
+    "autotune pareto_asha": ("autotune", {"pruner": "pareto_asha", **OLD}, {}),
+    "autotune forecast": ("autotune", {"pruner": "pareto", "pruner_args": {"forecast": True}, **OLD}, {}),
+    "autotune forecast + front gain": ("autotune", {"pruner": "pareto", "pruner_args": {"forecast": True}, **OLD,
                                                    "slow": {"min_front_gain": 0.01}}, {}),
-    "autotune pareto_asha + front gain": ("autotune", {"pruner": "pareto_asha",
+    "autotune pareto_asha + front gain": ("autotune", {"pruner": "pareto_asha", **OLD,
                                                       "slow": {"min_front_gain": 0.01}}, {}),
-    "autotune pareto keep leaders": ("autotune", {"pruner": "pareto", "pruner_args": {"keep_leaders": 0.25}}, {}),
-    "autotune no pruning": ("autotune", {"pruner": "none"}, {}),
-    "autotune pareto_asha eta 2": ("autotune", {"pruner": "pareto_asha", "pruner_args": {"reduction_factor": 2}}, {}),
-    "autotune pareto_asha from epoch 2": ("autotune", {"pruner": "pareto_asha", "pruner_args": {"min_epochs": 2}}, {}),
-    "autotune pareto_asha 6 startup": ("autotune", {"pruner": "pareto_asha", "pruner_args": {"n_startup_trials": 6}},
-                                       {}),
+    "autotune pareto keep leaders": ("autotune", {"pruner": "pareto", "pruner_args": {"keep_leaders": 0.25},
+                                                  **OLD}, {}),
+    "autotune pareto_asha + stopped as shorter": ("autotune", {"pruner": "pareto_asha", "stopped_as_shorter": True},
+                                                  {}),
+    "autotune pareto + stopped as shorter": ("autotune", {"pruner": "pareto", "stopped_as_shorter": True}, {}),
+    "autotune no pruning": ("autotune", {"pruner": "none", **OLD}, {}),
+    "autotune pareto_asha eta 2": ("autotune", {"pruner": "pareto_asha", "pruner_args": {"reduction_factor": 2},
+                                                **OLD}, {}),
+    "autotune pareto_asha from epoch 2": ("autotune", {"pruner": "pareto_asha", "pruner_args": {"min_epochs": 2},
+                                                       **OLD}, {}),
+    "autotune pareto_asha 6 startup": ("autotune", {"pruner": "pareto_asha", "pruner_args": {"n_startup_trials": 6},
+                                                    **OLD}, {}),
 }
 BASELINES = ("plain Optuna", "random search", "Optuna + Pareto-rank pruner", "Syne Tune MOASHA",
              "Syne Tune MOASHA + stopped results")

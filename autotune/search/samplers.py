@@ -11,8 +11,9 @@ from typing import Any
 
 import optuna
 
-from autotune.core import ConfigError, lookup
+from autotune.core import ConfigError, lookup, per_epoch
 from autotune.search import space
+from autotune.search.credit import EPOCHS, StoppedAsShorter
 from autotune.spec import RunConfig
 
 TPE_STARTUP_TRIALS = 8  # random trials before TPE's model: a study here is tens of trials, not hundreds
@@ -47,6 +48,14 @@ def make_sampler(cfg: RunConfig, seed: int | None = None) -> optuna.samplers.Bas
     file = cfg.file
     build = lookup(SAMPLERS, cfg.study.sampler, file, "study.sampler", "sampler")
     try:
-        return build(cfg, cfg.study.seed if seed is None else seed, dict(cfg.study.sampler_args))
+        sampler = build(cfg, cfg.study.seed if seed is None else seed, dict(cfg.study.sampler_args))
     except (TypeError, ValueError, ImportError) as e:
         raise ConfigError(file, "study.sampler_args", f"{cfg.study.sampler}: {e}") from None
+    return StoppedAsShorter(sampler, lambda params: space.fixed_point(cfg, params)) if teaches(cfg) else sampler
+
+
+def teaches(cfg: RunConfig) -> bool:
+    """Whether the study's sampler is shown stopped trials as the shorter trials they equal (search/credit.py): several
+    objectives, every one known after each epoch, epochs searched, and `pruning.stopped_as_shorter`."""
+    return (cfg.multi_objective and cfg.pruning.stopped_as_shorter and EPOCHS in cfg.space
+            and all(per_epoch(o.metric) for o in cfg.objectives) and cfg.study.sampler != "grid")

@@ -237,6 +237,9 @@ class PruningConfig(_Model):
     # host memory the training process may hold (resident, MB); past it the trial stops as oom (null: only the
     # machine's own limit, less a safety margin)
     max_host_memory_mb: float | None = Field(None, gt=0)
+    # several objectives: the sampler sees a trial stopped after epoch k as the completed trial with epochs: k where
+    # that is true (epochs searched, a constant learning rate, no compression); search/credit.py, bench/RESULTS.md
+    stopped_as_shorter: bool = True
 
     @field_validator("pruner")
     @classmethod
