@@ -76,11 +76,13 @@ TARGETS = (0.98, 0.95, 0.90)
 
 
 def make_cfg(task: str, name: str, storage: str, seed: int, budget: float, strategy: str = "joint",
-             pruning: dict[str, Any] | None = None, sections: dict[str, Any] | None = None) -> Any:
-    """The bench's study on `task` (or on `sections`: its data and model), with `pruning` (default: this bench's)."""
+             pruning: dict[str, Any] | None = None, sections: dict[str, Any] | None = None,
+             study: dict[str, Any] | None = None) -> Any:
+    """The bench's study on `task` (or on `sections`: its data and model), with `pruning` (default: this bench's)
+    and `study` over its study section."""
     return config.from_dict({
         "study": {"name": name, "storage": storage, "n_trials": 100_000, "timeout": budget, "seed": seed,
-                  "strategy": strategy},
+                  "strategy": strategy, **(study or {})},
         **{k: v for k, v in (sections if sections is not None else TASKS[task]).items() if k != "space"},
         "train": {"device": "cpu"}, "space": (sections or {}).get("space", SPACE),  # a task's own space, if it has one
         "pruning": AUTOTUNE_PRUNING if pruning is None else pruning,

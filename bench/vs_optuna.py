@@ -9,9 +9,12 @@ thread:
   (Optuna cannot prune with several objectives);
 - random search: the same hand-written objective with Optuna's RandomSampler (plain, not autotune: it measures
   the sampler alone);
-- autotune: `autotune.run` with autotune's defaults (pruner auto = pareto, strategy joint, no vs_front);
-- candidates for the defaults (`--arms` picks): probe_then_tune; pareto_asha (asynchronous MOASHA rungs);
-  forecast (the Pareto pruner judging learning-curve forecasts, plus `slow.min_front_gain` before training).
+- autotune: `autotune.run` with autotune's defaults (pruner auto = pareto_asha, strategy joint, one proposal per
+  trial);
+- candidates for the defaults (`--arms` picks): probe_then_tune; pareto_asha; one candidate (pareto_asha with
+  study.candidates 1, the default) and predicted front (8 candidates per trial chosen by their predicted
+  objectives: search/predicted.py); forecast (the Pareto pruner judging learning-curve forecasts, plus
+  `slow.min_front_gain` before training).
 
 The measure: the hypervolume of a study's (training time, error) front as the wall clock runs (trials ending
 after the budget do not count), against a reference: the hypervolume of the union of every arm's and seed's
@@ -56,6 +59,11 @@ ARMS: dict[str, dict[str, Any]] = {
     "autotune": {"kind": "autotune", "pruning": {}},  # the config's defaults
     "autotune probe_then_tune": {"kind": "autotune", "pruning": {}, "strategy": "probe_then_tune"},
     "autotune pareto_asha": {"kind": "autotune", "pruning": {"pruner": "pareto_asha"}},
+    # study.candidates (search/predicted.py): one proposal per trial, run as is (the default), or the best of 8 by
+    # their predicted objectives
+    "autotune one candidate": {"kind": "autotune", "pruning": {"pruner": "pareto_asha"}, "study": {"candidates": 1}},
+    "autotune predicted front": {"kind": "autotune", "pruning": {"pruner": "pareto_asha"},
+                                 "study": {"candidates": 8}},
     "autotune forecast": {"kind": "autotune", "pruning": {"pruner": "pareto", "pruner_args": {"forecast": True},
                                                           "slow": {"min_front_gain": 0.01}}},
 }
@@ -137,7 +145,8 @@ def summarize(runs: dict[str, list[list[Event]]], budget: float) -> dict[str, An
 def run_arm(task: str, arm: str, seed: int, budget: float, tmp: str) -> list[Event]:
     spec = ARMS[arm]
     cfg = ttt.make_cfg(task, f"{task}-{seed}", f"sqlite:///{tmp}/{arm.replace(' ', '_')}-{seed}.db", seed, budget,
-                       spec.get("strategy", "joint"), pruning=spec.get("pruning"), sections=task_sections(task))
+                       spec.get("strategy", "joint"), pruning=spec.get("pruning"), sections=task_sections(task),
+                       study=spec.get("study"))
     if spec["kind"] == "plain":
         return ttt.run_plain(cfg, spec["sampler"], seed, budget)[1]
     return ttt.run_autotune(cfg)[1]

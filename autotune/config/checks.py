@@ -24,6 +24,8 @@ from autotune.core import (
 )
 from autotune.spec import MODEL_PREFIX, SETTINGS, TASK_METRICS, USER_PREFIX, ModelConfig, ParamSpec, RunConfig
 
+CANDIDATE_SAMPLERS = ("tpe", "random")  # samplers that propose a parameter at a time (search/predicted.py)
+
 # ---------------------------------------------------------------- names from the registries
 # Each registry is a mapping next to its builders (samplers.py, pruners.py, data/registry.py, models.py). Those modules
 # import this one, so their names are read when a config is validated, never copied here.
@@ -132,6 +134,16 @@ def _check_sampler(cfg: RunConfig, file: str) -> None:
     if cfg.study.sampler == "cmaes" and cfg.multi_objective:
         raise ConfigError(file, "study.sampler", "cmaes handles one objective only; for several use tpe, nsga2, "
                                                  "random, gp or qmc")
+    k = cfg.study.candidates
+    if k > 1:
+        why = ("it predicts each candidate's objectives to pick the one that adds most to the Pareto front, so the "
+               "study needs two or more objectives" if not cfg.multi_objective else
+               f"{cfg.study.sampler} proposes whole points itself; candidates are drawn from tpe or random"
+               if cfg.study.sampler not in CANDIDATE_SAMPLERS else
+               "probe_then_tune narrows the space after probing; candidates need the joint strategy"
+               if cfg.study.strategy != "joint" else None)
+        if why:
+            raise ConfigError(file, "study.candidates", f"{why}; allowed here: 1 (got {k})")
     if cfg.study.sampler == "grid":
         for key, spec in cfg.space.items():
             if spec.type in ("float", "int") and spec.step is None:

@@ -12,7 +12,7 @@ from typing import Any
 import optuna
 
 from autotune.core import ConfigError, lookup, per_epoch
-from autotune.search import space
+from autotune.search import predicted, space
 from autotune.search.credit import EPOCHS, StoppedAsShorter
 from autotune.spec import RunConfig
 
@@ -51,7 +51,9 @@ def make_sampler(cfg: RunConfig, seed: int | None = None) -> optuna.samplers.Bas
         sampler = build(cfg, cfg.study.seed if seed is None else seed, dict(cfg.study.sampler_args))
     except (TypeError, ValueError, ImportError) as e:
         raise ConfigError(file, "study.sampler_args", f"{cfg.study.sampler}: {e}") from None
-    return StoppedAsShorter(sampler, lambda params: space.fixed_point(cfg, params)) if teaches(cfg) else sampler
+    if teaches(cfg):
+        sampler = StoppedAsShorter(sampler, lambda params: space.fixed_point(cfg, params))
+    return predicted.wrap(sampler, cfg, cfg.study.seed if seed is None else seed)
 
 
 def teaches(cfg: RunConfig) -> bool:

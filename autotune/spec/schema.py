@@ -61,6 +61,10 @@ class StudyConfig(_Model):
     grace_period: Int | None = Field(None, ge=1)  # RDB: a trial silent this long is failed (orphaned), retried once
     max_repeated_errors: Int = Field(3, ge=1)  # this many trials in a row failing the same way stop the run
     strategy: str = "joint"  # joint | probe_then_tune: how the search uses the speed probe (strategy.py)
+    # several objectives: points the sampler proposes per trial; the one whose predicted objectives add most to the
+    # front runs (search/predicted.py). 1: the sampler's one proposal, as is (its cost beats its gain on short
+    # trials: bench/RESULTS.md); 8 is a good value where trials last minutes
+    candidates: Int = Field(1, ge=1)
     warm_start: WarmStart | None = None  # start from an earlier study's best trials
 
     @field_validator("name")
