@@ -5,7 +5,8 @@
 Each arm (bench/replay_arms.py, bench/replay_syne.py) searches the recorded space (bench/recordings/NAME.jsonl.gz,
 made by bench/replay_record.py) for validation accuracy up and training time down, each trial answered by the
 recording (bench/replay_workload.py) and charged to a simulated clock with N workers (bench/replay_backend.py);
-the same budget in simulated seconds, the same seeds, for every arm.
+the same budget in simulated seconds, the same seeds, for every arm. An Optuna arm's own CPU time (its sampler,
+pruner and records) is charged to its clock as well, as a real study pays it (`--free-strategy`: not charged).
 
 The measure is bench/vs_optuna.py's: the hypervolume of the (training time, error) front of the trials completed
 so far, against a reference: the union of every arm's, seed's and worker count's front (error reference 1, time
@@ -44,33 +45,39 @@ from bench.replay_workload import RECORDINGS, Workload  # noqa: E402
 Events = replay_arms.Events
 SPACES = {"mnist1d": "search_spaces/mnist1d.yaml", "digits": "search_spaces/cnn.yaml"}
 # name -> (runner, pruning over the space's own, study over its own); None: not an autotune arm
-# the arms named before stopped_as_shorter (search/credit.py) became the default keep their meaning: without it
+# the arms named before stopped_as_shorter (search/credit.py) and candidates (search/predicted.py) became the
+# defaults keep their meaning: without them
 OLD = {"stopped_as_shorter": False}
+ONE = {"candidates": 1}
 ARMS: dict[str, tuple[str, dict[str, Any] | None, dict[str, Any]]] = {
     "plain Optuna": ("plain", None, {}),
     "random search": ("random", None, {}),
     "Optuna + Pareto-rank pruner": ("pareto_rank", None, {}),
     "Syne Tune MOASHA": ("moasha", None, {}),
     "Syne Tune MOASHA + stopped results": ("moasha_all", None, {}),
-    "autotune pareto": ("autotune", {"pruner": "pareto", **OLD}, {}),
-    "autotune pareto_asha": ("autotune", {"pruner": "pareto_asha", **OLD}, {}),
-    "autotune forecast": ("autotune", {"pruner": "pareto", "pruner_args": {"forecast": True}, **OLD}, {}),
+    "autotune pareto": ("autotune", {"pruner": "pareto", **OLD}, ONE),
+    "autotune pareto_asha": ("autotune", {"pruner": "pareto_asha", **OLD}, ONE),
+    "autotune forecast": ("autotune", {"pruner": "pareto", "pruner_args": {"forecast": True}, **OLD}, ONE),
     "autotune forecast + front gain": ("autotune", {"pruner": "pareto", "pruner_args": {"forecast": True}, **OLD,
-                                                   "slow": {"min_front_gain": 0.01}}, {}),
+                                                   "slow": {"min_front_gain": 0.01}}, ONE),
     "autotune pareto_asha + front gain": ("autotune", {"pruner": "pareto_asha", **OLD,
-                                                      "slow": {"min_front_gain": 0.01}}, {}),
+                                                      "slow": {"min_front_gain": 0.01}}, ONE),
     "autotune pareto keep leaders": ("autotune", {"pruner": "pareto", "pruner_args": {"keep_leaders": 0.25},
-                                                  **OLD}, {}),
+                                                  **OLD}, ONE),
     "autotune pareto_asha + stopped as shorter": ("autotune", {"pruner": "pareto_asha", "stopped_as_shorter": True},
-                                                  {}),
-    "autotune pareto + stopped as shorter": ("autotune", {"pruner": "pareto", "stopped_as_shorter": True}, {}),
-    "autotune no pruning": ("autotune", {"pruner": "none", **OLD}, {}),
+                                                  ONE),
+    "autotune pareto + stopped as shorter": ("autotune", {"pruner": "pareto", "stopped_as_shorter": True}, ONE),
+    # + the predicted front: the best of K proposals by predicted objectives (study.candidates; default 1: off)
+    "autotune predicted front 4": ("autotune", {"pruner": "pareto_asha"}, {"candidates": 4}),
+    "autotune predicted front 8": ("autotune", {"pruner": "pareto_asha"}, {"candidates": 8}),
+    "autotune predicted front 16": ("autotune", {"pruner": "pareto_asha"}, {"candidates": 16}),
+    "autotune no pruning": ("autotune", {"pruner": "none", **OLD}, ONE),
     "autotune pareto_asha eta 2": ("autotune", {"pruner": "pareto_asha", "pruner_args": {"reduction_factor": 2},
-                                                **OLD}, {}),
+                                                **OLD}, ONE),
     "autotune pareto_asha from epoch 2": ("autotune", {"pruner": "pareto_asha", "pruner_args": {"min_epochs": 2},
-                                                       **OLD}, {}),
+                                                       **OLD}, ONE),
     "autotune pareto_asha 6 startup": ("autotune", {"pruner": "pareto_asha", "pruner_args": {"n_startup_trials": 6},
-                                                    **OLD}, {}),
+                                                    **OLD}, ONE),
 }
 BASELINES = ("plain Optuna", "random search", "Optuna + Pareto-rank pruner", "Syne Tune MOASHA",
              "Syne Tune MOASHA + stopped results")
@@ -95,6 +102,10 @@ def workload(name: str) -> Workload:
     return Workload.load(RECORDINGS / f"{name}.jsonl.gz")
 
 
+def kind_of(arm: str) -> str:
+    return ARMS[arm][0]
+
+
 def runner(arm: str, space_file: str) -> tuple[Callable[..., Events], Any]:
     kind, pruning, study = ARMS[arm]
     cfg = replay_arms.variant(space_file, pruning, **study)
@@ -111,16 +122,17 @@ def runner(arm: str, space_file: str) -> tuple[Callable[..., Events], Any]:
     return replay_arms.run_autotune, cfg
 
 
-def one_run(job: tuple[str, str, int, int, float]) -> tuple[tuple[str, int, int], Events, float]:
+def one_run(job: tuple[str, str, int, int, float, bool]) -> tuple[tuple[str, int, int], Events, float]:
     """(arm, workers, seed), its events, the real seconds it took (a process pool's task)."""
-    name, arm, seed, workers, budget = job
+    name, arm, seed, workers, budget, charge = job
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     import logging
 
     logging.getLogger("syne_tune").setLevel(logging.ERROR)
     t0 = time.perf_counter()
     run, cfg = runner(arm, SPACES[name])
-    ev = run(cfg, workload(name), seed, budget, workers)
+    kw = {} if kind_of(arm) in ("moasha", "moasha_all") else {"charge_cpu": charge}
+    ev = run(cfg, workload(name), seed, budget, workers, **kw)
     return (arm, workers, seed), ev, time.perf_counter() - t0
 
 
@@ -233,6 +245,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--budget-8", type=float, default=None,
                     help="simulated seconds with several workers (default: the budget / workers x 2)")
     ap.add_argument("--arms", default=",".join(ARMS), help=f"comma-separated, of: {', '.join(ARMS)}")
+    ap.add_argument("--free-strategy", action="store_true",
+                    help="charge only the recorded training, not the Optuna arms' own CPU time (sampler, pruner)")
     ap.add_argument("--save", type=Path, default=None, help="write every run's events here (JSON)")
     ap.add_argument("--load", type=Path, nargs="*", default=[], help="tables from saved runs instead of running")
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="processes (the clock is simulated: "
@@ -245,7 +259,8 @@ def main(argv: list[str] | None = None) -> None:
     w = workload(args.workload)
     print(f"replay: {args.workload} ({len(w.curves)} recorded configurations, {w.header.get('machine', {}).get('cpu')}"
           f", clock: {w.header.get('clock', '?').split(':')[0]}), {len(arms)} arms x {args.seeds} seeds x workers "
-          f"{args.workers}, {args.jobs} processes", flush=True)
+          f"{args.workers}, {args.jobs} processes; the strategy's own CPU time "
+          f"{'not charged' if args.free_strategy else 'charged'}", flush=True)
 
     def budget(workers: int) -> float:
         return args.budget if workers == 1 else (args.budget_8 or args.budget * 2 / workers)
@@ -257,7 +272,9 @@ def main(argv: list[str] | None = None) -> None:
         args.workers = sorted(runs)
         args.seeds = min(len(rs) for by in runs.values() for rs in by.values())
     else:
-        jobs = [(args.workload, a, s, n, budget(n)) for n in args.workers for s in range(args.seeds) for a in arms]
+        charge = not args.free_strategy
+        jobs = [(args.workload, a, s, n, budget(n), charge)
+                for n in args.workers for s in range(args.seeds) for a in arms]
         runs = {n: {a: [[] for _ in range(args.seeds)] for a in arms} for n in args.workers}
         with ProcessPoolExecutor(max_workers=max(1, args.jobs)) as pool:
             for i, ((arm, n, seed), ev, took) in enumerate(pool.map(one_run, jobs), start=1):

@@ -12,7 +12,8 @@
   values of a synthetic single-objective study (minimize) that Optuna's MedianPruner (its defaults) judges;
 - Syne Tune's MOASHA: bench/replay_syne.py, Syne Tune's own simulator over the same recording.
 
-Every arm's trials are answered by the same `Workload` and charged to a `SimClock` with the same budget.
+Every arm's trials are answered by the same `Workload` and charged to a `SimClock` with the same budget; the
+Optuna arms' own CPU time (sampler, pruner, records) is charged to it too (`charge_cpu`; Syne Tune's is not).
 """
 
 from __future__ import annotations
@@ -39,8 +40,9 @@ Runner = Callable[[RunConfig, Workload, int, float, int], Events]
 MM_VALUES = "mm_values"  # user attr of the Pareto-rank arm: [[accuracy, training time], ...] per epoch
 
 
-def run_autotune(cfg: RunConfig, workload: Workload, seed: int, budget: float, workers: int) -> Events:
-    clock, log = SimClock(workers, budget), Log()
+def run_autotune(cfg: RunConfig, workload: Workload, seed: int, budget: float, workers: int,
+                 charge_cpu: bool = True) -> Events:
+    clock, log = SimClock(workers, budget, charge_cpu), Log()
     study = optuna.create_study(directions=cfg.directions, sampler=make_sampler(cfg, seed),
                                 pruner=optuna_pruner(cfg))
     backend = replay_backend(workload, clock)
@@ -56,8 +58,9 @@ def run_autotune(cfg: RunConfig, workload: Workload, seed: int, budget: float, w
 
 
 def plain(sampler: str, pruned: bool = False) -> Runner:
-    def run(cfg: RunConfig, workload: Workload, seed: int, budget: float, workers: int) -> Events:
-        clock, log = SimClock(workers, budget), Log()
+    def run(cfg: RunConfig, workload: Workload, seed: int, budget: float, workers: int,
+            charge_cpu: bool = True) -> Events:
+        clock, log = SimClock(workers, budget, charge_cpu), Log()
         smp = (optuna.samplers.RandomSampler(seed=seed) if sampler == "random"
                else optuna.samplers.TPESampler(seed=seed))  # Optuna's default sampler for several objectives
         study = optuna.create_study(directions=["maximize", "minimize"], sampler=smp)

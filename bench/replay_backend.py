@@ -12,15 +12,20 @@ recording: set-up, then per epoch its training and evaluation time charged to th
 the objective's callbacks (which may stop the trial), the speed probe's reading delivered after the probe's steps
 of epoch 1. A recorded configuration that diverged stops at the same epoch for the same reason.
 
-What the replay does not charge: the sampler's own time (milliseconds per trial here, beside trials of seconds)
-and the study's storage writes (in memory).
+The strategy's own work is charged too (`charge_cpu`, on by default): the CPU time a worker's thread spends between
+two charges, outside the surrogate's lookup, is added to its clock at the next charge. So a sampler that thinks
+for 0.2 s before each trial of 2 s pays for it, as it would for real; the recording's times are CPU time of torch
+on one thread (bench/replay_record.py), the same unit. What the replay does not charge: storage round trips (the
+study is in memory here; PostgreSQL's cost: bench/RESULTS.md) and Syne Tune's scheduler (its own simulator).
 """
 
 from __future__ import annotations
 
 import math
 import threading
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -39,12 +44,15 @@ class BudgetSpent(BaseException):  # noqa: N818 (not an error: the worker's simu
 
 
 class SimClock:
-    """Simulated seconds per worker thread; only the worker furthest behind runs."""
+    """Simulated seconds per worker thread; only the worker furthest behind runs. With `charge_cpu`, each worker's
+    own CPU time between charges (the strategy's work: sampling, pruning, records) is charged as well."""
 
-    def __init__(self, workers: int, budget_s: float) -> None:
+    def __init__(self, workers: int, budget_s: float, charge_cpu: bool = True) -> None:
         self.budget_s = budget_s
         self.t = [0.0] * workers
         self.live = set(range(workers))
+        self.charge_cpu = charge_cpu
+        self.strategy_s = [0.0] * workers  # CPU seconds charged for the strategy's own work, per worker
         self._cond = threading.Condition()
         self._local = threading.local()
 
@@ -63,15 +71,32 @@ class SimClock:
         self._local.worker = worker
         with self._cond:
             self._cond.wait_for(lambda: self._turn() == worker)
+        self._mark()
+
+    def _mark(self) -> None:
+        self._local.mark = time.thread_time()
+        self._local.free = 0.0
+
+    @contextmanager
+    def free(self) -> Iterator[None]:
+        """Work inside is the simulator's own (the surrogate's lookup), never charged."""
+        t0 = time.thread_time()
+        try:
+            yield
+        finally:
+            self._local.free += time.thread_time() - t0
 
     def advance(self, seconds: float) -> None:
-        """Charge `seconds` to the calling worker and wait until it is the furthest behind again; past the budget,
-        `BudgetSpent`."""
+        """Charge `seconds` (and, with `charge_cpu`, the worker's own CPU time since its last charge) to the calling
+        worker and wait until it is the furthest behind again; past the budget, `BudgetSpent`."""
         w = self.worker
+        own = max(0.0, time.thread_time() - self._local.mark - self._local.free) if self.charge_cpu else 0.0
         with self._cond:
-            self.t[w] += max(0.0, float(seconds))
+            self.t[w] += max(0.0, float(seconds)) + own
+            self.strategy_s[w] += own
             self._cond.notify_all()
             self._cond.wait_for(lambda: self._turn() == w)
+        self._mark()  # waiting for the other workers is theirs, not this worker's
         if self.t[w] > self.budget_s:
             raise BudgetSpent
 
@@ -144,7 +169,8 @@ def replay_train(workload: Workload, clock: SimClock) -> Callable[..., TrainResu
     def train(job: Any, on_epoch: Callable[[EpochRecord], None] | None = None,
               on_record: Callable[[EpochRecord], None] | None = None, keep_model: bool = True) -> TrainResult:
         s = job.settings
-        curve = workload.nearest(point_of(workload, s))
+        with clock.free():
+            curve = workload.nearest(point_of(workload, s))
         epochs = int(s["epochs"])
         clock.advance(curve.setup_s)
         history: list[EpochRecord] = []

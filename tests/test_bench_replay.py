@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import threading
+import time
 from types import SimpleNamespace
 
 import optuna
@@ -39,7 +40,7 @@ def test_an_unrecorded_point_gets_its_nearest_recorded_curve(mnist1d: Workload) 
 
 def test_a_replayed_trial_reports_the_recorded_times(mnist1d: Workload) -> None:
     curve = next(c for c in mnist1d.curves if len(c.epochs) == mnist1d.max_epochs)
-    clock = SimClock(1, budget_s=1e9)
+    clock = SimClock(1, budget_s=1e9, charge_cpu=False)
     clock.enter(0)
     records = []
     settings = {**curve.params, "epochs": 7, "lr": curve.params["lr"], "batch_size": curve.params["batch_size"]}
@@ -72,6 +73,27 @@ def test_the_clock_runs_the_worker_furthest_behind_and_stops_at_the_budget() -> 
         one = SimClock(1, 1.0)
         one.enter(0)
         one.advance(2.0)
+
+
+def test_the_clock_charges_the_strategys_own_cpu_time_but_not_the_surrogates() -> None:
+    def busy(seconds: float) -> None:
+        t0 = time.thread_time()
+        while time.thread_time() - t0 < seconds:
+            pass
+
+    clock = SimClock(1, budget_s=1e9)
+    clock.enter(0)
+    busy(0.05)  # the sampler thinking before a trial
+    with clock.free():
+        busy(0.05)  # the surrogate's lookup
+    clock.advance(1.0)
+    assert 1.05 <= clock.now() < 1.09
+    assert clock.strategy_s[0] == pytest.approx(clock.now() - 1.0)
+    off = SimClock(1, budget_s=1e9, charge_cpu=False)
+    off.enter(0)
+    busy(0.05)
+    off.advance(1.0)
+    assert off.now() == 1.0
 
 
 def test_the_pareto_rank_pruner_prunes_below_the_median_rank() -> None:
