@@ -90,7 +90,23 @@ class _SamplerView:
         return self.get_trials()
 
 
-class StoppedAsShorter(optuna.samplers.BaseSampler):
+class Delegating(optuna.samplers.BaseSampler):
+    """A sampler around `inner`: the trial hooks and the seed go to it unchanged (a wrapper changes how it samples)."""
+
+    inner: optuna.samplers.BaseSampler
+
+    def before_trial(self, study: optuna.Study, trial: FrozenTrial) -> None:
+        self.inner.before_trial(study, trial)
+
+    def after_trial(self, study: optuna.Study, trial: FrozenTrial, state: TrialState,
+                    values: Sequence[float] | None) -> None:
+        self.inner.after_trial(study, trial, state, values)
+
+    def reseed_rng(self) -> None:
+        self.inner.reseed_rng()
+
+
+class StoppedAsShorter(Delegating):
     """`inner` (a multi-objective sampler), shown each trial stopped early as the shorter completed trial it equals
     (`as_shorter`); `settings_of(params)` gives a trial's settings (the fixed ones included)."""
 
@@ -112,13 +128,3 @@ class StoppedAsShorter(optuna.samplers.BaseSampler):
     def sample_independent(self, study: optuna.Study, trial: FrozenTrial, param_name: str,
                            param_distribution: Any) -> Any:
         return self.inner.sample_independent(self._view(study), trial, param_name, param_distribution)
-
-    def before_trial(self, study: optuna.Study, trial: FrozenTrial) -> None:
-        self.inner.before_trial(study, trial)
-
-    def after_trial(self, study: optuna.Study, trial: FrozenTrial, state: TrialState,
-                    values: Sequence[float] | None) -> None:
-        self.inner.after_trial(study, trial, state, values)
-
-    def reseed_rng(self) -> None:
-        self.inner.reseed_rng()

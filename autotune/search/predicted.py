@@ -27,7 +27,7 @@ from optuna.distributions import BaseDistribution, CategoricalDistribution, Floa
 from optuna.trial import FrozenTrial, TrialState
 
 from autotune.search import space
-from autotune.search.credit import EPOCHS
+from autotune.search.credit import EPOCHS, Delegating
 from autotune.search.pruners import EPOCH_VALUES
 from autotune.spec import ParamSpec, RunConfig
 
@@ -94,7 +94,7 @@ def hypervolume(points: Sequence[Sequence[float]], ref: Sequence[float]) -> floa
     return float(compute_hypervolume(inside, np.array(ref, dtype=float))) if len(inside) else 0.0
 
 
-class PredictedFront(optuna.samplers.BaseSampler):
+class PredictedFront(Delegating):
     """`inner`, asked for `k` candidates per trial; the one whose predicted objectives add most to the front runs.
 
     `cfg` gives the space (every parameter, conditional ones included, is sampled relatively, so a candidate is a
@@ -129,16 +129,6 @@ class PredictedFront(optuna.samplers.BaseSampler):
     def sample_independent(self, study: optuna.Study, trial: FrozenTrial, param_name: str,
                            param_distribution: BaseDistribution) -> Any:
         return self.inner.sample_independent(study, trial, param_name, param_distribution)
-
-    def before_trial(self, study: optuna.Study, trial: FrozenTrial) -> None:
-        self.inner.before_trial(study, trial)
-
-    def after_trial(self, study: optuna.Study, trial: FrozenTrial, state: TrialState,
-                    values: Sequence[float] | None) -> None:
-        self.inner.after_trial(study, trial, state, values)
-
-    def reseed_rng(self) -> None:
-        self.inner.reseed_rng()
 
     # ---- candidates and their predictions
 
