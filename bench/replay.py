@@ -2,6 +2,9 @@
 
     python bench/replay.py --workload mnist1d --seeds 20 --workers 1 8 [--budget 90] [--arms ...] [--jobs 2]
 
+Without --arms: the peers and autotune's default (DEFAULT_ARMS; about 8 minutes on 2 cores); every other
+strategy measured in bench/RESULTS.md is an arm to name.
+
 Each arm (bench/replay_arms.py, bench/replay_syne.py) searches the recorded space (bench/recordings/NAME.jsonl.gz,
 made by bench/replay_record.py) for validation accuracy up and training time down, each trial answered by the
 recording (bench/replay_workload.py) and charged to a simulated clock with N workers (bench/replay_backend.py);
@@ -79,6 +82,10 @@ ARMS: dict[str, tuple[str, dict[str, Any] | None, dict[str, Any]]] = {
     "autotune pareto_asha 6 startup": ("autotune", {"pruner": "pareto_asha", "pruner_args": {"n_startup_trials": 6},
                                                     **OLD}, ONE),
 }
+# what `python bench/replay.py` runs without --arms: the peers and autotune's default (pareto_asha, stopped trials
+# shown as shorter, one candidate): 1 and 8 workers x 20 seeds in about 8 minutes on 2 cores
+DEFAULT_ARMS = ("plain Optuna", "random search", "Optuna + Pareto-rank pruner", "Syne Tune MOASHA",
+                "Syne Tune MOASHA + stopped results", "autotune pareto_asha + stopped as shorter")
 BASELINES = ("plain Optuna", "random search", "Optuna + Pareto-rank pruner", "Syne Tune MOASHA",
              "Syne Tune MOASHA + stopped results")
 SHORT = {"plain Optuna": "plain", "random search": "random", "Optuna + Pareto-rank pruner": "Pareto-rank",
@@ -244,7 +251,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--budget", type=float, default=90.0, help="simulated seconds per arm and seed (1 worker)")
     ap.add_argument("--budget-8", type=float, default=None,
                     help="simulated seconds with several workers (default: the budget / workers x 2)")
-    ap.add_argument("--arms", default=",".join(ARMS), help=f"comma-separated, of: {', '.join(ARMS)}")
+    ap.add_argument("--arms", default=None,
+                    help=f"comma-separated (default: the peers and autotune's default; with --load, every saved arm), "
+                         f"of: {', '.join(ARMS)}")
     ap.add_argument("--free-strategy", action="store_true",
                     help="charge only the recorded training, not the Optuna arms' own CPU time (sampler, pruner)")
     ap.add_argument("--save", type=Path, default=None, help="write every run's events here (JSON)")
@@ -252,7 +261,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="processes (the clock is simulated: "
                                                                           "running arms side by side changes nothing)")
     args = ap.parse_args(argv)
-    arms = [a for a in args.arms.split(",") if a]
+    arms = ([a for a in args.arms.split(",") if a] if args.arms is not None
+            else list(ARMS) if args.load else list(DEFAULT_ARMS))
     unknown = [a for a in arms if a not in ARMS]
     if unknown:
         raise SystemExit(f"replay.py: --arms: unknown {', '.join(unknown)}; known: {', '.join(ARMS)}")

@@ -4,7 +4,9 @@
 and only the worker furthest behind runs (ties: the lower worker number); a worker that charges time
 (`advance`) waits until every other worker has caught up with it. So the study's state that a worker sees when
 its epoch ends (which trials finished, which probe readings exist) is the state at that simulated moment, as it
-would be for real workers sharing one storage; and a replay with a seed gives the same table every time.
+would be for real workers sharing one storage. Uncharged (`charge_cpu=False`), a replay with a seed gives the same
+table every time; charged, the strategy's measured CPU time varies by milliseconds from run to run, which can
+reorder close events between workers (two 8-worker runs of 20 seeds differed by up to 10 % in a median).
 
 `replay_backend(workload, clock)` is an `autotune.fit.Backend`: the study's real objective (its sampler, speed
 probe, stop rules, Pareto pruners and records) calls it instead of the trainer. It answers a job from the
