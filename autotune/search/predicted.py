@@ -23,28 +23,17 @@ from typing import Any
 
 import numpy as np
 import optuna
-from optuna.distributions import BaseDistribution, CategoricalDistribution, FloatDistribution, IntDistribution
+from optuna.distributions import BaseDistribution, CategoricalDistribution
 from optuna.trial import FrozenTrial, TrialState
 
 from autotune.search import space
 from autotune.search.credit import EPOCHS, Delegating
-from autotune.search.pruners import EPOCH_VALUES
+from autotune.search.pruners import EPOCH_VALUES, hypervolume_2d
 from autotune.spec import ParamSpec, RunConfig
 
 MIN_TRIALS = 8  # finished trials with a curve before predictions choose: as TPE's random start-up
 TREES = 32
 EPOCHS_KEPT = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)  # the epochs of a curve that train the forest (and its last)
-
-
-def distribution(spec: ParamSpec) -> BaseDistribution:
-    """The distribution `space.suggest` asks Optuna for, for this parameter."""
-    if spec.type == "float":
-        assert spec.low is not None and spec.high is not None
-        return FloatDistribution(spec.low, spec.high, log=spec.log, step=spec.step)
-    if spec.type == "int":
-        assert spec.low is not None and spec.high is not None
-        return IntDistribution(int(spec.low), int(spec.high), log=spec.log, step=int(spec.step) if spec.step else 1)
-    return CategoricalDistribution(space.choices(spec))
 
 
 class Features:
@@ -71,23 +60,11 @@ class Features:
         return out
 
 
-def hv_2d(points: Sequence[Sequence[float]], ref: Sequence[float]) -> float:
-    """Hypervolume of minimized 2-D points against `ref`."""
-    pts = sorted((p for p in points if p[0] < ref[0] and p[1] < ref[1]), key=lambda p: (p[0], p[1]))
-    hv, best_y = 0.0, ref[1]
-    for i, (x, y) in enumerate(pts):
-        if y < best_y:
-            nxt = next((q[0] for q in pts[i + 1:] if q[1] < y), ref[0])
-            hv += (nxt - x) * (ref[1] - y)
-            best_y = y
-    return hv
-
-
 def hypervolume(points: Sequence[Sequence[float]], ref: Sequence[float]) -> float:
     if not points:
         return 0.0
     if len(ref) == 2:
-        return hv_2d(points, ref)
+        return hypervolume_2d(points, (ref[0], ref[1]))
     from optuna._hypervolume import compute_hypervolume
 
     inside = np.array([p for p in points if all(a < b for a, b in zip(p, ref))], dtype=float)
@@ -105,7 +82,7 @@ class PredictedFront(Delegating):
         self.inner = inner
         self.k = k
         self.cfg = cfg
-        self._dists = {name: distribution(cfg.space[name]) for name in space.order(cfg.space)}
+        self._dists = {name: space.distribution(cfg.space[name]) for name in space.order(cfg.space)}
         self._features = Features(self._dists)
         self._signs = [1.0 if d == "minimize" else -1.0 for d in cfg.directions]  # to minimized
         self._log = [o.metric.endswith("_s") or o.metric.endswith("time") for o in cfg.objectives]
@@ -133,16 +110,15 @@ class PredictedFront(Delegating):
     # ---- candidates and their predictions
 
     def _candidate(self, study: optuna.Study, trial: FrozenTrial) -> dict[str, Any]:
-        """One whole point from the inner sampler (conditional parameters only where their `when` holds)."""
-        base = space.merge(self.cfg.train)
-        chosen: dict[str, Any] = {}
+        """One whole point from the inner sampler: the parameters `space.sample` would suggest (conditional ones
+        only where their `when` holds), as Optuna stores them."""
         params: dict[str, Any] = {}
-        for name in space.order(self.cfg.space):
-            spec = self.cfg.space[name]
-            if space.active(spec, {**base, **chosen}):
-                v = self.inner.sample_independent(study, trial, name, self._dists[name])
-                params[name] = v
-                chosen[name] = space.decode(spec, v)
+
+        def pick(name: str, spec: ParamSpec) -> Any:
+            params[name] = self.inner.sample_independent(study, trial, name, self._dists[name])
+            return space.decode(spec, params[name])
+
+        space.walk(self.cfg, pick)
         return params
 
     def _data(self, study: optuna.Study) -> tuple[np.ndarray, np.ndarray, list[list[float]]] | None:
@@ -209,5 +185,5 @@ def wrap(inner: optuna.samplers.BaseSampler, cfg: RunConfig, seed: int | None) -
     return PredictedFront(inner, cfg, k, seed) if k > 1 and cfg.multi_objective else inner
 
 
-__all__ = ["Features", "PredictedFront", "distribution", "hypervolume", "n_candidates", "wrap"]
+__all__ = ["Features", "PredictedFront", "hypervolume", "n_candidates", "wrap"]
 

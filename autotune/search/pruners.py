@@ -48,7 +48,7 @@ def check_vs_front(elapsed_s: float, epoch: int, epochs: int, quality: float, fa
                                       f"({max(times):.1f}s) without a better {metric}")
 
 
-def hypervolume_2d(points: Sequence[tuple[float, float]], ref: tuple[float, float]) -> float:
+def hypervolume_2d(points: Sequence[Sequence[float]], ref: tuple[float, float]) -> float:
     """Area dominated by (x, y) points, both minimized, inside the box below `ref`."""
     area, y_prev = 0.0, ref[1]
     for x, y in sorted((p for p in points if p[0] < ref[0] and p[1] < ref[1]), key=lambda p: (p[0], p[1])):

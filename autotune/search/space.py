@@ -13,10 +13,12 @@ is offered to Optuna as its JSON text (Optuna's choices are scalars) and returne
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import optuna
+from optuna.distributions import BaseDistribution, CategoricalDistribution, FloatDistribution, IntDistribution
 
 from autotune.spec import MODEL_PREFIX, SETTINGS, USER_PREFIX, ParamSpec, RunConfig, merge
 
@@ -63,14 +65,23 @@ def decode(spec: ParamSpec, value: Any) -> Any:
     return value
 
 
-def suggest(trial: optuna.Trial, name: str, spec: ParamSpec) -> Any:
+def distribution(spec: ParamSpec) -> BaseDistribution:
+    """The distribution Optuna samples this parameter from (`suggest` asks for exactly this one)."""
     if spec.type == "float":
         assert spec.low is not None and spec.high is not None  # checked by config
-        return trial.suggest_float(name, spec.low, spec.high, log=spec.log, step=spec.step)
+        return FloatDistribution(spec.low, spec.high, log=spec.log, step=spec.step)
     if spec.type == "int":
         assert spec.low is not None and spec.high is not None
-        step = int(spec.step) if spec.step else 1
-        return trial.suggest_int(name, int(spec.low), int(spec.high), log=spec.log, step=step)
+        return IntDistribution(int(spec.low), int(spec.high), log=spec.log, step=int(spec.step) if spec.step else 1)
+    return CategoricalDistribution(choices(spec))
+
+
+def suggest(trial: optuna.Trial, name: str, spec: ParamSpec) -> Any:
+    d = distribution(spec)
+    if isinstance(d, FloatDistribution):
+        return trial.suggest_float(name, d.low, d.high, log=d.log, step=d.step)
+    if isinstance(d, IntDistribution):
+        return trial.suggest_int(name, d.low, d.high, log=d.log, step=d.step)
     value = trial.suggest_categorical(name, choices(spec))
     return decode(spec, value.item() if isinstance(value, np.generic) else value)
 
@@ -86,21 +97,27 @@ def inactive_value(name: str, cfg: RunConfig) -> tuple[bool, Any]:
     return True, SETTINGS[name].default
 
 
-def sample(trial: optuna.Trial, cfg: RunConfig) -> dict[str, Any]:
-    """All trainer settings for this trial: the fixed ones plus one value per active parameter
-    (searched model keys under their `model.` names, user parameters under `user.`). An inactive
-    parameter keeps its fixed value (`inactive_value`)."""
+def walk(cfg: RunConfig, pick: Callable[[str, ParamSpec], Any]) -> dict[str, Any]:
+    """One value per parameter, in dependency order: `pick(name, spec)`'s where its `when` holds given the values
+    before it, the fixed value where it does not (`inactive_value`)."""
     base = merge(cfg.train)
     chosen: dict[str, Any] = {}
     for name in order(cfg.space):
         spec = cfg.space[name]
         if active(spec, {**base, **chosen}):
-            chosen[name] = suggest(trial, name, spec)
+            chosen[name] = pick(name, spec)
         else:
             keep, value = inactive_value(name, cfg)
             if keep:
                 chosen[name] = value
-    return merge(cfg.train, chosen)
+    return chosen
+
+
+def sample(trial: optuna.Trial, cfg: RunConfig) -> dict[str, Any]:
+    """All trainer settings for this trial: the fixed ones plus one value per active parameter
+    (searched model keys under their `model.` names, user parameters under `user.`). An inactive
+    parameter keeps its fixed value (`inactive_value`)."""
+    return merge(cfg.train, walk(cfg, lambda name, spec: suggest(trial, name, spec)))
 
 
 def split(values: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:

@@ -9,7 +9,6 @@ import random
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import optuna
 import pytest
 from optuna.distributions import FloatDistribution, IntDistribution
@@ -18,13 +17,8 @@ from optuna.trial import TrialState, create_trial
 from autotune import config
 from autotune.core.errors import ConfigError
 from autotune.search import EPOCH_VALUES, samplers, space
-from autotune.search.predicted import (
-    MIN_TRIALS,
-    PredictedFront,
-    distribution,
-    hv_2d,
-    n_candidates,
-)
+from autotune.search.predicted import MIN_TRIALS, PredictedFront, n_candidates
+from autotune.search.space import distribution
 
 SPACE = {
     "epochs": {"type": "int", "low": 2, "high": 20},
@@ -117,18 +111,6 @@ def test_no_choice_before_enough_trials_have_a_curve(tmp_path: Path) -> None:
     study.optimize(lambda t: (space.sample(t, cfg), (0.5, 1.0))[1], n_trials=MIN_TRIALS + 3)  # no curves
     assert spy.seen == []
     assert study.trials[-1].state == TrialState.COMPLETE
-
-
-def test_hv_2d_is_the_hypervolume() -> None:
-    from optuna._hypervolume import compute_hypervolume
-
-    rng = np.random.default_rng(0)
-    for _ in range(20):
-        pts = rng.uniform(0, 1, size=(int(rng.integers(1, 12)), 2))
-        ref = [1.1, 1.2]
-        assert hv_2d(pts.tolist(), ref) == pytest.approx(float(compute_hypervolume(pts, np.array(ref))))
-    assert hv_2d([], [1, 1]) == 0.0
-    assert hv_2d([[2.0, 0.0]], [1, 1]) == 0.0  # outside the reference adds nothing
 
 
 def test_the_default_and_where_it_applies(tmp_path: Path) -> None:

@@ -7,6 +7,7 @@ import random
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import optuna
 import pytest
 from optuna.trial import TrialState, create_trial
@@ -459,3 +460,16 @@ def test_nondominated_ranks_two_objectives_match_peeling_ties_included() -> None
                for _ in range(rng.randint(0, 30))]
         for d in (["maximize", "minimize"], ["minimize", "minimize"]):
             assert pruners.nondominated_ranks(pts, d) == peeled(pts, d)
+
+
+def test_hypervolume_2d_is_the_hypervolume() -> None:
+    from optuna._hypervolume import compute_hypervolume
+
+    rng = np.random.default_rng(0)
+    for _ in range(20):
+        pts = rng.uniform(0, 1, size=(int(rng.integers(1, 12)), 2))
+        ref = (1.1, 1.2)
+        want = float(compute_hypervolume(pts, np.array(ref)))
+        assert pruners.hypervolume_2d(pts.tolist(), ref) == pytest.approx(want)
+    assert pruners.hypervolume_2d([], (1, 1)) == 0.0
+    assert pruners.hypervolume_2d([[2.0, 0.0]], (1, 1)) == 0.0  # outside the reference adds nothing
