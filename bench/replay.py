@@ -109,10 +109,6 @@ def workload(name: str) -> Workload:
     return Workload.load(RECORDINGS / f"{name}.jsonl.gz")
 
 
-def kind_of(arm: str) -> str:
-    return ARMS[arm][0]
-
-
 def runner(arm: str, space_file: str) -> tuple[Callable[..., Events], Any]:
     kind, pruning, study = ARMS[arm]
     cfg = replay_arms.variant(space_file, pruning, **study)
@@ -138,8 +134,7 @@ def one_run(job: tuple[str, str, int, int, float, bool]) -> tuple[tuple[str, int
     logging.getLogger("syne_tune").setLevel(logging.ERROR)
     t0 = time.perf_counter()
     run, cfg = runner(arm, SPACES[name])
-    kw = {} if kind_of(arm) in ("moasha", "moasha_all") else {"charge_cpu": charge}
-    ev = run(cfg, workload(name), seed, budget, workers, **kw)
+    ev = run(cfg, workload(name), seed, budget, workers, charge)
     return (arm, workers, seed), ev, time.perf_counter() - t0
 
 

@@ -36,7 +36,7 @@ from bench.replay_backend import Log, SimClock, replay_backend, replay_train, ru
 from bench.replay_workload import ROOT, Workload
 
 Events = list[tuple[float, float | None, float | None, str]]
-Runner = Callable[[RunConfig, Workload, int, float, int], Events]
+Runner = Callable[[RunConfig, Workload, int, float, int, bool], Events]  # ..., workers, charge_cpu
 MM_VALUES = "mm_values"  # user attr of the Pareto-rank arm: [[accuracy, training time], ...] per epoch
 
 

@@ -74,7 +74,8 @@ def blackbox(workload: Workload, space: dict[str, Any]) -> Any:
 
 
 def run_moasha(cfg: RunConfig, workload: Workload, seed: int, budget: float, workers: int,
-               stopped_count: bool = False) -> Events:
+               charge_cpu: bool = True, stopped_count: bool = False) -> Events:
+    """`charge_cpu` is every runner's argument; Syne Tune's simulator keeps its own clock, so it has no effect here."""
     from syne_tune import StoppingCriterion, Tuner
     from syne_tune.backend.simulator_backend.simulator_callback import SimulatorCallback
     from syne_tune.backend.trial_status import Trial
