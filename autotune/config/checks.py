@@ -136,14 +136,16 @@ def _check_sampler(cfg: RunConfig, file: str) -> None:
                                                  "random, gp or qmc")
     k = cfg.study.candidates
     if k > 1:
-        why = ("it predicts each candidate's objectives to pick the one that adds most to the Pareto front, so the "
-               "study needs two or more objectives" if not cfg.multi_objective else
-               f"{cfg.study.sampler} proposes whole points itself; candidates are drawn from tpe or random"
-               if cfg.study.sampler not in CANDIDATE_SAMPLERS else
-               "probe_then_tune narrows the space after probing; candidates need the joint strategy"
-               if cfg.study.strategy != "joint" else None)
-        if why:
-            raise ConfigError(file, "study.candidates", f"{why}; allowed here: 1 (got {k})")
+        for cannot, why in (
+            (not cfg.multi_objective, "it predicts each candidate's objectives to pick the one that adds most to the "
+                                      "Pareto front, so the study needs two or more objectives"),
+            (cfg.study.sampler not in CANDIDATE_SAMPLERS,
+             f"{cfg.study.sampler} proposes whole points itself; candidates are drawn from tpe or random"),
+            (cfg.study.strategy != "joint",
+             "probe_then_tune narrows the space after probing; candidates need the joint strategy"),
+        ):
+            if cannot:
+                raise ConfigError(file, "study.candidates", f"{why}; allowed here: 1 (got {k})")
     if cfg.study.sampler == "grid":
         for key, spec in cfg.space.items():
             if spec.type in ("float", "int") and spec.step is None:
