@@ -30,7 +30,8 @@ def _show_run(cfg: Any, view: Any, start: Callable[[], Any]) -> int:
     """Run the study (`start` returns it) behind the live view; Ctrl-C keeps every finished trial and exits 130."""
     t0 = time.perf_counter()
     try:
-        study = start()
+        with common.trials_shown():
+            study = start()
     except KeyboardInterrupt:
         common.ignore_more_interrupts()
         view.close()

@@ -31,7 +31,9 @@ def cmd(args: argparse.Namespace) -> int:
     print(f"worker {me} joined study {cfg.study.name} ({redact(cfg.study.storage)}); "
           f"{budget.counts(study.get_trials(deepcopy=False)).finished} of {cfg.study.n_trials} finished", flush=True)
     try:
-        res = workers.run_worker(cfg, sampler_seed_offset=None, callbacks=[view.on_trial, *trackers], study=study)
+        with common.trials_shown():
+            res = workers.run_worker(cfg, sampler_seed_offset=None, callbacks=[view.on_trial, *trackers],
+                                     study=study)
     except KeyboardInterrupt:
         common.ignore_more_interrupts()
         print("interrupted: this worker's finished trials are kept; its running one was stopped (interrupted)",

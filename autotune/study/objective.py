@@ -26,7 +26,9 @@ from autotune.core import (
     code_where,
     contention,
     describe_exception,
+    error_signature,
     is_quality,
+    lifetime,
     per_epoch,
     user_where,
     watchdog,
@@ -69,8 +71,9 @@ CATCH = (TrialFailed, RuntimeError, ValueError, TypeError, ArithmeticError, Memo
 
 
 class _NoTraceback(logging.Filter):
-    """Optuna logs a failed trial with its traceback; ours already carry their one-line story. A trial the run
-    ended (RunEnded) is not logged at all: the run says why it ended, once (both of Optuna's lines dropped)."""
+    """Optuna logs a failed trial in two lines, with its traceback; ours already carry their one-line story: a
+    failed trial (TrialFailed) is one line, `Trial N failed: <the error>`. A trial the run ended (RunEnded) is not
+    logged at all: the run says why it ended, once (both of Optuna's lines dropped)."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -79,15 +82,17 @@ class _NoTraceback(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         exc = record.exc_info[1] if record.exc_info else None
         head = " ".join(record.getMessage().split(" ", 2)[:2]) + " "
-        if isinstance(exc, RunEnded):
-            self.silent.add(head)
+        if isinstance(exc, RunEnded) or (isinstance(exc, AutotuneError) and not isinstance(exc, TrialFailed)):
+            self.silent.add(head)  # (an AutotuneError ends the run: raised to its caller, who says it once)
             return False
         if exc is None and head in self.silent:  # Optuna's second line: "Trial N failed with value None."
             self.silent.discard(head)
             return False
-        if isinstance(exc, (TrialFailed, AutotuneError)):
-            record.exc_info = None
-            record.exc_text = None
+        if isinstance(exc, TrialFailed):  # one clear line of ours for Optuna's two (the params are in the study)
+            self.silent.add(head)
+            record.msg, record.args = f"{head}failed: {exc}", None
+            record.exc_info = record.exc_text = None
+            return True
         return True
 
 
@@ -98,7 +103,8 @@ def quiet_failures() -> contextlib.AbstractContextManager[None]:
 
 
 class FailureStreak:
-    """Counts trials in a row that failed with the same error (type, place, message)."""
+    """Counts trials in a row that failed with the same error: its type at the same place in the user's code
+    (core.error_signature; the message may hold a value that changes every trial), else the same text."""
 
     def __init__(self, limit: int) -> None:
         self.limit = limit
@@ -112,8 +118,9 @@ class FailureStreak:
     def saw(self, error: str) -> bool:
         """Record a failure by its one line (`describe_exception`): a trial stopped because its combination
         failed before (the speed probe) repeats that error without running it."""
-        self.count = self.count + 1 if error == self.signature else 1
-        self.signature = error
+        signature = error_signature(error)
+        self.count = self.count + 1 if signature == self.signature else 1
+        self.signature = signature
         return self.count >= self.limit
 
     def reset(self) -> None:
@@ -144,16 +151,24 @@ class Objective:
         self.interrupted = False  # Ctrl-C (or SIGTERM) stopped a trial: the run ends after recording it
 
     @contextlib.contextmanager
-    def watching(self, timeout_s: float | None) -> Iterator[None]:
+    def watching(self, timeout_s: float | None, study: optuna.Study | None = None) -> Iterator[None]:
         """Around `study.optimize`: hang_seconds, the run's timeout and host memory hold inside every trial
-        (watchdog.py), and Ctrl-C ends the run after its trial is recorded; it is then raised here as
-        KeyboardInterrupt, once Optuna has told every trial's end."""
-        with watchdog.Watch(timeout_s, watchdog.MemoryGuard(self.cfg.pruning.max_host_memory_mb)) as watch:
+        (watchdog.py), and Ctrl-C ends the run after its trial is recorded (`study` is told to stop: no trial
+        starts after it); it is then raised here as KeyboardInterrupt, once Optuna has told every trial's end. A
+        trial the watch had to record itself (stuck) ends the run with StuckTrial."""
+        with watchdog.Watch(timeout_s, watchdog.MemoryGuard(self.cfg.pruning.max_host_memory_mb),
+                            on_interrupt=study.stop if study is not None else None) as watch:
             self.watch = watch
             try:
                 yield
+            except Exception:
+                if watch.stuck is None:
+                    raise  # (else: Optuna could not tell the trial the watch recorded; said below)
             finally:
                 self.watch = None
+        if watch.stuck is not None:
+            raise watchdog.StuckTrial(f"{self.name}: a trial stopped ({watch.stuck[0]}): {watch.stuck[1]}; its end "
+                                      "was recorded and the run stopped (finished trials are kept)")
         if watch.interrupted or self.interrupted:
             raise KeyboardInterrupt
 
@@ -334,8 +349,7 @@ class Objective:
         # several devices: the ranks check the hang limit together, and their launcher ends them past it (supervisor.py)
         hang_s = self.cfg.pruning.slow.hang_seconds if devices == 1 else None
         try:
-            with self.watch.trial(hang_s, functools.partial(self._stuck, trial, epochs)):
-                return train()
+            return self.watch.run(train, hang_s, functools.partial(self._stuck, trial, epochs))
         except watchdog.Interrupted as e:
             where = user_where(e)
             reason, detail = e.reason, e.detail + (f" (at {where})" if where else "")
@@ -349,16 +363,17 @@ class Objective:
 
     def _stuck(self, trial: optuna.Trial, epochs: Callable[[], int], reason: str, detail: str) -> None:
         """The watch thread's last resort for a trial that did not stop when interrupted: its end recorded (PRUNED,
-        with the reason), one line, and the process ends (watchdog.Watch._stuck)."""
+        with the reason), one line; then the program ends its process, a library stops the run (watchdog.py)."""
         text = f"{self.name}: trial {trial.number} stopped ({reason}): {detail}"
+        ended = "ended the process" if lifetime.is_program() else "stopped the run (the process goes on)"
         try:
             state = TrialState.FAIL if reason in RUN_ENDED else TrialState.PRUNED
             attrs = {"stop_reason": reason, "stop_epoch": epochs(), "stop_detail": detail[:500],
                      **({"error": f"{reason}: {detail}"[:500]} if state == TrialState.FAIL else {})}
             trial.end_now(state, attrs)  # type: ignore[attr-defined]
-            text += f"; recorded it {state.name} ({reason}) and ended the process (finished trials are kept)"
+            text += f"; recorded it {state.name} ({reason}) and {ended} (finished trials are kept)"
         except Exception as e:  # the storage itself failed: the orphan reaper of the next run fails the trial
-            text += f"; could not record it ({describe_exception(e)}); ended the process"
+            text += f"; could not record it ({describe_exception(e)}); {ended}"
         print(f"error: {text}", file=sys.stderr, flush=True)
 
     def _study_rules(self, trial: optuna.Trial, rec: EpochRecord, history: list[dict[str, Any]],
@@ -520,11 +535,12 @@ class Objective:
         raise optuna.TrialPruned(text)
 
 
-def watching(objective: Any, timeout_s: float | None) -> contextlib.AbstractContextManager[None]:
+def watching(objective: Any, timeout_s: float | None,
+             study: optuna.Study | None = None) -> contextlib.AbstractContextManager[None]:
     """`Objective.watching` for an Objective (or one wrapped in `.inner`), else nothing (a caller's own callable)."""
     while not isinstance(objective, Objective) and hasattr(objective, "inner"):
         objective = objective.inner
-    return objective.watching(timeout_s) if isinstance(objective, Objective) else contextlib.nullcontext()
+    return objective.watching(timeout_s, study) if isinstance(objective, Objective) else contextlib.nullcontext()
 
 
 def interrupted(objective: Any) -> bool:

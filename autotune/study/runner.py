@@ -331,7 +331,7 @@ def run(cfg: RunConfig, fresh: bool = False, callbacks: list[TrialCallback] | No
             objective: Callable[[optuna.Trial], Any] = Objective(cfg, fit)
             if cfg.study.n_trials is not None:
                 objective = FinishedBudget(objective, cfg.study.n_trials, study)
-            with quiet_failures(), accel.frozen_survivors(), watching(objective, cfg.study.timeout):
+            with quiet_failures(), accel.frozen_survivors(), watching(objective, cfg.study.timeout, study):
                 # callbacks=None without the caller's: Optuna then reads no trial back for them (see FinishedBudget)
                 study.optimize(objective, n_trials=todo, timeout=cfg.study.timeout, callbacks=callbacks or None,
                                catch=CATCH, gc_after_trial=False)  # the objective releases memory itself

@@ -237,10 +237,12 @@ def run_worker(cfg: RunConfig, sampler_seed_offset: int | None = 0, callbacks: l
     deadline = None if cfg.study.timeout is None else time.monotonic() + cfg.study.timeout
     step = "run"
     with warnings.catch_warnings(), StaleWatcher(study, cfg), quiet_failures(), claimed.quiet(), \
-            accel.frozen_survivors(), watching(claimed, cfg.study.timeout):
+            accel.frozen_survivors(), watching(claimed, cfg.study.timeout, study):
         # fail_stale_trials and the retry callback are "experimental" since Optuna 2.8: said once, in the docs.
         warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
         while deadline is None or time.monotonic() < deadline:
+            if interrupted(claimed):  # Ctrl-C or SIGTERM, in a trial or while waiting: no next batch (watching
+                break  # raises KeyboardInterrupt)
             step = next_step(study, n, claimed)
             if step == "done":
                 break
@@ -252,8 +254,6 @@ def run_worker(cfg: RunConfig, sampler_seed_offset: int | None = 0, callbacks: l
             # callbacks=None without the caller's: Optuna then reads no trial back for them (a full read per trial)
             study.optimize(claimed, n_trials=batch(claimed.seen, n), timeout=left, catch=(*CATCH, SurplusTrial),
                            callbacks=cbs or None)
-            if interrupted(claimed):  # Ctrl-C or SIGTERM: no next batch (watching raises KeyboardInterrupt)
-                break
     # the parent run ends with the study, not with one of its workers
     study_mod.finish_run(hooks, study, "FINISHED" if step == "done" else None)
     return WorkerResult(ran=claimed.ran, surplus=claimed.surplus, study=study)
@@ -265,6 +265,7 @@ def run_worker(cfg: RunConfig, sampler_seed_offset: int | None = 0, callbacks: l
 def _child(cfg_dict: dict[str, Any], source: str, slot: Slot) -> None:
     """Entry point of a spawned worker (its environment was set by the parent before the spawn)."""
     parent = os.getppid()
+    lifetime.as_program()  # autotune's own process: it may end itself (a stuck trial, a deadline after SIGTERM)
     lifetime.die_with_parent()
     lifetime.watch_parent(parent)
     import torch
@@ -276,7 +277,8 @@ def _child(cfg_dict: dict[str, Any], source: str, slot: Slot) -> None:
     try:
         # A terminated worker fails its trial through Optuna (KeyboardInterrupt) instead of leaving it RUNNING
         # (before this, SIGTERM ends the worker outright: it holds no trial yet).
-        with lifetime.sigterm_interrupts():
+        # (no line per failed trial here: the driver's view shows each one)
+        with lifetime.sigterm_interrupts(), compat.failed_trial_lines_off():
             run_worker(cfg, sampler_seed_offset=slot.index)  # no tracker: the driver logs every trial once
     except KeyboardInterrupt:
         sys.exit(130)
@@ -319,6 +321,7 @@ def checked_in_child(cfg_dict: dict[str, Any], source: str, slot: Slot) -> str:
 def _preflight_child(cfg_dict: dict[str, Any], source: str, conn: Any) -> None:
     """Entry point of the spawned device check: ("ok", device name), ("config", file, key, message) or
     ("error", one line)."""
+    lifetime.as_program()
     lifetime.die_with_parent()
     try:
         with config_warnings_as_lines():  # the checks' warnings (a batch past the data) as the driver's are

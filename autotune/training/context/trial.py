@@ -45,7 +45,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from autotune.core import TrialStopped, code_where
+from autotune.core import TrialStopped, code_where, watchdog
 from autotune.spec import Settings
 from autotune.training import accel
 from autotune.training.context import applied as unread
@@ -205,6 +205,7 @@ class TrialContext:
         from a training ctx.loader (which counts them); an unreduced loss gives them by its first dimension."""
         st = self.state
         clock, rules = st.clock, st.rules
+        watchdog.check()  # an interrupted trial's interrupt, again (a fit that swallowed it does not train on)
         if st.stop is not None or not (st.in_epoch and clock.running) or st.stepper.opt is None:
             misuse.refuse_backward(st.stop, st.in_epoch, clock.running, st.epoch, st.stepper.opt is not None)
         if rules.deadline != math.inf and st.collective.alone and time.perf_counter() > rules.deadline:
