@@ -24,7 +24,7 @@ from autotune.training.context.collective import collective
 from autotune.training.context.epoch_clock import EpochClock, steady_rate, wait_fraction
 from autotune.training.context.limits import Limits
 from autotune.training.context.records import EpochRecord, OnEpoch, TrainResult
-from autotune.training.context.stepper import Stepper
+from autotune.training.context.stepper import Stepper, remove_hooks
 from autotune.training.context.stop_rules import StopRules
 from autotune.training.distributed.devices import Group
 from autotune.training.throughput import ProbeWindow
@@ -94,6 +94,13 @@ class TrialState:
         self.train_on_device: bool | None = None  # the training loader's batches: on the device (None: no loader)
         self.stop: TrialStopped | None = None
         self.in_epoch = False  # inside the body of `for epoch in ctx.epochs()` (its clock: self.clock.running)
+        self.handles: list[Any] = []  # the step hooks on the optimizers autotune built (removed by `close`)
+
+    def close(self) -> None:
+        """The fit returned (or raised): the meters stop, and no optimizer keeps a step hook of this trial."""
+        self.clock.close_meters()
+        remove_hooks(self.handles)
+        remove_hooks(self.stepper.handles)
 
     @property
     def epochs_total(self) -> int:

@@ -54,6 +54,7 @@ from autotune.training.context.loaders import Batches, DeviceBatches, build
 from autotune.training.context.misuse import ContextMisuse
 from autotune.training.context.records import TrainResult
 from autotune.training.context.state import TrialSetup, TrialState
+from autotune.training.context.stepper import post_hook
 from autotune.training.optimizers import make_optimizer
 
 CUDA_GRAPH_MODES = ("reduce-overhead", "max-autotune")
@@ -96,7 +97,7 @@ class TrialContext:
             state.built.add(opt)
             # applied once it steps (whoever steps it), not when built; (a weak reference: no cycle through it)
             me = weakref.ref(state)
-            opt.register_step_post_hook(lambda *_: (st := me()) is not None and st.effects.update(took))
+            state.handles += post_hook(opt, lambda _: (st := me()) is not None and st.effects.update(took))
             return opt
 
         return build
@@ -122,7 +123,7 @@ class TrialContext:
         st.init_asked = init
         st.model = model = _place(model, s, self.device, init, st.not_applied)
         opt = misuse.optimizer_of(self.optimizer_factory if optimizer is None else optimizer, model)
-        own = st.own_optimizer = opt not in st.built
+        own = st.own_optimizer = not unread.wraps(opt, st.built)  # (a Lookahead around ours is ours: not rescaled)
         if own:  # what the fit read and built its optimizer with (a read for logging is not; a default is not chosen)
             st.built_with = {k for k in unread.BUILT_WITH if k in st.chosen and k in st.reads
                              and unread.in_groups(opt, k, s[k])}
@@ -290,7 +291,7 @@ def run_fit(fit: Callable[[TrialContext], Any], ctx: TrialContext) -> TrainResul
     try:
         returned = fit(ctx)
     finally:
-        ctx.state.clock.close_meters()
+        ctx.state.close()
     if ctx.state.stop is not None:  # the function caught a stop and returned: the trial still stopped
         raise ctx.state.stop
     try:
