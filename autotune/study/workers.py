@@ -27,12 +27,14 @@ from autotune.core import (
     describe_exception,
     environ,
     lifetime,
+    without_user_code,
 )
 from autotune.core import optuna_compat as compat
 from autotune.search import samplers
 from autotune.spec import RunConfig
 from autotune.study import orphans, storage
 from autotune.study import runner as study_mod
+from autotune.study import trust as trust_mod
 from autotune.study.budget import (
     ClaimedObjective,
     StaleWatcher,
@@ -473,17 +475,21 @@ def _wrap_up(cfg: RunConfig, study: optuna.Study, hooks: list[study_mod.RunCallb
 # ---------------------------------------------------------------- joining from anywhere
 
 
-def join_config(storage_url: str, study_name: str) -> RunConfig:
-    """The RunConfig a study was started with (its `config` user attr), pointed at `storage_url`."""
+def join_config(storage_url: str, study_name: str, code_hash: str | None = None, trust: bool = False) -> RunConfig:
+    """The RunConfig a study was started with (its `config` user attr), pointed at `storage_url`. The code it names
+    is imported only once the stored config is known to be the one launched (`code_hash`), or trusted (trust.py)."""
     storage.check_joinable(storage_url)
+    with without_user_code():  # read and validated, nothing of it imported yet
+        study, _ = storage.load_stored(storage_url, study_name)
+    trust_mod.check(study, code_hash, trust, storage_url)
     return storage.load_stored(storage_url, study_name)[1]
 
 
-def join(storage_url: str, study_name: str, n_trials: int | None = None,
-         timeout: float | None = None) -> tuple[RunConfig, optuna.Study]:
+def join(storage_url: str, study_name: str, n_trials: int | None = None, timeout: float | None = None,
+         code_hash: str | None = None, trust: bool = False) -> tuple[RunConfig, optuna.Study]:
     """`autotune worker`: the study's config (with this worker's budget and timeout), checked on this machine
     (its data, factories and device: one line now, not a failure in every trial), and the study."""
-    cfg = join_config(storage_url, study_name)
+    cfg = join_config(storage_url, study_name, code_hash, trust)
     if n_trials is not None or timeout is not None:
         over = {k: v for k, v in (("study.n_trials", n_trials), ("study.timeout", timeout)) if v is not None}
         cfg = from_dict(cfg.to_dict(), overrides=over, source=cfg.source)
