@@ -163,6 +163,20 @@ class _Wake(BaseException):  # noqa: N818 (the no-signal wake, turned into the t
     pass
 
 
+def _not_now(frame: Any) -> bool:
+    """An interrupt must not land here: in the watch's own bookkeeping (the trial is ending), or anywhere inside an
+    import (a module left half-initialized, torch._dynamo say, breaks every later import of it in the process)."""
+    if frame is not None and os.path.abspath(frame.f_code.co_filename) == _HERE:
+        return True
+    for _ in range(500):
+        if frame is None:
+            return False
+        if frame.f_code.co_filename.startswith("<frozen importlib"):
+            return True
+        frame = frame.f_back
+    return False
+
+
 # ---------------------------------------------------------------- the watch
 
 
@@ -321,8 +335,8 @@ class Watch:
             t = self._trial
             if t is None or t.pending is None:
                 return  # the trial ended before the wake landed
-            if frame is not None and os.path.abspath(frame.f_code.co_filename) == _HERE:
-                return  # the watch's own bookkeeping (the trial is ending): the next wake lands in the trial, if any
+            if _not_now(frame):
+                return  # the next wake (REDELIVER_S) lands in the trial's own code, if it is still running
             t.raised = True
             reason, detail, _ = t.pending
         raise Interrupted(reason, detail)
@@ -337,7 +351,11 @@ class Watch:
         self._chain(signum, frame)
         t = self._trial
         if t is not None and not t.raised:
-            self._raise("interrupted", f"interrupted ({signal.Signals(signum).name})")
+            why = f"interrupted ({signal.Signals(signum).name})"
+            if _not_now(frame):  # asked for now, delivered by the watch's next wake
+                t.pending = t.pending or ("interrupted", why, time.monotonic())
+                return
+            self._raise("interrupted", why)
         if t is None and self.interrupts >= FORCE_AFTER and signum == signal.SIGINT:
             raise KeyboardInterrupt  # insisting, outside a trial: now (a trial being written may stay RUNNING)
 

@@ -301,3 +301,20 @@ def test_a_keyboard_interrupt_raised_by_the_training_code_ends_the_run_as_ctrl_c
     assert caught.value.detail == f"KeyboardInterrupt raised by the training code (at {Path(__file__).name}:{line} " \
                                   "in train)"
     assert watch.interrupted and stopped == [True]
+
+
+def test_an_interrupt_never_lands_inside_an_import(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The hang limit passes while the trial imports a slow module (torch._dynamo, imported by ctx.prepare, takes
+    seconds): the interrupt waits for the import to finish. Landed inside, it would leave the module half-initialized
+    and every later import of it in this process broken."""
+    (tmp_path / "slow_module_43.py").write_text("import time\ntime.sleep(0.8)\nDONE = True\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+
+    def train() -> None:
+        import slow_module_43  # noqa: F401
+
+        time.sleep(30)
+
+    with Watch(memory=None) as watch, pytest.raises(Interrupted, match="hang"):
+        watch.run(train, hang_s=0.2)
+    assert sys.modules["slow_module_43"].DONE
