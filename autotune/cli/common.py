@@ -14,6 +14,13 @@ from typing import Any
 from autotune.core import AutotuneError, config_warnings_as_lines, redact
 from autotune.spec import SAMPLER_NAMES
 
+STORAGE_ENV = "AUTOTUNE_STORAGE"  # a URL with a password reaches launch's jobs here, never in their pickled arguments
+
+
+def quoted(url: str) -> str:
+    """The storage URL for a shell command we print: quoted, or `"$AUTOTUNE_STORAGE"` where it holds a password."""
+    return f"'{url}'" if redact(url) == url else f'"${STORAGE_ENV}"'
+
 
 def overrides(args: argparse.Namespace) -> dict[str, Any]:
     out: dict[str, Any] = {}

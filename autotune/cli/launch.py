@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from autotune.cli import common
+from autotune.cli.common import STORAGE_ENV, quoted
 from autotune.config import from_dict
 from autotune.core import AutotuneError, ConfigError, contention, environ, redact
 from autotune.spec import RunConfig
@@ -28,7 +29,6 @@ from autotune.training import cpu_cores, devices_wanted
 
 # autotune's executor name -> submitit's cluster name (None: no submission)
 EXECUTORS: dict[str, str | None] = {"slurm": "slurm", "local": "local", "debug": "debug", "none": None}
-STORAGE_ENV = "AUTOTUNE_STORAGE"  # a URL with a password reaches the jobs here, never in their pickled arguments
 INSTALL = "pip install 'autotune[slurm]'"
 
 
@@ -216,11 +216,6 @@ def _submit_local_gpus(executor: Any, args: tuple[Any, ...], workers: int, n_gpu
         executor.update_parameters(visible_gpus=visible[k * n_gpus:(k + 1) * n_gpus])
         jobs.append(executor.submit(job, *args))
     return jobs
-
-
-def quoted(url: str) -> str:
-    """The storage URL for a shell command we print: quoted, or `"$AUTOTUNE_STORAGE"` where it holds a password."""
-    return f"'{url}'" if redact(url) == url else f'"${STORAGE_ENV}"'
 
 
 def follow(cfg: RunConfig, req: Request, jobs: list[Any], file: str, code: str | None = None) -> list[str]:

@@ -31,10 +31,10 @@ def _with_join_line(cfg: Any, on_start: Callable[[Any, int], None]) -> Callable[
     its code hash (study/trust.py), the only way such a worker runs the study's code."""
     def start(study: Any, todo: int) -> None:
         on_start(study, todo)
-        from autotune.cli.launch import quoted
         from autotune.study import trust
 
-        line = None if cfg.study.storage.startswith("sqlite") else trust.join_line(study, quoted(cfg.study.storage))
+        line = None if cfg.study.storage.startswith("sqlite") else \
+            trust.join_line(study, common.quoted(cfg.study.storage))
         if line is not None:
             print(f"note: other machines join with: {line}", file=sys.stderr, flush=True)
 
