@@ -39,6 +39,17 @@ def test_quickstart_notebook_executes(tmp_path: Path) -> None:
 # ---------------------------------------------------------------- a guest in a notebook's kernel (issue 43)
 
 
+@pytest.fixture
+def no_sigchld_handler() -> Any:
+    """torch's DataLoader leaves a SIGCHLD handler in the process that made workers (another test, here): it would
+    raise in this test's process when the kernel it started ends. The kernel's death is not a DataLoader's."""
+    import signal
+
+    before = signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    yield
+    signal.signal(signal.SIGCHLD, before)
+
+
 def _running(db: Path) -> bool:
     import sqlite3
 
@@ -53,7 +64,8 @@ def _outputs(cell: Any) -> str:
     return "".join(o.get("text", "") for o in cell.outputs if o.output_type == "stream")
 
 
-def test_an_interrupt_mid_trial_leaves_the_kernel_alive_and_the_trial_recorded(tmp_path: Path) -> None:
+def test_an_interrupt_mid_trial_leaves_the_kernel_alive_and_the_trial_recorded(tmp_path: Path,
+                                                                               no_sigchld_handler: None) -> None:
     """quickstart.ipynb's run cell interrupted (Jupyter's interrupt: SIGINT to the kernel) while a trial trains: the
     cell ends with KeyboardInterrupt, the trial is recorded (FAIL, interrupted), and the kernel goes on with every
     variable it had."""
@@ -94,7 +106,7 @@ def test_an_interrupt_mid_trial_leaves_the_kernel_alive_and_the_trial_recorded(t
     assert "('FAIL', 'interrupted')" in states and "RUNNING" not in states, states
 
 
-def test_a_fit_that_swallows_the_interrupt_does_not_kill_the_kernel(tmp_path: Path) -> None:
+def test_a_fit_that_swallows_the_interrupt_does_not_kill_the_kernel(tmp_path: Path, no_sigchld_handler: None) -> None:
     """hang_seconds passes while the fit skips batches with a bare `except:`: today the watchdog's last resort
     os._exit-ed the kernel (every variable lost); now the trial is recorded, the run stops, the kernel lives."""
     pytest.importorskip("ipykernel")

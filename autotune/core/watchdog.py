@@ -103,6 +103,8 @@ class MemoryGuard:
             return None
         if self.max_rss_mb is not None and rss > self.max_rss_mb:
             return f"host memory: the process holds {rss:.0f} MB, over pruning.max_host_memory_mb {self.max_rss_mb:g}"
+        if rss - start_rss_mb <= MARGIN_MB:
+            return None  # (the margin is never less: no need to read the machine's and the cgroups' memory)
         room = hostmem.available_mb(self._root())
         if room is None:
             return None
@@ -244,6 +246,8 @@ class Watch:
         self._take(signal.SIGTERM, self._on_interrupt)
         if self.wake is not None:
             self._take(self.wake, self._on_wake, own=True)
+            if self.wake not in self._previous:  # named, but another's: no signal (never theirs sent by us)
+                self.wake = None
         self.active = True
         self._outer, _ACTIVE = _ACTIVE, self
         self._thread = threading.Thread(target=self._loop, name="autotune-watch", daemon=True)

@@ -127,8 +127,10 @@ def test_a_wake_taken_by_the_host_is_left_to_it(monkeypatch: pytest.MonkeyPatch)
     monkeypatch.setenv(watchdog.WAKE_ENV, "SIGUSR2")
     previous = signal.signal(signal.SIGUSR2, lambda s, f: seen.append(s))  # submitit's preemption handler
     try:
-        with Watch(memory=None) as watch:
-            assert signal.getsignal(signal.SIGUSR2) is not watch._on_wake
+        with Watch(memory=None) as watch, pytest.raises(Interrupted, match="hang"):
+            assert signal.getsignal(signal.SIGUSR2) is not watch._on_wake and watch.wake is None
+            watch.run(lambda: [sum(range(100)) for _ in range(10**9)], hang_s=0.2)  # woken without their signal
+        assert seen == []
         os.kill(os.getpid(), signal.SIGUSR2)
         assert seen == [signal.SIGUSR2]
     finally:

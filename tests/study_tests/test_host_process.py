@@ -87,14 +87,27 @@ def test_a_service_draining_on_sigterm_runs_its_handler_and_is_not_ended(tmp_pat
     handler never ran and the process was ended with 143 twenty seconds later, mid-drain)."""
     src = _yaml(tmp_path, "fit_slow")
     r = host(tmp_path, f"""
-        import os, signal, sys, threading, time
+        import os, signal, sqlite3, sys, threading, time
         sys.path.insert(0, {str(ROOT)!r})
         import autotune
         from autotune.core import lifetime
         lifetime.EXIT_GRACE_S = 1.0  # (an exit armed anyway would come after 1 s)
         drained = []
         signal.signal(signal.SIGTERM, lambda s, f: drained.append(s))  # the service's own
-        threading.Timer(4.0, os.kill, args=(os.getpid(), signal.SIGTERM)).start()
+
+        def terminate_mid_trial():  # what Kubernetes does to the service, once a trial trains
+            while True:
+                time.sleep(0.2)
+                try:
+                    with sqlite3.connect("file:{tmp_path}/g.db?mode=ro", uri=True) as db:
+                        if db.execute("SELECT COUNT(*) FROM trials WHERE state = 'RUNNING'").fetchone()[0]:
+                            break
+                except sqlite3.Error:
+                    pass
+            time.sleep(1.0)
+            os.kill(os.getpid(), signal.SIGTERM)
+
+        threading.Thread(target=terminate_mid_trial, daemon=True).start()
         try:
             autotune.run(autotune.load_config({str(src)!r}))
         except KeyboardInterrupt:
@@ -136,10 +149,11 @@ def test_a_waiting_worker_stops_on_ctrl_c(tmp_path: Path) -> None:
     cfg = study_cfg(tmp_path, "fit_slow", n_trials=1, storage=url)
     study = open_study(cfg)
     study.ask()  # RUNNING, owned by this (live) process: the worker waits for it
-    proc = subprocess.Popen([sys.executable, "-m", "autotune", "worker", "--storage", url, "--study", "g"], cwd=ROOT,
-                            env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen([sys.executable, "-m", "autotune", "worker", "--storage", url, "--study", "g",
+                             "--trust-stored-code"], cwd=ROOT, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
     try:
-        assert proc.stdout is not None and "joined study g" in proc.stdout.readline()
+        assert proc.stdout is not None and "joined study g" in proc.stdout.readline(), proc.communicate()
         time.sleep(1.5)  # waiting
         proc.send_signal(signal.SIGINT)
         t0 = time.monotonic()

@@ -249,18 +249,19 @@ def _proc(root: Path, pid: int, status: str = "", children: str = "",
 def test_dataloader_workers_own_memory_is_in_the_peak_fake_proc(tmp_path: Path) -> None:
     """Two workers (one with a grandchild) hold memory of their own: their private pages count, summed; what they
     share with the trial's process (the Rss of a forked worker) does not count twice; RssAnon without smaps_rollup."""
-    me = _proc(tmp_path, 100, "VmHWM:\t 204800 kB\nVmRSS:\t 204800 kB\n")  # 200 MB at the trial's start
+    me = _proc(tmp_path, 100, "VmHWM:\t 204800 kB\nVmRSS:\t 204800 kB\n", children="99")  # 200 MB at its start
+    _proc(tmp_path, 99, private_kb=(0, 512000))  # a child the process had before the trial (a notebook's): not its
     meter = MemoryMeter(torch.device("cpu"), proc=me)
     meter.start()
     try:
         assert meter.peak_mb() == 0.0 and meter.method == "vmhwm"
-        (me / "task" / "100" / "children").write_text("101 102")
+        (me / "task" / "100" / "children").write_text("99 101 102")
         _proc(tmp_path, 101, children="103", private_kb=(1024, 101376))  # 100 MB its own
         _proc(tmp_path, 102, "RssAnon:\t 51200 kB\nVmRSS:\t 999999 kB\n")  # 50 MB (no smaps_rollup)
         _proc(tmp_path, 103, private_kb=(0, 25600))  # 25 MB
         (me / "status").write_text("VmHWM:\t 307200 kB\nVmRSS:\t 256000 kB\n")  # the trial itself: +100 MB
         assert meter.peak_mb() == 100.0 + 175.0 and meter.method == "vmhwm+workers"
-        (me / "task" / "100" / "children").write_text("")  # the workers are gone (the epoch ended)
+        (me / "task" / "100" / "children").write_text("99")  # the workers are gone (the epoch ended)
         assert meter.peak_mb() == 275.0  # their peak stays in the trial's
     finally:
         meter.close()
@@ -306,9 +307,27 @@ def test_rapl_wrapping_twice_in_one_long_epoch_is_counted(tmp_path: Path) -> Non
     src = energy.Rapl([zone], poll_s=0.01)
     try:
         for uj in (600_000, 100_000, 700_000, 200_000):  # +600k, wrap +500k, +600k, wrap +500k
-            (zone / "energy_uj").write_text(f"{uj}\n")
+            (zone / "next").write_text(f"{uj}\n")
+            (zone / "next").replace(zone / "energy_uj")  # (at once, as the kernel's counter reads)
             time.sleep(0.2)  # the poller reads it
         assert src.read() == pytest.approx(2.2)  # (read at the epoch's end only: 0.2 J)
     finally:
         src.close()
     assert not src._thread.is_alive()
+
+
+def test_a_child_process_the_host_had_before_the_trial_is_not_the_trials() -> None:
+    """A notebook's kernel has children of its own (and pytest's process, this test's): not the trial's workers."""
+    import subprocess
+
+    child = subprocess.Popen([sys.executable, "-c", "b = bytearray(200 * 2**20); b[::4096] = b'1' * (200 * 256); "
+                                                    "print('ready', flush=True); import time; time.sleep(60)"],
+                             stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout is not None and child.stdout.readline().strip() == "ready"
+        small = run_fit(user_fits.fit_holds_memory, _trial(0))
+    finally:
+        child.kill()
+        child.wait()
+    assert small.meters["peak_memory_mb"] in ("vmhwm", "vmrss_sampled") and small.peak_memory_mb is not None
+    assert small.peak_memory_mb < 60, small.peak_memory_mb

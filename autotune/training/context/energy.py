@@ -15,6 +15,7 @@ A source's `read()` is joules since it was opened; a caller takes differences.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from pathlib import Path
@@ -79,10 +80,8 @@ class Rapl:
 
     def _poll(self, period: float) -> None:
         while not self._stop.wait(period):
-            try:
+            with contextlib.suppress(OSError, ValueError):  # (one failed read: the next poll, or the trial's, tells)
                 self.read()
-            except (OSError, ValueError):
-                return  # (the next read() by the trial says so)
 
     def read(self) -> float:
         with self._lock:

@@ -4,7 +4,7 @@
   the tensors alive then (the model, device-resident data) are part of it. Method `cuda_allocator`.
 - CPU (Linux): the host memory the trial took at its peak, over what the process held when the trial began (its
   baseline: the runtime, and whatever earlier trials left behind, are not this trial's), plus what its child
-  processes (DataLoader workers) held of their own at once:
+  processes (DataLoader workers; not those the process had when the trial began) held of their own at once:
   - the process's resident-set high-water mark (`VmHWM` in /proc/self/status). The kernel keeps it for the process's
     lifetime (as `ru_maxrss`), but writing "5" to /proc/self/clear_refs resets it to the resident set of that moment,
     so the peak is this trial's. Method `vmhwm` (the reset is the kernel's, for the whole process, and cannot be
@@ -72,9 +72,10 @@ def _own_mb(proc: Path) -> float:
         return _status_mb(proc).get("RssAnon", 0.0)
 
 
-def descendants_mb(proc: Path) -> tuple[float, int]:
-    """(the own memory of every process below `proc`, summed; how many there are)."""
-    total, n, todo, seen = 0.0, 0, _children(proc), set()
+def descendants_mb(proc: Path, before: frozenset[str] = frozenset()) -> tuple[float, int]:
+    """(the own memory of every process below `proc`, summed; how many there are), leaving out the children in
+    `before` and theirs: processes the trial did not start (a notebook's, an earlier trial's)."""
+    total, n, todo, seen = 0.0, 0, [c for c in _children(proc) if c not in before], set()
     while todo:
         pid = todo.pop()
         if pid in seen:
@@ -91,9 +92,10 @@ class _Sampler:
     """Every `period` s on a daemon thread: the highest VmRSS (`own`: the fallback for a refused VmHWM reset) and
     the highest sum of the children's own memory."""
 
-    def __init__(self, proc: Path, own: bool) -> None:
+    def __init__(self, proc: Path, own: bool, before: frozenset[str]) -> None:
         self.proc = proc
         self.own = own
+        self.before = before
         self.peak = _status_mb(proc).get("VmRSS", 0.0) if own else 0.0
         self.children_peak = 0.0
         self.children_seen = False
@@ -108,7 +110,7 @@ class _Sampler:
     def sample(self) -> None:
         if self.own:
             self.peak = max(self.peak, _status_mb(self.proc).get("VmRSS", 0.0))
-        mb, n = descendants_mb(self.proc)
+        mb, n = descendants_mb(self.proc, self.before)
         if n:
             self.children_seen = True
             self.children_peak = max(self.children_peak, mb)
@@ -134,6 +136,7 @@ class MemoryMeter:
         self.method: str | None = None  # cuda_allocator | vmhwm | vmrss_sampled (+workers); None: not measured
         self._sampler: _Sampler | None = None
         self.baseline_mb = _status_mb(proc).get("VmRSS", 0.0) if dev.type == "cpu" else 0.0
+        self.children_before = frozenset(_children(proc)) if dev.type == "cpu" else frozenset()  # not the trial's
 
     def start(self) -> None:
         self.close()
@@ -144,7 +147,7 @@ class MemoryMeter:
         elif self.dev.type == "cpu" and "VmRSS" in _status_mb(self.proc):
             hwm = _clear_hwm(self.proc) and "VmHWM" in _status_mb(self.proc)
             self.method = "vmhwm" if hwm else "vmrss_sampled"
-            self._sampler = _Sampler(self.proc, own=not hwm)
+            self._sampler = _Sampler(self.proc, own=not hwm, before=self.children_before)
 
     def peak_mb(self) -> float | None:
         """The peak since `start()`, in MB (2**20 bytes)."""
