@@ -50,9 +50,19 @@ def _proc_stat(pid: int) -> tuple[str, int] | None:
         return None
 
 
+_SCOPE: tuple[int, str | None] | None = None  # (the pid it was read in, scope()): read once per process
+
+
 def scope() -> str | None:
     """What a pid means here: this boot of this machine and this pid namespace (`BOOTID.PIDNS`: the boot id's first
     12 hex digits and the namespace's inode); None where /proc does not tell."""
+    global _SCOPE
+    if _SCOPE is None or _SCOPE[0] != os.getpid():
+        _SCOPE = (os.getpid(), _read_scope())
+    return _SCOPE[1]
+
+
+def _read_scope() -> str | None:
     try:
         with open(f"{PROC}/sys/kernel/random/boot_id") as f:
             boot = f.read().strip().replace("-", "")[:12]

@@ -17,7 +17,7 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from autotune.config import check_one_device
-from autotune.core import ConfigError, __version__, check_fit_signature, redact
+from autotune.core import ConfigError, __version__, check_fit_signature, file_stem, redact
 from autotune.fit import Fit, fit_name, preflight
 from autotune.fit import notes as preflight_notes
 from autotune.search import pruners, results, samplers, space
@@ -181,7 +181,7 @@ def resolve_teacher(cfg: RunConfig, storage: optuna.storages.BaseStorage | None 
     if d is None or d.teacher != "best":
         return cfg
     name = d.teacher_study or cfg.study.name
-    path = Path("studies") / f"{name}-teacher.pt"
+    path = Path("studies") / f"{file_stem(name)}-teacher.pt"  # (a stored name never picks where a file goes)
     storage = storage or storage_mod.make_storage(cfg)
     try:
         src = optuna.load_study(study_name=name, storage=storage)
