@@ -49,7 +49,7 @@ def sleepy_steps(step_s: float, first_extra_s: float, steps: int = 40):
         train = ctx.loader((torch.randn(steps * 8, 4), torch.randint(0, 2, (steps * 8,))), batch_size=8)
         for _ in ctx.epochs():
             for i, (x, y) in enumerate(train):
-                time.sleep(step_s + (first_extra_s if ctx.state.epoch == 1 and i == 0 else 0.0))
+                time.sleep(step_s + (first_extra_s if ctx._state.epoch == 1 and i == 0 else 0.0))
                 ctx.backward(nn.functional.cross_entropy(model(x), y))
             ctx.report(val_loss=1.0)
 
@@ -115,7 +115,7 @@ def test_a_probe_of_its_own_ends_the_run_after_its_steps() -> None:
     with pytest.raises(ProbeDone) as e:
         context.run_fit(sleepy_steps(0.001, 0.0), ctx)
     assert e.value.measurement is window.measurement
-    assert ctx.state.epoch == 1 and not ctx.state.history  # 5 steps of the first epoch, no evaluation
+    assert ctx._state.epoch == 1 and not ctx._state.history  # 5 steps of the first epoch, no evaluation
 
 
 def test_the_window_pauses_over_what_is_not_training() -> None:

@@ -46,7 +46,7 @@ def test_user_parameters_read_through_params_count_as_used() -> None:
     ctx = TrialContext({"device": "cpu"}, user_params={"width": 8, "depth": 2},
                        setup=TrialSetup(searched=("user.width", "user.depth")))
     assert ctx.params["width"] == 8 and "depth" in ctx.params
-    assert ctx.state.unapplied() == {"user.depth": "ctx.params['depth'] was never read"}
+    assert ctx._state.unapplied() == {"user.depth": "ctx.params['depth'] was never read"}
 
 
 def test_builtin_trainer_applies_every_setting_of_a_normal_space(tmp_path: Path) -> None:
@@ -122,7 +122,7 @@ def test_settings_only_a_loop_of_its_own_skips_are_named(tmp_path: Path) -> None
         opt.step()
         ctx.report()
         break
-    na = ctx.state.unapplied()
+    na = ctx._state.unapplied()
     assert na["grad_clip"] == "ctx.backward(loss) was never called: your loop steps the optimizer itself"
     assert na["precision"].startswith("ctx.autocast() was never used")
     assert na["batch_size"].startswith("your fit never called ctx.loader(...)")

@@ -67,6 +67,9 @@ class TrainResult:
     peak_memory_mb: float | None = None  # over the whole training (the last epoch's record); None: not measured
     energy_j: float | None = None  # None: no energy source here
     meters: dict[str, str] = field(default_factory=dict)  # metric -> what measured it, or why it is absent
+    # settings the trial did not choose that a framework's loop took from the user's code or its own defaults:
+    # setting -> the value it held (the Trainer's lr_scheduler_type "linear", say); not autotune's, not in `settings`
+    recipe: dict[str, Any] = field(default_factory=dict)
     model: nn.Module | None = field(default=None, repr=False)
     extra: dict[str, Any] = field(default_factory=dict)  # post-training metrics (compression)
     compressed_model: nn.Module | None = field(default=None, repr=False)

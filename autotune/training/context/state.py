@@ -1,7 +1,8 @@
 """What a trial context keeps for autotune's own code, off the user's API (as accelerate keeps its state on
 `AcceleratorState`): `TrialSetup`, what the runner gives a context besides the settings (limits, callbacks, the
-study's config, the device group, the speed probe, the searched keys), and `TrialState` (`ctx.state`): the context's
-parts, its records, its stop, and what the runner reads once `fit` returned (`result()`, `unapplied()`).
+study's config, the device group, the speed probe, the searched keys), and `TrialState` (the context's private
+`_state`): its parts, its records, its stop, and what the runner reads once `fit` returned (`result()`,
+`unapplied()`). autotune's own code outside this package reaches it only through the port (port.py).
 """
 
 from __future__ import annotations
@@ -15,8 +16,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from autotune.core import TrialStopped
-from autotune.spec import Settings
+from autotune.core import ConfigError, TrialStopped
+from autotune.spec import SETTINGS, Settings, applied_by
 from autotune.training import accel
 from autotune.training.context import applied as unread
 from autotune.training.context import misuse
@@ -27,7 +28,14 @@ from autotune.training.context.records import EpochRecord, OnEpoch, TrainResult
 from autotune.training.context.stepper import Stepper
 from autotune.training.context.stop_rules import StopRules
 from autotune.training.distributed.devices import Group
+from autotune.training.optimizers import make_optimizer
 from autotune.training.throughput import ProbeWindow
+
+# Applied by the context whatever trains (around the trial, its stop rules, its clocks): autotune's values for these
+# are the trial's even where a framework owns the loop.
+BY_CONTEXT = applied_by("around", "stop", "clock")
+# Models an earlier trial of a study trained in this process: one handed to a later trial would go on from there.
+_TRAINED: weakref.WeakSet[nn.Module] = weakref.WeakSet()
 
 
 @dataclass(frozen=True)
@@ -94,10 +102,54 @@ class TrialState:
         self.train_on_device: bool | None = None  # the training loader's batches: on the device (None: no loader)
         self.stop: TrialStopped | None = None
         self.in_epoch = False  # inside the body of `for epoch in ctx.epochs()` (its clock: self.clock.running)
+        # A framework that owns the loop (port.py): its name, and the settings its recipe decided (setting -> the
+        # value the user's code or the framework's default held: the trial left them as they were).
+        self.framework: str | None = None
+        self.recipe: dict[str, Any] = {}
+        self.epochs_planned: int | None = None  # the framework's own epoch count (epochs not chosen)
+        self.fused = True  # fused optimizer kernels allowed (not where a framework must clip mixed precision)
 
     @property
     def epochs_total(self) -> int:
+        if self.epochs_planned is not None:
+            return self.epochs_planned
         return int(self.settings["epochs"])
+
+    @property
+    def in_study(self) -> bool:
+        """The context runs a study's trial (the runner's plumbing has its config), not a bare one."""
+        return self.setup.config is not None
+
+    def build_optimizer(self, params: Any, recipe: Mapping[str, Any] | None = None) -> torch.optim.Optimizer:
+        """The trial's optimizer over `params` (`recipe`: values of the user's own for settings the trial did not
+        choose, lr from TrainingArguments say; they are not autotune's, so their effect is not recorded)."""
+        took: set[str] = set()  # what this optimizer's builder read: the settings it takes
+        raw = self.raw.replace(**recipe) if recipe else self.raw
+        s = raw.watched(took)
+        opt = make_optimizer(s["optimizer"], params, s, self.device, fused=self.fused)
+        self.built.add(opt)
+        took -= set(recipe or ())
+        # applied once it steps (whoever steps it), not when built; (a weak reference: no cycle through it)
+        me = weakref.ref(self)
+        opt.register_step_post_hook(lambda *_: (st := me()) is not None and st.effects.update(took))
+        return opt
+
+    def check_fresh(self, model: nn.Module, where: str) -> None:
+        """A study's trial trains a model no earlier trial in this process trained: one that did (a module-level
+        model, say) would start where that trial ended. One line, and the run stops (a ConfigError)."""
+        if not self.in_study or model not in _TRAINED:
+            return
+        name = misuse.global_name(model)
+        shown = f"{name} ({type(model).__name__})" if name else f"a {type(model).__name__}"
+        raise ConfigError(getattr(self.setup.config, "file", None), "trainer",
+                          f"{where} got {shown}, the model object an earlier trial already trained: this trial would "
+                          "start where that one ended. Build the model inside your training function, so each trial "
+                          "trains a fresh one")
+
+    def trained(self) -> None:
+        """The trial is over: its model, if it stepped, is not fresh for a later trial."""
+        if self.in_study and self.model is not None and self.stepper.opt_steps:
+            _TRAINED.add(self.model)
 
     @property
     def epoch(self) -> int:  # the epoch running (0 before ctx.epochs)
@@ -153,9 +205,15 @@ class TrialState:
 
     def unused(self) -> list[str]:
         """Settings whose values did not shape this trial, searched or not (a default optimizer adam under the fit's
-        own SGD): the trial's stored settings leave them out."""
+        own SGD): the trial's stored settings leave them out. Under a framework that owns the loop, every setting
+        the trial did not choose is the recipe's unless the context applies it around the trial (its recipe
+        values are stored apart, `recipe`)."""
         effects = self.effects_now()
-        return sorted(set(self.unapplied()) | {k for k in unread.EFFECT_KEYS if k not in effects})
+        out = set(self.unapplied()) | {k for k in unread.EFFECT_KEYS if k not in effects}
+        if self.framework is not None:
+            out |= {k for k in SETTINGS if k not in self.chosen and (k in self.recipe or (
+                k not in BY_CONTEXT and k not in self.reads))}
+        return sorted(out)
 
     def effective_lrs(self) -> tuple[list[float], list[float]] | None:
         """(the fit's optimizer's own group lrs, what a chosen lr scaled them to), when that took effect."""
@@ -177,7 +235,7 @@ class TrialState:
             not_applied=self.unapplied(), unused=self.unused(), effective_lrs=self.effective_lrs(), model=self.model,
             model_params=sum(p.numel() for p in self.model.parameters()) if self.model is not None else 0,
             peak_memory_mb=self.history[-1].peak_memory_mb, energy_j=self.history[-1].energy_j,
-            meters=self.clock.meters(),
+            meters=self.clock.meters(), recipe=dict(self.recipe),
         )
 
 
