@@ -6,7 +6,7 @@ Run before a study (or a worker) starts, by `autotune.train`, `autotune profile`
 
 from __future__ import annotations
 
-from autotune.core import AutotuneError, ConfigError, describe_exception, load_factory, warn_config
+from autotune.core import AutotuneError, ConfigError, adapter_mark, describe_exception, load_factory, warn_config
 from autotune.search import pruners, samplers, space
 from autotune.spec import RunConfig
 from autotune.training import accel, augment, data, distributed, models
@@ -75,13 +75,16 @@ def notes(cfg: RunConfig) -> list[str]:
 
 
 def _trains_searched_optimizer(cfg: RunConfig) -> bool:
-    """The training function always trains with the searched optimizer (a framework adapter of
-    autotune.integrations says so): its lr is the learning rate."""
+    """The training function trains with the searched optimizer, or an adapter that takes lr as the learning rate
+    (a framework adapter of autotune.integrations says so): its lr is the learning rate."""
     try:
         fn = load_factory(str(cfg.trainer), cfg.file, "trainer", near=cfg.source)
     except AutotuneError:
         return False
-    return bool(getattr(fn, "autotune_searched_optimizer", False))
+    table = adapter_mark(fn)
+    if table is None:
+        return False
+    return bool(getattr(table, "lr_is_rate", False)) or "optimizer" in cfg.space or "optimizer" in cfg.train
 
 
 def _check_augment(cfg: RunConfig, input_shape: tuple[int, ...], file: str) -> None:

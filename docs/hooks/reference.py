@@ -4,7 +4,9 @@ Each page is built from the one source of truth it documents: the YAML schema fr
 (autotune/spec/schema.py), the settings catalogue (autotune/spec/settings.py `SETTINGS`), the metrics catalogue
 (autotune/core/metrics.py `CATALOGUE`), the command line from the argparse parser (autotune/cli/app.py
 `build_parser`), the public Python API from docstrings (`inspect`), and bench/RESULTS.md copied as it is.
-None of them is committed: `on_files` adds them to the build. tests/test_docs.py calls `PAGES` directly.
+None of them is committed: `on_files` adds them to the build. tests/test_docs.py calls `PAGES` directly. The
+how-to pages' framework tables are filled in where a page says `<!-- table: hf -->` (`on_page_markdown`), from
+autotune/integrations/tables.py: each framework's one mapping and the catalogue's `applied_by`.
 """
 
 from __future__ import annotations
@@ -350,3 +352,22 @@ def on_files(files: Any, config: Any) -> Any:
     for path, build in PAGES.items():
         files.append(File.generated(config, path, content=build()))
     return files
+
+
+# ---------------------------------------------------------------- the how-to pages' framework tables
+
+FRAMEWORK_TABLE = re.compile(r"<!-- table: (\w+) -->")
+
+
+def howto_page(path: str, markdown: str) -> str:
+    """A how-to page with each `<!-- table: NAME -->` replaced by that framework's table, generated from
+    autotune/integrations/tables.py (its one mapping and the settings catalogue's `applied_by`)."""
+    if "<!-- table:" not in markdown:
+        return markdown
+    from autotune.integrations.tables import FRAMEWORKS
+
+    return FRAMEWORK_TABLE.sub(lambda m: FRAMEWORKS[m.group(1)].table(), markdown)
+
+
+def on_page_markdown(markdown: str, page: Any, config: Any, files: Any) -> str:
+    return howto_page(page.file.src_uri, markdown)
