@@ -43,6 +43,8 @@ class TrialSummary:
     cpu_threads_capped: bool = False
     # a chosen lr multiplied the fit's own optimizer's group lrs: (those lrs, the rates it trained at), else None
     effective_lrs: tuple[list[float], list[float]] | None = None
+    # settings the trial left to the user's code or the framework's defaults (a framework's loop): what they held
+    recipe: dict[str, Any] = field(default_factory=dict)
 
     def lr_note(self) -> str | None:
         """What a searched lr meant on the fit's own optimizer (its multiplier), or None."""
@@ -83,6 +85,15 @@ def lr_scaling_text(lr: float, own: list[float], effective: list[float]) -> str:
     return f"lr {lr:.3g} multiplies your optimizer's group lrs ({shown(own)}) → ({shown(effective)})"
 
 
+def recipe_text(recipe: dict[str, Any]) -> str:
+    """`lr_schedule linear, epochs 3, optimizer adamw_torch_fused (the Trainer's optim)`: what a trial left to the
+    user's code or the framework's defaults."""
+    def shown(v: Any) -> str:
+        return f"{v:.4g}" if isinstance(v, float) else str(v)
+
+    return ", ".join(f"{k} {shown(v)}" for k, v in recipe.items())
+
+
 def summarize(t: FrozenTrial, metrics: list[str]) -> TrialSummary:
     ua = t.user_attrs
     unused = {k: why for k, why in (ua.get("not_applied") or {}).items() if k in t.params}  # searched, no effect
@@ -99,6 +110,7 @@ def summarize(t: FrozenTrial, metrics: list[str]) -> TrialSummary:
         cpu_threads_capped="cpu_threads_capped" in ua,
         effective_lrs=(list(ua["own_group_lrs"]), list(ua["effective_lrs"])) if "effective_lrs" in ua and
         "own_group_lrs" in ua else None,
+        recipe=dict(ua.get("recipe") or {}),
     )
 
 

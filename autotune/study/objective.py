@@ -69,8 +69,9 @@ CATCH = (TrialFailed, RuntimeError, ValueError, TypeError, ArithmeticError, Memo
 
 
 class _NoTraceback(logging.Filter):
-    """Optuna logs a failed trial with its traceback; ours already carry their one-line story. A trial the run
-    ended (RunEnded) is not logged at all: the run says why it ended, once (both of Optuna's lines dropped)."""
+    """Optuna logs a failed trial twice (its error, then "failed with value None"). A failure of ours (TrialFailed,
+    an AutotuneError) is already said once, by the run's trial line or its one-line error: both of Optuna's lines are
+    dropped. Any other failure keeps its lines, without the traceback only where ours carry their one-line story."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -79,15 +80,12 @@ class _NoTraceback(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         exc = record.exc_info[1] if record.exc_info else None
         head = " ".join(record.getMessage().split(" ", 2)[:2]) + " "
-        if isinstance(exc, RunEnded):
+        if isinstance(exc, (TrialFailed, AutotuneError)):  # (RunEnded too: the run says why it ended, once)
             self.silent.add(head)
             return False
         if exc is None and head in self.silent:  # Optuna's second line: "Trial N failed with value None."
             self.silent.discard(head)
             return False
-        if isinstance(exc, (TrialFailed, AutotuneError)):
-            record.exc_info = None
-            record.exc_text = None
         return True
 
 
@@ -431,6 +429,8 @@ class Objective:
             trial.set_user_attr("not_applied", result.not_applied)
         if result.unused:
             trial.set_user_attr("settings", {k: v for k, v in values.items() if k not in result.unused})
+        if result.recipe:  # settings left to the user's code or the framework's defaults, with what they held
+            trial.set_user_attr("recipe", result.recipe)
         if result.effective_lrs is None:
             return
         own, effective = result.effective_lrs
