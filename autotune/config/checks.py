@@ -34,8 +34,6 @@ from autotune.spec import (
     RunConfig,
 )
 
-CANDIDATE_SAMPLERS = ("tpe", "random")  # samplers that propose a parameter at a time (search/predicted.py)
-
 # ---------------------------------------------------------------- names from the registries
 # Each registry is a mapping next to its builders (samplers.py, pruners.py, data/registry.py, models.py). Those modules
 # import this one, so their names are read when a config is validated, never copied here.
@@ -45,6 +43,13 @@ def sampler_names() -> list[str]:
     from autotune.search import SAMPLERS
 
     return list(SAMPLERS)
+
+
+def sampler_kind(name: str) -> Any:
+    """What a registered sampler can do (search.SamplerKind: objectives, proposes, grid); None: not registered."""
+    from autotune.search import SAMPLERS
+
+    return SAMPLERS.get(name)
 
 
 def pruner_names(objectives: str | None = None) -> list[str]:
@@ -141,25 +146,33 @@ def _check_space(cfg: RunConfig, file: str) -> None:
 
 
 def _check_sampler(cfg: RunConfig, file: str) -> None:
-    if cfg.study.sampler == "cmaes" and cfg.multi_objective:
-        raise ConfigError(file, "study.sampler", "cmaes handles one objective only; for several use tpe, nsga2, "
-                                                 "random, gp or qmc")
+    """The sampler's capabilities (search.SamplerKind) against the study: its objectives, study.candidates, the
+    parameters a grid takes."""
+    name = cfg.study.sampler
+    kind = sampler_kind(name)
+    if kind is None:
+        return  # (an unknown name: said by the schema's check against the registry)
+    if kind.objectives == "one" and cfg.multi_objective:
+        several = [n for n in sampler_names() if sampler_kind(n).objectives == "any"]
+        raise ConfigError(file, "study.sampler", f"{name} handles one objective only; for several use "
+                                                 f"{', '.join(several)}")
     k = cfg.study.candidates
     if k > 1:
+        drawn = [n for n in sampler_names() if sampler_kind(n).proposes == "parameter"]
         for cannot, why in (
             (not cfg.multi_objective, "it predicts each candidate's objectives to pick the one that adds most to the "
                                       "Pareto front, so the study needs two or more objectives"),
-            (cfg.study.sampler not in CANDIDATE_SAMPLERS,
-             f"{cfg.study.sampler} proposes whole points itself; candidates are drawn from tpe or random"),
+            (kind.proposes != "parameter",
+             f"{name} proposes whole points itself; candidates are drawn from {' or '.join(drawn)}"),
             (cfg.study.strategy != "joint",
              "probe_then_tune narrows the space after probing; candidates need the joint strategy"),
         ):
             if cannot:
                 raise ConfigError(file, "study.candidates", f"{why}; allowed here: 1 (got {k})")
-    if cfg.study.sampler == "grid":
+    if kind.grid:
         for key, spec in cfg.space.items():
             if spec.type in ("float", "int") and spec.step is None:
-                raise ConfigError(file, f"space.{key}", "the grid sampler needs categorical, bool or stepped "
+                raise ConfigError(file, f"space.{key}", f"the {name} sampler needs categorical, bool or stepped "
                                                         "(step: ...) parameters; add a step or pick another sampler")
 
 
