@@ -269,7 +269,8 @@ class Objective:
             trial.set_user_attr(EPOCH_VALUES, epoch_values)
 
         def on_epoch(rec: EpochRecord) -> None:
-            self._study_rules(trial, rec, history, epoch_values, int(values["epochs"]))
+            # (the trial's planned epochs: a framework's own count where the trial left epochs to the recipe)
+            self._study_rules(trial, rec, history, epoch_values, rec.epochs_planned or int(values["epochs"]))
 
         # an unknown combination: its first steps are timed (in this process: a trial on several devices is
         # measured by its whole run instead, in Gate.finished)

@@ -214,6 +214,7 @@ def test_unchosen_settings_are_the_trainers_and_recorded_as_the_recipe(tmp_path:
     assert (args.lr_scheduler_type.value, args.num_train_epochs, args.per_device_eval_batch_size,
             args.max_grad_norm, args.warmup_steps) == ("linear", 2.0, 16, 1.0, 0.1)
     assert res.epochs_run == 2  # the user's 2 epochs, not the catalogue's 10
+    assert res.history[-1].epochs_planned == 2  # (what the study's own stop rules read: its pruners, vs_front)
     assert res.recipe["lr_schedule"] == "linear" and res.recipe["epochs"] == 2 and res.recipe["grad_clip"] == 1.0
     assert res.recipe["optimizer"].startswith("adamw_torch") and res.recipe["eval_batch_size"] == 16
     assert "lr" not in res.recipe and res.not_applied == {}

@@ -224,6 +224,7 @@ class TrialContext:
         if stop is not None:
             raise st.stopped(stop) from None
         rec = clock.record(values, seconds, st.stepper.epoch_lr())  # the lr its steps took, not the one after
+        rec.epochs_planned = st.epochs_total
         st.history.append(rec)
         clock.running = False  # (reported)
         stop = st.rules.verdict(rec, st.history, clock.loss_n > 0, st.epochs_total, st.chance_loss, st.collective)
