@@ -89,8 +89,8 @@ def fit(ctx: TrialContext, module: Any, datamodule: Any = None, *, train_dataloa
         for key, value in recipe.items():
             port.recipe(key, value)
         model, opt = ctx.prepare(module, port.optimizer_factory(**recipe))
-        if mine[2] is not None:
-            port.recipe("lr_schedule", f"none (your {type(mine[2]).__name__} steps your own optimizer)")
+        port.recipe("lr_schedule", "none" if mine[2] is None else
+                    f"none (your {type(mine[2]).__name__} steps your own optimizer, not autotune's)")
     bridge = _bridge_class(pl)(port)
     kwargs = {"logger": False, "enable_checkpointing": False, "enable_progress_bar": False,
               "enable_model_summary": False, **given, "accelerator": _accelerator(ctx.device),
