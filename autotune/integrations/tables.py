@@ -85,7 +85,7 @@ class Framework:
             if not self.user_code:
                 return "cannot", ("nothing of yours runs per trial to read it (build the trainer in a function of "
                                   "(args, ctx) to read ctx.settings)")
-            return "yours", self.yours.get(key, f"yours: read ctx.settings.{key} in your code")
+            return "yours", self.yours.get(key, "yours: your code reads it from ctx.settings (applied when read)")
         if part in self.parts:
             return "part", self.parts[part]
         return "cannot", self.unmapped
