@@ -8,7 +8,7 @@ from typing import Any
 import yaml
 
 from autotune.core import redact
-from autotune.search import TrialSummary, recipe_text, space
+from autotune.search import TrialSummary, space
 from autotune.spec import MODEL_PREFIX, SETTINGS, USER_PREFIX, RunConfig
 
 
@@ -58,7 +58,7 @@ def render(cfg: RunConfig, best: TrialSummary, doc: dict[str, Any]) -> str:
     if note is not None:  # the lr written below is that multiplier: the export trains at these same rates
         header += f"# {note}: lr below is that multiplier, not a rate\n"
     if best.recipe:  # not fixed below: the user's code (or the framework's defaults) decides them again
-        header += f"# left to your code, as the trial left them (not set below): {recipe_text(best.recipe)}\n"
+        header += f"# left to your code, as the trial left them (not set below): {best.recipe_text()}\n"
     if cfg.trainer is not None and cfg.source != "<config>":  # a module found next to the original YAML
         header += f"# trainer {cfg.trainer}: found next to {cfg.source}, in the working folder or on the path\n"
     return header + yaml.safe_dump(doc, sort_keys=False)

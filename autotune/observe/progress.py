@@ -17,7 +17,7 @@ from rich.table import Table
 
 from autotune.core import fmt as fmt_metric
 from autotune.core import redact, short, shorten, shown_with
-from autotune.search import feasible, recipe_text
+from autotune.search import feasible
 from autotune.spec import RunConfig
 from autotune.study import is_surplus
 
@@ -165,5 +165,5 @@ def print_best(result: Any, console: Console | None = None) -> None:
     for k, why in best.not_applied.items():  # searched, but nothing in the trial used it
         print(f"  ({k}: not applied, left out: {why})")
     if best.recipe:  # not chosen: the user's code or the framework's defaults decided them
-        print(f"  (yours, not set by the study: {recipe_text(best.recipe)})")
+        print(f"  (yours, not set by the study: {best.recipe_text()})")
     print(f"  (export every setting with: autotune best {result.config.source} --export best.yaml)")

@@ -53,6 +53,14 @@ class TrialSummary:
             return None
         return lr_scaling_text(float(lr), *self.effective_lrs)
 
+    def recipe_text(self) -> str:
+        """`lr_schedule linear, epochs 3, optimizer adamw_torch_fused (the Trainer's optim)`: what the trial left to
+        the user's code or the framework's defaults ('' when it left nothing)."""
+        def shown(v: Any) -> str:
+            return f"{v:.4g}" if isinstance(v, float) else str(v)
+
+        return ", ".join(f"{k} {shown(v)}" for k, v in self.recipe.items())
+
     def records(self) -> list[EpochRecord]:
         """`history` as EpochRecords, the type of `TrainResult.history` (`rec.epoch`, `rec.val_accuracy`); a clock
         an old record lacks is NaN, a meter's reading it lacks (peak_memory_mb, energy_j: a field with a default)
@@ -83,15 +91,6 @@ def lr_scaling_text(lr: float, own: list[float], effective: list[float]) -> str:
         return ", ".join(f"{v:.3g}" for v in lrs)
 
     return f"lr {lr:.3g} multiplies your optimizer's group lrs ({shown(own)}) → ({shown(effective)})"
-
-
-def recipe_text(recipe: dict[str, Any]) -> str:
-    """`lr_schedule linear, epochs 3, optimizer adamw_torch_fused (the Trainer's optim)`: what a trial left to the
-    user's code or the framework's defaults."""
-    def shown(v: Any) -> str:
-        return f"{v:.4g}" if isinstance(v, float) else str(v)
-
-    return ", ".join(f"{k} {shown(v)}" for k, v in recipe.items())
 
 
 def summarize(t: FrozenTrial, metrics: list[str]) -> TrialSummary:
