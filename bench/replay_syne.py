@@ -7,8 +7,9 @@ Syne Tune's benchmark definitions do; the space's other parameters searched), MO
 
 The same cost model as every other arm:
 - no simulator latency: Syne Tune's default `SimulatorConfig` delays each start, result, stop and completion by
-  0.05 s and its tuner polls every 0.05 s; here every delay is 0 and, when every worker is busy, the tuner's
-  sleep jumps to the next event (`NextEvent`), so MOASHA reacts to each result the moment it happens;
+  0.05 s, steps its clock 2 ms past each stop, and its tuner polls every 0.05 s; here every delay is 0, a stop
+  takes 2e-9 s, and when every worker is busy the tuner's sleep jumps to the next event (`NextEvent`), so MOASHA
+  reacts to each result the moment it happens;
 - strategy time in one unit: Syne Tune's time keeper advances by the *wall* seconds the tuner loop and scheduler
   spend outside the backend; `CpuTimeKeeper` makes that the loop's thread CPU seconds, the unit in which the
   Optuna arms' own work is charged (bench/replay_backend.py's SimClock), or nothing with `charge_cpu=False`.
@@ -148,9 +149,26 @@ def zero_latency_backend(workload: Workload, space: dict[str, Any], charge_cpu: 
             self._assert_has_started()
             return max(0.0, time.thread_time() - self._last_recent_exit) if charge_cpu else 0.0
 
+    from syne_tune.backend.simulator_backend.events import CompleteEvent, StopEvent
+
+    class ZeroLatency(UserBlackboxBackend):
+        def _stop_or_pause_trial(self, trial_id: int, status: str) -> None:
+            """As shipped, but the stop and the completion happen at the moment of the decision: Syne Tune steps its
+            clock 1 ms past each of the two events to process them (2 ms a stopped trial); here 1e-9 s."""
+            self._advance_by_outside_time()
+            now = self._time_keeper.time() + self.simulator_config.delay_stop
+            self._simulator_state.push(StopEvent(trial_id=trial_id), event_time=now)
+            self._time_keeper.advance_to(now + 1e-9)
+            self._process_events_until_now()
+            done = self._time_keeper.time() + self.simulator_config.delay_complete_after_stop
+            self._simulator_state.push(CompleteEvent(trial_id=trial_id, status=status), event_time=done)
+            self._time_keeper.advance_to(done + 1e-9)
+            self._process_events_until_now()
+            self._time_keeper.mark_exit()
+
     zero = SimulatorConfig(delay_on_trial_result=0.0, delay_complete_after_final_report=0.0,
                            delay_complete_after_stop=0.0, delay_start=0.0, delay_stop=0.0)
-    backend = UserBlackboxBackend(blackbox=blackbox(workload, space), elapsed_time_attr="elapsed_time",
+    backend = ZeroLatency(blackbox=blackbox(workload, space), elapsed_time_attr="elapsed_time",
                                   max_resource_attr="epochs", seed=0, simulator_config=zero, tuner_sleep_time=0.0)
     backend._time_keeper = CpuTimeKeeper()
     return backend
