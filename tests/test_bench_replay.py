@@ -119,9 +119,10 @@ def test_the_measures_read_a_fixed_reference_and_censor_at_the_budget() -> None:
     never = replay.measures(ev[:2], front, t_ref, budget=10.0)
     assert math.isinf(never.to[("lin", 0.9)])
     assert replay.rmst([never.to[("lin", 0.9)], 4.0], 10.0) == 7.0  # a seed that never got there counts the budget
-    # log time weighs the slow, accurate end more: the fast point alone is a smaller share there
+    # the second view: the same front on log time (each decade of time weighs the same)
     fast_only = replay.measures(ev[:1], front, t_ref, budget=10.0)
-    assert fast_only.hv_end["log"] < fast_only.hv_end["lin"]
+    assert fast_only.hv_end["lin"] == pytest.approx(0.5 * 1.2 / (0.5 * 1.0 + 0.9 * 0.2))
+    assert fast_only.hv_end["log"] == pytest.approx(0.5 * math.log(2.2) / (0.5 * math.log(2) + 0.9 * math.log(1.1)))
 
 
 def test_a_paired_ratio_and_its_interval_on_a_hand_made_case() -> None:
