@@ -19,7 +19,8 @@ configuration with `epochs: k` trains (bench/replay_arms.counted; never on LCBen
 
 Measures (`measures`): a fixed reference front per workload and task, independent of the arms: the surrogate's own
 front over the space (LCBench: bench/yahpo_lcbench/fronts.json), or every (recorded curve, epochs in the space's
-range) point of a recording; time reference 1.1 x that front's slowest time, accuracy reference 0. Per seed, the
+range) point of a recording; time reference twice the median training time of a random configuration (or 1.1 x
+the front's slowest time, if later), accuracy reference 0. Per seed, the
 simulated time at which an arm's front (completed and counted trials) reaches 90 % and 95 % of the reference
 hypervolume, on linear time and, as a second view, on log time (which weighs the front's accurate, slow end as
 much as its fast end). Censoring: a seed that never gets there is counted at the budget, and the statistic is the
@@ -38,7 +39,6 @@ import argparse
 import json
 import math
 import os
-import random
 import statistics
 import sys
 import time
@@ -80,6 +80,9 @@ ARMS: dict[str, tuple[str, dict[str, Any] | None, dict[str, Any]]] = {
     "autotune pareto": ("autotune", {"pruner": "pareto"}, {}),
     "autotune no pruning": ("autotune", {"pruner": "none"}, {}),
     "autotune predicted front 8": ("autotune", None, {"candidates": 8}),
+    "autotune candidates auto": ("autotune", None, {"candidates": "auto"}),
+    "autotune pareto_asha from epoch 4": ("autotune", {"pruner": "pareto_asha", "pruner_args": {"min_epochs": 4}}, {}),
+    "autotune pareto_asha eta 2": ("autotune", {"pruner": "pareto_asha", "pruner_args": {"reduction_factor": 2}}, {}),
 }
 DEFAULT_ARMS = ("plain Optuna", "random search", "OptunaHub multi_metric_pruner", "MOASHA as shipped",
                 "MOASHA rank-corrected", "autotune")
@@ -143,18 +146,23 @@ def budget_of(name: str, task: str | None, workers: int, trials: float = BUDGET_
 
 @cache
 def reference(name: str, task: str | None) -> tuple[tuple[tuple[float, float], ...], float]:
-    """(the fixed reference front as (time, accuracy) points, its time reference) of a workload and task."""
+    """(the fixed reference front as (time, accuracy) points, the time reference) of a workload and task. The time
+    reference: twice the median training time of a configuration drawn at random from the space (or 1.1 x the
+    front's slowest time, if later): a trial slower than that adds nothing, and the front's fast end (a few
+    extreme configurations no search of tens of trials finds) does not decide the hypervolume alone."""
     if name == "lcbench":
         from bench.replay_lcbench import fronts
 
         pts = [(float(t), float(a)) for t, a in fronts()[str(task)]["front"]]
+        typical = float(fronts()[str(task)]["median_time_s"])
     else:
         cfg = replay_arms.variant(SPACES[name])
         e = cfg.space["epochs"]
         pts = [(float(c.epochs[k - 1]["train_time_s"]), float(c.epochs[k - 1]["val_accuracy"]))
                for c in recording(name).curves for k in range(int(e.low), int(e.high) + 1) if k <= len(c.epochs)]
+        typical = statistics.median(t for t, _ in pts)
     front = tuple(ttt.front(pts))
-    return front, 1.1 * max(t for t, _ in front)
+    return front, max(1.1 * max(t for t, _ in front), 2.0 * typical)
 
 
 def hv_log(points: Sequence[tuple[float, float]], t_ref: float) -> float:
@@ -257,43 +265,51 @@ def rmst(ts: Sequence[float], budget: float) -> float:
     return statistics.fmean(min(t, budget) for t in ts)
 
 
+def _picks(n_seeds: int, n: int, seed: int) -> Any:
+    import numpy as np
+
+    return np.random.default_rng(seed).integers(0, n_seeds, size=(n, n_seeds))
+
+
+def _rmst_reps(ts: Sequence[float], budget: float, picks: Any) -> Any:
+    import numpy as np
+
+    return np.minimum(np.asarray(ts, dtype=float), budget)[picks].mean(axis=1)
+
+
 def paired_ratio(base: Sequence[float], mine: Sequence[float], budget: float, n: int = 2000,
                  seed: int = 0) -> tuple[float, float, float]:
     """RMST(base) / RMST(mine) with its 95 % paired bootstrap interval (seed indices resampled together)."""
-    rng = random.Random(seed)
-    idx = range(len(base))
-    vals = []
-    for _ in range(n):
-        pick = [rng.choice(idx) for _ in idx]
-        vals.append(rmst([base[i] for i in pick], budget) / rmst([mine[i] for i in pick], budget))
-    vals.sort()
-    return rmst(base, budget) / rmst(mine, budget), vals[int(0.025 * n)], vals[int(0.975 * n) - 1]
+    import numpy as np
+
+    picks = _picks(len(base), n, seed)
+    reps = np.sort(_rmst_reps(base, budget, picks) / _rmst_reps(mine, budget, picks))
+    return rmst(base, budget) / rmst(mine, budget), float(reps[int(0.025 * n)]), float(reps[int(0.975 * n) - 1])
 
 
 def median_ratio(per_task: Sequence[tuple[Sequence[float], Sequence[float], float]], n: int = 1000,
                  seed: int = 0) -> tuple[float, float, float]:
     """The median over tasks of RMST(base) / RMST(mine), and its 95 % interval: in every replicate each task's
     seeds are resampled (paired), its ratio recomputed, and the median over tasks taken."""
-    rng = random.Random(seed)
+    import numpy as np
+
     point = statistics.median(rmst(b, bud) / rmst(m, bud) for b, m, bud in per_task)
-    reps = []
-    for _ in range(n):
-        rs = []
-        for b, m, bud in per_task:
-            pick = [rng.randrange(len(b)) for _ in b]
-            rs.append(rmst([b[i] for i in pick], bud) / rmst([m[i] for i in pick], bud))
-        reps.append(statistics.median(rs))
-    reps.sort()
-    return point, reps[int(0.025 * n)], reps[int(0.975 * n) - 1]
+    ratios = []
+    for k, (b, m, bud) in enumerate(per_task):
+        picks = _picks(len(b), n, seed + k)
+        ratios.append(_rmst_reps(b, bud, picks) / _rmst_reps(m, bud, picks))
+    reps = np.sort(np.median(np.stack(ratios), axis=0))
+    return point, float(reps[int(0.025 * n)]), float(reps[int(0.975 * n) - 1])
 
 
 def paired_diff(base: Sequence[float], mine: Sequence[float], n: int = 2000, seed: int = 0) -> tuple[float, float,
                                                                                                      float]:
     """mean(mine - base) with its 95 % bootstrap interval."""
-    d = [m - b for b, m in zip(base, mine)]
-    rng = random.Random(seed)
-    reps = sorted(statistics.fmean(rng.choice(d) for _ in d) for _ in range(n))
-    return statistics.fmean(d), reps[int(0.025 * n)], reps[int(0.975 * n) - 1]
+    import numpy as np
+
+    d = np.asarray(mine, dtype=float) - np.asarray(base, dtype=float)
+    reps = np.sort(d[_picks(len(d), n, seed)].mean(axis=1))
+    return float(d.mean()), float(reps[int(0.025 * n)]), float(reps[int(0.975 * n) - 1])
 
 
 # ---------------------------------------------------------------- tables
@@ -371,26 +387,29 @@ def report(name: str, workers: int, tasks: list[str | None], arms: list[str], ms
                     out[f"x|{workers}|{v}|{q}|{arm}|{b}"] = [*x, above]
                     row += f"{cell:>30}"
                 print(row)
-    print("\nbest accuracy at the end: mean paired difference (arm - baseline) [95 % interval], "
-          + ("median over tasks (tasks whose interval is below 0)" if len(tasks) > 1 else ""))
-    bases = [b for b in BASELINES if b in arms]
-    print(f"{'arm':<32}" + "".join(f"{'vs ' + SHORT.get(b, b):>30}" for b in bases))
-    for arm in arms:
-        row = f"{arm:<32}"
-        for b in bases:
-            if b == arm:
-                row += f"{'-':>30}"
-                continue
-            ds = [paired_diff([s.best_acc for s in ms[(t, workers, b)]], [s.best_acc for s in ms[(t, workers, arm)]])
-                  for t in tasks]
-            if len(tasks) == 1:
-                cell = f"{ds[0][0]:+.4f} [{ds[0][1]:+.4f}, {ds[0][2]:+.4f}]"
-            else:
-                below = sum(d[2] < 0 for d in ds)
-                cell = f"{statistics.median(d[0] for d in ds):+.4f} ({below}/{len(tasks)} below)"
-            out[f"acc|{workers}|{arm}|{b}"] = ds
-            row += f"{cell:>30}"
-        print(row)
+    for what, get in (("best accuracy at the end", lambda s: s.best_acc),
+                      ("hypervolume share at the end (linear time)", lambda s: s.hv_end["lin"]),
+                      ("hypervolume share at the end (log time)", lambda s: s.hv_end["log"])):
+        print(f"\n{what}: mean paired difference (arm - baseline) [95 % interval]"
+              + (", median over tasks (tasks whose interval is above 0 / below 0)" if len(tasks) > 1 else ""))
+        bases = [b for b in BASELINES if b in arms]
+        print(f"{'arm':<32}" + "".join(f"{'vs ' + SHORT.get(b, b):>30}" for b in bases))
+        for arm in arms:
+            row = f"{arm:<32}"
+            for b in bases:
+                if b == arm:
+                    row += f"{'-':>30}"
+                    continue
+                ds = [paired_diff([get(s) for s in ms[(t, workers, b)]], [get(s) for s in ms[(t, workers, arm)]])
+                      for t in tasks]
+                if len(tasks) == 1:
+                    cell = f"{ds[0][0]:+.4f} [{ds[0][1]:+.4f}, {ds[0][2]:+.4f}]"
+                else:
+                    up, down = sum(d[1] > 0 for d in ds), sum(d[2] < 0 for d in ds)
+                    cell = f"{statistics.median(d[0] for d in ds):+.4f} ({up}/{down} of {len(tasks)})"
+                out[f"{what}|{workers}|{arm}|{b}"] = ds
+                row += f"{cell:>30}"
+            print(row)
     return out
 
 

@@ -135,7 +135,7 @@ def _check_sampler(cfg: RunConfig, file: str) -> None:
         raise ConfigError(file, "study.sampler", "cmaes handles one objective only; for several use tpe, nsga2, "
                                                  "random, gp or qmc")
     k = cfg.study.candidates
-    if k > 1:
+    if k != "auto" and k > 1:  # (auto: 1 wherever candidates cannot apply)
         for cannot, why in (
             (not cfg.multi_objective, "it predicts each candidate's objectives to pick the one that adds most to the "
                                       "Pareto front, so the study needs two or more objectives"),
