@@ -128,7 +128,8 @@ def task_list(name: str, which: str) -> list[str | None]:
     chosen = [t for t in which.split(",") if t]
     unknown = [t for t in chosen if t not in every]
     if unknown:
-        raise SystemExit(f"replay.py: --tasks: unknown {', '.join(unknown)}; known: dev, report, all, {', '.join(every)}")
+        raise SystemExit(f"replay.py: --tasks: unknown {', '.join(unknown)}; "
+                         f"known: dev, report, all, {', '.join(every)}")
     return chosen
 
 
@@ -334,14 +335,40 @@ def fmt_x(x: tuple[float, float, float]) -> str:
 def report(name: str, workers: int, tasks: list[str | None], arms: list[str], ms: dict[tuple[str | None, int, str],
            list[Seed]], budgets: dict[tuple[str | None, int], float], seeds: Sequence[int]) -> dict[str, Any]:
     """Print the tables of one worker count; return their figures (for --json)."""
-    out: dict[str, Any] = {}
     print(f"\n{name}, {workers} worker{'s' if workers > 1 else ''}, seeds {seeds[0]}-{seeds[-1]} ({len(seeds)}), "
           f"{len(tasks)} task{'s' if len(tasks) > 1 else ''}; budget per task "
           + (f"{BUDGET_TRIALS:g} x its median 52-epoch time{' / workers x 2' if workers > 1 else ''}"
              if name == "lcbench" else f"{budgets[(None, workers)]:g} simulated s"))
     print("counting rule (every arm): completed trials; a stopped trial only where its values are the configuration "
           "with epochs: k (never on LCBench: epochs fixed)")
-    # per arm, over tasks: RMST / budget share, hits, HV end, best acc, trials, stopped
+    summary(workers, tasks, arms, ms, budgets)
+    out: dict[str, Any] = {}
+    bases = [b for b in BASELINES if b in arms]
+    for v in HV:
+        for q in TARGETS:
+            print(f"\nspeed-up to {int(100 * q)} % ({v} time): RMST(baseline) / RMST(arm), "
+                  + ("median over tasks [95 % interval] (tasks with interval > 1)" if len(tasks) > 1
+                     else "[95 % paired interval]"))
+            print(f"{'arm':<32}" + "".join(f"{'vs ' + SHORT.get(b, b):>30}" for b in bases))
+            for arm in arms:
+                cells = [speedup(workers, tasks, ms, budgets, v, q, arm, b, out) if b != arm else "-" for b in bases]
+                print(f"{arm:<32}" + "".join(f"{c:>30}" for c in cells))
+    for what, get in (("best accuracy at the end", lambda s: s.best_acc),
+                      ("hypervolume share at the end (linear time)", lambda s: s.hv_end["lin"]),
+                      ("hypervolume share at the end (log time)", lambda s: s.hv_end["log"])):
+        print(f"\n{what}: mean paired difference (arm - baseline) [95 % interval]"
+              + (", median over tasks (tasks whose interval is above 0 / below 0)" if len(tasks) > 1 else ""))
+        print(f"{'arm':<32}" + "".join(f"{'vs ' + SHORT.get(b, b):>30}" for b in bases))
+        for arm in arms:
+            cells = [difference(workers, tasks, ms, get, arm, b, f"{what}|{workers}|{arm}|{b}", out) if b != arm
+                     else "-" for b in bases]
+            print(f"{arm:<32}" + "".join(f"{c:>30}" for c in cells))
+    return out
+
+
+def summary(workers: int, tasks: list[str | None], arms: list[str], ms: dict[tuple[str | None, int, str], list[Seed]],
+            budgets: dict[tuple[str | None, int], float]) -> None:
+    """Per arm, over tasks: RMST / budget per view and target, hits, HV at the end, best accuracy, trials, stopped."""
     head = f"{'arm':<32}" + "".join(f"{f'RMST {int(100 * q)}% {v}':>15}" for v in HV for q in TARGETS)
     print(head + f"{'hits 90/95':>12}{'HV end':>8}{'HV log':>8}{'best acc':>10}{'trials':>8}{'stopped':>9}")
     for arm in arms:
@@ -351,66 +378,44 @@ def report(name: str, workers: int, tasks: list[str | None], arms: list[str], ms
                 shares = [rmst([s.to[(v, q)] for s in ms[(t, workers, arm)]], budgets[(t, workers)])
                           / budgets[(t, workers)] for t in tasks]
                 cells.append(f"{statistics.median(shares):>15.3f}")
-        hits = [sum(math.isfinite(s.to[("lin", q)]) for t in tasks for s in ms[(t, workers, arm)]) for q in TARGETS]
         every = [s for t in tasks for s in ms[(t, workers, arm)]]
-        total = len(every)
-        print(f"{arm:<32}" + "".join(cells) + f"{f'{hits[0]}/{total} {hits[1]}/{total}':>12}"
+        hits = [sum(math.isfinite(s.to[("lin", q)]) for s in every) for q in TARGETS]
+        print(f"{arm:<32}" + "".join(cells) + f"{f'{hits[0]}/{len(every)} {hits[1]}/{len(every)}':>12}"
               + f"{statistics.median(s.hv_end['lin'] for s in every):>8.3f}"
               + f"{statistics.median(s.hv_end['log'] for s in every):>8.3f}"
               + f"{statistics.median(s.best_acc for s in every):>10.4f}"
-              + f"{statistics.median(s.trials for s in every):>8.0f}{statistics.median(s.stopped for s in every):>9.0f}")
+              + f"{statistics.median(s.trials for s in every):>8.0f}"
+              + f"{statistics.median(s.stopped for s in every):>9.0f}")
     print("RMST q% view: restricted mean time to q % of the reference hypervolume (linear or log time) / budget, "
           "median over tasks; hits: seeds x tasks that got there (linear); HV end, HV log, best acc, trials, stopped: "
           "medians over seeds x tasks")
-    for v in HV:
-        for q in TARGETS:
-            bases = [b for b in BASELINES if b in arms]
-            print(f"\nspeed-up to {int(100 * q)} % ({v} time): RMST(baseline) / RMST(arm), "
-                  + ("median over tasks [95 % interval] (tasks with interval > 1)" if len(tasks) > 1
-                     else "[95 % paired interval]"))
-            print(f"{'arm':<32}" + "".join(f"{'vs ' + SHORT.get(b, b):>30}" for b in bases))
-            for arm in arms:
-                row = f"{arm:<32}"
-                for b in bases:
-                    if b == arm:
-                        row += f"{'-':>30}"
-                        continue
-                    per = [([s.to[(v, q)] for s in ms[(t, workers, b)]], [s.to[(v, q)] for s in ms[(t, workers, arm)]],
-                            budgets[(t, workers)]) for t in tasks]
-                    if len(tasks) == 1:
-                        x = paired_ratio(*per[0])
-                        cell, above = fmt_x(x), None
-                    else:
-                        x = median_ratio(per)
-                        above = sum(paired_ratio(*p)[1] > 1 for p in per)
-                        cell = f"{fmt_x(x)} ({above}/{len(tasks)})"
-                    out[f"x|{workers}|{v}|{q}|{arm}|{b}"] = [*x, above]
-                    row += f"{cell:>30}"
-                print(row)
-    for what, get in (("best accuracy at the end", lambda s: s.best_acc),
-                      ("hypervolume share at the end (linear time)", lambda s: s.hv_end["lin"]),
-                      ("hypervolume share at the end (log time)", lambda s: s.hv_end["log"])):
-        print(f"\n{what}: mean paired difference (arm - baseline) [95 % interval]"
-              + (", median over tasks (tasks whose interval is above 0 / below 0)" if len(tasks) > 1 else ""))
-        bases = [b for b in BASELINES if b in arms]
-        print(f"{'arm':<32}" + "".join(f"{'vs ' + SHORT.get(b, b):>30}" for b in bases))
-        for arm in arms:
-            row = f"{arm:<32}"
-            for b in bases:
-                if b == arm:
-                    row += f"{'-':>30}"
-                    continue
-                ds = [paired_diff([get(s) for s in ms[(t, workers, b)]], [get(s) for s in ms[(t, workers, arm)]])
-                      for t in tasks]
-                if len(tasks) == 1:
-                    cell = f"{ds[0][0]:+.4f} [{ds[0][1]:+.4f}, {ds[0][2]:+.4f}]"
-                else:
-                    up, down = sum(d[1] > 0 for d in ds), sum(d[2] < 0 for d in ds)
-                    cell = f"{statistics.median(d[0] for d in ds):+.4f} ({up}/{down} of {len(tasks)})"
-                out[f"{what}|{workers}|{arm}|{b}"] = ds
-                row += f"{cell:>30}"
-            print(row)
-    return out
+
+
+def speedup(workers: int, tasks: list[str | None], ms: dict[tuple[str | None, int, str], list[Seed]],
+            budgets: dict[tuple[str | None, int], float], v: str, q: float, arm: str, base: str,
+            out: dict[str, Any]) -> str:
+    per = [([s.to[(v, q)] for s in ms[(t, workers, base)]], [s.to[(v, q)] for s in ms[(t, workers, arm)]],
+            budgets[(t, workers)]) for t in tasks]
+    if len(tasks) == 1:
+        x, above = paired_ratio(*per[0]), None
+        cell = fmt_x(x)
+    else:
+        x = median_ratio(per)
+        above = sum(paired_ratio(*p)[1] > 1 for p in per)
+        cell = f"{fmt_x(x)} ({above}/{len(tasks)})"
+    out[f"x|{workers}|{v}|{q}|{arm}|{base}"] = [*x, above]
+    return cell
+
+
+def difference(workers: int, tasks: list[str | None], ms: dict[tuple[str | None, int, str], list[Seed]],
+               get: Callable[[Seed], float], arm: str, base: str, key: str, out: dict[str, Any]) -> str:
+    ds = [paired_diff([get(s) for s in ms[(t, workers, base)]], [get(s) for s in ms[(t, workers, arm)]])
+          for t in tasks]
+    out[key] = ds
+    if len(tasks) == 1:
+        return f"{ds[0][0]:+.4f} [{ds[0][1]:+.4f}, {ds[0][2]:+.4f}]"
+    up, down = sum(d[1] > 0 for d in ds), sum(d[2] < 0 for d in ds)
+    return f"{statistics.median(d[0] for d in ds):+.4f} ({up}/{down} of {len(tasks)})"
 
 
 def curves(ms: dict[tuple[str | None, int, str], list[Seed]], workers: list[int], arms: list[str]) -> dict[str, Any]:
@@ -425,6 +430,35 @@ def curves(ms: dict[tuple[str | None, int, str], list[Seed]], workers: list[int]
             out["curves"][f"{n}|{arm}"] = {"q25": q[0].round(4).tolist(), "median": q[1].round(4).tolist(),
                                            "q75": q[2].round(4).tolist()}
     return out
+
+
+def load(paths: Sequence[Path], arms: Sequence[str]) -> tuple[Runs, list[int]]:
+    """Saved runs (--save), merged: the arms among `arms`, and the seeds they ran."""
+    runs: Runs = {}
+    seeds: list[int] = []
+    for p in paths:
+        saved = json.loads(p.read_text())
+        seeds = saved["seeds"]
+        for key, rs in saved["runs"].items():
+            task, n, arm = key.split("|")
+            if arm in arms:
+                runs[(None if task == "" else task, int(n), arm)] = [[tuple(e) for e in ev] for ev in rs]
+    return runs, seeds
+
+
+def run_all(name: str, tasks: list[str | None], arms: list[str], seeds: list[int], workers: list[int], charge: bool,
+            jobs: int, real: dict[str, float], t0: float) -> Runs:
+    """Every (worker count, task, seed, arm) run in a process pool; `real`: each arm's real seconds, added up."""
+    todo: list[Job] = [(name, t, a, s, n, budget_of(name, t, n), charge)
+                       for n in workers for t in tasks for s in seeds for a in arms]
+    runs: Runs = {(t, n, a): [[] for _ in seeds] for n in workers for t in tasks for a in arms}
+    with ProcessPoolExecutor(max_workers=max(1, jobs)) as pool:
+        for i, ((_, t, arm, seed, n, _, _), ev, took) in enumerate(pool.map(one_run, todo, chunksize=4), 1):
+            runs[(t, n, arm)][seed - seeds[0]] = ev
+            real[arm] += took
+            if i % max(1, len(todo) // 20) == 0 or i == len(todo):
+                print(f"  {i}/{len(todo)} runs, {time.perf_counter() - t0:.0f}s", flush=True)
+    return runs
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -459,30 +493,15 @@ def main(argv: list[str] | None = None) -> None:
     t0 = time.perf_counter()
     load0 = os.getloadavg()
     real: dict[str, float] = {a: 0.0 for a in arms}
-    runs: Runs = {}
     if args.load:
-        for p in args.load:
-            saved = json.loads(p.read_text())
-            seeds = saved["seeds"]
-            for key, rs in saved["runs"].items():
-                task, n, arm = key.split("|")
-                if arm in arms:
-                    runs[(None if task == "" else task, int(n), arm)] = [[tuple(e) for e in ev] for ev in rs]
+        runs, seeds = load(args.load, arms)
         tasks = sorted({k[0] for k in runs}, key=lambda t: (t is None, t or ""))
         args.workers = sorted({k[1] for k in runs})
     else:
         print(f"replay: {args.workload}, {len(tasks)} task(s), {len(arms)} arms x {len(seeds)} seeds x workers "
               f"{args.workers}, {args.jobs} processes; the arms' own CPU time "
               f"{'not charged' if args.free_strategy else 'charged'}", flush=True)
-        jobs: list[Job] = [(args.workload, t, a, s, n, budget_of(args.workload, t, n), not args.free_strategy)
-                           for n in args.workers for t in tasks for s in seeds for a in arms]
-        runs = {(t, n, a): [[] for _ in seeds] for n in args.workers for t in tasks for a in arms}
-        with ProcessPoolExecutor(max_workers=max(1, args.jobs)) as pool:
-            for i, ((_, t, arm, seed, n, _, _), ev, took) in enumerate(pool.map(one_run, jobs, chunksize=4), 1):
-                runs[(t, n, arm)][seed - start] = ev
-                real[arm] += took
-                if i % max(1, len(jobs) // 20) == 0 or i == len(jobs):
-                    print(f"  {i}/{len(jobs)} runs, {time.perf_counter() - t0:.0f}s", flush=True)
+        runs = run_all(args.workload, tasks, arms, seeds, args.workers, not args.free_strategy, args.jobs, real, t0)
         if args.save:
             args.save.write_text(json.dumps({"workload": args.workload, "seeds": seeds, "runs": {
                 f"{t or ''}|{n}|{a}": rs for (t, n, a), rs in runs.items()}}))

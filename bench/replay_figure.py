@@ -26,7 +26,8 @@ def panels(files: list[dict[str, Any]]) -> list[tuple[str, dict[str, Any], list[
             n, arm = key.split("|", 1)
             by.setdefault(int(n), {})[arm] = c
         seeds = f["seeds"]
-        what = f"{f['workload']}{f' ({len(f['tasks'])} tasks)' if f['tasks'] != [None] else ''}"
+        n_tasks = len(f["tasks"])
+        what = f["workload"] + (f" ({n_tasks} tasks)" if f["tasks"] != [None] else "")
         for n in sorted(by):
             out.append((f"{what}, {n} worker{'s' if n > 1 else ''}, seeds {seeds[0]}-{seeds[-1]}", by[n], f["grid"]))
     return out

@@ -8,7 +8,6 @@ import threading
 import time
 from types import SimpleNamespace
 
-import optuna
 import pytest
 
 from bench import replay
