@@ -62,9 +62,9 @@ class StudyConfig(_Model):
     max_repeated_errors: Int = Field(3, ge=1)  # this many trials in a row failing the same way stop the run
     strategy: str = "joint"  # joint | probe_then_tune: how the search uses the speed probe (strategy.py)
     # several objectives: points the sampler proposes per trial; the one whose predicted objectives add most to the
-    # front runs (search/predicted.py). 1: the sampler's one proposal, as is; auto: 8 while one choice costs at most
-    # 2 % of a trial's training time (minutes-long trials), else 1 (sub-second ones: bench/RESULTS.md)
-    candidates: Annotated[Int, Field(ge=1)] | Literal["auto"] = 1
+    # front runs (search/predicted.py). 1: the sampler's one proposal, as is; auto (default): 8 while one choice
+    # costs at most 2 % of a trial's training time (minutes-long trials), else 1 (sub-second ones: bench/RESULTS.md)
+    candidates: Annotated[Int, Field(ge=1)] | Literal["auto"] = "auto"
     warm_start: WarmStart | None = None  # start from an earlier study's best trials
 
     @field_validator("name")

@@ -114,8 +114,11 @@ def test_no_choice_before_enough_trials_have_a_curve(tmp_path: Path) -> None:
 
 
 def test_the_default_and_where_it_applies(tmp_path: Path) -> None:
-    assert n_candidates(_cfg(tmp_path)) == 1  # off by default: its cost beats its gain on short trials
-    assert not isinstance(samplers.make_sampler(_cfg(tmp_path)), PredictedFront)
+    # auto by default: chosen among 8 while worth its cost (test_auto_chooses_while_a_choice_costs_little...)
+    assert _cfg(tmp_path).study.candidates == "auto" and n_candidates(_cfg(tmp_path)) == 8
+    assert samplers.make_sampler(_cfg(tmp_path)).auto  # type: ignore[attr-defined]
+    assert n_candidates(_cfg(tmp_path, {"candidates": 1})) == 1  # the sampler's own proposal, as before
+    assert not isinstance(samplers.make_sampler(_cfg(tmp_path, {"candidates": 1})), PredictedFront)
     assert isinstance(samplers.make_sampler(_cfg(tmp_path, {"candidates": 8})), PredictedFront)
     assert n_candidates(_cfg(tmp_path, {"sampler": "random", "candidates": 4})) == 4
     one = _cfg(tmp_path, objectives=TWO[:1])
