@@ -94,7 +94,8 @@ def test_the_clock_charges_the_strategys_own_cpu_time_but_not_the_surrogates() -
     assert off.now() == 1.0
 
 
-@pytest.mark.parametrize("arm", list(replay.ARMS))
+@pytest.mark.parametrize("arm", [a if a in replay.DEFAULT_ARMS else pytest.param(a, marks=pytest.mark.slow)
+                                 for a in replay.ARMS])  # the development variants: slow
 def test_every_arm_runs_on_the_replay(arm: str, mnist1d: Workload) -> None:
     run, cfg = replay.runner(arm, replay.SPACES["mnist1d"])
     for workers in (1, 3):
@@ -137,3 +138,17 @@ def test_a_paired_ratio_and_its_interval_on_a_hand_made_case() -> None:
     assert x == pytest.approx((2.0, 2.0, 2.0))
     d, lo, hi = replay.paired_diff([0.9, 0.8], [0.95, 0.85])
     assert (d, lo, hi) == pytest.approx((0.05, 0.05, 0.05))
+
+
+@pytest.mark.parametrize("arm", replay.DEFAULT_ARMS)
+def test_every_peer_and_autotune_run_on_lcbench(arm: str) -> None:
+    pytest.importorskip("onnxruntime")
+    run, cfg = replay.runner(arm, replay.SPACES["lcbench"])
+    budget = replay.budget_of("lcbench", "3945", 1, trials=4)
+    for workers in (1, 2):
+        ev = run(cfg, replay.workload("lcbench", "3945"), 0, budget, workers)
+        assert ev and all(0 <= e[0] <= budget for e in ev)
+        counted = [e for e in ev if e[1] is not None]
+        # epochs are fixed on LCBench: a stopped trial never counts (the counting rule), a completed one always
+        assert all(e[3] == "COMPLETE" for e in counted) and all(e[1] is not None for e in ev if e[3] == "COMPLETE")
+        assert all(0 < e[1] <= 1 and e[2] > 0 for e in counted)
