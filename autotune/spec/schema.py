@@ -67,6 +67,13 @@ class StudyConfig(_Model):
     candidates: Annotated[Int, Field(ge=1)] | Literal["auto"] = "auto"
     warm_start: WarmStart | None = None  # start from an earlier study's best trials
 
+    @field_validator("candidates", mode="before")
+    @classmethod
+    def _candidates(cls, v: Any) -> Any:
+        if isinstance(v, str) and v != "auto" or isinstance(v, (bool, float)) or (isinstance(v, int) and v < 1):
+            raise ValueError(f"must be auto or a whole number >= 1; got {shown(v)}")
+        return v
+
     @field_validator("name")
     @classmethod
     def _name(cls, v: str) -> str:

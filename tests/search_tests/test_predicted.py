@@ -129,7 +129,8 @@ def test_the_default_and_where_it_applies(tmp_path: Path) -> None:
     ({"candidates": 4}, TWO[:1], "needs two or more objectives"),
     ({"candidates": 4, "sampler": "nsga2"}, TWO, "nsga2 proposes whole points itself"),
     ({"candidates": 4, "strategy": "probe_then_tune"}, TWO, "candidates need the joint strategy"),
-    ({"candidates": 0}, TWO, "greater than or equal to 1"),
+    ({"candidates": 0}, TWO, "must be auto or a whole number >= 1; got 0"),
+    ({"candidates": "many"}, TWO, "must be auto or a whole number >= 1; got 'many'"),
 ])
 def test_candidates_where_they_cannot_apply_is_one_clear_error(tmp_path: Path, study: dict[str, Any],
                                                                 objectives: list[Any], says: str) -> None:
