@@ -12,7 +12,9 @@ inner sampler's first). The inner sampler still explores; the prediction only ch
 
 Its price is the sampler's own time, 0.1-0.2 s per trial after a few hundred trials on a 2-core CPU (TPE asked K
 times, the forest refit): on MNIST-1D, whose trials last about 0.3 s, that outweighs the better choice in real
-time, so the default is 1 (bench/RESULTS.md, "A sampler given each candidate's predicted objectives").
+time; on LCBench's minutes-long trials it is a rounding error and the choice pays (bench/RESULTS.md). So the
+default, `candidates: auto`, decides by what it measures: 8 candidates while one choice's CPU time is at most
+AUTO_SHARE of the median completed trial's training time, the inner sampler's own proposal otherwise.
 """
 
 from __future__ import annotations
