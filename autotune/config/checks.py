@@ -157,7 +157,7 @@ def _check_sampler(cfg: RunConfig, file: str) -> None:
         raise ConfigError(file, "study.sampler", f"{name} handles one objective only; for several use "
                                                  f"{', '.join(several)}")
     k = cfg.study.candidates
-    if k > 1:
+    if k != "auto" and k > 1:  # (auto: 1 wherever candidates cannot apply)
         drawn = [n for n in sampler_names() if sampler_kind(n).proposes == "parameter"]
         for cannot, why in (
             (not cfg.multi_objective, "it predicts each candidate's objectives to pick the one that adds most to the "

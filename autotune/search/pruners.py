@@ -125,6 +125,11 @@ class ParetoStop(Protocol):
     def stop(self, current: list[float], step: int, trials: list[FrozenTrial], epochs: int,
              curve: list[list[float]] | None = None) -> str | None: ...
 
+    def judges(self, step: int, epochs: int) -> bool:
+        """Whether `stop` can say anything after epoch `step` of `epochs`: where it cannot, the caller need not read
+        the study's trials (a storage round trip per epoch)."""
+        ...
+
 
 CUMULATIVE = ("train_time_s",)  # per-epoch metrics that add up over epochs: heading for value / step x epochs
 
@@ -194,6 +199,9 @@ class ParetoPruner:
         if by is not None and self.leads(current, step, completed):
             return None
         return None if by is None else f"dominated at epoch {step} by trial {by.number}"
+
+    def judges(self, step: int, epochs: int) -> bool:
+        return step >= self.n_warmup_steps
 
     def leads(self, current: list[float], step: int, completed: list[FrozenTrial]) -> bool:
         """`keep_leaders`: the trial's quality at `step` is in the top share of the completed trials' there. A slow
@@ -343,6 +351,9 @@ class ParetoASHAPruner:
             out.append(r)
             r *= self.eta
         return out
+
+    def judges(self, step: int, epochs: int) -> bool:
+        return step in self.rungs(epochs)
 
     def stop(self, current: list[float], step: int, trials: list[FrozenTrial], epochs: int,
              curve: list[list[float]] | None = None) -> str | None:

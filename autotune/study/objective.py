@@ -387,6 +387,8 @@ class Objective:
             self._pruning_off(trial, "Pareto pruning", unreported)
         elif self.pareto is not None and all(math.isfinite(v) for v in epoch_values[-1]):
             step = len(epoch_values)
+            if not self.pareto.judges(step, epochs):  # (pareto_asha: rung epochs only) no storage read
+                return
             finished = trial.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED))
             why = self.pareto.stop(epoch_values[-1], step, finished, epochs, curve=epoch_values)
             if why is not None:
