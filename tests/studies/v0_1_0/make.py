@@ -1,15 +1,16 @@
-"""How the stored studies in this folder were made (run once, by autotune 0.1.0; kept for the record, not a test).
+"""How the stored studies in this folder were made (once, by autotune 0.1.0; kept for the record), and how a test
+reads them.
 
     python tests/studies/v0_1_0/make.py
 
 Into a SQLite file and a journal file, each: a small earlier study (`v0_1_0-earlier`, 2 trials) that the study
 `v0_1_0` warm-starts from; then `v0_1_0` itself with the built-in trainer (complete trials, trials stopped by the
-Pareto pruner and by `vs_front`, a recommended trial to export); then 3 more trials of it trained by a training
-function of the user's (`fit` below) that reads only some settings (`not_applied`), trains at its own optimizer's
-rates times the searched lr (`effective_lrs`), reports its objectives only at the end (`pruning_off`) and raises
-on its first trial (a FAIL with its error). Then what autotune 0.1.0 read from each (`read.json`: every trial's
-`TrialSummary`, the recommended trial, its export, the progress line of each trial and the report's data), which the
-next releases must read the same.
+Pareto pruner, a recommended trial to export); then 3 more trials of it trained by a training function of the
+user's (`fit` below) that reads only some settings (`not_applied`), trains at its own optimizer's rates times the
+searched lr (`effective_lrs`), returns its objectives at the end (`pruning_off`) and raises on its first trial (a
+FAIL with its error). Then what autotune 0.1.0 read from each (`read`, into `read.json`: every trial's
+`TrialSummary`, the recommended trial, its export, the lines `autotune run` and `autotune best` print, and the
+report's data), which the next releases must read the same (tests/test_stored_studies.py).
 """
 
 from __future__ import annotations
@@ -19,21 +20,25 @@ import dataclasses
 import io
 import json
 import math
+import shutil
 import sqlite3
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch import nn
 
-HERE = Path(__file__).resolve().parent
-ROOT = HERE.parents[2]
-sys.path.insert(0, str(ROOT))
+import autotune
+from autotune import config
+from autotune.spec import RunConfig
 
-import autotune  # noqa: E402
-from autotune import config  # noqa: E402
+HERE = Path(__file__).resolve().parent
+FILES = {"sqlite": "study.sqlite3", "journal": "study.journal"}
+SOURCE = "tests/studies/v0_1_0/study.yaml"  # the config's `source` as the reads name it (printed by `best`)
 
 X = torch.randn(256, 8, generator=torch.Generator().manual_seed(0))
 Y = (X[:, 0] > 0).long()
@@ -58,15 +63,25 @@ def fit(ctx: autotune.TrialContext) -> dict[str, float]:
     return {"val_accuracy": acc}
 
 
-def make(url: str) -> None:
+def config_for(url: str, **study: Any) -> RunConfig:
+    """study.yaml with its storage at `url` (and other `study:` keys)."""
     raw = config.load(HERE / "study.yaml").to_dict()
-    raw["study"]["storage"] = url
-    earlier = {**raw, "study": {**raw["study"], "name": "v0_1_0-earlier", "n_trials": 2, "warm_start": None}}
-    autotune.run(config.from_dict(earlier, source=str(HERE / "study.yaml")))
-    autotune.run(config.from_dict(raw, source=str(HERE / "study.yaml")))
+    raw["study"] = {**raw["study"], "storage": url, **study}
+    return config.from_dict(raw, source=SOURCE)
+
+
+def copy(kind: str, folder: Path) -> str:
+    """The stored study of this `kind` (sqlite, journal) copied into `folder`: its storage URL there."""
+    path = Path(shutil.copy(HERE / FILES[kind], folder / FILES[kind]))
+    return f"sqlite:///{path}" if kind == "sqlite" else f"journal://{path}"
+
+
+def make(url: str) -> None:
+    autotune.run(config_for(url, name="v0_1_0-earlier", n_trials=2, warm_start=None))
+    cfg = config_for(url)
+    autotune.run(cfg)
     CALLS["n"] = 0
-    more = {**raw, "study": {**raw["study"], "n_trials": raw["study"]["n_trials"] + 2}}
-    autotune.run(config.from_dict(more, source=str(HERE / "study.yaml")), fit)
+    autotune.run(config_for(url, n_trials=(cfg.study.n_trials or 0) + 2), fit)
 
 
 def _plain(x: object) -> object:
@@ -80,14 +95,13 @@ def _plain(x: object) -> object:
     return x
 
 
-def read(url: str) -> dict[str, object]:
-    """What this release reads from the study at `url`: what the next ones must read the same."""
+def read(url: str) -> Any:
+    """What this release reads from the study at `url` (a copy: opening it may write): what the next ones must read
+    the same."""
     from autotune.observe import TuneResult, export, progress, report_data
     from autotune.study import open_study
 
-    raw = config.load(HERE / "study.yaml").to_dict()
-    raw["study"]["storage"] = url
-    cfg = config.from_dict(raw, source=str(HERE / "study.yaml"))
+    cfg = config_for(url)
     result = TuneResult(study=open_study(cfg, create=False), config=cfg)
     best = result.best
     assert best is not None
@@ -107,19 +121,17 @@ def read(url: str) -> dict[str, object]:
 
 
 if __name__ == "__main__":
-    db, journal = HERE / "study.sqlite3", HERE / "study.journal"
-    urls = {"sqlite": f"sqlite:///{db}", "journal": f"journal://{journal}"}
-    if sys.argv[1:] == ["read"]:
-        (HERE / "read.json").write_text(json.dumps({k: read(u) for k, u in urls.items()}, indent=1, sort_keys=True))
-        sys.exit(0)
-    if len(sys.argv) > 1:
+    if len(sys.argv) > 1:  # one storage, in a process of its own (its SQLite connections closed at its end)
         make(sys.argv[1])
         sys.exit(0)
-    for path in (db, journal):
-        path.unlink(missing_ok=True)
-    for step in (*urls.values(), "read"):  # each in a process of its own: its SQLite connections closed at its end
-        subprocess.run([sys.executable, __file__, step], check=True)
-    conn = sqlite3.connect(db)  # everything in the one file (the study ran in WAL mode)
+    for kind, name in FILES.items():
+        (HERE / name).unlink(missing_ok=True)
+        url = f"sqlite:///{HERE / name}" if kind == "sqlite" else f"journal://{HERE / name}"
+        subprocess.run([sys.executable, __file__, url], check=True)
+    conn = sqlite3.connect(HERE / FILES["sqlite"])  # everything in the one file (the study ran in WAL mode)
     conn.execute("PRAGMA journal_mode=DELETE")
     conn.close()
-    print(f"autotune {autotune.__version__}: wrote {db.relative_to(ROOT)}, {journal.relative_to(ROOT)} and read.json")
+    with tempfile.TemporaryDirectory() as tmp:
+        reads = {kind: read(copy(kind, Path(tmp))) for kind in FILES}
+    (HERE / "read.json").write_text(json.dumps(reads, indent=1, sort_keys=True) + "\n")
+    print(f"autotune {autotune.__version__}: wrote {', '.join(FILES.values())} and read.json in {HERE}")
