@@ -28,8 +28,8 @@ from optuna.trial import FrozenTrial, TrialState
 
 from autotune.search import space
 from autotune.search.credit import EPOCHS, Delegating
-from autotune.search.pruners import EPOCH_VALUES, hypervolume_2d
-from autotune.spec import ParamSpec, RunConfig
+from autotune.search.pruners import hypervolume_2d
+from autotune.spec import ParamSpec, RunConfig, TrialRecord
 
 MIN_TRIALS = 8  # finished trials with a curve before predictions choose: as TPE's random start-up
 TREES = 32
@@ -129,7 +129,7 @@ class PredictedFront(Delegating):
         front: list[list[float]] = []
         n = 0
         for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED)):
-            curve = t.user_attrs.get(EPOCH_VALUES) or []
+            curve = TrialRecord.of(t).epoch_values or []
             if t.state == TrialState.COMPLETE and t.values is not None:
                 front.append(self._to_min(t.values))
             if not curve:

@@ -26,7 +26,7 @@ import optuna
 
 from autotune.config import from_dict
 from autotune.core import TrialStopped, locks
-from autotune.fit import trainer
+from autotune.fit import TrialPlan, trainer
 from autotune.search import space
 from autotune.spec import SETTINGS, STRATEGIES, RunConfig, acting
 from autotune.speed import probe
@@ -143,10 +143,11 @@ class Search:
             values.update(found)
         return values
 
-    def check(self, values: Mapping[str, Any]) -> None:
+    def check(self, trial_plan: TrialPlan) -> None:
         """Stop a trial whose numeric combination the plan dropped (its values were each kept, not together)."""
-        if self.active and self.plan is not None and pins(self.plan, values) is None and self.plan["groups"]:
-            combo = {k: values.get(k) for k in self.plan["groups"][0]["numeric"]}
+        point = trial_plan.point
+        if self.active and self.plan is not None and pins(self.plan, point) is None and self.plan["groups"]:
+            combo = {k: point.get(k) for k in self.plan["groups"][0]["numeric"]}
             why = next((d["why"] for d in self.plan["dropped"] if _numeric(d["combination"]) == combo), "dropped")
             raise TrialStopped("slow", 0, f"probe_then_tune dropped {probe.describe(combo)}: {why}")
 
@@ -174,8 +175,8 @@ def probe_all(study: optuna.Study | None, cfg: RunConfig, fit: trainer.Fit | Non
     code = probe.code_fingerprint(fit)
     rows = []
     for combo in speed.combinations(cfg):
-        values = {**space.fixed_point(cfg, combo), **speed.PROBE_FIXED}
-        k = probe.key(probe.combination(values), probe.device_name(str(values["device"])))
+        at = TrialPlan.of(cfg, {**space.fixed_point(cfg, combo), **speed.PROBE_FIXED}, 0, study_rules=False)
+        k = probe.key(probe.combination(at), probe.device_name(at))
         rec = probe.trusted(cache.get(k), code)  # an error of the user's code (or of older code) is measured again
         if probe.usable(rec):  # (a contended reading is measured again)
             rows.append(speed.Row(combo, Measurement.from_dict(rec)))  # type: ignore[arg-type]
@@ -184,9 +185,9 @@ def probe_all(study: optuna.Study | None, cfg: RunConfig, fit: trainer.Fit | Non
             rows.append(speed.Row(combo, error=rec["error"], blame=rec.get("blame")))
             continue
         row = speed.measure_clean(cfg, combo, fit)  # (an error not blamed on a setting is recorded, not trusted)
-        cache.put(k, probe.record(probe.combination(values), probe.device_name(str(values["device"])),
-                                  row.measurement, row.error, source="probe_then_tune", blame=row.blame,
-                                  code=probe.code_fingerprint(fit), contended=row.contended))
+        cache.put(k, probe.record(probe.combination(at), probe.device_name(at), row.measurement, row.error,
+                                  source="probe_then_tune", blame=row.blame, code=probe.code_fingerprint(fit),
+                                  contended=row.contended))
         rows.append(row)
     return rows
 

@@ -164,7 +164,7 @@ def retrain_best(cfg: RunConfig, study: optuna.Study, best: results.TrialSummary
     # what the trial chose (searched or fixed): a default given as a param would count as the user's choice
     chosen = {k: v for k, v in settings.items() if k in cfg.space or k in cfg.train}
     chosen.update(prune_method="none", prune_amount=0.0, finetune_epochs=0, quantize="none", qat=False)
-    seed = study.trials[best.number].user_attrs.get("seed")
+    seed = best.seed
     result = train(cfg.model_copy(update={"distill": None}), params=chosen, seed=seed)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(path.suffix + ".tmp")

@@ -1,0 +1,114 @@
+"""What a study stores of each trial: `TrialRecord`, the third catalogue beside the settings (settings.py) and the
+metrics (core/metrics.py). Every trial user attr autotune writes is one of its fields, stored under the field's
+name; each measured metric is stored under its own name (`metrics`). Nothing else reads or writes a trial's user
+attrs by name: the objective fills a record and study/records.py writes it, in the transaction that ends the
+trial; `TrialRecord.of(trial)` reads it back for the summaries, the report, `best` and its export, the progress
+lines, MLflow, the budget, the workers, warm starts and the pruners. optuna-dashboard shows the same attrs.
+
+It lives here, below search/, because the pruners and the sampler's view of stopped trials (search/) read it too.
+A record stored by an earlier release reads the same (tests/test_stored_studies.py); a key this catalogue does not
+know is a metric if it holds a number (or a flag), and left out otherwise (a user attr of someone else's).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import weakref
+from dataclasses import dataclass, field
+from typing import Any
+
+
+def _number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+@dataclass
+class TrialRecord:
+    """One trial as stored. A field left None is not stored (an attr the trial never set); `attrs()` is the stored
+    form, `TrialRecord.of(trial)` reads it back. While a trial runs, the objective's stages fill one in memory."""
+
+    # --- what it was asked to train
+    seed: int | None = None  # the training seed (what reproduces it: `best --export` writes it as trial_seed)
+    settings: dict[str, Any] | None = None  # the sampled point: trainer settings, model.KEY, user.NAME (less unused)
+    device: str | None = None  # the device's name; a CPU's with the torch threads it trained on
+    precision: str | None = None
+    warm_start: str | None = None  # "STUDY#NUMBER": the earlier study's trial it was enqueued from (warm.py)
+    worker: str | None = None  # "host:pid:start" of the process that runs it (orphans.py)
+    # --- how it trained
+    probe: dict[str, Any] | None = None  # its combination's speed-probe reading (samples_per_s, source, contended...)
+    history: list[dict[str, Any]] | None = None  # per epoch: EpochRecord.as_dict() (clocks, reported metrics)
+    epoch_values: list[list[float]] | None = None  # per epoch: the objectives' values known then (NaN: not reported)
+    metrics: dict[str, Any] = field(default_factory=dict)  # final metrics (numbers, a flag), each under its name
+    epochs_run: int | None = None
+    meters: dict[str, str] | None = None  # what measured peak_memory_mb and energy_j, or why they are absent
+    not_applied: dict[str, str] | None = None  # searched settings that shaped nothing, and why
+    effective_lrs: list[float] | None = None  # a searched lr times the fit's own optimizer's group lrs...
+    own_group_lrs: list[float] | None = None  # ...which were these
+    cpu_threads_capped: int | None = None  # the cap after an oversubscribed trial, where it applied
+    cpu_threads_used: int | None = None  # torch threads autotune chose (a cap, one less per loader worker)
+    oversubscribed: dict[str, Any] | None = None  # its threads waited for cores: how much (contention.verdict)
+    oom_retried: bool | None = None  # out of memory once: retried at half the batch sizes...
+    batch_size_used: int | None = None  # ...which trained at this batch size
+    pruning_off: str | None = None  # why the study's per-epoch pruner could not judge it
+    # --- how it ended, where not with its values
+    stop_reason: str | None = None  # core.STOP_REASONS, early_stopped (a complete trial), surplus, orphaned
+    stop_epoch: int | None = None
+    stop_detail: str | None = None
+    error: str | None = None  # a failed trial's one line (its type, message and place in the user's code)
+    surplus: bool | None = None  # lost the race for the study's last slots: never ran (budget.py)
+
+    def attrs(self) -> dict[str, Any]:
+        """The user attrs this record stores: each field set under its name, each metric under its own."""
+        out: dict[str, Any] = {}
+        for name in FIELDS:
+            if name == "metrics":
+                out.update({k: v for k, v in self.metrics.items() if k not in KEYS})
+            elif (value := getattr(self, name)) is not None:
+                out[name] = value
+        return out
+
+    @classmethod
+    def of(cls, trial: Any) -> TrialRecord:
+        """The record a trial stored (an Optuna FrozenTrial or Trial: anything with `user_attrs`). A finished
+        trial's is read once per trial object (the pruners read every finished trial at every epoch)."""
+        cached = _CACHE.get(id(trial))
+        if cached is not None and cached[0]() is trial:
+            return cached[1]
+        record = cls._read(trial.user_attrs)
+        state = getattr(trial, "state", None)
+        if state is not None and state.is_finished():  # (its attrs can no longer change)
+            key = id(trial)
+            _CACHE[key] = (weakref.ref(trial, lambda _, key=key: _CACHE.pop(key, None)), record)
+        return record
+
+    @classmethod
+    def _read(cls, attrs: dict[str, Any]) -> TrialRecord:
+        record = cls()
+        fields = record.__dict__
+        for k, v in attrs.items():
+            if k in KEYS:
+                fields[k] = v
+            elif isinstance(v, (int, float)):  # (a bool too: compression's pruned_shrunk)
+                record.metrics[k] = v
+        return record
+
+    def metric(self, name: str) -> float | None:
+        """A final metric's value, if the trial stored a number for it (a flag is not one)."""
+        v = self.metrics.get(name)
+        return float(v) if _number(v) else None
+
+    def stopped(self, reason: str, epoch: int, detail: str | None = None, error: str | None = None) -> None:
+        """Record how the trial stopped (`detail` and `error` where given)."""
+        self.stop_reason, self.stop_epoch = reason, epoch
+        if detail is not None:
+            self.stop_detail = detail
+        if error is not None:
+            self.error = error
+
+
+FIELDS = tuple(f.name for f in dataclasses.fields(TrialRecord))
+KEYS = frozenset(FIELDS) - {"metrics"}  # the stored keys that are fields (any other stored key is a metric's)
+# id(trial object) -> (a weak reference to it, its record), for finished trials; an entry leaves with its trial
+_CACHE: dict[int, tuple[weakref.ref[Any], TrialRecord]] = {}
+
+__all__ = ["FIELDS", "KEYS", "TrialRecord"]
