@@ -15,6 +15,7 @@ import requests
 from autotune import config
 from autotune.cli import app as cli
 from autotune.observe import dashboard
+from autotune.spec import TrialRecord
 from autotune.study import make_storage
 from tests.studies.v0_1_0 import make as v0_1_0
 
@@ -67,6 +68,9 @@ def test_a_study_stored_by_0_1_0_reports_exports_and_resumes(tmp_path: Path, kin
     assert sum(t.state.name in ("COMPLETE", "PRUNED") for t in after) == finished + 2
     assert [(t.state, t.values, t.params, t.user_attrs) for t in after[:len(before)]] == \
         [(t.state, t.values, t.params, t.user_attrs) for t in before]
+    # every stored key, 0.1.0's and this release's, is a field of the trial's record or a metric: read back whole
+    for t in after:
+        assert TrialRecord.of(t).attrs() == t.user_attrs, t.number
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -88,5 +92,5 @@ def test_the_dashboard_serves_a_study_stored_by_0_1_0_with_its_attrs(tmp_path: P
     assert [t["number"] for t in served] == [t.number for t in stored]
     for t, s in zip(stored, served):
         attrs = {a["key"]: a["value"] for a in s["user_attrs"]}
-        assert set(attrs) == set(t.user_attrs), t.number
+        assert set(attrs) == set(t.user_attrs) == set(TrialRecord.of(t).attrs()), t.number
         assert attrs["seed"] == str(t.user_attrs["seed"]) and attrs["device"] == t.user_attrs["device"]
