@@ -15,7 +15,7 @@ import requests
 from autotune import config
 from autotune.cli import app as cli
 from autotune.observe import dashboard
-from autotune.spec import TrialRecord
+from autotune.spec import StudyRecord, TrialRecord
 from autotune.study import make_storage
 from tests.studies.v0_1_0 import make as v0_1_0
 
@@ -68,9 +68,14 @@ def test_a_study_stored_by_0_1_0_reports_exports_and_resumes(tmp_path: Path, kin
     assert sum(t.state.name in ("COMPLETE", "PRUNED") for t in after) == finished + 2
     assert [(t.state, t.values, t.params, t.user_attrs) for t in after[:len(before)]] == \
         [(t.state, t.values, t.params, t.user_attrs) for t in before]
-    # every stored key, 0.1.0's and this release's, is a field of the trial's record or a metric: read back whole
+    # every stored key, 0.1.0's and this release's, is a field of the trial's record or a metric (of the study's
+    # record, or a probe reading): read back whole
     for t in after:
         assert TrialRecord.of(t).attrs() == t.user_attrs, t.number
+    storage = make_storage(v0_1_0.config_for(url))
+    for name in ("v0_1_0", "v0_1_0-earlier", "v0_1_0-best"):
+        study = optuna.load_study(study_name=name, storage=storage)
+        assert StudyRecord.of(study).attrs() == study.user_attrs, name
 
 
 @pytest.mark.parametrize("kind", KINDS)

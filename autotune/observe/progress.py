@@ -18,7 +18,7 @@ from rich.table import Table
 from autotune.core import fmt as fmt_metric
 from autotune.core import redact, short, shorten, shown_with
 from autotune.search import feasible
-from autotune.spec import RunConfig, TrialRecord
+from autotune.spec import RunConfig, StudyRecord, TrialRecord
 from autotune.study import is_surplus
 
 
@@ -63,7 +63,7 @@ class RunView:
     def on_start(self, study: optuna.Study, todo: int) -> None:
         done = sum(1 for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED))
                    if not is_surplus(t))  # (a lost race never ran)
-        device = study.user_attrs.get("device", "?")
+        device = _or(StudyRecord.of(study).device, "?")
         goal = "until the timeout" if todo < 0 else f"{todo} more"
         self._print(f"study {self.cfg.study.name} ({redact(self.cfg.study.storage)}): {done} finished, running {goal}; "
                     f"sampler {self.cfg.study.sampler}, objectives "

@@ -13,7 +13,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from autotune.core import PER_EPOCH, label, redact
 from autotune.search import feasible, results
-from autotune.spec import RunConfig, TrialRecord
+from autotune.spec import RunConfig, StudyRecord, TrialRecord
 
 
 def _finite(x: Any) -> bool:
@@ -258,12 +258,13 @@ def summary_data(study: optuna.Study, cfg: RunConfig) -> dict[str, Any]:
         if r:
             reasons[r] = reasons.get(r, 0) + 1
     best = results.best_trial(study, cfg)
-    ua = study.user_attrs
+    stored = StudyRecord.of(study)
     return {"study": study.study_name, "n_trials": len(trials), "states": counts, "stop_reasons": reasons,
             "objectives": [{"metric": o.metric, "direction": str(o.direction)} for o in cfg.objectives],
-            "sampler": cfg.study.sampler, "device": ua.get("device"), "versions": ua.get("versions", {}),
-            "source": redact(str(ua.get("source", cfg.source))), "select": str(cfg.select if isinstance(cfg.select, str)
-                                                                  else cfg.select.model_dump()),
+            "sampler": cfg.study.sampler, "device": stored.device,
+            "versions": stored.versions if stored.versions is not None else {},
+            "source": redact(str(stored.source if stored.source is not None else cfg.source)),
+            "select": str(cfg.select if isinstance(cfg.select, str) else cfg.select.model_dump()),
             "recommended": _brief(results.summarize(best, _metrics(cfg))) if best is not None else None}
 
 

@@ -27,9 +27,9 @@ from optuna.trial import FrozenTrial, TrialState
 from autotune.core import ConfigError, environ, redact
 from autotune.observe import export
 from autotune.search import results
-from autotune.spec import RunConfig, TrialRecord
+from autotune.spec import RunConfig, StudyRecord, TrialRecord
 
-PARENT_ATTR = "mlflow_run_id"  # study user attr: the parent run's id
+PARENT_ATTR = "mlflow_run_id"  # the study user attr of the parent run's id (StudyRecord.mlflow_run_id)
 URI_KEY = "tracking.mlflow.tracking_uri"
 INSTALL = "pip install 'autotune[mlflow]'"
 CHECK_TIMEOUT_S = 5  # validation: one request, no retries
@@ -250,7 +250,7 @@ class Tracker:
         """The study's parent run (reopened), or a new one; with a new one, the finished trials to log."""
         from mlflow.exceptions import MlflowException
 
-        rid = study.user_attrs.get(PARENT_ATTR)
+        rid = StudyRecord.of(study).mlflow_run_id
         if isinstance(rid, str):
             try:
                 run = self.client.get_run(rid)
@@ -268,11 +268,11 @@ class Tracker:
         tags = {"autotune.study": cfg.study.name, "autotune.storage": redact(cfg.study.storage),
                 "autotune.objectives": ", ".join(f"{o.metric} ({o.direction})" for o in cfg.objectives),
                 "autotune.sampler": cfg.study.sampler}
-        tags.update({f"autotune.version.{k}": str(v) for k, v in (study.user_attrs.get("versions") or {}).items()})
+        tags.update({f"autotune.version.{k}": str(v) for k, v in (StudyRecord.of(study).versions or {}).items()})
         run = self.client.create_run(self.experiment_id, run_name=cfg.study.name, tags=tags)
         rid = run.info.run_id
         self.client.log_text(rid, yaml.safe_dump(self._redacted(cfg.to_dict()), sort_keys=False), "config.yaml")
-        study.set_user_attr(PARENT_ATTR, rid)
+        StudyRecord(mlflow_run_id=rid).write(study)
         return rid, backlog
 
     def _redacted(self, doc: dict[str, Any]) -> dict[str, Any]:
@@ -370,7 +370,7 @@ class Tracker:
 def describe(study: optuna.Study, cfg: RunConfig) -> str:
     """Where the study's MLflow runs are, for the end of `autotune run` ('' without tracking)."""
     ml = cfg.tracking.mlflow
-    rid = study.user_attrs.get(PARENT_ATTR)
+    rid = StudyRecord.of(study).mlflow_run_id
     if ml is None or not isinstance(rid, str):
         return ""
     see = f"; see them with: mlflow ui --backend-store-uri {ml.tracking_uri}" if ml.tracking_uri.startswith(

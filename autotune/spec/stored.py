@@ -1,13 +1,18 @@
-"""What a study stores of each trial: `TrialRecord`, the third catalogue beside the settings (settings.py) and the
-metrics (core/metrics.py). Every trial user attr autotune writes is one of its fields, stored under the field's
-name; each measured metric is stored under its own name (`metrics`). Nothing else reads or writes a trial's user
-attrs by name: the objective fills a record and study/records.py writes it, in the transaction that ends the
-trial; `TrialRecord.of(trial)` reads it back for the summaries, the report, `best` and its export, the progress
-lines, MLflow, the budget, the workers, warm starts and the pruners. optuna-dashboard shows the same attrs.
+"""What a study stores: of each trial, `TrialRecord`, the third catalogue beside the settings (settings.py) and the
+metrics (core/metrics.py); of itself, `StudyRecord`. Every user attr autotune writes is a field of one of them,
+stored under the field's name; a trial's measured metrics are each stored under their own name (`metrics`), and
+the speed probe's readings each under `probe:<key>` (`probes`). Nothing else reads or writes user attrs by name.
 
-It lives here, below search/, because the pruners and the sampler's view of stopped trials (search/) read it too.
-A record stored by an earlier release reads the same (tests/test_stored_studies.py); a key this catalogue does not
-know is a metric if it holds a number (or a flag), and left out otherwise (a user attr of someone else's).
+The objective fills a trial's record and study/records.py writes it, in the transaction that ends the trial;
+`TrialRecord.of(trial)` reads it back for the summaries, the report, `best` and its export, the progress lines,
+MLflow, the budget, the workers, warm starts and the pruners. optuna-dashboard shows the same attrs. A study's
+record is written as the study learns it (`StudyRecord.write`: its config when it is created, a probe reading, the
+strategy's plan, MLflow's parent run) and read by `StudyRecord.of(study)`.
+
+They live here, below search/ and speed/, because the pruners and the sampler's view of stopped trials (search/)
+read trial records, and the speed probe and the strategy (speed/) write the study's. A record stored by an
+earlier release reads the same (tests/test_stored_studies.py); a trial's key this catalogue does not know is a
+metric if it holds a number (or a flag), and left out otherwise, as is a study's (a user attr of someone else's).
 """
 
 from __future__ import annotations
@@ -106,9 +111,52 @@ class TrialRecord:
             self.error = error
 
 
+PROBE_PREFIX = "probe:"  # a study's speed-probe readings: one user attr each, `probe:<hash>` (speed/probe.py)
+
+
+@dataclass
+class StudyRecord:
+    """A study as autotune stores it of itself (its user attrs). A field left None is not stored."""
+
+    config: dict[str, Any] | None = None  # the resolved config it was created with (passwords hidden)
+    source: str | None = None  # the run file's path
+    versions: dict[str, str] | None = None  # autotune, torch, optuna and Python that created it
+    device: str | None = None  # the device its trials train on
+    metrics: list[str] | None = None  # its objectives' metrics, in order
+    torch_threads: int | None = None  # torch's threads in the process that created it
+    warm_start: dict[str, Any] | None = None  # the earlier study it started from: its queued trials, the notes
+    strategy_plan: dict[str, Any] | None = None  # probe_then_tune's plan (speed/strategy.py)
+    mlflow_run_id: str | None = None  # the MLflow parent run of its trials' runs (observe/tracking.py)
+    probes: dict[str, dict[str, Any]] = field(default_factory=dict)  # `probe:<hash>` -> a speed-probe reading
+
+    def attrs(self) -> dict[str, Any]:
+        """The user attrs this record stores: each field set under its name, each probe reading under its key."""
+        out = {name: value for name in STUDY_KEYS if (value := getattr(self, name)) is not None}
+        out.update(self.probes)
+        return out
+
+    @classmethod
+    def of(cls, study: Any) -> StudyRecord:
+        """The record a study stored (an `optuna.Study` or a `StudySummary`: anything with `user_attrs`; a Study's
+        are read from its storage, once)."""
+        record = cls()
+        for k, v in study.user_attrs.items():
+            if k in STUDY_KEYS:
+                record.__dict__[k] = v
+            elif k.startswith(PROBE_PREFIX) and isinstance(v, dict):
+                record.probes[k] = v
+        return record
+
+    def write(self, study: Any) -> None:
+        """Store this record's fields that are set into `study` (an `optuna.Study`), attr by attr."""
+        for key, value in self.attrs().items():
+            study.set_user_attr(key, value)
+
+
 FIELDS = tuple(f.name for f in dataclasses.fields(TrialRecord))
+STUDY_KEYS = frozenset(f.name for f in dataclasses.fields(StudyRecord)) - {"probes"}
 KEYS = frozenset(FIELDS) - {"metrics"}  # the stored keys that are fields (any other stored key is a metric's)
 # id(trial object) -> (a weak reference to it, its record), for finished trials; an entry leaves with its trial
 _CACHE: dict[int, tuple[weakref.ref[Any], TrialRecord]] = {}
 
-__all__ = ["FIELDS", "KEYS", "TrialRecord"]
+__all__ = ["FIELDS", "KEYS", "PROBE_PREFIX", "STUDY_KEYS", "StudyRecord", "TrialRecord"]

@@ -57,14 +57,15 @@ import torch
 
 from autotune.core import TrialStopped, describe_exception, library_file
 from autotune.fit import TrialPlan
-from autotune.spec import MODEL_PREFIX, USER_PREFIX, RunConfig, TrialRecord, acting
+from autotune.spec import MODEL_PREFIX, USER_PREFIX, RunConfig, StudyRecord, TrialRecord, acting
+from autotune.spec.stored import PROBE_PREFIX
 from autotune.training import Measurement, ProbeWindow, TrainResult, accel
 
 # Trainer settings that set how fast a step runs: the catalogue's `acts` speed or speed_and_result (optimizer,
 # accumulation and clipping change a step's cost by a little and act as `result`: more trials share a
 # measurement). The model and input shape are the study's.
 THROUGHPUT = acting("speed", "speed_and_result")
-ATTR_PREFIX = "probe:"
+ATTR_PREFIX = PROBE_PREFIX  # a reading's study user attr: StudyRecord.probes
 
 
 def combination(plan: TrialPlan) -> dict[str, Any]:
@@ -105,13 +106,13 @@ class Cache:
         stale = k not in self.records or self.records[k].get("contended")  # another worker may have re-measured
         if stale and self.study is not None and time.monotonic() - self._read_at >= REREAD_S:
             self._read_at = time.monotonic()
-            self.records.update({a: v for a, v in self.study.user_attrs.items() if a.startswith(ATTR_PREFIX)})
+            self.records.update(StudyRecord.of(self.study).probes)
         return self.records.get(k)
 
     def put(self, k: str, record: dict[str, Any]) -> None:
         self.records[k] = record
         if self.study is not None:
-            self.study.set_user_attr(k, record)
+            StudyRecord(probes={k: record}).write(self.study)
 
 
 def record(combo: Mapping[str, Any], device: str, measurement: Measurement | None = None, error: str | None = None,

@@ -28,7 +28,7 @@ from autotune.config import from_dict
 from autotune.core import TrialStopped, locks
 from autotune.fit import TrialPlan, trainer
 from autotune.search import space
-from autotune.spec import SETTINGS, STRATEGIES, RunConfig, acting
+from autotune.spec import SETTINGS, STRATEGIES, RunConfig, StudyRecord, acting
 from autotune.speed import probe
 from autotune.speed import sweep as speed
 
@@ -36,7 +36,7 @@ from autotune.speed import sweep as speed
 NEUTRAL = acting("speed")
 EXACTNESS: dict[str, dict[Any, int]] = {name: dict(s.exactness) for name, s in SETTINGS.items() if s.exactness}
 TOLERANCE = 0.10  # faster by less than this is a tie: two probes of the same thing differ by about that much
-PLAN_ATTR = "strategy_plan"
+PLAN_ATTR = "strategy_plan"  # the plan's study user attr (StudyRecord.strategy_plan)
 
 
 def _numeric(combo: Mapping[str, Any]) -> dict[str, Any]:
@@ -154,15 +154,15 @@ class Search:
 
 def plan_for(study: optuna.Study, cfg: RunConfig, fit: trainer.Fit | None) -> dict[str, Any]:
     """The study's stored plan; the first process (of this host) to need it probes and stores it."""
-    stored = study.user_attrs.get(PLAN_ATTR)
+    stored = StudyRecord.of(study).strategy_plan
     if stored is not None:
         return stored
     with locks.host_lock(study, "plan"):  # one host plans a study once: the first probes and stores, the others read
-        stored = study.user_attrs.get(PLAN_ATTR)  # (read from the storage again: another process may have planned)
+        stored = StudyRecord.of(study).strategy_plan  # (read from the storage again: another process may have planned)
         if stored is not None:
             return stored
         plan = make_plan(cfg, probe_all(study, cfg, fit))
-        study.set_user_attr(PLAN_ATTR, plan)
+        StudyRecord(strategy_plan=plan).write(study)
         return plan
 
 

@@ -1,5 +1,6 @@
-"""The stored-attrs catalogue (`TrialRecord`): every key a trial stores is a field or a metric, read back as written;
-and the only writers and readers of trial user attrs are the records modules."""
+"""The stored-attrs catalogue (`TrialRecord`, `StudyRecord`): every key a trial or a study stores is a field (or a
+metric, a probe reading), read back as written; and the only writers and readers of user attrs by name are the
+records modules."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import pytest
 from autotune import config
 from autotune.core import CATALOGUE, EPOCH_FIELDS
 from autotune.fit import TrialPlan
-from autotune.spec import TrialRecord
+from autotune.spec import StudyRecord, TrialRecord
 from autotune.spec.stored import FIELDS, KEYS
 from autotune.study import runner as study_mod
 from autotune.training import TrainResult
@@ -103,15 +104,26 @@ PACKAGE = ROOT / "autotune"
 RECORDS = {PACKAGE / "spec" / "stored.py", PACKAGE / "study" / "records.py"}
 
 
-@pytest.mark.parametrize("pattern", [r"set_user_attr\(", r"\.user_attrs\[", r"\.user_attrs\.get\(",
-                                     r"set_trial_user_attr\("])
-def test_only_the_records_modules_write_or_read_trial_attrs_by_name(pattern: str) -> None:
-    """A trial's user attrs are its record's: written by study/records.py, read by TrialRecord.of. (A study's own
-    attrs, `study.user_attrs`, are the study's: not a trial's.)"""
+@pytest.mark.parametrize("pattern", [r"set_user_attr\(", r"set_trial_user_attr\(", r"user_attrs\[",
+                                     r"user_attrs\.(get|items|keys|values)\(", r"in \S*user_attrs\b"])
+def test_only_the_records_modules_write_or_read_attrs_by_name(pattern: str) -> None:
+    """A trial's user attrs are its record's (written by study/records.py, read by TrialRecord.of), a study's its
+    StudyRecord's: no other module of autotune writes or reads one by its name."""
     found = [f"{path.relative_to(ROOT)}:{n}: {line.strip()}" for path in sorted(PACKAGE.rglob("*.py"))
              if path not in RECORDS for n, line in enumerate(path.read_text().splitlines(), 1)
-             if re.search(pattern, line) and not re.search(r"\b(study|summary|src)\.(set_)?user_attr", line)]
+             if re.search(pattern, line)]
     assert not found, "\n".join(found)
+
+
+def test_a_studys_record() -> None:
+    study = optuna.create_study()
+    StudyRecord(device="cpu", metrics=["val_accuracy"], probes={"probe:ab": {"samples_per_s": 1.0}}).write(study)
+    study.set_user_attr("someone_elses", 1)
+    record = StudyRecord.of(study)
+    assert (record.device, record.metrics, record.probes) == ("cpu", ["val_accuracy"], {"probe:ab": {"samples_per_s":
+                                                                                                     1.0}})
+    assert record.attrs() == {k: v for k, v in study.user_attrs.items() if k != "someone_elses"}
+    assert StudyRecord().attrs() == {}
 
 
 def test_the_record_is_a_plain_dataclass() -> None:
