@@ -31,7 +31,8 @@ from optuna.trial import TrialState
 from autotune.config import from_dict
 from autotune.search import make_sampler, nondominated_ranks, optuna_pruner, space
 from autotune.spec import RunConfig
-from autotune.study.objective import CATCH, Objective, quiet_failures
+from autotune.study.objective import Objective
+from autotune.study.outcome import CATCH, quiet_failures
 from bench.replay_backend import Log, SimClock, replay_backend, replay_train, run_workers
 from bench.replay_workload import ROOT, Workload
 

@@ -107,7 +107,7 @@ def summarize(t: FrozenTrial, metrics: list[str]) -> TrialSummary:
 def feasible(t: FrozenTrial) -> bool:
     """The trial satisfies every constraint (each value <= 0); a trial without constraints is feasible.
 
-    Optuna 5 stores `trial.set_constraint(key, v)` (objective.py: `accuracy_drop`) as a `constraints:KEY`
+    Optuna 5 stores `trial.set_constraint(key, v)` (study/judge.py: `accuracy_drop`) as a `constraints:KEY`
     system attr and a sampler's `constraints_func` as a `constraints` list; `FrozenTrial.constraints`
     gathers both."""
     return all(float(v) <= 0 for v in t.constraints.values())

@@ -41,7 +41,7 @@ class Judge:
                                                      f"ctx.report({missing[0]}=...) each epoch, or return "
                                                      f"{{{missing[0]!r}: ...}}", at=code_where(self.fit)),
                                result.epochs_run)
-        self.failures.streak.reset()  # (after the checks above: a fit that never reports fails the same way)
+        self.failures.reset()  # (after the checks above: a fit that never reports fails the same way)
         if not reported:
             self.rules.returned_only(record, result)
         out = [float(metrics[m]) for m in self.metrics]

@@ -35,17 +35,7 @@ from autotune.study.admit import admit
 from autotune.study.attempt import Attempts
 from autotune.study.epoch_rules import StudyRules
 from autotune.study.judge import Judge
-from autotune.study.outcome import (
-    CATCH,
-    RUN_ENDED,
-    Failures,
-    FailureStreak,
-    FatalDeviceError,
-    RepeatedFailure,
-    RunEnded,
-    TrialFailed,
-    quiet_failures,
-)
+from autotune.study.outcome import RUN_ENDED, Failures
 from autotune.training import TrainResult, accel
 
 log = logging.getLogger(__name__)
@@ -66,15 +56,14 @@ class Objective:
         # vs_front compares the quality objective (accuracy, or the first one that is not a clock or a size)
         quality = [o for o in cfg.objectives if is_quality(o.metric)]
         self.quality = (quality[0].metric, str(quality[0].direction)) if quality else ("val_accuracy", "maximize")
-        self.failures = Failures(self.name, cfg.study.max_repeated_errors)
-        self.streak = self.failures.streak
+        self._said: set[str] = set()  # warnings logged in this run (once each)
+        self.failures = Failures(self.name, cfg.study.max_repeated_errors)  # and their streak
         self.gate = probe.Gate(cfg, self.fit)  # the speed probe: what the study knows of each throughput combination
         self.search = strategy.Search(cfg, self.fit)  # study.strategy: the space joint, or narrowed by probes
         self.rules = StudyRules(cfg, self.metrics, self.epoch_metrics, self.pareto, self.quality, self._say)
         self.attempts = Attempts(cfg, self.fit, backend, self.gate, self.rules, self.failures, self._watched,
                                  self._say)
         self.judge = Judge(cfg, self.fit, self.metrics, self.rules, self.failures)
-        self._said: set[str] = set()  # warnings logged in this run (once each)
         self.watch: watchdog.Watch | None = None  # the run's watchdog, while `watching`
         self.interrupted = False  # Ctrl-C (or SIGTERM) stopped a trial: the run ends after recording it
 
@@ -193,5 +182,4 @@ def interrupted(objective: Any) -> bool:
                                                                          objective.watch.interrupted))
 
 
-__all__ = ["CATCH", "RUN_ENDED", "FailureStreak", "FatalDeviceError", "Objective", "RepeatedFailure", "RunEnded",
-           "TrialFailed", "interrupted", "quiet_failures", "watching"]
+__all__ = ["Objective", "interrupted", "watching"]

@@ -131,6 +131,10 @@ class Failures:
             self.record(record, text, 0)
             raise self.repeated(text) from None
 
+    def reset(self) -> None:
+        """A trial trained and reported its objectives: the streak of failures is over."""
+        self.streak.reset()
+
     def repeated(self, text: str) -> RepeatedFailure:
         return RepeatedFailure(f"{self.name}: {self.streak.count} trials in a row failed with {text}; stopped the "
                                "run (finished trials are kept)")

@@ -25,7 +25,8 @@ from autotune.spec import RunConfig, StudyRecord
 from autotune.study import orphans, warm
 from autotune.study import storage as storage_mod
 from autotune.study.budget import is_surplus
-from autotune.study.objective import CATCH, Objective, quiet_failures, watching
+from autotune.study.objective import Objective, watching
+from autotune.study.outcome import CATCH, quiet_failures
 from autotune.training import accel
 
 FINISHED = (TrialState.COMPLETE, TrialState.PRUNED)

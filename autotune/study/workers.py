@@ -44,7 +44,8 @@ from autotune.study.budget import (
     next_step,
     unless_surplus,
 )
-from autotune.study.objective import CATCH, Objective, interrupted, quiet_failures, watching
+from autotune.study.objective import Objective, interrupted, watching
+from autotune.study.outcome import CATCH, quiet_failures
 from autotune.training import accel, cpu_cores, devices_wanted
 
 FINISHED = study_mod.FINISHED
