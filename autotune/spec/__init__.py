@@ -20,11 +20,11 @@ from autotune.spec.schema import (
     RunConfig,
 )
 from autotune.spec.settings import APPLIERS, PRECISIONS, SETTINGS, Settings, acting, applied_by, check_params, merge
-from autotune.spec.stored import StudyRecord, TrialRecord
+from autotune.spec.stored import PROBE_PREFIX, StudyRecord, TrialRecord
 
 __all__ = [
-    "APPLIERS", "DataConfig", "DistillConfig", "FastestWithin", "MODEL_PREFIX", "ModelConfig",
-    "MostAccurateUnder", "PRECISIONS", "ParamSpec", "RunConfig", "SAMPLER_NAMES", "SETTINGS", "STRATEGIES",
-    "Settings", "StudyRecord", "TASKS", "TASK_METRICS", "TrialRecord", "USER_PREFIX", "acting", "applied_by",
-    "check_params", "merge",
+    "APPLIERS", "DataConfig", "DistillConfig", "FastestWithin", "MODEL_PREFIX", "ModelConfig", "MostAccurateUnder",
+    "PRECISIONS", "PROBE_PREFIX", "ParamSpec", "RunConfig", "SAMPLER_NAMES", "SETTINGS", "STRATEGIES", "Settings",
+    "StudyRecord", "TASKS", "TASK_METRICS", "TrialRecord", "USER_PREFIX", "acting", "applied_by", "check_params",
+    "merge",
 ]

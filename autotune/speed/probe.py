@@ -57,8 +57,7 @@ import torch
 
 from autotune.core import TrialStopped, describe_exception, library_file
 from autotune.fit import TrialPlan
-from autotune.spec import MODEL_PREFIX, USER_PREFIX, RunConfig, StudyRecord, TrialRecord, acting
-from autotune.spec.stored import PROBE_PREFIX
+from autotune.spec import MODEL_PREFIX, PROBE_PREFIX, USER_PREFIX, RunConfig, StudyRecord, TrialRecord, acting
 from autotune.training import Measurement, ProbeWindow, TrainResult, accel
 
 # Trainer settings that set how fast a step runs: the catalogue's `acts` speed or speed_and_result (optimizer,
