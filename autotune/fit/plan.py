@@ -18,7 +18,7 @@ import torch
 
 from autotune.core import INFERENCE, contention
 from autotune.search import space
-from autotune.spec import USER_PREFIX, RunConfig, Settings
+from autotune.spec import RunConfig, Settings
 from autotune.training import Limits, accel
 
 HALVED = ("batch_size", "eval_batch_size", "infer_batch_size")  # what an out-of-memory retry halves
@@ -61,16 +61,15 @@ class TrialPlan:
         if measure_inference is None:
             measure_inference = any(o.metric in INFERENCE for o in cfg.objectives) or \
                 cfg.constraints.max_accuracy_drop is not None
-        settings = Settings({k: v for k, v in point.items() if not k.startswith(USER_PREFIX)})
+        trainer_settings, user = space.split(dict(point))
+        settings = Settings(trainer_settings)
         device = accel.resolve_device(settings.device)
         p = cfg.pruning
         limits = Limits(loss_factor=p.divergence.loss_factor if p.divergence is not None else None,
                         max_trial_seconds=p.slow.max_trial_seconds, hang_seconds=p.slow.hang_seconds,
                         max_peak_memory_mb=cfg.constraints.max_peak_memory_mb) if study_rules else Limits()
-        return cls(point=MappingProxyType(dict(point)), settings=settings,
-                   user=MappingProxyType({k[len(USER_PREFIX):]: v for k, v in point.items()
-                                          if k.startswith(USER_PREFIX)}),
-                   seed=seed, device=device, threads=_threads(settings, device, cap), searched=searched,
+        return cls(point=MappingProxyType(dict(point)), settings=settings, user=MappingProxyType(user), seed=seed,
+                   device=device, threads=_threads(settings, device, cap), searched=searched,
                    fixed=frozenset(cfg.train) if fixed is None else fixed, limits=limits,
                    measure_inference=measure_inference, number=number)
 
