@@ -27,40 +27,51 @@ def _number(v: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
+def attr(doc: str) -> Any:
+    """A stored field: None (not stored) until set; `doc` says what it holds (the reference page shows it)."""
+    return field(default=None, metadata={"doc": doc})
+
+
 @dataclass
 class TrialRecord:
     """One trial as stored. A field left None is not stored (an attr the trial never set); `attrs()` is the stored
     form, `TrialRecord.of(trial)` reads it back. While a trial runs, the objective's stages fill one in memory."""
 
     # --- what it was asked to train
-    seed: int | None = None  # the training seed (what reproduces it: `best --export` writes it as trial_seed)
-    settings: dict[str, Any] | None = None  # the sampled point: trainer settings, model.KEY, user.NAME (less unused)
-    device: str | None = None  # the device's name; a CPU's with the torch threads it trained on
-    precision: str | None = None
-    warm_start: str | None = None  # "STUDY#NUMBER": the earlier study's trial it was enqueued from (warm.py)
-    worker: str | None = None  # "host:pid:start" of the process that runs it (orphans.py)
+    seed: int | None = attr("the training seed: `best --export` writes it as `study.trial_seed`")
+    settings: dict[str, Any] | None = attr("the point sampled: trainer settings, `model.KEY`, `user.NAME` (less any "
+                                             "that shaped nothing)")
+    device: str | None = attr("the device's name; a CPU's with the torch threads it trained on")
+    precision: str | None = attr("its precision setting")
+    warm_start: str | None = attr("`STUDY#NUMBER`: the earlier study's trial it was queued from (a warm start)")
+    worker: str | None = attr("`host:pid:start` of the process that runs it (a dead one's trials are failed)")
     # --- how it trained
-    probe: dict[str, Any] | None = None  # its combination's speed-probe reading (samples_per_s, source, contended...)
-    history: list[dict[str, Any]] | None = None  # per epoch: EpochRecord.as_dict() (clocks, reported metrics)
-    epoch_values: list[list[float]] | None = None  # per epoch: the objectives' values known then (NaN: not reported)
-    metrics: dict[str, Any] = field(default_factory=dict)  # final metrics (numbers, a flag), each under its name
-    epochs_run: int | None = None
-    meters: dict[str, str] | None = None  # what measured peak_memory_mb and energy_j, or why they are absent
-    not_applied: dict[str, str] | None = None  # searched settings that shaped nothing, and why
-    effective_lrs: list[float] | None = None  # a searched lr times the fit's own optimizer's group lrs...
-    own_group_lrs: list[float] | None = None  # ...which were these
-    cpu_threads_capped: int | None = None  # the cap after an oversubscribed trial, where it applied
-    cpu_threads_used: int | None = None  # torch threads autotune chose (a cap, one less per loader worker)
-    oversubscribed: dict[str, Any] | None = None  # its threads waited for cores: how much (contention.verdict)
-    oom_retried: bool | None = None  # out of memory once: retried at half the batch sizes...
-    batch_size_used: int | None = None  # ...which trained at this batch size
-    pruning_off: str | None = None  # why the study's per-epoch pruner could not judge it
+    probe: dict[str, Any] | None = attr("its combination's speed-probe reading: samples_per_s, compile_time_s, "
+                                          "source, contended")
+    history: list[dict[str, Any]] | None = attr("per epoch: the epoch, its clocks and the metrics reported")
+    epoch_values: list[list[float]] | None = attr("per epoch: the objectives' values known then (NaN: not reported)")
+    metrics: dict[str, Any] = field(default_factory=dict, metadata={
+        "doc": "the final metrics (numbers; compression's `pruned_shrunk` a flag), each stored under its own name"})
+    epochs_run: int | None = attr("epochs it trained")
+    meters: dict[str, str] | None = attr("what measured peak_memory_mb and energy_j, or why they are absent")
+    not_applied: dict[str, str] | None = attr("searched settings that shaped nothing here, and why")
+    effective_lrs: list[float] | None = attr("the rates it trained at: a searched lr times its own optimizer's "
+                                               "group lrs...")
+    own_group_lrs: list[float] | None = attr("...which were these")
+    cpu_threads_capped: int | None = attr("the torch threads cap after an oversubscribed trial, where it applied")
+    cpu_threads_used: int | None = attr("torch threads autotune chose (a cap, one less per DataLoader worker): "
+                                          "`best --export` writes them as `cpu_threads`")
+    oversubscribed: dict[str, Any] | None = attr("its threads waited for cores: the ratio, the wait, the load")
+    oom_retried: bool | None = attr("it ran out of memory and was retried at half the batch sizes...")
+    batch_size_used: int | None = attr("...training at this batch size")
+    pruning_off: str | None = attr("why the study's per-epoch pruner could not judge it")
     # --- how it ended, where not with its values
-    stop_reason: str | None = None  # core.STOP_REASONS, early_stopped (a complete trial), surplus, orphaned
-    stop_epoch: int | None = None
-    stop_detail: str | None = None
-    error: str | None = None  # a failed trial's one line (its type, message and place in the user's code)
-    surplus: bool | None = None  # lost the race for the study's last slots: never ran (budget.py)
+    stop_reason: str | None = attr("why it stopped early: slow, diverged, oom, dominated, unsupported... "
+                                     "(`early_stopped`: a complete trial; `surplus`, `orphaned`, `error`)")
+    stop_epoch: int | None = attr("the epoch it stopped after (0: before it trained)")
+    stop_detail: str | None = attr("the stop's detail: the rule, the figures it compared")
+    error: str | None = attr("a failed trial's one line: its type, message and place in the user's code")
+    surplus: bool | None = attr("it lost the race for the study's last slots and never ran")
 
     def attrs(self) -> dict[str, Any]:
         """The user attrs this record stores: each field set under its name, each metric under its own."""
@@ -118,16 +129,17 @@ PROBE_PREFIX = "probe:"  # a study's speed-probe readings: one user attr each, `
 class StudyRecord:
     """A study as autotune stores it of itself (its user attrs). A field left None is not stored."""
 
-    config: dict[str, Any] | None = None  # the resolved config it was created with (passwords hidden)
-    source: str | None = None  # the run file's path
-    versions: dict[str, str] | None = None  # autotune, torch, optuna and Python that created it
-    device: str | None = None  # the device its trials train on
-    metrics: list[str] | None = None  # its objectives' metrics, in order
-    torch_threads: int | None = None  # torch's threads in the process that created it
-    warm_start: dict[str, Any] | None = None  # the earlier study it started from: its queued trials, the notes
-    strategy_plan: dict[str, Any] | None = None  # probe_then_tune's plan (speed/strategy.py)
-    mlflow_run_id: str | None = None  # the MLflow parent run of its trials' runs (observe/tracking.py)
-    probes: dict[str, dict[str, Any]] = field(default_factory=dict)  # `probe:<hash>` -> a speed-probe reading
+    config: dict[str, Any] | None = attr("the resolved config it was created with (passwords hidden)")
+    source: str | None = attr("the run file's path")
+    versions: dict[str, str] | None = attr("autotune, torch, optuna and Python that created it")
+    device: str | None = attr("the device its trials train on")
+    metrics: list[str] | None = attr("its objectives' metrics, in order")
+    torch_threads: int | None = attr("torch's threads in the process that created it")
+    warm_start: dict[str, Any] | None = attr("the earlier study it started from: its queued trials, the notes")
+    strategy_plan: dict[str, Any] | None = attr("`probe_then_tune`'s plan: the kept combinations, the dropped")
+    mlflow_run_id: str | None = attr("the MLflow parent run of its trials' runs")
+    probes: dict[str, dict[str, Any]] = field(default_factory=dict, metadata={
+        "doc": "the speed probe's readings, each stored as `probe:<hash of combination, device, torch>`"})
 
     def attrs(self) -> dict[str, Any]:
         """The user attrs this record stores: each field set under its name, each probe reading under its key."""
