@@ -29,11 +29,12 @@ def fit_name(cfg: RunConfig, fit: trainer.Fit | None) -> str:
 
 
 def job_for(cfg: RunConfig, plan: TrialPlan, fit: trainer.Fit | None = None, probe: Any = None) -> trainer.TrainJob:
-    """The trainer's job for a plan: its settings, user parameters, seed, limits, searched and fixed keys; `fit` (None:
-    the built-in trainer); `probe`: a throughput.ProbeWindow timing its first steps (the speed probe)."""
+    """The trainer's job for a plan: its settings, user parameters (a dict: a job is pickled to the ranks of a
+    several-device trial), seed, limits, searched and fixed keys; `fit` (None: the built-in trainer); `probe`: a
+    throughput.ProbeWindow timing its first steps (the speed probe)."""
     return trainer.TrainJob(
         config=cfg, settings=plan.settings, seed=plan.seed, limits=plan.limits,
-        measure_inference=plan.measure_inference, fit=fit, user_params=plan.user, probe=probe,
+        measure_inference=plan.measure_inference, fit=fit, user_params=dict(plan.user), probe=probe,
         searched=plan.searched, fixed=plan.fixed)
 
 __all__ = ["fit_name", "job_for", "load_fit"]
