@@ -337,7 +337,7 @@ class _Bridge:
             accum = trainer.accumulate_grad_batches
             self.port.step(n, loss.detach() * accum if accum > 1 else loss)
         else:  # (manual optimization returning nothing: samples counted, no loss)
-            self.port.step(n, torch.zeros((), device=self.port.ctx.device), has_loss=False)
+            self.port.step(n)
 
     def on_validation_end(self, trainer: Any, pl_module: Any) -> None:
         # (a validation inside the epoch, val_check_interval < 1, is not the epoch's: its training goes on)

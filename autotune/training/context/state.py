@@ -172,6 +172,21 @@ class TrialState:
         self.clock.running = False
         return stop
 
+    def after_step(self, loss: torch.Tensor | None, n_samples: int) -> None:
+        """A training step of `n_samples` ended (ctx.backward's, or a framework's through the port; `loss` its mean,
+        None when the framework logs the epoch's loss itself): counted, and every FINITE_CHECK_EVERY steps the
+        periodic checks (a non-finite loss, the memory cap, on several devices the hang), then the speed probe's
+        step. A stop raises."""
+        clock = self.clock
+        if clock.stepped(loss, n_samples):
+            stop = self.rules.periodic(clock.finite(), self.collective, clock.epoch, clock.memory.peak_mb)
+            if stop is not None:
+                raise self.stopped(stop)
+        if clock.probe is not None and not clock.probe.done:
+            stop = clock.probe_step(n_samples)
+            if stop is not None:
+                raise self.stopped(stop) from None
+
     def metrics(self, metrics: Mapping[str, Any], where: str = "ctx.report({key}=...)") -> dict[str, float]:
         return misuse.check_metrics(metrics, self.known, lambda: misuse.reportable(self.setup.config, self.known),
                                     where)
