@@ -22,9 +22,8 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from autotune.core import CATALOGUE
-from autotune.spec import BUILTIN_ONLY, SETTINGS, applied_by
+from autotune.spec import BUILTIN_ONLY, BY_CONTEXT, SETTINGS
 
-BY_CONTEXT = applied_by("around", "stop", "clock")
 YOURS_PARTS = ("loss", "model", "augment")  # the built-in trainer's; a training function's own code reads them
 CONTEXT_TEXT = "applied by the trial context around the training, as for any training function"
 BUILTIN_TEXT = "the built-in trainer's steps after training: refused at validation for every training function"
@@ -277,5 +276,5 @@ LIGHTNING = Framework(
 
 FRAMEWORKS = {"hf": HF, "lightning": LIGHTNING}
 
-__all__ = ["Arg", "BY_CONTEXT", "FRAMEWORKS", "Framework", "HF", "HF_OBJECT", "LIGHTNING", "LIGHTNING_PRECISIONS",
+__all__ = ["Arg", "FRAMEWORKS", "Framework", "HF", "HF_OBJECT", "LIGHTNING", "LIGHTNING_PRECISIONS",
            "arg", "hf_metric", "uncovered"]

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from autotune.integrations.tables import BY_CONTEXT, FRAMEWORKS
-from autotune.spec import APPLIERS, BUILTIN_ONLY, SETTINGS, acting, applied_by
+from autotune.integrations.tables import FRAMEWORKS
+from autotune.spec import APPLIERS, BUILTIN_ONLY, BY_CONTEXT, SETTINGS, acting, applied_by
 from autotune.spec.settings import ACTS, DEFAULTS, Setting
 from autotune.speed import probe, strategy, sweep
 from autotune.training import TrialContext, TrialSetup

@@ -17,7 +17,7 @@ import torch
 from torch import nn
 
 from autotune.core import ConfigError, TrialStopped
-from autotune.spec import SETTINGS, Settings, applied_by
+from autotune.spec import BY_CONTEXT, SETTINGS, Settings
 from autotune.training import accel
 from autotune.training.context import applied as unread
 from autotune.training.context import misuse
@@ -31,9 +31,6 @@ from autotune.training.distributed.devices import Group
 from autotune.training.optimizers import make_optimizer
 from autotune.training.throughput import ProbeWindow
 
-# Applied by the context whatever trains (around the trial, its stop rules, its clocks): autotune's values for these
-# are the trial's even where a framework owns the loop.
-BY_CONTEXT = applied_by("around", "stop", "clock")
 # Models an earlier trial of a study trained in this process: one handed to a later trial would go on from there.
 _TRAINED: weakref.WeakSet[nn.Module] = weakref.WeakSet()
 
