@@ -36,6 +36,10 @@ class TrialSummary:
     feasible: bool = True
     not_applied: dict[str, str] = field(default_factory=dict)  # searched settings that took no effect, and why
     # (left out of `params`, of the printed recommendation and of `best --export`)
+    # settings fixed in `train:` that took no effect (a framework held another value: Lightning's bf16 for fp16 on a
+    # CPU; the module's own optimizer kept its weight_decay), and why: `best` says so; the export keeps them as the
+    # file fixed them, which trains the trial again as it was
+    fixed_not_applied: dict[str, str] = field(default_factory=dict)
     seed: int | None = None  # the training seed (what reproduces it)
     # torch threads autotune chose for it (a cap after an oversubscribed trial, less one per loader worker; None:
     # its own cpu_threads, or torch's default): `best` shows it and `best --export` writes it as cpu_threads
@@ -95,7 +99,8 @@ def lr_scaling_text(lr: float, own: list[float], effective: list[float]) -> str:
 
 def summarize(t: FrozenTrial, metrics: list[str]) -> TrialSummary:
     ua = t.user_attrs
-    unused = {k: why for k, why in (ua.get("not_applied") or {}).items() if k in t.params}  # searched, no effect
+    stored = ua.get("not_applied") or {}
+    unused = {k: why for k, why in stored.items() if k in t.params}  # searched, no effect
     values = dict(zip(metrics, t.values)) if t.values is not None else {}
     keys = dict.fromkeys([*metrics, *CATALOGUE])  # the objectives first: user metrics (val_f1...) too
     measured = {k: float(ua[k]) for k in keys if isinstance(ua.get(k), (int, float)) and not isinstance(ua[k], bool)}
@@ -105,6 +110,7 @@ def summarize(t: FrozenTrial, metrics: list[str]) -> TrialSummary:
         history=list(ua.get("history", [])), stop_reason=ua.get("stop_reason"), stop_epoch=ua.get("stop_epoch"),
         settings=dict(ua.get("settings", {})),
         feasible=feasible(t), not_applied=unused, seed=ua.get("seed"),
+        fixed_not_applied={k: why for k, why in stored.items() if k not in t.params},
         cpu_threads_used=ua.get("cpu_threads_used", ua.get("cpu_threads_capped")),  # (older: only the cap)
         cpu_threads_capped="cpu_threads_capped" in ua,
         effective_lrs=(list(ua["own_group_lrs"]), list(ua["effective_lrs"])) if "effective_lrs" in ua and

@@ -223,6 +223,15 @@ def test_unchosen_settings_are_the_trainers_and_recorded_as_the_recipe(tmp_path:
     assert "lr" not in res.unused and "device" not in res.unused
 
 
+
+def test_momentum_under_a_searched_adamw_says_why_it_was_not_applied(tmp_path: Path) -> None:
+    """The Trainer stepped autotune's adamw, which takes no momentum: that is the reason given (it said that
+    ctx.prepare was never called, as if no optimizer of autotune's had trained)."""
+    res = _trial(tmp_path, {"optimizer": "adamw", "momentum": 0.8}, epochs=1)
+    assert type(Seen.trainer.optimizer.optimizer) is torch.optim.AdamW
+    assert res.not_applied == {"momentum": "optimizer adamw takes no momentum"}
+
+
 def test_an_optimizer_of_the_users_own_keeps_it_and_says_the_searched_one_was_not_used(tmp_path: Path) -> None:
     def own(args: Any, ctx: TrialContext) -> Any:
         trainer = _make_trainer(args, ctx)

@@ -144,6 +144,21 @@ def test_unchosen_settings_stay_the_modules_and_the_loaders_and_are_recorded() -
     assert "precision" not in r.unused and {"optimizer", "lr", "epochs", "batch_size"} <= set(r.unused)
 
 
+
+def test_fixed_optimizer_settings_the_modules_own_optimizer_does_not_take_are_recorded_not_applied() -> None:
+    """weight_decay and momentum fixed in train: without `optimizer`: the module's own SGD trains as it is (its
+    momentum 0.5, no decay), and the trial says so instead of dropping them silently."""
+    values = {**DEFAULTS, "device": "cpu", "epochs": 1, "weight_decay": 1e-3, "momentum": 0.9}
+    ctx = TrialContext(values, setup=TrialSetup(fixed=("epochs", "weight_decay", "momentum")))
+    with trial_session(values):
+        r = run_fit(lightning_fits.fit, ctx)
+    group = SEEN["optimizer"].param_groups[0]
+    assert (group["momentum"], group["weight_decay"]) == (0.5, 0)
+    why = "your own optimizer trained under Lightning: momentum, weight_decay were not used (choose optimizer too, " \
+          "to train with autotune's)"
+    assert r.not_applied == {"momentum": why, "weight_decay": why}
+
+
 def test_bf16_with_gradient_clipping_trains() -> None:
     """Lightning's mixed-precision plugin refuses to clip a fused optimizer: autotune builds it unfused then."""
     r = train(precision="bf16", grad_clip=0.5, optimizer="adam", lr=0.01, epochs=2)
@@ -417,6 +432,26 @@ def test_a_module_level_module_is_refused_at_the_second_trial(tmp_path: Path) ->
                                           r"start where that one ended"):
         autotune.run(cfg)
     assert [t.state.name for t in open_study(cfg).trials] == ["COMPLETE", "FAIL"]
+
+
+
+def test_best_says_which_fixed_settings_lightning_did_not_apply(tmp_path: Path, capsys: pytest.CaptureFixture[str]
+                                                                 ) -> None:
+    """fp16 fixed on a CPU: Lightning trains bf16-mixed. The trial records it and `best` says it (it showed only the
+    searched settings not applied); the export keeps the file's fp16, which trains the trial again as it was."""
+    from autotune.observe import export, progress
+
+    cfg = _study(tmp_path, study={"name": "l", "storage": f"sqlite:///{tmp_path}/l.db", "n_trials": 1},
+                 train={"device": "cpu", "epochs": 1, "precision": "fp16"})
+    res = autotune.run(cfg)
+    assert res.best is not None and res.best.not_applied == {}
+    assert res.best.fixed_not_applied == {"precision": "Lightning's Trainer holds precision='bf16-mixed', not "
+                                                       "'16-mixed'"}
+    capsys.readouterr()
+    progress.print_best(res)
+    assert "(precision: fixed in train:, not applied: Lightning's Trainer holds precision='bf16-mixed', not " \
+           "'16-mixed')" in capsys.readouterr().out
+    assert export.best_yaml(cfg, res.best)["train"]["precision"] == "fp16"
 
 
 def test_a_metric_the_module_never_logs_stops_the_run_naming_what_it_logged(tmp_path: Path) -> None:

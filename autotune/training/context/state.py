@@ -17,7 +17,7 @@ import torch
 from torch import nn
 
 from autotune.core import ConfigError, TrialStopped
-from autotune.spec import BY_CONTEXT, SETTINGS, Settings
+from autotune.spec import BUILTIN_ONLY, BY_CONTEXT, SETTINGS, Settings
 from autotune.training import accel
 from autotune.training.context import applied as unread
 from autotune.training.context import misuse
@@ -205,12 +205,16 @@ class TrialState:
         return key in effects if key in unread.EFFECT_KEYS else key in self.reads
 
     def unapplied(self) -> dict[str, str]:
-        """Settings that took no effect in this trial, with the reason: what the context could not apply, every
-        searched optimizer setting or lr_schedule that did not act (whoever read it), and every other searched
-        setting (or `user.` parameter) nothing read (applied.py says why)."""
+        """Settings the trial chose that took no effect, with the reason: what the context could not apply, every
+        chosen optimizer setting or lr_schedule that did not act (whoever read it), and every other chosen setting
+        (or searched `user.` parameter) nothing read (applied.py says why). Chosen: searched, or fixed explicitly
+        (`train:`), but not those the context applies around every trial (BY_CONTEXT: no read proves them) nor the
+        built-in trainer's steps after training (BUILTIN_ONLY: validation refuses them off their default elsewhere)."""
         out = dict(self.not_applied)
         effects = self.effects_now()
-        missed = [k for k in self.searched if not self._applied(k, effects) and k not in out]
+        fixed = sorted(k for k in self.chosen - set(self.searched)
+                       if k in SETTINGS and k not in BY_CONTEXT and k not in BUILTIN_ONLY)
+        missed = [k for k in [*self.searched, *fixed] if not self._applied(k, effects) and k not in out]
         for key in missed:
             out[key] = unread.why(self, key, missed)
         return out
