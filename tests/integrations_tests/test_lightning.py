@@ -462,8 +462,33 @@ def test_a_metric_the_module_never_logs_stops_the_run_naming_what_it_logged(tmp_
     cfg = _study(tmp_path, "fit_logs_valid_loss", objectives=[{"metric": "val_loss", "direction": "minimize"},
                                                               "train_time_s"])
     with pytest.raises(ConfigError, match=r"l\.yaml: objectives\.0\.metric: Lightning logged no val_loss in the "
-                                          r"first epoch's evaluation; it logged: valid_loss, valid_loss_epoch "
-                                          r"\(did you mean 'valid_loss'\?\)"):
+                                          r"first epoch's evaluation; it logged: valid_loss, valid_loss_epoch, "
+                                          r"valid_loss_step \(one step's value: the epoch's is valid_loss\) \(did "
+                                          r"you mean 'valid_loss'\?\)"):
+        autotune.run(cfg)
+    assert [t.state.name for t in open_study(cfg).trials] == ["FAIL"]
+
+
+
+def test_a_training_metric_logged_per_epoch_is_recorded_with_its_own_epoch() -> None:
+    """At a validation's end Lightning still holds the previous epoch's on_epoch training values (none in the first
+    epoch): each epoch's record holds that epoch's own train_acc, as Lightning computed it at the epoch's end."""
+    r = train(lightning_fits.fit_logs_train_acc_per_epoch, searched=("lr",), lr=1.0, epochs=3,
+              setup={"metrics": ["val_accuracy", "val_loss", "train_acc"]})
+    assert len(r.history) == len(SEEN["train_acc"]) == 3
+    assert [h.metrics.get("train_acc") for h in r.history] == pytest.approx(SEEN["train_acc"])
+
+
+def test_an_objective_logged_per_step_only_stops_the_run_naming_it(tmp_path: Path) -> None:
+    """A training_step's self.log is per step by default: its value is the epoch's last batch's. As an objective it
+    stops the run at the first evaluation, which names it and how to log the epoch's value."""
+    from autotune.study.runner import open_study
+
+    cfg = _study(tmp_path, "fit_logs_train_acc_per_step", objectives=[
+        {"metric": "train_acc", "direction": "maximize"}, "train_time_s"])
+    with pytest.raises(ConfigError, match=r"objectives\.0\.metric: Lightning logged no train_acc in the first epoch's "
+                                          r"evaluation; it logged: val_accuracy, val_loss, train_acc \(one step's "
+                                          r"value: log it with on_epoch=True\)"):
         autotune.run(cfg)
     assert [t.state.name for t in open_study(cfg).trials] == ["FAIL"]
 
