@@ -243,9 +243,9 @@ class _Fit:
 
     def _train(self, port: TrialPort, trainer: Trainer, wanted: dict[str, dict[str, Any]]) -> None:
         record_cannot(port, self.table)
+        removed = []
         if "disable_tqdm" not in self._given:  # autotune prints the trials' progress: not a line per log too
-            trainer.remove_callback(PrinterCallback)
-            trainer.remove_callback(ProgressCallback)
+            removed = [c for c in (trainer.pop_callback(PrinterCallback), trainer.pop_callback(ProgressCallback)) if c]
         own = trainer.optimizer is not None or trainer.optimizer_cls_and_kwargs is not None
         for key in ("optimizer", "momentum", "lr", "weight_decay"):
             if own and port.chosen(key):
@@ -262,6 +262,8 @@ class _Fit:
                 trainer.train()
         finally:
             trainer.remove_callback(callback)
+            for c in removed:  # (the user's Trainer object outlives the study: its callbacks as they were)
+                trainer.add_callback(c)
         self._effects(port, trainer, callback.optimizer, own)
 
     @staticmethod
@@ -344,6 +346,9 @@ class _ReusedTrainer(_Fit):
             self._train(port, trainer, wanted)
         finally:
             trainer.optimizer, trainer.lr_scheduler = None, None  # the next trial builds its own
+            # the Trainer outlives the study (a notebook trains it after): the user's arguments again, built anew
+            # (accelerate's state is set by the newest TrainingArguments built)
+            self._set_arguments(dataclasses.replace(self.base))
         self._yours(port, self.table)
 
     def _fresh_model(self, port: TrialPort) -> None:

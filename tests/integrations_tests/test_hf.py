@@ -354,6 +354,26 @@ def test_the_trainer_object_starts_every_trial_from_the_models_first_weights(tmp
     assert trials[0].values[0] == pytest.approx(trials[1].values[0], abs=0.1)
 
 
+
+def test_the_users_trainer_object_is_given_back_as_it_was_after_each_trial(tmp_path: Path) -> None:
+    """The guide's Trainer outlives the study (a notebook trains it after tuning): after a trial it holds the user's
+    own TrainingArguments again (not the trial's lr, bf16, output folder), its accelerator at their precision, and
+    its progress bar callback, which autotune takes away only while a trial trains."""
+    from transformers import ProgressCallback, Trainer, TrainingArguments
+
+    args = TrainingArguments(output_dir=str(tmp_path / "mine"), learning_rate=3e-3, num_train_epochs=1,
+                             save_strategy="no", report_to="none", use_cpu=True)
+    trainer = Trainer(model=hf_scripts.new_model(), args=args, train_dataset=hf_scripts.VAL,
+                      eval_dataset=hf_scripts.VAL, compute_metrics=hf_scripts.accuracy)
+    callbacks = [type(c) for c in trainer.callback_handler.callbacks]
+    assert ProgressCallback in callbacks
+    res = _trial(tmp_path, {"lr": 0.004, "precision": "bf16"}, fit=hf.trainer_fit(trainer), epochs=None)
+    assert res.epochs_run == 1 and res.not_applied == {}
+    assert trainer.args.to_dict() == args.to_dict() and trainer.args.learning_rate == 3e-3
+    assert trainer.accelerator.mixed_precision == "no"
+    assert [type(c) for c in trainer.callback_handler.callbacks] == callbacks
+
+
 @pytest.mark.parametrize("space,message", [
     ({"channels_last": {"type": "bool"}}, r"space\.channels_last: the Hugging Face integration cannot apply "
                                           r"channels_last: the Trainer keeps the model's memory format"),
