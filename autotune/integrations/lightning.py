@@ -68,6 +68,7 @@ def fit(ctx: TrialContext, module: Any, datamodule: Any = None, *, train_dataloa
         raise ContextMisuse(f"Trainer argument(s) {', '.join(taken)} follow the trial's device (`device` in the "
                             "YAML): leave them out of autotune.integrations.lightning.fit")
     port = TrialPort(ctx, "Lightning")
+    port.fresh(module, "autotune.integrations.lightning.fit")  # (a module an earlier trial trained: said here)
     record_cannot(port, LIGHTNING)
     train, val = _user_loaders(pl, datamodule, train_dataloaders, val_dataloaders)
     train = _train_loader(port, train)

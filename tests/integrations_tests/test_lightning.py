@@ -427,9 +427,9 @@ def test_a_module_level_module_is_refused_at_the_second_trial(tmp_path: Path) ->
     from autotune.study.runner import open_study
 
     cfg = _study(tmp_path, "fit_shared_module")
-    with pytest.raises(ConfigError, match=r"l\.yaml: trainer: ctx\.prepare got lightning_fits\.py: SHARED \(Blobs\), "
-                                          r"the model object an earlier trial already trained: this trial would "
-                                          r"start where that one ended"):
+    with pytest.raises(ConfigError, match=r"l\.yaml: trainer: autotune\.integrations\.lightning\.fit got "
+                                          r"lightning_fits\.py: SHARED \(Blobs\), the model object an earlier trial "
+                                          r"already trained: this trial would start where that one ended"):
         autotune.run(cfg)
     assert [t.state.name for t in open_study(cfg).trials] == ["COMPLETE", "FAIL"]
 
@@ -504,7 +504,10 @@ def test_the_lr_note_only_when_lr_multiplies_the_modules_own_optimizer(tmp_path:
     from autotune.fit import notes
 
     lr = {"type": "float", "low": 1e-3, "high": 1e-1, "log": True}
-    assert notes(_study(tmp_path, space={"lr": lr}))  # the module's optimizer: lr multiplies its group lrs
+    said = notes(_study(tmp_path, space={"lr": lr}))  # the module's optimizer: lr multiplies its group lrs
+    assert len(said) == 1 and "Lightning trains your module's own optimizer (configure_optimizers) unless optimizer " \
+                               "is searched or fixed too, and lr multiplies each of its parameter groups' lr" in said[0]
+    assert "ctx.prepare" not in said[0]  # (the note for hand-written fits speaks of calls a Lightning user never makes)
     assert notes(_study(tmp_path, space={"lr": lr, "optimizer": {"type": "categorical", "choices": ["adam"]}})) == []
 
 
