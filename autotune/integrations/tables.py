@@ -59,6 +59,9 @@ class Framework:
     # a setting it cannot apply -> the value that says what the framework does anyway (channels_last false): allowed
     inherent: Mapping[str, Any] = field(default_factory=dict)
     values: Mapping[str, Mapping[Any, str]] = field(default_factory=dict)  # setting -> {value it cannot take: why}
+    # setting -> (the setting it acts through, why): applied only when that one is chosen too (HF's momentum is the
+    # searched optimizer's; the Trainer's own optim takes none)
+    needs: Mapping[str, tuple[str, str]] = field(default_factory=dict)
     unmapped: str = "it has no argument for it"
     user_code: bool = True  # the user's code runs each trial (can read ctx.settings): `yours` settings can apply
     metric_rule: Callable[[str], str | None] = lambda metric: None  # why an objective cannot be reported, or None
@@ -89,8 +92,12 @@ class Framework:
             return "part", self.parts[part]
         return "cannot", self.unmapped
 
-    def refusal(self, key: str, values: Iterable[Any] | None) -> str | None:
-        """Why a trial choosing `key` (fixed, or searched over `values`; None: a range) cannot apply it, else None."""
+    def refusal(self, key: str, values: Iterable[Any] | None, chosen: Iterable[str] = ()) -> str | None:
+        """Why a trial choosing `key` (fixed, or searched over `values`; None: a range; `chosen`: every setting the
+        study chooses) cannot apply it, else None."""
+        if key in self.needs and self.needs[key][0] not in chosen:
+            other, why = self.needs[key]
+            return f"{self.integration} cannot apply {key} unless {other} is chosen too: {why}"
         role, why = self.role(key)
         if role == "cannot" and (values is None or any(v != self.inherent.get(key, object()) for v in values)):
             return f"{self.integration} cannot apply {key}: {why}; drop the key (your code's own value stays)"
@@ -127,7 +134,7 @@ class Framework:
 
 def uncovered(fw: Framework) -> list[str]:
     """Settings a framework's own rows name that the catalogue lacks (a test keeps it empty)."""
-    named = [*fw.mapped, *fw.cannot, *fw.yours, *fw.values]
+    named = [*fw.mapped, *fw.cannot, *fw.yours, *fw.values, *fw.needs, *(k for k, _ in fw.needs.values())]
     return sorted(set(named) - set(SETTINGS))
 
 
@@ -217,6 +224,8 @@ HF = Framework(
     inherent={"channels_last": False, "data_on_device": False},
     values={"lr_schedule": {"onecycle": "the Trainer has no one-cycle schedule (lr_scheduler_type: use constant or "
                                         "cosine)"}},
+    needs={"momentum": ("optimizer", "the Trainer's own optim takes no momentum from autotune; search or fix "
+                                     "optimizer (sgd, sgd_nesterov, rmsprop) too")},
     unmapped="the Trainer has no argument for it",
     metric_rule=hf_metric,
 )

@@ -383,12 +383,16 @@ def test_the_users_trainer_object_is_given_back_as_it_was_after_each_trial(tmp_p
     ({"data_on_device": {"type": "bool"}}, r"space\.data_on_device: the Hugging Face integration cannot apply"),
     ({"dropout": {"type": "float", "low": 0.0, "high": 0.2}},
      r"space\.dropout: .* nothing of yours runs per trial to read it"),
+    ({"momentum": {"type": "float", "low": 0.5, "high": 0.9}},
+     r"space\.momentum: the Hugging Face integration cannot apply momentum unless optimizer is chosen too: the "
+     r"Trainer's own optim takes no momentum from autotune"),
 ])
 def test_settings_the_trainer_cannot_apply_are_refused_at_validation(tmp_path: Path, space: dict[str, Any],
                                                                      message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         _scripts_config(tmp_path, space=space)
     _scripts_config(tmp_path, train={"device": "cpu", "channels_last": False})  # (what the Trainer does anyway)
+    _scripts_config(tmp_path, train={"device": "cpu", "optimizer": "sgd", "momentum": 0.8})  # (the searched sgd's)
 
 
 @pytest.mark.parametrize("metric,message", [

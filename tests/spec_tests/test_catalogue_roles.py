@@ -105,5 +105,8 @@ def test_every_framework_gives_every_setting_one_role_from_its_mapping_and_the_c
             assert role == "context"
         else:
             assert role in ("yours", "part", "cannot"), (key, role)
-        # what a trial choosing it meets at validation: refused exactly when the framework cannot apply it
-        assert (table.refusal(key, None) is not None) == (role == "cannot"), key
+        # what a trial choosing it meets at validation: refused exactly when the framework cannot apply it (one
+        # that acts through another setting, `needs`, when that one is chosen too)
+        assert (table.refusal(key, None, chosen=SETTINGS) is not None) == (role == "cannot"), key
+        if key in table.needs:
+            assert table.refusal(key, None) is not None and table.needs[key][0] in SETTINGS, key
