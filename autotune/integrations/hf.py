@@ -41,7 +41,7 @@ import torch
 
 from autotune.core import ADAPTER, ONE_DEVICE, ConfigError
 from autotune.integrations.common import quiet_frameworks, record_cannot, require
-from autotune.integrations.tables import HF, HF_OBJECT, HF_SPEED_KEYS, Framework
+from autotune.integrations.tables import HF, HF_OBJECT, HF_SPEED_KEYS, Framework, enum_value
 from autotune.training import ContextMisuse, TrialContext, TrialPort, refuse_devices
 
 require("transformers", "hf", "Hugging Face")
@@ -55,7 +55,6 @@ from transformers import (  # noqa: E402
     TrainingArguments,
 )
 
-OPTIMIZER_KEYS = ("optimizer", "momentum")  # autotune's optimizer: applied by their effect (it stepped)
 FRAMEWORK = "the Hugging Face Trainer"
 
 
@@ -90,16 +89,12 @@ def trial_arguments(port: TrialPort, base: TrainingArguments, given: set[str] | 
                    output_dir=os.path.join(str(base.output_dir or "trainer_output"), f"seed-{port.ctx.seed}"))
     # a checkpoint saved mid-epoch would be inside the training clock: "steps" saves each epoch instead, and the
     # Trainer's default (every 500 steps) saves nothing (unless the best model is loaded at the end)
-    if str(_value(base.save_strategy)) == "steps":
+    if str(enum_value(base.save_strategy)) == "steps":
         changes["save_strategy"] = "epoch" if "save_strategy" in given or base.load_best_model_at_end else "no"
     for name, quiet in (("report_to", "none"), ("disable_tqdm", True)):
         if name not in given:  # autotune prints the trials' progress
             changes[name] = quiet
     return dataclasses.replace(base, **changes), wanted
-
-
-def _value(obj: Any) -> Any:
-    return getattr(obj, "value", obj)
 
 
 def _given(args: TrainingArguments) -> set[str]:
@@ -108,8 +103,8 @@ def _given(args: TrainingArguments) -> set[str]:
     for f in dataclasses.fields(args):
         if not f.init or f.default is dataclasses.MISSING:
             continue
-        value = _value(getattr(args, f.name))
-        if value != _value(f.default) and not (f.default is None and not value):  # (None: derived in __post_init__)
+        value = enum_value(getattr(args, f.name))
+        if value != enum_value(f.default) and not (f.default is None and not value):  # (None: derived in __post_init__)
             out.add(f.name)
     return out
 
@@ -118,8 +113,8 @@ def _not_held(port: TrialPort, args: TrainingArguments, wanted: Mapping[str, Map
     """Each chosen setting is applied when the Trainer that trains holds every argument it became (a make_trainer
     building TrainingArguments of its own did not take them) and its value means something there."""
     for key, args_wanted in wanted.items():
-        held = {a: _value(getattr(args, a, None)) for a in args_wanted}
-        missed = {a: v for a, v in held.items() if v != _value(args_wanted[a])}
+        held = {a: enum_value(getattr(args, a, None)) for a in args_wanted}
+        missed = {a: v for a, v in held.items() if v != enum_value(args_wanted[a])}
         shown = ", ".join(f"TrainingArguments.{a}={v!r}" for a, v in missed.items())
         port.received(key, not missed, f"the Trainer holds {shown}, not what autotune gave it: your code did not "
                                        "train with the arguments autotune built")
@@ -253,7 +248,7 @@ class _Fit:
         if not own and port.chosen("optimizer"):
             trainer.optimizer_cls_and_kwargs = (_optimizer_factory(port, trainer), {})
         elif not own and port.chosen("momentum"):
-            port.not_applied("momentum", f"the Trainer's own optimizer ({_value(trainer.args.optim)}) takes no "
+            port.not_applied("momentum", f"the Trainer's own optimizer ({enum_value(trainer.args.optim)}) takes no "
                                          "momentum from autotune: search optimizer too")
         callback = AutotuneCallback(port, wanted)
         trainer.add_callback(callback)

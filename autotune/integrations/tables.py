@@ -172,15 +172,16 @@ def _workers_only(name: str, off: Any) -> Callable[[Any, Any], dict[str, Any]]:
     return lambda v, base: {name: v if int(getattr(base, "dataloader_num_workers", 0) or 0) > 0 else off}
 
 
-def _value(obj: Any) -> Any:
-    return getattr(obj, "value", obj)  # an enum's value (TrainingArguments' lr_scheduler_type, optim)
+def enum_value(obj: Any) -> Any:
+    """An enum's value (TrainingArguments' lr_scheduler_type, optim, save_strategy), else the object."""
+    return getattr(obj, "value", obj)
 
 
 HF = Framework(
     name="Hugging Face",
     mapped={
         "lr": arg("learning_rate", float, "`learning_rate`: the Trainer's optimizer (yours, or the searched one)"),
-        "optimizer": Arg(to=lambda v, base: {}, held=lambda a: f"{_value(a.optim)} (the Trainer's optim)",
+        "optimizer": Arg(to=lambda v, base: {}, held=lambda a: f"{enum_value(a.optim)} (the Trainer's optim)",
                          doc="autotune's optimizer (the one every trainer builds), given to the Trainer as "
                              "`optimizer_cls_and_kwargs`, at `learning_rate` and `weight_decay`; unchosen: the "
                              "Trainer's own `optim`", on="optimizer"),
@@ -192,7 +193,7 @@ HF = Framework(
         "eval_batch_size": arg("per_device_eval_batch_size", int),
         "epochs": Arg(to=lambda v, base: {"num_train_epochs": float(v), "max_steps": -1},
                       held=lambda a: a.num_train_epochs, doc="`num_train_epochs` (your `max_steps` then off)"),
-        "lr_schedule": Arg(to=_schedule_to, held=lambda a: _value(a.lr_scheduler_type),
+        "lr_schedule": Arg(to=_schedule_to, held=lambda a: enum_value(a.lr_scheduler_type),
                            doc="`lr_scheduler_type`: constant (constant_with_warmup when you set a warmup) or cosine; "
                                "your warmup stays"),
         "label_smoothing": arg("label_smoothing_factor", float),
@@ -286,4 +287,4 @@ LIGHTNING = Framework(
 FRAMEWORKS = {"hf": HF, "lightning": LIGHTNING}
 
 __all__ = ["Arg", "FRAMEWORKS", "Framework", "HF", "HF_OBJECT", "LIGHTNING", "LIGHTNING_PRECISIONS",
-           "arg", "hf_metric", "uncovered"]
+           "arg", "enum_value", "hf_metric", "uncovered"]

@@ -130,9 +130,7 @@ class TrialPort:
 
     def forget_trained(self, model: nn.Module) -> None:
         """The adapter restored `model`'s first weights: it is fresh again for this trial."""
-        from autotune.training.context.state import _TRAINED
-
-        _TRAINED.discard(model)
+        self._st.forget_trained(model)
 
     # ------------------------------------------------------------ the built-in trainer
 

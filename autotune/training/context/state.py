@@ -143,6 +143,11 @@ class TrialState:
                           "start where that one ended. Build the model inside your training function, so each trial "
                           "trains a fresh one")
 
+    @staticmethod
+    def forget_trained(model: nn.Module) -> None:
+        """`model`'s first weights were restored (the HF Trainer reused by every trial): fresh again."""
+        _TRAINED.discard(model)
+
     def trained(self) -> None:
         """The trial is over: its model, if it stepped, is not fresh for a later trial."""
         if self.in_study and self.model is not None and self.stepper.opt_steps:
