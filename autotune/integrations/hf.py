@@ -84,7 +84,8 @@ def trial_arguments(port: TrialPort, base: TrainingArguments, given: set[str] | 
     if "compile_mode" in wanted and not _View(base, changes).torch_compile:
         changes["torch_compile_mode"] = None  # (HF turns compile on for a mode: compile_mode acts with compile)
     given = _given(base) if given is None else given
-    changes.update(eval_strategy="epoch", logging_strategy="epoch", seed=port.ctx.seed,
+    # (push_to_hub off: a trial's checkpoints are not the user's model, and every trial would push to one repository)
+    changes.update(eval_strategy="epoch", logging_strategy="epoch", seed=port.ctx.seed, push_to_hub=False,
                    use_cpu=port.ctx.device.type == "cpu",
                    output_dir=os.path.join(str(base.output_dir or "trainer_output"), f"seed-{port.ctx.seed}"))
     # a checkpoint saved mid-epoch would be inside the training clock: "steps" saves each epoch instead, and the

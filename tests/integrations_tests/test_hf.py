@@ -116,6 +116,14 @@ def test_nothing_chosen_keeps_every_argument_of_the_users(tmp_path: Path) -> Non
     assert {f for f, v in args.to_dict().items() if v != base.to_dict()[f]} <= mine
 
 
+def test_a_trial_never_pushes_to_the_hub(tmp_path: Path) -> None:
+    """The guide's TrainingArguments push to the Hub at every save: each trial's checkpoints would go to one
+    repository (named after the trial's output folder). Trials push nothing; the recipe is otherwise the user's."""
+    base = hf_scripts.user_args(str(tmp_path), push_to_hub=True)
+    args, _ = hf.trial_arguments(_port({}), base)
+    assert base.push_to_hub and not args.push_to_hub
+
+
 def test_the_users_warmup_stays_with_a_chosen_constant_schedule(tmp_path: Path) -> None:
     args, _ = hf.trial_arguments(_port({"lr_schedule": "constant"}), hf_scripts.user_args(str(tmp_path)))
     assert args.lr_scheduler_type.value == "constant_with_warmup" and args.warmup_steps == 0.1
