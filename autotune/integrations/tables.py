@@ -22,7 +22,8 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from autotune.core import CATALOGUE
-from autotune.spec import BUILTIN_ONLY, BY_CONTEXT, SETTINGS
+from autotune.spec import BUILTIN_ONLY, SETTINGS
+from autotune.training import BY_CONTEXT
 
 YOURS_PARTS = ("loss", "model", "augment")  # the built-in trainer's; a training function's own code reads them
 CONTEXT_TEXT = "applied by the trial context around the training, as for any training function"

@@ -18,20 +18,10 @@ from autotune.spec.schema import (
     ParamSpec,
     RunConfig,
 )
-from autotune.spec.settings import (
-    APPLIERS,
-    BUILTIN_ONLY,
-    BY_CONTEXT,
-    SETTINGS,
-    Settings,
-    acting,
-    applied_by,
-    check_params,
-    merge,
-)
+from autotune.spec.settings import APPLIERS, BUILTIN_ONLY, SETTINGS, Settings, acting, applied_by, check_params, merge
 
 __all__ = [
-    "APPLIERS", "BUILTIN_ONLY", "BY_CONTEXT", "DataConfig", "DistillConfig", "FastestWithin", "MODEL_PREFIX",
-    "ModelConfig", "MostAccurateUnder", "ParamSpec", "RunConfig", "SAMPLER_NAMES", "SETTINGS", "STRATEGIES",
+    "APPLIERS", "BUILTIN_ONLY", "DataConfig", "DistillConfig", "FastestWithin", "MODEL_PREFIX", "ModelConfig",
+    "MostAccurateUnder", "ParamSpec", "RunConfig", "SAMPLER_NAMES", "SETTINGS", "STRATEGIES",
     "Settings", "TASKS", "TASK_METRICS", "USER_PREFIX", "acting", "applied_by", "check_params", "merge",
 ]

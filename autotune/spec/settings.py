@@ -236,9 +236,6 @@ def applied_by(*appliers: str) -> tuple[str, ...]:
 # The built-in trainer's own steps on its model (compression, inference metrics, checkpoint loading): a training
 # function of the user's (`trainer:`) exposes none of them, so validation refuses them set away from their default.
 BUILTIN_ONLY = applied_by("after", "checkpoint")
-# Applied by the trial context around every trial, its stop rules and its clocks, whatever trains: autotune's
-# values for these are the trial's even where a framework owns the loop.
-BY_CONTEXT = applied_by("around", "stop", "clock")
 
 
 def merge(train: Mapping[str, Any], sampled: Mapping[str, Any] | None = None,

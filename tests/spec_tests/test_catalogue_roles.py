@@ -7,10 +7,10 @@ from __future__ import annotations
 import pytest
 
 from autotune.integrations.tables import FRAMEWORKS
-from autotune.spec import APPLIERS, BUILTIN_ONLY, BY_CONTEXT, SETTINGS, acting, applied_by
+from autotune.spec import APPLIERS, BUILTIN_ONLY, SETTINGS, acting, applied_by
 from autotune.spec.settings import ACTS, DEFAULTS, Setting
 from autotune.speed import probe, strategy, sweep
-from autotune.training import TrialContext, TrialSetup
+from autotune.training import BY_CONTEXT, TrialContext, TrialSetup
 from autotune.training.context import applied
 from autotune.training.data import augment
 

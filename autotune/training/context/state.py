@@ -17,7 +17,7 @@ import torch
 from torch import nn
 
 from autotune.core import ConfigError, TrialStopped
-from autotune.spec import BUILTIN_ONLY, BY_CONTEXT, SETTINGS, Settings
+from autotune.spec import BUILTIN_ONLY, SETTINGS, Settings, applied_by
 from autotune.training import accel
 from autotune.training.context import applied as unread
 from autotune.training.context import misuse
@@ -31,6 +31,9 @@ from autotune.training.distributed.devices import Group
 from autotune.training.optimizers import make_optimizer
 from autotune.training.throughput import ProbeWindow
 
+# Applied by the trial context around every trial, its stop rules and its clocks, whatever trains: autotune's values
+# for these are the trial's even where a framework owns the loop (integrations/tables.py reads it too).
+BY_CONTEXT = applied_by("around", "stop", "clock")
 # Models an earlier trial of a study trained in this process: one handed to a later trial would go on from there.
 _TRAINED: weakref.WeakSet[nn.Module] = weakref.WeakSet()
 
