@@ -187,7 +187,8 @@ HF = Framework(
                              "`optimizer_cls_and_kwargs`, at `learning_rate` and `weight_decay`; unchosen: the "
                              "Trainer's own `optim`", on="optimizer"),
         "momentum": Arg(to=lambda v, base: {}, held=lambda a: None,
-                        doc="the searched optimizer's momentum (sgd, sgd_nesterov, rmsprop)", on="optimizer"),
+                        doc="the searched optimizer's momentum (sgd, sgd_nesterov, rmsprop): refused unless "
+                            "`optimizer` is chosen too", on="optimizer"),
         "weight_decay": arg("weight_decay", float, "`weight_decay`: the Trainer's decayed weights (biases and "
                                                    "LayerNorm at 0)"),
         "batch_size": arg("per_device_train_batch_size", int),
