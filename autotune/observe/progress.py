@@ -169,6 +169,8 @@ def print_best(result: Any, console: Console | None = None) -> None:
         print(f"  ({note})")
     for k, why in best.not_applied.items():  # searched, but nothing in the trial used it
         print(f"  ({k}: not applied, left out: {why})")
+    for k, why in best.fixed_not_applied.items():  # fixed in train:, but the trial could not apply it
+        print(f"  ({k}: fixed in train:, not applied: {why})")
     if best.recipe:  # not chosen: the user's code or the framework's defaults decided them
         print(f"  (yours, not set by the study: {best.recipe_text()})")
     print(f"  (export every setting with: autotune best {result.config.source} --export best.yaml)")

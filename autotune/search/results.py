@@ -36,6 +36,10 @@ class TrialSummary:
     feasible: bool = True
     not_applied: dict[str, str] = field(default_factory=dict)  # searched settings that took no effect, and why
     # (left out of `params`, of the printed recommendation and of `best --export`)
+    # settings fixed in `train:` that took no effect (a framework held another value: Lightning's bf16 for fp16 on a
+    # CPU; the module's own optimizer kept its weight_decay), and why: `best` says so; the export keeps them as the
+    # file fixed them, which trains the trial again as it was
+    fixed_not_applied: dict[str, str] = field(default_factory=dict)
     seed: int | None = None  # the training seed (what reproduces it)
     # torch threads autotune chose for it (a cap after an oversubscribed trial, less one per loader worker; None:
     # its own cpu_threads, or torch's default): `best` shows it and `best --export` writes it as cpu_threads
@@ -96,7 +100,8 @@ def lr_scaling_text(lr: float, own: list[float], effective: list[float]) -> str:
 def summarize(t: FrozenTrial, metrics: list[str]) -> TrialSummary:
     """A trial as its record (`TrialRecord`) and Optuna's own fields show it, by the study's objectives."""
     r = TrialRecord.of(t)
-    unused = {k: why for k, why in (r.not_applied or {}).items() if k in t.params}  # searched, no effect
+    stored = r.not_applied or {}
+    unused = {k: why for k, why in stored.items() if k in t.params}  # searched, no effect
     values = dict(zip(metrics, t.values)) if t.values is not None else {}
     keys = dict.fromkeys([*metrics, *CATALOGUE])  # the objectives first: user metrics (val_f1...) too
     measured = {k: v for k in keys if (v := r.metric(k)) is not None}
@@ -106,6 +111,7 @@ def summarize(t: FrozenTrial, metrics: list[str]) -> TrialSummary:
         history=list(r.history or []), stop_reason=r.stop_reason, stop_epoch=r.stop_epoch,
         settings=dict(r.settings or {}),
         feasible=feasible(t), not_applied=unused, seed=r.seed,
+        fixed_not_applied={k: why for k, why in stored.items() if k not in t.params},
         # (older: only the cap)
         cpu_threads_used=r.cpu_threads_used if r.cpu_threads_used is not None else r.cpu_threads_capped,
         cpu_threads_capped=r.cpu_threads_capped is not None,

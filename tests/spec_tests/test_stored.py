@@ -30,7 +30,8 @@ SAMPLE: dict[str, Any] = {
     "history": [{"epoch": 1, "val_accuracy": 0.5, "train_time_s": 0.1}], "epoch_values": [[0.5, 0.1]],
     "metrics": {"val_accuracy": 0.5, "train_time_s": 0.1, "pruned_shrunk": True}, "epochs_run": 1,
     "meters": {"peak_memory_mb": "resident set"}, "not_applied": {"momentum": "adam has none"},
-    "effective_lrs": [0.01], "own_group_lrs": [1.0], "recipe": {"lr_schedule": "linear"}, "cpu_threads_capped": 1, "cpu_threads_used": 1,
+    "effective_lrs": [0.01], "own_group_lrs": [1.0], "recipe": {"lr_schedule": "linear"},
+    "cpu_threads_capped": 1, "cpu_threads_used": 1,
     "oversubscribed": {"ratio": 0.3}, "oom_retried": True, "batch_size_used": 32, "pruning_off": "off",
     "stop_reason": "slow", "stop_epoch": 1, "stop_detail": "projected", "error": "ValueError: x", "surplus": True,
 }
