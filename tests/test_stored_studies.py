@@ -30,11 +30,13 @@ def _stored(url: str) -> list[optuna.trial.FrozenTrial]:
 def _as_read_now(read: dict) -> dict:
     """What 0.1.0 read, with the changes made on purpose since (each in CHANGELOG.md), and nothing else:
     - a TrialSummary has `recipe` (issue 41): what a trial left to the user's code; {} for every 0.1.0 trial;
+    - and `fixed_not_applied` (issue 41): settings fixed in `train:` the trial could not apply; {} for 0.1.0's;
     - the export fixes every setting the trial searched, even at the catalogue's default (issue 41: left unset, the
       user's code would decide it again), and writes `study.candidates` at today's default, `auto` (issue 42)."""
     now = json.loads(json.dumps(read))
     for t in now["trials"]:
         t["recipe"] = {}
+        t["fixed_not_applied"] = {}
     export = now["export"]
     export["study"]["candidates"] = "auto"
     best = next(t for t in now["trials"] if t["number"] == now["best"])
