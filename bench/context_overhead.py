@@ -89,7 +89,7 @@ def through_context(x: torch.Tensor, y: torch.Tensor, build: callable, epochs: i
                 loss = nn.functional.cross_entropy(model(xb).float(), yb)
             ctx.backward(loss)
         ctx.report()
-    return ctx.state.result().samples_per_s
+    return ctx._state.result().samples_per_s
 
 
 def main() -> None:

@@ -24,7 +24,7 @@ from torch import nn
 import autotune
 from autotune import config
 from autotune.core import AutotuneError, watchdog
-from autotune.training import TrialContext, TrialSetup, run_fit
+from autotune.training import TrialContext, TrialPort, TrialSetup, run_fit
 from autotune.training.optimizers import fast_kwargs
 
 _RATE: dict[str, float] = {}  # calibrated: GPU sleep cycles per second, CPU matmul side for one second
@@ -147,7 +147,7 @@ def step_hooks(chk: Any, device: str) -> None:
             row.update(kernel="fused" if d.get("fused") else "foreach" if d.get("foreach") else "loop",
                        expected_kernel="fused" if fast_kwargs(name, chk.dev).get("fused") else
                        "foreach" if fast_kwargs(name, chk.dev).get("foreach") else "loop",
-                       steps=ctx.state.stepper.opt_steps, expected_steps=2 * 512 // 64,
+                       steps=TrialPort(ctx).optimizer_steps, expected_steps=2 * 512 // 64,
                        not_applied=r.not_applied, searched=list(searched),
                        hooks_left=len(opt._optimizer_step_post_hooks))
         except Exception as e:  # one failing row must not end an unattended check

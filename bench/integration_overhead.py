@@ -28,12 +28,14 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import torch  # noqa: E402
-from transformers import Trainer  # noqa: E402
+from transformers import Trainer, TrainingArguments  # noqa: E402
 
 from autotune.integrations import hf  # noqa: E402
 from autotune.spec.settings import DEFAULTS  # noqa: E402
-from autotune.training import TrialContext, TrialSetup, run_fit, trial_session  # noqa: E402
+from autotune.training import TrialContext, TrialPort, TrialSetup, run_fit, trial_session  # noqa: E402
 from examples import hf_text  # noqa: E402
+
+CHOSEN = ("epochs", "optimizer", "lr", "batch_size")  # fixed, as a study's train: would (the rest: the Trainer's)
 
 
 def settings(epochs: int) -> dict[str, Any]:
@@ -42,16 +44,17 @@ def settings(epochs: int) -> dict[str, Any]:
 
 def context(opts: argparse.Namespace) -> TrialContext:
     return TrialContext(settings(opts.epochs), user_params={"hidden": opts.hidden}, seed=0,
-                        setup=TrialSetup(metrics=["val_accuracy", "val_loss"]))
+                        setup=TrialSetup(metrics=["val_accuracy", "val_loss"], fixed=CHOSEN))
 
 
 def plain(opts: argparse.Namespace, out: str) -> tuple[float, float, float, float]:
     """(train_runtime, the evaluations' eval_runtime, seconds to build and train, CPU seconds of that)."""
     t0, c0 = time.perf_counter(), time.process_time()
     ctx = context(opts)
-    args, _ = hf.training_arguments(ctx, {"output_dir": out})
+    port = TrialPort(ctx)
+    args, _ = hf.trial_arguments(port, TrainingArguments(output_dir=out), given={"output_dir"})
     trainer = hf_text.make_trainer(args, ctx)
-    trainer.optimizer_cls_and_kwargs = (hf._optimizer_factory(ctx, trainer), {})  # the same optimizer
+    trainer.optimizer_cls_and_kwargs = (hf._optimizer_factory(port, trainer), {})  # the same optimizer
     with trial_session(ctx.settings):
         metrics = trainer.train().metrics
     wall, cpu = time.perf_counter() - t0, time.process_time() - c0

@@ -1,37 +1,50 @@
-"""The replay benchmark: every strategy on recorded learning curves, simulated clock, many seeds, in minutes.
+"""The replay benchmark: every strategy on one simulator and one cost model, many seeds, measured like a paper.
 
-    python bench/replay.py --workload mnist1d --seeds 20 --workers 1 8 [--budget 90] [--arms ...] [--jobs 2]
+    python bench/replay.py --workload lcbench --tasks report --seeds 50 --workers 1 8 [--jobs 2]
+    python bench/replay.py --workload mnist1d --seeds 50 --workers 1 8
 
-Without --arms: the peers and autotune's default (DEFAULT_ARMS; about 8 minutes on 2 cores); every other
-strategy measured in bench/RESULTS.md is an arm to name.
+Workloads: `lcbench` (YAHPO Gym's LCBench surrogate, bench/replay_lcbench.py: 34 OpenML tasks, split into
+DEV_TASKS, on which defaults were chosen, and the rest, REPORT, on which results are only reported; report seeds
+start at REPORT_SEED, drawn after the defaults were frozen), `mnist1d` and `digits` (recorded curves,
+bench/recordings/, answered by their nearest recorded neighbour: bench/replay_workload.py).
 
-Each arm (bench/replay_arms.py, bench/replay_syne.py) searches the recorded space (bench/recordings/NAME.jsonl.gz,
-made by bench/replay_record.py) for validation accuracy up and training time down, each trial answered by the
-recording (bench/replay_workload.py) and charged to a simulated clock with N workers (bench/replay_backend.py);
-the same budget in simulated seconds, the same seeds, for every arm. An Optuna arm's own CPU time (its sampler,
-pruner and records) is charged to its clock as well, as a real study pays it (`--free-strategy`: not charged).
+Arms (bench/replay_arms.py, bench/replay_syne.py): plain Optuna (MO-TPE, no pruning), random search, Optuna +
+OptunaHub's multi_metric_pruner (its published rule), Syne Tune's MOASHA as shipped and rank-corrected (Syne
+Tune's simulator, no latency, a constant maximum resource), and autotune (the study's real objective on the
+storage a real run has, SQLite) with its defaults; named variants for development (`--arms`).
+Cost model, every arm: the workload's time per epoch, and each arm's own work (sampler, pruner, storage; Syne
+Tune's tuner loop and scheduler) in thread CPU seconds (`--free-strategy`: not charged). One counting rule for
+every arm that stops trials: a stopped trial's values count toward the front only where they are what the
+configuration with `epochs: k` trains (bench/replay_arms.counted; never on LCBench, whose epochs are fixed).
 
-The measure is bench/vs_optuna.py's: the hypervolume of the (training time, error) front of the trials completed
-so far, against a reference: the union of every arm's, seed's and worker count's front (error reference 1, time
-reference 1.1 x the union front's slowest training time). Per arm and worker count: the median simulated time to
-90 % and 95 % of the reference (with a 90 % bootstrap interval over seeds), how many seeds got there, and each
-baseline's median time over this arm's (the speed-up; > 1: this arm sooner; its 90 % bootstrap interval: seeds
-resampled per arm); the hypervolume and best accuracy at the end; trials and how many were stopped early.
+Measures (`measures`): a fixed reference front per workload and task, independent of the arms: the surrogate's own
+front over the space (LCBench: bench/yahpo_lcbench/fronts.json), or every (recorded curve, epochs in the space's
+range) point of a recording; time reference twice the median training time of a random configuration (or 1.1 x
+the front's slowest time, if later), accuracy reference 0. Per seed, the
+simulated time at which an arm's front (completed and counted trials) reaches 90 % and 95 % of the reference
+hypervolume, on linear time and, as a second view, on log time (which weighs the front's accurate, slow end as
+much as its fast end). Censoring: a seed that never gets there is counted at the budget, and the statistic is the
+restricted mean time to target (RMST: the mean over seeds of min(time, budget)). Speed-up of an arm over a
+baseline: RMST(baseline) / RMST(arm), with a 95 % paired bootstrap interval (the seeds resampled together: both
+arms ran the same seeds); on LCBench the median of the per-task ratios, its interval from the same resampling in
+every task, and on how many tasks the interval is above 1. Best accuracy at the end: the most accurate counted
+point, its mean paired difference to each baseline with a 95 % interval. Anytime curves (`--curves FILE`): the
+hypervolume share on a grid of budget shares, median and quartiles over tasks x seeds (docs/figures, made by
+bench/replay_figure.py).
 """
 
 from __future__ import annotations
 
 import argparse
-import functools
 import json
 import math
 import os
-import random
 import statistics
 import sys
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -46,67 +59,128 @@ from bench import time_to_target as ttt  # noqa: E402
 from bench.replay_workload import RECORDINGS, Workload  # noqa: E402
 
 Events = replay_arms.Events
-SPACES = {"mnist1d": "search_spaces/mnist1d.yaml", "digits": "search_spaces/cnn.yaml"}
-# name -> (runner, pruning over the space's own, study over its own); None: not an autotune arm
-# the arms named before stopped_as_shorter (search/credit.py) and candidates (search/predicted.py) became the
-# defaults keep their meaning: without them
-OLD = {"stopped_as_shorter": False}
-ONE = {"candidates": 1}
+SPACES = {"mnist1d": "search_spaces/mnist1d.yaml", "digits": "search_spaces/cnn.yaml",
+          "lcbench": "bench/yahpo_lcbench/lcbench.yaml"}
+BUDGETS = {"mnist1d": 90.0, "digits": 60.0}  # simulated seconds, 1 worker (LCBench: BUDGET_TRIALS per task)
+BUDGET_TRIALS = 20.0  # LCBench, 1 worker: the budget is this many times the task's median 52-epoch time
+# LCBench: the development tasks (defaults chosen on these): 7593 and 146212, which the issue's first look showed,
+# and six drawn by random.Random(42).sample from the other 32 (tasks are otherwise in config_space.json's order)
+DEV_TASKS = ("7593", "146212", "167152", "3945", "189354", "167161", "189909", "189873")
+REPORT_SEED = 1000  # report seeds: REPORT_SEED, REPORT_SEED + 1, ... (development: 0, 1, ...)
+# name -> (runner, pruning over the space's own, study over its own); the peers first
 ARMS: dict[str, tuple[str, dict[str, Any] | None, dict[str, Any]]] = {
     "plain Optuna": ("plain", None, {}),
     "random search": ("random", None, {}),
-    "Optuna + Pareto-rank pruner": ("pareto_rank", None, {}),
-    "Syne Tune MOASHA": ("moasha", None, {}),
-    "Syne Tune MOASHA + stopped results": ("moasha_all", None, {}),
-    "autotune pareto": ("autotune", {"pruner": "pareto", **OLD}, ONE),
-    "autotune pareto_asha": ("autotune", {"pruner": "pareto_asha", **OLD}, ONE),
-    "autotune forecast": ("autotune", {"pruner": "pareto", "pruner_args": {"forecast": True}, **OLD}, ONE),
-    "autotune forecast + front gain": ("autotune", {"pruner": "pareto", "pruner_args": {"forecast": True}, **OLD,
-                                                   "slow": {"min_front_gain": 0.01}}, ONE),
-    "autotune pareto_asha + front gain": ("autotune", {"pruner": "pareto_asha", **OLD,
-                                                      "slow": {"min_front_gain": 0.01}}, ONE),
-    "autotune pareto keep leaders": ("autotune", {"pruner": "pareto", "pruner_args": {"keep_leaders": 0.25},
-                                                  **OLD}, ONE),
-    "autotune pareto_asha + stopped as shorter": ("autotune", {"pruner": "pareto_asha", "stopped_as_shorter": True},
-                                                  ONE),
-    "autotune pareto + stopped as shorter": ("autotune", {"pruner": "pareto", "stopped_as_shorter": True}, ONE),
-    # + the predicted front: the best of K proposals by predicted objectives (study.candidates; default 1: off)
-    "autotune predicted front 4": ("autotune", {"pruner": "pareto_asha"}, {"candidates": 4}),
-    "autotune predicted front 8": ("autotune", {"pruner": "pareto_asha"}, {"candidates": 8}),
-    "autotune predicted front 16": ("autotune", {"pruner": "pareto_asha"}, {"candidates": 16}),
-    "autotune no pruning": ("autotune", {"pruner": "none", **OLD}, ONE),
-    "autotune pareto_asha eta 2": ("autotune", {"pruner": "pareto_asha", "pruner_args": {"reduction_factor": 2},
-                                                **OLD}, ONE),
-    "autotune pareto_asha from epoch 2": ("autotune", {"pruner": "pareto_asha", "pruner_args": {"min_epochs": 2},
-                                                       **OLD}, ONE),
-    "autotune pareto_asha 6 startup": ("autotune", {"pruner": "pareto_asha", "pruner_args": {"n_startup_trials": 6},
-                                                    **OLD}, ONE),
+    "OptunaHub multi_metric_pruner": ("optunahub", None, {}),
+    "MOASHA as shipped": ("moasha", None, {}),
+    "MOASHA rank-corrected": ("moasha_corrected", None, {}),
+    "autotune": ("autotune", None, {}),  # the space file's own settings: autotune's defaults
+    # development variants
+    "autotune pareto_asha": ("autotune", {"pruner": "pareto_asha"}, {}),
+    "autotune pareto": ("autotune", {"pruner": "pareto"}, {}),
+    "autotune no pruning": ("autotune", {"pruner": "none"}, {}),
+    "autotune predicted front 8": ("autotune", None, {"candidates": 8}),
+    "autotune candidates auto": ("autotune", None, {"candidates": "auto"}),
+    "autotune pareto_asha from epoch 4": ("autotune", {"pruner": "pareto_asha", "pruner_args": {"min_epochs": 4}}, {}),
+    "autotune pareto_asha eta 2": ("autotune", {"pruner": "pareto_asha", "pruner_args": {"reduction_factor": 2}}, {}),
 }
-# what `python bench/replay.py` runs without --arms: the peers and autotune's default (pareto_asha, stopped trials
-# shown as shorter, one candidate): 1 and 8 workers x 20 seeds in about 8 minutes on 2 cores
-DEFAULT_ARMS = ("plain Optuna", "random search", "Optuna + Pareto-rank pruner", "Syne Tune MOASHA",
-                "Syne Tune MOASHA + stopped results", "autotune pareto_asha + stopped as shorter")
-BASELINES = ("plain Optuna", "random search", "Optuna + Pareto-rank pruner", "Syne Tune MOASHA",
-             "Syne Tune MOASHA + stopped results")
-SHORT = {"plain Optuna": "plain", "random search": "random", "Optuna + Pareto-rank pruner": "Pareto-rank",
-         "Syne Tune MOASHA": "MOASHA", "Syne Tune MOASHA + stopped results": "MOASHA+stopped"}
+DEFAULT_ARMS = ("plain Optuna", "random search", "OptunaHub multi_metric_pruner", "MOASHA as shipped",
+                "MOASHA rank-corrected", "autotune")
+BASELINES = ("plain Optuna", "random search", "OptunaHub multi_metric_pruner", "MOASHA as shipped",
+             "MOASHA rank-corrected")
+SHORT = {"plain Optuna": "plain", "random search": "random", "OptunaHub multi_metric_pruner": "OptunaHub",
+         "MOASHA as shipped": "MOASHA", "MOASHA rank-corrected": "MOASHA-rc"}
 TARGETS = (0.90, 0.95)
+GRID = 40  # anytime curves: budget shares 1/GRID .. 1
 
 
-def loaded(paths: Sequence[Path], arms: Sequence[str]) -> dict[int, dict[str, list[Events]]]:
-    """Saved runs (--save), merged: per worker count, per arm (of `arms` where saved), its seeds' events."""
-    out: dict[int, dict[str, list[Events]]] = {}
-    for p in paths:
-        for n, by in json.loads(p.read_text())["runs"].items():
-            for arm, rs in by.items():
-                if arm in arms:
-                    out.setdefault(int(n), {})[arm] = [[tuple(e) for e in ev] for ev in rs]
-    return out
+# ---------------------------------------------------------------- workloads, tasks, budgets, references
 
 
 @cache
-def workload(name: str) -> Workload:
+def recording(name: str) -> Workload:
     return Workload.load(RECORDINGS / f"{name}.jsonl.gz")
+
+
+@cache
+def lcbench(task: str) -> Any:
+    from bench.replay_lcbench import LCBench
+
+    return LCBench(task)
+
+
+def workload(name: str, task: str | None) -> Any:
+    return lcbench(str(task)) if name == "lcbench" else recording(name)
+
+
+def task_list(name: str, which: str) -> list[str | None]:
+    if name != "lcbench":
+        return [None]
+    from bench.replay_lcbench import tasks
+
+    every = tasks()
+    if which == "dev":
+        return list(DEV_TASKS)
+    if which == "report":
+        return [t for t in every if t not in DEV_TASKS]
+    if which == "all":
+        return every
+    chosen = [t for t in which.split(",") if t]
+    unknown = [t for t in chosen if t not in every]
+    if unknown:
+        raise SystemExit(f"replay.py: --tasks: unknown {', '.join(unknown)}; "
+                         f"known: dev, report, all, {', '.join(every)}")
+    return chosen
+
+
+def budget_of(name: str, task: str | None, workers: int, trials: float = BUDGET_TRIALS) -> float:
+    """Simulated seconds: 1 worker, the workload's budget (LCBench: `trials` x the task's median 52-epoch time);
+    several workers, that / workers x 2."""
+    if name == "lcbench":
+        from bench.replay_lcbench import fronts
+
+        one = trials * float(fronts()[str(task)]["median_time_s"])
+    else:
+        one = BUDGETS[name]
+    return one if workers == 1 else one * 2 / workers
+
+
+@cache
+def reference(name: str, task: str | None) -> tuple[tuple[tuple[float, float], ...], float]:
+    """(the fixed reference front as (time, accuracy) points, the time reference) of a workload and task. The time
+    reference: twice the median training time of a configuration drawn at random from the space (or 1.1 x the
+    front's slowest time, if later): a trial slower than that adds nothing, and the front's fast end (a few
+    extreme configurations no search of tens of trials finds) does not decide the hypervolume alone."""
+    if name == "lcbench":
+        from bench.replay_lcbench import fronts
+
+        pts = [(float(t), float(a)) for t, a in fronts()[str(task)]["front"]]
+        typical = float(fronts()[str(task)]["median_time_s"])
+    else:
+        cfg = replay_arms.variant(SPACES[name])
+        e = cfg.space["epochs"]
+        pts = [(float(c.epochs[k - 1]["train_time_s"]), float(c.epochs[k - 1]["val_accuracy"]))
+               for c in recording(name).curves for k in range(int(e.low), int(e.high) + 1) if k <= len(c.epochs)]
+        typical = statistics.median(t for t, _ in pts)
+    front = tuple(ttt.front(pts))
+    return front, max(1.1 * max(t for t, _ in front), 2.0 * typical)
+
+
+def hv_log(points: Sequence[tuple[float, float]], t_ref: float) -> float:
+    """Area dominated by (time, accuracy) points against (t_ref, 0) on log time."""
+    f = [p for p in ttt.front(list(points)) if 0 < p[0] < t_ref]
+    area = 0.0
+    for i, (t, a) in enumerate(f):
+        nxt = f[i + 1][0] if i + 1 < len(f) else t_ref
+        area += a * (math.log(nxt) - math.log(t))
+    return area
+
+
+HV: dict[str, Callable[[Sequence[tuple[float, float]], float], float]] = {
+    "lin": lambda pts, t_ref: ttt.hypervolume(list(pts), t_ref), "log": hv_log}
+
+
+# ---------------------------------------------------------------- one run
 
 
 def runner(arm: str, space_file: str) -> tuple[Callable[..., Events], Any]:
@@ -116,186 +190,334 @@ def runner(arm: str, space_file: str) -> tuple[Callable[..., Events], Any]:
         return replay_arms.plain("tpe"), cfg
     if kind == "random":
         return replay_arms.plain("random"), cfg
-    if kind == "pareto_rank":
+    if kind == "optunahub":
         return replay_arms.plain("tpe", pruned=True), cfg
-    if kind == "moasha":
-        return replay_syne.run_moasha, cfg
-    if kind == "moasha_all":
-        return functools.partial(replay_syne.run_moasha, stopped_count=True), cfg
+    if kind in ("moasha", "moasha_corrected"):
+        def moasha(*a: Any, **k: Any) -> Events:
+            return replay_syne.run_moasha(*a, corrected=kind == "moasha_corrected", **k)
+        return moasha, cfg
     return replay_arms.run_autotune, cfg
 
 
-def one_run(job: tuple[str, str, int, int, float, bool]) -> tuple[tuple[str, int, int], Events, float]:
-    """(arm, workers, seed), its events, the real seconds it took (a process pool's task)."""
-    name, arm, seed, workers, budget, charge = job
+Job = tuple[str, str | None, str, int, int, float, bool]  # workload, task, arm, seed, workers, budget, charge
+
+
+def one_run(job: Job) -> tuple[Job, Events, float]:
+    """A process pool's task: one arm, seed, worker count and task; its events and the real seconds it took."""
+    name, task, arm, seed, workers, budget, charge = job
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     import logging
 
     logging.getLogger("syne_tune").setLevel(logging.ERROR)
     t0 = time.perf_counter()
     run, cfg = runner(arm, SPACES[name])
-    ev = run(cfg, workload(name), seed, budget, workers, charge)
-    return (arm, workers, seed), ev, time.perf_counter() - t0
+    ev = run(cfg, workload(name, task), seed, budget, workers, charge)
+    return job, ev, time.perf_counter() - t0
 
 
 # ---------------------------------------------------------------- the measures (pure: tests/test_bench_replay.py)
 
 
-def reference(runs: dict[Any, list[Events]]) -> tuple[float, float]:
-    union = [(e[2], e[1]) for rs in runs.values() for ev in rs for e in ev if e[1] is not None and e[2] is not None]
-    if not union:
-        return 0.0, math.nan
-    t_ref = 1.1 * max(t for t, _ in ttt.front(union))
-    return ttt.hypervolume(union, t_ref), t_ref
+@dataclass(frozen=True)
+class Seed:
+    """One run's measures: time to each target (inf: never) per view, the end's hypervolume shares, best accuracy
+    (of counted points), trials, stopped, and the anytime hypervolume share (linear) on the budget grid."""
+
+    to: dict[tuple[str, float], float]
+    hv_end: dict[str, float]
+    best_acc: float
+    trials: int
+    stopped: int
+    anytime: tuple[float, ...]
 
 
-def median(xs: Sequence[float]) -> float:
-    return statistics.median(xs) if xs else math.nan
+def measures(ev: Events, front: Sequence[tuple[float, float]], t_ref: float, budget: float) -> Seed:
+    refs = {v: HV[v](front, t_ref) for v in HV}
+    pts: list[tuple[float, float]] = []
+    to = {(v, q): math.inf for v in HV for q in TARGETS}
+    grid = [budget * (i + 1) / GRID for i in range(GRID)]
+    anytime = [0.0] * GRID
+    gi = 0
+    hv_lin = 0.0
+    for at, acc, tt, _ in ev:
+        while gi < GRID and grid[gi] < at:
+            anytime[gi] = hv_lin / refs["lin"]
+            gi += 1
+        if acc is None or tt is None:
+            continue
+        pts.append((tt, acc))
+        for v in HV:
+            share = HV[v](pts, t_ref) / refs[v]
+            if v == "lin":
+                hv_lin = share * refs["lin"]
+            for q in TARGETS:
+                if share >= q and math.isinf(to[(v, q)]):
+                    to[(v, q)] = at
+    while gi < GRID:
+        anytime[gi] = hv_lin / refs["lin"]
+        gi += 1
+    return Seed(to, {v: HV[v](pts, t_ref) / refs[v] if pts else 0.0 for v in HV},
+                max((a for _, a in pts), default=0.0), len(ev), sum(1 for e in ev if e[3] == "PRUNED"),
+                tuple(anytime))
 
 
-def interval(xs: Sequence[float], stat: Callable[[Sequence[float]], float] = median, n: int = 2000,
-             seed: int = 0) -> tuple[float, float]:
-    """The 90 % bootstrap interval of `stat` over `xs` (resampled with replacement)."""
-    if not xs:
-        return math.nan, math.nan
-    rng = random.Random(seed)
-    vals = sorted(stat([rng.choice(xs) for _ in xs]) for _ in range(n))
-    return vals[int(0.05 * n)], vals[int(0.95 * n) - 1]
+def rmst(ts: Sequence[float], budget: float) -> float:
+    """Restricted mean time to target: the mean of min(time, budget) (a seed that never got there: the budget)."""
+    return statistics.fmean(min(t, budget) for t in ts)
 
 
-def ratio_interval(base: Sequence[float], mine: Sequence[float], n: int = 2000, seed: int = 0) -> tuple[float, float,
-                                                                                                      float]:
-    """median(base) / median(mine), with its 90 % bootstrap interval (each arm's seeds resampled on their own)."""
-    def r(b: Sequence[float], m: Sequence[float]) -> float:
-        mb, mm = median(b), median(m)
-        if math.isinf(mm):
-            return 0.0 if math.isfinite(mb) else math.nan
-        return math.inf if math.isinf(mb) else mb / max(mm, 1e-9)
+def _picks(n_seeds: int, n: int, seed: int) -> Any:
+    import numpy as np
 
-    rng = random.Random(seed)
-    vals = [r([rng.choice(base) for _ in base], [rng.choice(mine) for _ in mine]) for _ in range(n)]
-    vals = sorted(v for v in vals if not math.isnan(v))
-    if not vals:
-        return math.nan, math.nan, math.nan
-    return r(base, mine), vals[int(0.05 * len(vals))], vals[int(0.95 * len(vals)) - 1]
+    return np.random.default_rng(seed).integers(0, n_seeds, size=(n, n_seeds))
 
 
-def summarize(runs: dict[str, list[Events]], ref: float, t_ref: float) -> dict[str, dict[str, Any]]:
-    """Per arm (seeds of one worker count): times to each target with intervals, speed-ups against each baseline
-    present, hypervolume and best accuracy at the end, trials, stopped."""
-    times: dict[str, dict[float, list[float]]] = {}
-    rows: dict[str, dict[str, Any]] = {}
-    for arm, rs in runs.items():
-        cs = [ttt.curve(ev, t_ref) for ev in rs]
-        times[arm] = {q: [ttt.time_to(c, q * ref) if ref > 0 else math.inf for c in cs] for q in TARGETS}
-        row: dict[str, Any] = {}
+def _rmst_reps(ts: Sequence[float], budget: float, picks: Any) -> Any:
+    import numpy as np
+
+    return np.minimum(np.asarray(ts, dtype=float), budget)[picks].mean(axis=1)
+
+
+def paired_ratio(base: Sequence[float], mine: Sequence[float], budget: float, n: int = 2000,
+                 seed: int = 0) -> tuple[float, float, float]:
+    """RMST(base) / RMST(mine) with its 95 % paired bootstrap interval (seed indices resampled together)."""
+    import numpy as np
+
+    picks = _picks(len(base), n, seed)
+    reps = np.sort(_rmst_reps(base, budget, picks) / _rmst_reps(mine, budget, picks))
+    return rmst(base, budget) / rmst(mine, budget), float(reps[int(0.025 * n)]), float(reps[int(0.975 * n) - 1])
+
+
+def median_ratio(per_task: Sequence[tuple[Sequence[float], Sequence[float], float]], n: int = 1000,
+                 seed: int = 0) -> tuple[float, float, float]:
+    """The median over tasks of RMST(base) / RMST(mine), and its 95 % interval: in every replicate each task's
+    seeds are resampled (paired), its ratio recomputed, and the median over tasks taken."""
+    import numpy as np
+
+    point = statistics.median(rmst(b, bud) / rmst(m, bud) for b, m, bud in per_task)
+    ratios = []
+    for k, (b, m, bud) in enumerate(per_task):
+        picks = _picks(len(b), n, seed + k)
+        ratios.append(_rmst_reps(b, bud, picks) / _rmst_reps(m, bud, picks))
+    reps = np.sort(np.median(np.stack(ratios), axis=0))
+    return point, float(reps[int(0.025 * n)]), float(reps[int(0.975 * n) - 1])
+
+
+def paired_diff(base: Sequence[float], mine: Sequence[float], n: int = 2000, seed: int = 0) -> tuple[float, float,
+                                                                                                     float]:
+    """mean(mine - base) with its 95 % bootstrap interval."""
+    import numpy as np
+
+    d = np.asarray(mine, dtype=float) - np.asarray(base, dtype=float)
+    reps = np.sort(d[_picks(len(d), n, seed)].mean(axis=1))
+    return float(d.mean()), float(reps[int(0.025 * n)]), float(reps[int(0.975 * n) - 1])
+
+
+# ---------------------------------------------------------------- tables
+
+
+Runs = dict[tuple[str | None, int, str], list[Events]]  # (task, workers, arm) -> events per seed
+
+
+def all_measures(name: str, runs: Runs, budgets: dict[tuple[str | None, int], float]) -> dict[tuple[str | None, int,
+                                                                                                   str], list[Seed]]:
+    out = {}
+    for (task, n, arm), rs in runs.items():
+        front, t_ref = reference(name, task)
+        out[(task, n, arm)] = [measures(ev, front, t_ref, budgets[(task, n)]) for ev in rs]
+    return out
+
+
+def fmt_x(x: tuple[float, float, float]) -> str:
+    return f"{x[0]:.2f}x [{x[1]:.2f}, {x[2]:.2f}]"
+
+
+def report(name: str, workers: int, tasks: list[str | None], arms: list[str], ms: dict[tuple[str | None, int, str],
+           list[Seed]], budgets: dict[tuple[str | None, int], float], seeds: Sequence[int]) -> dict[str, Any]:
+    """Print the tables of one worker count; return their figures (for --json)."""
+    print(f"\n{name}, {workers} worker{'s' if workers > 1 else ''}, seeds {seeds[0]}-{seeds[-1]} ({len(seeds)}), "
+          f"{len(tasks)} task{'s' if len(tasks) > 1 else ''}; budget per task "
+          + (f"{BUDGET_TRIALS:g} x its median 52-epoch time{' / workers x 2' if workers > 1 else ''}"
+             if name == "lcbench" else f"{budgets[(None, workers)]:g} simulated s"))
+    print("counting rule (every arm): completed trials; a stopped trial only where its values are the configuration "
+          "with epochs: k (never on LCBench: epochs fixed)")
+    summary(workers, tasks, arms, ms, budgets)
+    out: dict[str, Any] = {}
+    bases = [b for b in BASELINES if b in arms]
+    for v in HV:
         for q in TARGETS:
-            ts = times[arm][q]
-            row[f"to_{q}"] = (median(ts), *interval(ts))
-            row[f"hits_{q}"] = sum(1 for t in ts if math.isfinite(t))
-        row["hv_end"] = median([(c[-1][1] if c else 0.0) / ref for c in cs]) if ref > 0 else math.nan
-        row["best_acc"] = median([max((e[1] for e in ev if e[1] is not None), default=0.0) for ev in rs])
-        row["trials"] = median([len(ev) for ev in rs])
-        row["stopped"] = median([sum(1 for e in ev if e[3] == "PRUNED") for ev in rs])
-        rows[arm] = row
-    for arm in rows:
-        for base in BASELINES:
-            if base in times and base != arm:
-                for q in TARGETS:
-                    rows[arm][f"x_{base}_{q}"] = ratio_interval(times[base][q], times[arm][q])
-    return rows
+            print(f"\nspeed-up to {int(100 * q)} % ({v} time): RMST(baseline) / RMST(arm), "
+                  + ("median over tasks [95 % interval] (tasks with interval > 1)" if len(tasks) > 1
+                     else "[95 % paired interval]"))
+            print(f"{'arm':<32}" + "".join(f"{'vs ' + SHORT.get(b, b):>30}" for b in bases))
+            for arm in arms:
+                cells = [speedup(workers, tasks, ms, budgets, v, q, arm, b, out) if b != arm else "-" for b in bases]
+                print(f"{arm:<32}" + "".join(f"{c:>30}" for c in cells))
+    for what, get in (("best accuracy at the end", lambda s: s.best_acc),
+                      ("hypervolume share at the end (linear time)", lambda s: s.hv_end["lin"]),
+                      ("hypervolume share at the end (log time)", lambda s: s.hv_end["log"])):
+        print(f"\n{what}: mean paired difference (arm - baseline) [95 % interval]"
+              + (", median over tasks (tasks whose interval is above 0 / below 0)" if len(tasks) > 1 else ""))
+        print(f"{'arm':<32}" + "".join(f"{'vs ' + SHORT.get(b, b):>30}" for b in bases))
+        for arm in arms:
+            cells = [difference(workers, tasks, ms, get, arm, b, f"{what}|{workers}|{arm}|{b}", out) if b != arm
+                     else "-" for b in bases]
+            print(f"{arm:<32}" + "".join(f"{c:>30}" for c in cells))
+    return out
 
 
-def fmt_t(m: tuple[float, float, float], hits: int, n: int) -> str:
-    med, lo, hi = m
-    if not math.isfinite(med):
-        return f"never {hits}/{n}"
-    return f"{med:.1f} [{lo:.1f},{'inf' if math.isinf(hi) else f'{hi:.1f}'}] {hits}/{n}"
+def summary(workers: int, tasks: list[str | None], arms: list[str], ms: dict[tuple[str | None, int, str], list[Seed]],
+            budgets: dict[tuple[str | None, int], float]) -> None:
+    """Per arm, over tasks: RMST / budget per view and target, hits, HV at the end, best accuracy, trials, stopped."""
+    head = f"{'arm':<32}" + "".join(f"{f'RMST {int(100 * q)}% {v}':>15}" for v in HV for q in TARGETS)
+    print(head + f"{'hits 90/95':>12}{'HV end':>8}{'HV log':>8}{'best acc':>10}{'trials':>8}{'stopped':>9}")
+    for arm in arms:
+        cells = []
+        for v in HV:
+            for q in TARGETS:
+                shares = [rmst([s.to[(v, q)] for s in ms[(t, workers, arm)]], budgets[(t, workers)])
+                          / budgets[(t, workers)] for t in tasks]
+                cells.append(f"{statistics.median(shares):>15.3f}")
+        every = [s for t in tasks for s in ms[(t, workers, arm)]]
+        hits = [sum(math.isfinite(s.to[("lin", q)]) for s in every) for q in TARGETS]
+        print(f"{arm:<32}" + "".join(cells) + f"{f'{hits[0]}/{len(every)} {hits[1]}/{len(every)}':>12}"
+              + f"{statistics.median(s.hv_end['lin'] for s in every):>8.3f}"
+              + f"{statistics.median(s.hv_end['log'] for s in every):>8.3f}"
+              + f"{statistics.median(s.best_acc for s in every):>10.4f}"
+              + f"{statistics.median(s.trials for s in every):>8.0f}"
+              + f"{statistics.median(s.stopped for s in every):>9.0f}")
+    print("RMST q% view: restricted mean time to q % of the reference hypervolume (linear or log time) / budget, "
+          "median over tasks; hits: seeds x tasks that got there (linear); HV end, HV log, best acc, trials, stopped: "
+          "medians over seeds x tasks")
 
 
-def fmt_x(x: tuple[float, float, float] | None) -> str:
-    if x is None or math.isnan(x[0]):
-        return "-"
+def speedup(workers: int, tasks: list[str | None], ms: dict[tuple[str | None, int, str], list[Seed]],
+            budgets: dict[tuple[str | None, int], float], v: str, q: float, arm: str, base: str,
+            out: dict[str, Any]) -> str:
+    per = [([s.to[(v, q)] for s in ms[(t, workers, base)]], [s.to[(v, q)] for s in ms[(t, workers, arm)]],
+            budgets[(t, workers)]) for t in tasks]
+    if len(tasks) == 1:
+        x, above = paired_ratio(*per[0]), None
+        cell = fmt_x(x)
+    else:
+        x = median_ratio(per)
+        above = sum(paired_ratio(*p)[1] > 1 for p in per)
+        cell = f"{fmt_x(x)} ({above}/{len(tasks)})"
+    out[f"x|{workers}|{v}|{q}|{arm}|{base}"] = [*x, above]
+    return cell
 
-    def one(v: float) -> str:
-        return "inf" if math.isinf(v) else f"{v:.2f}"
 
-    return f"{one(x[0])}x [{one(x[1])},{one(x[2])}]"
+def difference(workers: int, tasks: list[str | None], ms: dict[tuple[str | None, int, str], list[Seed]],
+               get: Callable[[Seed], float], arm: str, base: str, key: str, out: dict[str, Any]) -> str:
+    ds = [paired_diff([get(s) for s in ms[(t, workers, base)]], [get(s) for s in ms[(t, workers, arm)]])
+          for t in tasks]
+    out[key] = ds
+    if len(tasks) == 1:
+        return f"{ds[0][0]:+.4f} [{ds[0][1]:+.4f}, {ds[0][2]:+.4f}]"
+    up, down = sum(d[1] > 0 for d in ds), sum(d[2] < 0 for d in ds)
+    return f"{statistics.median(d[0] for d in ds):+.4f} ({up}/{down} of {len(tasks)})"
 
 
-def report(name: str, workers: int, rows: dict[str, dict[str, Any]], seeds: int, budget: float) -> None:
-    print(f"\n{name}, {workers} worker{'s' if workers > 1 else ''}, {budget:g} simulated s x {seeds} seeds")
-    head = f"{'arm':<36}" + "".join(f"{'to ' + str(int(100 * q)) + '% (s) [90% CI] hits':>30}" for q in TARGETS)
-    print(head + f"{'HV end':>8}{'best acc':>10}{'trials':>8}{'stopped':>9}")
-    for arm, r in rows.items():
-        print(f"{arm:<36}" + "".join(f"{fmt_t(r[f'to_{q}'], r[f'hits_{q}'], seeds):>30}" for q in TARGETS)
-              + f"{r['hv_end']:>8.3f}{r['best_acc']:>10.4f}{r['trials']:>8.0f}{r['stopped']:>9.0f}")
-    bases = [b for b in BASELINES if b in rows]
-    for q in TARGETS:
-        print(f"\nspeed-up to {int(100 * q)}% (baseline's median time / arm's; [90% bootstrap interval]):")
-        print(f"{'arm':<36}" + "".join(f"{'vs ' + SHORT.get(b, b):>24}" for b in bases))
-        for arm, r in rows.items():
-            print(f"{arm:<36}" + "".join(f"{fmt_x(r.get(f'x_{b}_{q}')):>24}" for b in bases))
+def curves(ms: dict[tuple[str | None, int, str], list[Seed]], workers: list[int], arms: list[str]) -> dict[str, Any]:
+    """Anytime hypervolume share (linear), median and quartiles over tasks x seeds, per worker count and arm."""
+    import numpy as np
+
+    out: dict[str, Any] = {"grid": [(i + 1) / GRID for i in range(GRID)], "curves": {}}
+    for n in workers:
+        for arm in arms:
+            rows = np.array([s.anytime for (t, w, a), ss in ms.items() if w == n and a == arm for s in ss])
+            q = np.percentile(rows, [25, 50, 75], axis=0)
+            out["curves"][f"{n}|{arm}"] = {"q25": q[0].round(4).tolist(), "median": q[1].round(4).tolist(),
+                                           "q75": q[2].round(4).tolist()}
+    return out
+
+
+def load(paths: Sequence[Path], arms: Sequence[str]) -> tuple[Runs, list[int]]:
+    """Saved runs (--save), merged: the arms among `arms`, and the seeds they ran."""
+    runs: Runs = {}
+    seeds: list[int] = []
+    for p in paths:
+        saved = json.loads(p.read_text())
+        seeds = saved["seeds"]
+        for key, rs in saved["runs"].items():
+            task, n, arm = key.split("|")
+            if arm in arms:
+                runs[(None if task == "" else task, int(n), arm)] = [[tuple(e) for e in ev] for ev in rs]
+    return runs, seeds
+
+
+def run_all(name: str, tasks: list[str | None], arms: list[str], seeds: list[int], workers: list[int], charge: bool,
+            jobs: int, real: dict[str, float], t0: float) -> Runs:
+    """Every (worker count, task, seed, arm) run in a process pool; `real`: each arm's real seconds, added up."""
+    todo: list[Job] = [(name, t, a, s, n, budget_of(name, t, n), charge)
+                       for n in workers for t in tasks for s in seeds for a in arms]
+    runs: Runs = {(t, n, a): [[] for _ in seeds] for n in workers for t in tasks for a in arms}
+    with ProcessPoolExecutor(max_workers=max(1, jobs)) as pool:
+        for i, ((_, t, arm, seed, n, _, _), ev, took) in enumerate(pool.map(one_run, todo, chunksize=4), 1):
+            runs[(t, n, arm)][seed - seeds[0]] = ev
+            real[arm] += took
+            if i % max(1, len(todo) // 20) == 0 or i == len(todo):
+                print(f"  {i}/{len(todo)} runs, {time.perf_counter() - t0:.0f}s", flush=True)
+    return runs
 
 
 def main(argv: list[str] | None = None) -> None:
+    global BUDGET_TRIALS
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--workload", default="mnist1d", choices=sorted(SPACES))
-    ap.add_argument("--seeds", type=int, default=20)
+    ap.add_argument("--workload", default="lcbench", choices=sorted(SPACES))
+    ap.add_argument("--tasks", default="dev", help="LCBench: dev, report, all, or comma-separated task ids")
+    ap.add_argument("--seeds", type=int, default=10)
+    ap.add_argument("--seed-start", type=int, default=None,
+                    help=f"first seed (default: {REPORT_SEED} for --tasks report, else 0)")
     ap.add_argument("--workers", type=int, nargs="+", default=[1, 8])
-    ap.add_argument("--budget", type=float, default=90.0, help="simulated seconds per arm and seed (1 worker)")
-    ap.add_argument("--budget-8", type=float, default=None,
-                    help="simulated seconds with several workers (default: the budget / workers x 2)")
-    ap.add_argument("--arms", default=None,
-                    help=f"comma-separated (default: the peers and autotune's default; with --load, every saved arm), "
-                         f"of: {', '.join(ARMS)}")
-    ap.add_argument("--free-strategy", action="store_true",
-                    help="charge only the recorded training, not the Optuna arms' own CPU time (sampler, pruner)")
+    ap.add_argument("--budget-trials", type=float, default=BUDGET_TRIALS,
+                    help="LCBench: the 1-worker budget in median 52-epoch times of the task")
+    ap.add_argument("--arms", default=None, help=f"comma-separated (default: the peers and autotune), of: "
+                                                 f"{', '.join(ARMS)}")
+    ap.add_argument("--free-strategy", action="store_true", help="charge only the workload's time, not the arms' own")
     ap.add_argument("--save", type=Path, default=None, help="write every run's events here (JSON)")
     ap.add_argument("--load", type=Path, nargs="*", default=[], help="tables from saved runs instead of running")
+    ap.add_argument("--curves", type=Path, default=None, help="write the anytime curves here (JSON)")
+    ap.add_argument("--json", type=Path, default=None, help="write the tables' figures here (JSON)")
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="processes (the clock is simulated: "
                                                                           "running arms side by side changes nothing)")
     args = ap.parse_args(argv)
-    arms = ([a for a in args.arms.split(",") if a] if args.arms is not None
-            else list(ARMS) if args.load else list(DEFAULT_ARMS))
+    BUDGET_TRIALS = args.budget_trials
+    arms = [a for a in args.arms.split(",") if a] if args.arms is not None else list(DEFAULT_ARMS)
     unknown = [a for a in arms if a not in ARMS]
     if unknown:
         raise SystemExit(f"replay.py: --arms: unknown {', '.join(unknown)}; known: {', '.join(ARMS)}")
-    w = workload(args.workload)
-    print(f"replay: {args.workload} ({len(w.curves)} recorded configurations, {w.header.get('machine', {}).get('cpu')}"
-          f", clock: {w.header.get('clock', '?').split(':')[0]}), {len(arms)} arms x {args.seeds} seeds x workers "
-          f"{args.workers}, {args.jobs} processes; the strategy's own CPU time "
-          f"{'not charged' if args.free_strategy else 'charged'}", flush=True)
-
-    def budget(workers: int) -> float:
-        return args.budget if workers == 1 else (args.budget_8 or args.budget * 2 / workers)
-
+    tasks = task_list(args.workload, args.tasks)
+    start = args.seed_start if args.seed_start is not None else (REPORT_SEED if args.tasks == "report" else 0)
+    seeds = list(range(start, start + args.seeds))
     t0 = time.perf_counter()
+    load0 = os.getloadavg()
     real: dict[str, float] = {a: 0.0 for a in arms}
     if args.load:
-        runs = loaded(args.load, arms)
-        args.workers = sorted(runs)
-        args.seeds = min(len(rs) for by in runs.values() for rs in by.values())
+        runs, seeds = load(args.load, arms)
+        tasks = sorted({k[0] for k in runs}, key=lambda t: (t is None, t or ""))
+        args.workers = sorted({k[1] for k in runs})
     else:
-        charge = not args.free_strategy
-        jobs = [(args.workload, a, s, n, budget(n), charge)
-                for n in args.workers for s in range(args.seeds) for a in arms]
-        runs = {n: {a: [[] for _ in range(args.seeds)] for a in arms} for n in args.workers}
-        with ProcessPoolExecutor(max_workers=max(1, args.jobs)) as pool:
-            for i, ((arm, n, seed), ev, took) in enumerate(pool.map(one_run, jobs), start=1):
-                runs[n][arm][seed] = ev
-                real[arm] += took
-                if i % max(1, len(jobs) // 20) == 0 or i == len(jobs):
-                    print(f"  {i}/{len(jobs)} runs, {time.perf_counter() - t0:.0f}s", flush=True)
+        print(f"replay: {args.workload}, {len(tasks)} task(s), {len(arms)} arms x {len(seeds)} seeds x workers "
+              f"{args.workers}, {args.jobs} processes; the arms' own CPU time "
+              f"{'not charged' if args.free_strategy else 'charged'}", flush=True)
+        runs = run_all(args.workload, tasks, arms, seeds, args.workers, not args.free_strategy, args.jobs, real, t0)
         if args.save:
-            args.save.write_text(json.dumps({"workload": args.workload, "budget": {n: budget(n) for n in args.workers},
-                                             "runs": {str(n): by for n, by in runs.items()}}))
-    ref, t_ref = reference({(n, a): rs for n, by in runs.items() for a, rs in by.items()})
-    print(f"reference: union of every front, hypervolume {ref:.4f} (time reference {t_ref:.2f}s, error reference 1)")
+            args.save.write_text(json.dumps({"workload": args.workload, "seeds": seeds, "runs": {
+                f"{t or ''}|{n}|{a}": rs for (t, n, a), rs in runs.items()}}))
+    budgets = {(t, n): budget_of(args.workload, t, n) for t in tasks for n in args.workers}
+    ms = all_measures(args.workload, runs, budgets)
+    figures: dict[str, Any] = {}
     for n in args.workers:
-        report(args.workload, n, summarize(runs[n], ref, t_ref), args.seeds, budget(n))
-    print("\nreal seconds per arm (all its runs): " + ", ".join(f"{a} {s:.0f}" for a, s in real.items()))
-    print(f"total {time.perf_counter() - t0:.0f}s; load average at end "
+        figures.update(report(args.workload, n, tasks, arms, ms, budgets, seeds))
+    if args.curves:
+        args.curves.write_text(json.dumps({"workload": args.workload, "tasks": tasks, "seeds": seeds,
+                                           **curves(ms, args.workers, arms)}))
+    if args.json:
+        args.json.write_text(json.dumps(figures))
+    if not args.load:
+        print("\nreal seconds per arm (all its runs): " + ", ".join(f"{a} {s:.0f}" for a, s in real.items()))
+    print(f"total {time.perf_counter() - t0:.0f}s; load average at start {load0[0]:.1f}, at end "
           + " ".join(f"{x:.1f}" for x in os.getloadavg()))
 
 

@@ -17,8 +17,10 @@ of epoch 1. A recorded configuration that diverged stops at the same epoch for t
 The strategy's own work is charged too (`charge_cpu`, on by default): the CPU time a worker's thread spends between
 two charges, outside the surrogate's lookup, is added to its clock at the next charge. So a sampler that thinks
 for 0.2 s before each trial of 2 s pays for it, as it would for real; the recording's times are CPU time of torch
-on one thread (bench/replay_record.py), the same unit. What the replay does not charge: storage round trips (the
-study is in memory here; PostgreSQL's cost: bench/RESULTS.md) and Syne Tune's scheduler (its own simulator).
+on one thread (bench/replay_record.py), the same unit. autotune's arm keeps its study in a SQLite file as a real
+run does (bench/replay_arms.run_autotune), so its storage reads and writes are in that CPU time; Syne Tune's
+tuner loop and scheduler are charged in the same unit on its own simulated clock (bench/replay_syne.py: its time
+keeper counts their thread CPU seconds instead of the wall seconds it counts as shipped).
 """
 
 from __future__ import annotations
@@ -218,14 +220,22 @@ class Log:
 
     events: list[tuple[float, float | None, float | None, str]] = field(default_factory=list)
 
-    def callback(self, clock: SimClock) -> Callable[[optuna.Study, optuna.trial.FrozenTrial], None]:
+    def callback(self, clock: SimClock, stopped: Callable[[optuna.trial.FrozenTrial], tuple[float, float] | None]
+                 | None = None) -> Callable[[optuna.Study, optuna.trial.FrozenTrial], None]:
+        """`stopped(trial)`: a stopped trial's (accuracy, training time) where the counting rule lets it count
+        toward the front (bench/replay_arms.counted), else None."""
         def ended(study: optuna.Study, t: optuna.trial.FrozenTrial) -> None:
             ok = t.state == optuna.trial.TrialState.COMPLETE
             at = clock.now()
-            if at <= clock.budget_s:
-                acc = t.user_attrs.get("val_accuracy", t.values[0] if ok and t.values else None)
-                tt = t.user_attrs.get("train_time_s", t.values[1] if ok and t.values else None)
-                self.events.append((at, acc if ok else None, tt if ok else None, t.state.name))
+            if at > clock.budget_s:
+                return
+            if ok:
+                acc = t.user_attrs.get("val_accuracy", t.values[0] if t.values else None)
+                tt = t.user_attrs.get("train_time_s", t.values[1] if t.values else None)
+                self.events.append((at, acc, tt, t.state.name))
+                return
+            point = stopped(t) if stopped is not None and t.state == optuna.trial.TrialState.PRUNED else None
+            self.events.append((at, point[0] if point else None, point[1] if point else None, t.state.name))
         return ended
 
     def sorted(self) -> list[tuple[float, float | None, float | None, str]]:

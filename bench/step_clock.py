@@ -48,7 +48,7 @@ def main() -> None:
         time.sleep(args.eval_s)  # the evaluation that follows
         ctx.report(val_loss=float(loss))
     print(f"step clock on {ctx.device}: {args.steps} steps then {args.eval_s:g}s of evaluation per epoch")
-    for h, s in zip(ctx.state.history, steps_s):
+    for h, s in zip(ctx._state.history, steps_s):
         print(f"  epoch {h.epoch}: epoch_time_s {h.epoch_time_s:.4f}  steps' own {s:.4f}  ratio "
               f"{h.epoch_time_s / s:.2f}x")
 

@@ -9,11 +9,11 @@ thread:
   (Optuna cannot prune with several objectives);
 - random search: the same hand-written objective with Optuna's RandomSampler (plain, not autotune: it measures
   the sampler alone);
-- autotune: `autotune.run` with autotune's defaults (pruner auto = pareto_asha, strategy joint, one proposal per
-  trial);
+- autotune: `autotune.run` with autotune's defaults (pruner auto = pareto_asha, strategy joint, candidates auto: 8
+  proposals per trial while choosing costs at most 2 % of a trial's training time, else one);
 - candidates for the defaults (`--arms` picks): probe_then_tune; pareto_asha; one candidate (pareto_asha with
-  study.candidates 1, the default) and predicted front (8 candidates per trial chosen by their predicted
-  objectives: search/predicted.py); forecast (the Pareto pruner judging learning-curve forecasts, plus
+  study.candidates 1, the default before issue 42) and predicted front (8 candidates per trial chosen by their
+  predicted objectives: search/predicted.py); forecast (the Pareto pruner judging learning-curve forecasts, plus
   `slow.min_front_gain` before training).
 
 The measure: the hypervolume of a study's (training time, error) front as the wall clock runs (trials ending
@@ -59,8 +59,8 @@ ARMS: dict[str, dict[str, Any]] = {
     "autotune": {"kind": "autotune", "pruning": {}},  # the config's defaults
     "autotune probe_then_tune": {"kind": "autotune", "pruning": {}, "strategy": "probe_then_tune"},
     "autotune pareto_asha": {"kind": "autotune", "pruning": {"pruner": "pareto_asha"}},
-    # study.candidates (search/predicted.py): one proposal per trial, run as is (the default), or the best of 8 by
-    # their predicted objectives
+    # study.candidates (search/predicted.py): one proposal per trial, run as is (the default before auto), or the
+    # best of 8 by their predicted objectives
     "autotune one candidate": {"kind": "autotune", "pruning": {"pruner": "pareto_asha"}, "study": {"candidates": 1}},
     "autotune predicted front": {"kind": "autotune", "pruning": {"pruner": "pareto_asha"},
                                  "study": {"candidates": 8}},

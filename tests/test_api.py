@@ -58,7 +58,7 @@ def test_the_optimizer_is_what_prepare_returns_and_its_factory_ctx_optimizer_fac
     factory = ctx.optimizer_factory
     assert isinstance(factory(net.parameters()), torch.optim.SGD)
     model, opt = ctx.prepare(net)
-    assert opt is ctx.state.opt and isinstance(opt, torch.optim.SGD)
+    assert opt is ctx._state.opt and isinstance(opt, torch.optim.SGD)
     assert not hasattr(ctx, "optimizer") and not hasattr(ctx, "opt")  # one name each: no aliases
 
 
@@ -66,4 +66,4 @@ def test_the_context_surface_is_small() -> None:
     ctx = TrialContext({"device": "cpu", "epochs": 1, "batch_size": 10})
     public = {n for n in dir(ctx) if not n.startswith("_")}
     assert public == {"autocast", "backward", "device", "epochs", "loader", "model", "optimizer_factory", "params",
-                      "prepare", "rank", "report", "seed", "settings", "state", "world_size"}
+                      "prepare", "rank", "report", "seed", "settings", "world_size"}

@@ -59,8 +59,12 @@ def _marked(example: str) -> tuple[int, int]:
 
 def test_the_integration_examples_add_the_lines_readme_and_docs_say() -> None:
     docs = Path(__file__).resolve().parent.parent / "docs" / "howto"
-    hf_readme = re.search(r"hf_text\.py`\) adds or changes (\d+) lines of its script \((\d+)\s+added, (\d+) "
-                          r"changed\), (\d+) more", README)
+    guide = re.search(r"hf_seqcls\.py`\),\s+adds or changes (\d+) lines \((\d+) added, (\d+) changed\)", README)
+    assert guide is not None
+    total, added, changed = map(int, guide.groups())
+    assert _marked("hf_seqcls") == (total, 0) and added + changed == total
+    hf_readme = re.search(r"hf_text\.py`: `make_trainer\(args, ctx\)`.*?adds or changes (\d+) lines \((\d+) added, "
+                          r"(\d+) changed\), (\d+) more", README, re.S)
     assert hf_readme is not None
     hf_page = (docs / "hf.md").read_text()
     hf_doc = re.search(r"That is (\d+) lines of your script, (\d+) added and (\d+) changed \((\d+) more", hf_page)
@@ -68,8 +72,10 @@ def test_the_integration_examples_add_the_lines_readme_and_docs_say() -> None:
     total, added, changed, optional = map(int, hf_readme.groups())
     assert _marked("hf_text") == (total, optional) and added + changed == total
     assert (hf_page.count("# + 1"), hf_page.count("# ~ 1")) == (added, changed)
+    assert f"{_marked('hf_seqcls')[0]} lines" in hf_page
     lightning = re.search(r"\*\*(\d+) added lines\*\*", README)
-    assert lightning is not None and _marked("digits_lightning") == (int(lightning.group(1)), 0)
+    assert lightning is not None and _marked("lightning_backbone") == (int(lightning.group(1)), 0)
+    assert _marked("digits_lightning") == (int(lightning.group(1)), 0)
     page = (docs / "lightning.md").read_text()
     assert "three lines hand them to autotune" in page and int(lightning.group(1)) == 3
     assert page.split("```python", 1)[1].split("```", 1)[0].count("# added") == 3

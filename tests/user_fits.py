@@ -137,7 +137,7 @@ SEEN: dict[str, Any] = {}
 def fit_probe(ctx: autotune.TrialContext) -> None:
     PROBE.clear()
     model, opt = ctx.prepare(ProbeNet())
-    SEEN.update(model=model, opt=opt, scaler=ctx.state.scaler, matmul=torch.get_float32_matmul_precision(),
+    SEEN.update(model=model, opt=opt, scaler=ctx._state.scaler, matmul=torch.get_float32_matmul_precision(),
                 cudnn_benchmark=torch.backends.cudnn.benchmark, conv_tf32=torch.backends.cudnn.allow_tf32,
                 threads=torch.get_num_threads())
     train = ctx.loader((IMAGES, LABELS))

@@ -12,6 +12,7 @@ from autotune.core import (
     INFERENCE,
     AutotuneError,
     ConfigError,
+    adapter_mark,
     check_fit_signature,
     load_factory,
     one_device_adapter,
@@ -23,9 +24,16 @@ from autotune.core import (
     user_code_allowed,
     warn_config,
 )
-from autotune.spec import MODEL_PREFIX, SETTINGS, TASK_METRICS, USER_PREFIX, ModelConfig, ParamSpec, RunConfig
-
-CANDIDATE_SAMPLERS = ("tpe", "random")  # samplers that propose a parameter at a time (search/predicted.py)
+from autotune.spec import (
+    BUILTIN_ONLY,
+    MODEL_PREFIX,
+    SETTINGS,
+    TASK_METRICS,
+    USER_PREFIX,
+    ModelConfig,
+    ParamSpec,
+    RunConfig,
+)
 
 # ---------------------------------------------------------------- names from the registries
 # Each registry is a mapping next to its builders (samplers.py, pruners.py, data/registry.py, models.py). Those modules
@@ -36,6 +44,13 @@ def sampler_names() -> list[str]:
     from autotune.search import SAMPLERS
 
     return list(SAMPLERS)
+
+
+def sampler_kind(name: str) -> Any:
+    """What a registered sampler can do (search.SamplerKind: objectives, proposes, grid); None: not registered."""
+    from autotune.search import SAMPLERS
+
+    return SAMPLERS.get(name)
 
 
 def pruner_names(objectives: str | None = None) -> list[str]:
@@ -132,25 +147,33 @@ def _check_space(cfg: RunConfig, file: str) -> None:
 
 
 def _check_sampler(cfg: RunConfig, file: str) -> None:
-    if cfg.study.sampler == "cmaes" and cfg.multi_objective:
-        raise ConfigError(file, "study.sampler", "cmaes handles one objective only; for several use tpe, nsga2, "
-                                                 "random, gp or qmc")
+    """The sampler's capabilities (search.SamplerKind) against the study: its objectives, study.candidates, the
+    parameters a grid takes."""
+    name = cfg.study.sampler
+    kind = sampler_kind(name)
+    if kind is None:
+        return  # (an unknown name: said by the schema's check against the registry)
+    if kind.objectives == "one" and cfg.multi_objective:
+        several = [n for n in sampler_names() if sampler_kind(n).objectives == "any"]
+        raise ConfigError(file, "study.sampler", f"{name} handles one objective only; for several use "
+                                                 f"{', '.join(several)}")
     k = cfg.study.candidates
-    if k > 1:
+    if k != "auto" and k > 1:  # (auto: 1 wherever candidates cannot apply)
+        drawn = [n for n in sampler_names() if sampler_kind(n).proposes == "parameter"]
         for cannot, why in (
             (not cfg.multi_objective, "it predicts each candidate's objectives to pick the one that adds most to the "
                                       "Pareto front, so the study needs two or more objectives"),
-            (cfg.study.sampler not in CANDIDATE_SAMPLERS,
-             f"{cfg.study.sampler} proposes whole points itself; candidates are drawn from tpe or random"),
+            (kind.proposes != "parameter",
+             f"{name} proposes whole points itself; candidates are drawn from {' or '.join(drawn)}"),
             (cfg.study.strategy != "joint",
              "probe_then_tune narrows the space after probing; candidates need the joint strategy"),
         ):
             if cannot:
                 raise ConfigError(file, "study.candidates", f"{why}; allowed here: 1 (got {k})")
-    if cfg.study.sampler == "grid":
+    if kind.grid:
         for key, spec in cfg.space.items():
             if spec.type in ("float", "int") and spec.step is None:
-                raise ConfigError(file, f"space.{key}", "the grid sampler needs categorical, bool or stepped "
+                raise ConfigError(file, f"space.{key}", f"the {name} sampler needs categorical, bool or stepped "
                                                         "(step: ...) parameters; add a step or pick another sampler")
 
 
@@ -243,6 +266,30 @@ def _check_user_training(cfg: RunConfig, file: str) -> None:
         check_fit_signature(fn, cfg.trainer, file)
         check_one_device(cfg, fn, file)
         _check_builtin_only(cfg, file)
+        check_framework(cfg, fn, file)
+
+
+def check_framework(cfg: RunConfig, fn: Any, file: str | None) -> None:
+    """A training function through a framework adapter (the HF Trainer, Lightning): every setting the study
+    chooses (searched, or fixed in train:) is one the framework can apply, with values it can take, and every
+    objective and metric one it can report (HF's eval_X is val_X); else one line naming the key."""
+    table = adapter_mark(fn)
+    if table is None or not hasattr(table, "refusal"):
+        return
+    chosen: list[tuple[str, str, list[Any] | None]] = [(f"train.{k}", k, [v]) for k, v in cfg.train.items()]
+    for key, spec in cfg.space.items():
+        chosen.append((f"space.{key}", key, list(spec.choices) if spec.choices is not None else None))
+    keys = {key for _, key, _ in chosen}
+    for where, key, values in chosen:
+        if key in SETTINGS:
+            why = table.refusal(key, values, keys)
+            if why is not None:
+                raise ConfigError(file, where, why)
+    named = [(f"objectives.{i}.metric", o.metric) for i, o in enumerate(cfg.objectives)]
+    for where, metric in named + [(f"metrics.{i}", m) for i, m in enumerate(cfg.metrics)]:
+        why = table.metric_refusal(metric)
+        if why is not None:
+            raise ConfigError(file, where, why)
 
 
 def check_one_device(cfg: RunConfig, fn: Any, file: str | None) -> None:
@@ -262,18 +309,19 @@ def check_one_device(cfg: RunConfig, fn: Any, file: str | None) -> None:
                                        f"{', '.join(str(v) for v in values if v is not None)})")
 
 
-# Steps on the built-in trainer's model and data that a user's training function does not expose.
-BUILTIN_ONLY = {"prune_method": "none", "prune_amount": 0.0, "finetune_epochs": 0, "quantize": "none", "qat": False,
-                "freeze": "none"}
+# Metrics measured on the built-in trainer's model, which a user's training function does not expose.
 BUILTIN_ONLY_METRICS = INFERENCE
 
 
 def _check_builtin_only(cfg: RunConfig, file: str) -> None:
-    for key, off in BUILTIN_ONLY.items():
+    """The built-in trainer's own steps (spec.BUILTIN_ONLY: compression, inference metrics, checkpoint loading),
+    searched or fixed away from their default, with a training function of the user's."""
+    for key in BUILTIN_ONLY:
         where = f"space.{key}" if key in cfg.space else f"train.{key}" if key in cfg.train else None
-        if where is not None and (key in cfg.space or cfg.train[key] != off):
+        if where is not None and (key in cfg.space or cfg.train[key] != SETTINGS[key].default):
             raise ConfigError(file, where, f"{key}: compression and transfer learning run on the built-in trainer's "
-                                           "model; with trainer: they are not applied (drop the key)")
+                                           "model (its inference measurements too); with trainer: they are not "
+                                           "applied (drop the key)")
     for i, o in enumerate(cfg.objectives):
         if o.metric in BUILTIN_ONLY_METRICS:
             raise ConfigError(file, f"objectives.{i}.metric", f"{o.metric} is measured on the built-in trainer's "

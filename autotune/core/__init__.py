@@ -44,7 +44,9 @@ from autotune.core.metrics import (
     task_metrics,
 )
 from autotune.core.userref import (
+    ADAPTER,
     ONE_DEVICE,
+    adapter_mark,
     check_fit_signature,
     code_where,
     file_stem,
@@ -60,8 +62,8 @@ from autotune.core.version import __version__
 __all__ = [
     "AutotuneError", "CATALOGUE", "CLOCKS", "ConfigError", "ConfigWarning", "DIRECTIONS", "EPOCH_FIELDS", "INFERENCE",
     "PER_EPOCH", "REPORTED", "STOP_REASONS", "TrialStopped", "__version__", "library_file", "check_fit_signature",
-    "ONE_DEVICE", "code_where", "config_warnings_as_lines", "describe_exception", "error_signature", "exit_text",
-    "file_stem", "fmt", "importable",
+    "ADAPTER", "ONE_DEVICE", "adapter_mark", "code_where", "config_warnings_as_lines", "describe_exception",
+    "error_signature", "exit_text", "file_stem", "fmt", "importable",
     "is_fraction", "is_quality", "label", "load_factory", "lookup", "message_and_where", "one_of",
     "one_device_adapter", "per_epoch", "redact", "resolve_path", "short", "shorten", "shown",
     "shown_with", "suggest", "task_metrics", "unknown", "user_code_allowed", "user_frame", "user_where", "warn_config",

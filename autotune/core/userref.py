@@ -36,17 +36,27 @@ def check_fit_signature(fn: Any, ref: str, file: str) -> None:
                                            f"takes ({shown})")
 
 
-# The attribute a framework adapter sets on a training function (hf.trainer_fit's) or on itself (lightning.fit): its
-# name, when it trains a trial on one device only (checked against `devices` at validation).
+# The attributes a framework adapter sets on a training function (hf.trainer_fit's) or on itself (lightning.fit):
+# ONE_DEVICE its name, when it trains a trial on one device only (checked against `devices` at validation); ADAPTER
+# its table of what the framework does with each setting (integrations/tables.py: validation refuses what it cannot
+# apply, and objectives it can never report).
 ONE_DEVICE = "autotune_one_device"
+ADAPTER = "autotune_adapter"
 
 
 def one_device_adapter(fn: Any) -> str | None:
     """The adapter that trains `fn`'s trials on one device: `fn` made by it (marked), or one `fn`'s code calls by a
     name it reads (`tune_lightning.fit(...)`, an imported `fit`). An adapter reached through another function of the
     user's is not seen here: the adapter refuses several devices when it runs."""
-    if _marked(fn) is not None:
-        return _marked(fn)
+    found = adapter_mark(fn, ONE_DEVICE)
+    return found if isinstance(found, str) else None
+
+
+def adapter_mark(fn: Any, attr: str = ADAPTER) -> Any:
+    """What a framework adapter marked `fn` with (`attr`), or marked a function `fn`'s code calls by a name it
+    reads; None when no adapter is seen."""
+    if _marked(fn, attr) is not None:
+        return _marked(fn, attr)
     code, names = getattr(fn, "__code__", None), getattr(fn, "__globals__", None)
     if code is None or not isinstance(names, dict):
         return None
@@ -60,17 +70,16 @@ def one_device_adapter(fn: Any) -> str | None:
         obj = names[name]
         found = [obj, *(vars(obj).get(n) for n in read)] if isinstance(obj, type(os)) else [obj]
         for o in found:
-            if _marked(o) is not None:
-                return _marked(o)
+            if _marked(o, attr) is not None:
+                return _marked(o, attr)
     return None
 
 
-def _marked(obj: Any) -> str | None:
+def _marked(obj: Any, attr: str) -> Any:
     try:  # (any object a user's module holds: one whose __getattr__ raises is not an adapter)
-        marked = getattr(obj, ONE_DEVICE, None)
+        return getattr(obj, attr, None)
     except Exception:
         return None
-    return marked if isinstance(marked, str) else None
 
 
 def code_where(fn: Any) -> str:

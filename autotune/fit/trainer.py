@@ -31,6 +31,7 @@ from autotune.training import (
     OnEpoch,
     TrainResult,
     TrialContext,
+    TrialPort,
     TrialSetup,
     accel,
     augment,
@@ -124,7 +125,7 @@ def train_here(job: TrainJob, group: distributed.Group | None = None, on_epoch: 
         result = run_fit(fit, ctx)
         if builtin is not None and ctx.rank == 0:
             builtin.after_fit(ctx, result)
-            result.not_applied = ctx.state.unapplied()  # the steps after training read settings too
+            result.not_applied = TrialPort(ctx).unapplied()  # the steps after training read settings too
     return result
 
 
@@ -185,7 +186,7 @@ class BuiltinFit:
     def __call__(self, ctx: TrialContext) -> None:
         cfg, s = self.job.config, ctx.settings
         ds = self.ds = data.load(cfg.data, cfg.source, cfg.task)
-        ctx.state.chance_loss = tasks.chance_loss(ds)  # a guess's loss: the divergence rule's ceiling
+        TrialPort(ctx).set_chance_loss(tasks.chance_loss(ds))  # a guess's loss: the divergence rule's ceiling
         model = models.build_for(cfg.model, s, ds.input_shape, ds.n_outputs, s["dropout"], "default", self.file)
         loaded = cfg.model.checkpoint is not None
         if loaded:  # transfer learning: the checkpoint's weights, not the init scheme's
@@ -254,7 +255,7 @@ class BuiltinFit:
         for _ in fctx.epochs():
             train_epoch(fctx, prepared, batches, ds.normalize, loss_of)
             fctx.report()
-        return fctx.state.result().train_time_s
+        return TrialPort(fctx).result().train_time_s
 
 
 __all__ = ["BuiltinFit", "EpochRecord", "Fit", "TrainJob", "TrainResult", "train", "train_epoch", "train_here"]

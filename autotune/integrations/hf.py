@@ -1,166 +1,183 @@
-"""Tune a Hugging Face `Trainer` as it is: autotune builds its `TrainingArguments` from the trial's settings
-(`MAPPED`: one row per setting), gives it autotune's optimizer, and adds a `TrainerCallback` that keeps the trial
-context's clocks and stop rules.
+"""Tune a Hugging Face `Trainer` as it is: the user's `Trainer` and `TrainingArguments` are the baseline; a trial
+changes exactly the settings it chose (searched, or fixed in `train:`), through the table's mapping
+(`tables.HF`), and a `TrainerCallback` keeps the trial context's clocks and stop rules.
 
     from autotune.integrations import hf
 
+    trainer = Trainer(model=model, args=training_args, ...)   # your script, as the guide writes it
+    fit = hf.trainer_fit(trainer)                              # `trainer: my_script:fit` in the YAML
+
+or, where the model is built per trial (reading the trial's settings or `user.` parameters):
+
     def make_trainer(args, ctx):                  # your code, given the trial's TrainingArguments (ctx optional)
-        return Trainer(model=MyModel(), args=args, train_dataset=train, eval_dataset=val, compute_metrics=acc)
+        return Trainer(model=MyModel(width=ctx.params["width"]), args=args, train_dataset=train, ...)
 
-    fit = hf.trainer_fit(make_trainer, output_dir="runs/hf")   # `trainer: my_script:fit`; your other arguments
+    fit = hf.trainer_fit(make_trainer, output_dir="runs/hf")   # your own TrainingArguments as keywords
 
-Each epoch is evaluated and logged (`eval_strategy` and `logging_strategy` "epoch"); `eval_X` metrics are
-reported as `val_X` (`eval_loss` is `val_loss`), the epoch's logged `loss` as `train_loss`. An epoch's training
-clock runs from the Trainer's epoch start to its last optimizer step: evaluation, logging and checkpoint saving
-(`save_strategy` "no" unless given; "steps" becomes "epoch") are not training. A stop (divergence, slow,
-dominated, the pruner) raises out of `trainer.train()` and the trial ends PRUNED with its reason. One device per
-trial (`devices: 1`).
+A `Trainer` object is reused by every trial: each trial restores the model's first weights (those it had when the
+first trial began), builds a fresh optimizer, and gives the Trainer the trial's TrainingArguments (as the Trainer's
+own hyper-parameter search does). A setting the trial did not choose keeps the user's value (or the Trainer's
+default: AdamW stays AdamW, lr_scheduler_type linear stays, the warmup, max_grad_norm 1.0); the trial records
+what the Trainer held for each (`recipe`). Each epoch is evaluated and logged (`eval_strategy` and
+`logging_strategy` "epoch"); `eval_X` metrics are reported as `val_X` (`eval_loss` is `val_loss`), the epoch's
+logged `loss` as `train_loss`. An epoch's training clock runs from the Trainer's epoch start to its last
+optimizer step: evaluation, logging and checkpoint saving (`save_strategy` "no" unless given; "steps" becomes
+"epoch") are not training. Each trial writes under its own `output_dir/seed-N` (N: the trial's seed). A stop
+(divergence, slow, dominated, the pruner) raises out of `trainer.train()` and the trial ends PRUNED with its
+reason. One device per trial (`devices: 1`).
 """
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import inspect
 import math
+import os
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from autotune.core import ONE_DEVICE
-from autotune.integrations.common import FrameworkLoop, record_not_applicable, record_received, require
-from autotune.training import ContextMisuse, TrialContext
+import torch
+
+from autotune.core import ADAPTER, ONE_DEVICE, ConfigError
+from autotune.integrations.common import quiet_frameworks, record_cannot, require
+from autotune.integrations.tables import HF, HF_OBJECT, HF_SPEED_KEYS, Framework, enum_value
+from autotune.training import ContextMisuse, TrialContext, TrialPort, refuse_devices
 
 require("transformers", "hf", "Hugging Face")
 require("accelerate", "hf", "Hugging Face")
 
-from transformers import PrinterCallback, Trainer, TrainerCallback, TrainingArguments  # noqa: E402
+from transformers import (  # noqa: E402
+    PrinterCallback,
+    ProgressCallback,
+    Trainer,
+    TrainerCallback,
+    TrainingArguments,
+)
 
-SCHEDULES = {"constant": "constant", "cosine": "cosine"}  # autotune lr_schedule -> lr_scheduler_type
-OPTIMIZER_ARG = "optimizer_cls_and_kwargs"  # the Trainer's: autotune's optimizer factory builds its optimizer
-
-
-def _precision(v: str, ctx: TrialContext) -> dict[str, Any]:
-    return {"bf16": v == "bf16", "fp16": v == "fp16"}
-
-
-def _loader(field_name: str) -> Callable[[Any, TrialContext], dict[str, Any]]:
-    """A DataLoader option: only with worker processes (the Trainer refuses them, or torch does, without)."""
-    def to_args(v: Any, ctx: TrialContext) -> dict[str, Any]:
-        workers = int(ctx.settings.num_workers)
-        off = None if field_name == "dataloader_prefetch_factor" else False
-        return {field_name: v if workers > 0 else off}
-    return to_args
+FRAMEWORK = "the Hugging Face Trainer"
 
 
-def _arg(field_name: str, cast: Callable[[Any], Any] = lambda v: v) -> Callable[[Any, TrialContext], dict[str, Any]]:
-    return lambda v, ctx: {field_name: cast(v)}
+class _View:
+    """The user's TrainingArguments with the trial's changes so far (a mapped value that depends on another)."""
+
+    def __init__(self, base: Any, changes: Mapping[str, Any]) -> None:
+        self._base, self._changes = base, changes
+
+    def __getattr__(self, name: str) -> Any:
+        return self._changes[name] if name in self._changes else getattr(self._base, name)
 
 
-# autotune setting -> the TrainingArguments it becomes (a function of the value and the context). The optimizer's
-# settings go to the Trainer as autotune's optimizer (the one every trainer builds: fused kernels where torch has
-# them), so each optimizer is the same across trainers; weight_decay also sets the Trainer's groups (decayed
-# weights; biases and LayerNorm at 0, the Trainer's rule).
-MAPPED: dict[str, Callable[[Any, TrialContext], dict[str, Any]]] = {
-    "lr": _arg("learning_rate", float),
-    "optimizer": lambda v, ctx: {},
-    "momentum": lambda v, ctx: {},
-    "weight_decay": _arg("weight_decay", float),
-    "batch_size": _arg("per_device_train_batch_size", int),
-    "epochs": _arg("num_train_epochs", float),
-    "lr_schedule": lambda v, ctx: {"lr_scheduler_type": SCHEDULES.get(v, "constant")},
-    "label_smoothing": _arg("label_smoothing_factor", float),
-    "grad_accum_steps": _arg("gradient_accumulation_steps", int),
-    "grad_clip": _arg("max_grad_norm", float),
-    "precision": _precision,
-    "compile": _arg("torch_compile", bool),
-    "compile_mode": lambda v, ctx: {"torch_compile_mode": v if ctx.settings.compile else None},
-    "num_workers": _arg("dataloader_num_workers", int),
-    "pin_memory": _arg("dataloader_pin_memory", bool),
-    "prefetch_factor": _loader("dataloader_prefetch_factor"),
-    "persistent_workers": _loader("dataloader_persistent_workers"),
-    "eval_batch_size": _arg("per_device_eval_batch_size", int),
-}
-# Settings your own code applies (read them through ctx.settings in make_trainer): applied when read.
-YOURS = {
-    "dropout": "the model is yours: read ctx.settings.dropout in make_trainer to search it",
-    "init": "the model is yours: the Trainer keeps its weights (read ctx.settings.init to search it)",
-    "data_fraction": "the Trainer trains on your whole train_dataset (subset it by ctx.settings.data_fraction)",
-    "aug_crop_padding": "the augmentation is yours", "aug_flip": "the augmentation is yours",
-    "aug_cutout": "the augmentation is yours",
-}
-NOT_APPLICABLE = {
-    "channels_last": "the Trainer keeps the model's memory format (no channels_last)",
-    "data_on_device": "the Trainer batches through its own DataLoader (no device-resident data)",
-}
-OPTIMIZER_KEYS = ("optimizer", "momentum")  # applied by their effect: autotune's optimizer stepped
-
-
-def training_arguments(ctx: TrialContext, user_args: Mapping[str, Any]
-                       ) -> tuple[TrainingArguments, dict[str, dict[str, Any]]]:
-    """The trial's TrainingArguments: the user's own, then the mapped settings, then what autotune's clocks need;
-    and setting -> {argument: value} for the arguments each setting decided."""
-    wanted = {key: to_args(ctx.settings[key], ctx) for key, to_args in MAPPED.items()}
-    mapped = {arg: value for args in wanted.values() for arg, value in args.items()}
-    kwargs = {"report_to": "none", "disable_tqdm": True, **user_args, **mapped,
-              "eval_strategy": "epoch", "logging_strategy": "epoch", "seed": ctx.seed,
-              "use_cpu": ctx.device.type == "cpu"}
+def trial_arguments(port: TrialPort, base: TrainingArguments, given: set[str] | None = None
+                    ) -> tuple[TrainingArguments, dict[str, dict[str, Any]]]:
+    """The trial's TrainingArguments: the user's (`base`; `given`: the names the user set, None: those that differ
+    from TrainingArguments' defaults), the settings the trial chose mapped onto theirs, then what autotune's
+    records need (each epoch evaluated and logged, the trial's seed, its own output folder). Also setting ->
+    {argument: value} for each chosen setting."""
+    s = port.settings
+    changes: dict[str, Any] = {}
+    wanted: dict[str, dict[str, Any]] = {}
+    for key, a in HF.mapped.items():
+        if port.chosen(key) and a.on == "args":
+            wanted[key] = a.to(s[key], _View(base, changes))
+            changes.update(wanted[key])
+    if "compile_mode" in wanted and not _View(base, changes).torch_compile:
+        changes["torch_compile_mode"] = None  # (HF turns compile on for a mode: compile_mode acts with compile)
+    given = _given(base) if given is None else given
+    # (push_to_hub off: a trial's checkpoints are not the user's model, and every trial would push to one repository)
+    changes.update(eval_strategy="epoch", logging_strategy="epoch", seed=port.ctx.seed, push_to_hub=False,
+                   use_cpu=port.ctx.device.type == "cpu",
+                   output_dir=os.path.join(str(base.output_dir or "trainer_output"), f"seed-{port.ctx.seed}"))
     # a checkpoint saved mid-epoch would be inside the training clock: "steps" saves each epoch instead, and the
-    # Trainer's default (every 500 steps) saves nothing
-    if "save_strategy" not in user_args:
-        kwargs["save_strategy"] = "no"
-    elif str(user_args["save_strategy"]) == "steps":
-        kwargs["save_strategy"] = "epoch"
-    return TrainingArguments(**kwargs), wanted
+    # Trainer's default (every 500 steps) saves nothing (unless the best model is loaded at the end)
+    if str(enum_value(base.save_strategy)) == "steps":
+        changes["save_strategy"] = "epoch" if "save_strategy" in given or base.load_best_model_at_end else "no"
+    for name, quiet in (("report_to", "none"), ("disable_tqdm", True)):
+        if name not in given:  # autotune prints the trials' progress
+            changes[name] = quiet
+    return dataclasses.replace(base, **changes), wanted
 
 
-def _missed(ctx: TrialContext, key: str) -> str | None:
-    """Why a mapped setting was not applied although the Trainer holds it (the value means nothing there)."""
-    s = ctx.settings
-    if key == "lr_schedule" and s.lr_schedule not in SCHEDULES:
-        return f"the Trainer has no {s.lr_schedule} schedule (lr_scheduler_type: {', '.join(SCHEDULES)})"
-    if key in ("prefetch_factor", "persistent_workers") and s.num_workers == 0:
+def _given(args: TrainingArguments) -> set[str]:
+    """The TrainingArguments a user set (those away from the dataclass's defaults)."""
+    out = set()
+    for f in dataclasses.fields(args):
+        if not f.init or f.default is dataclasses.MISSING:
+            continue
+        value = enum_value(getattr(args, f.name))
+        if value != enum_value(f.default) and not (f.default is None and not value):  # (None: derived in __post_init__)
+            out.add(f.name)
+    return out
+
+
+def _not_held(port: TrialPort, args: TrainingArguments, wanted: Mapping[str, Mapping[str, Any]]) -> None:
+    """Each chosen setting is applied when the Trainer that trains holds every argument it became (a make_trainer
+    building TrainingArguments of its own did not take them) and its value means something there."""
+    for key, args_wanted in wanted.items():
+        held = {a: enum_value(getattr(args, a, None)) for a in args_wanted}
+        missed = {a: v for a, v in held.items() if v != enum_value(args_wanted[a])}
+        shown = ", ".join(f"TrainingArguments.{a}={v!r}" for a, v in missed.items())
+        port.received(key, not missed, f"the Trainer holds {shown}, not what autotune gave it: your code did not "
+                                       "train with the arguments autotune built")
+        why = _missed(args, key)
+        if why is not None:
+            port.not_applied(key, why)
+
+
+def _missed(args: TrainingArguments, key: str) -> str | None:
+    """Why a setting the Trainer holds was not applied there (its value means nothing with the rest)."""
+    if key in ("prefetch_factor", "persistent_workers") and not args.dataloader_num_workers:
         return "with num_workers 0 the DataLoader has no worker processes"
-    if key == "compile_mode" and not s.compile:
+    if key == "compile_mode" and not args.torch_compile:
         return "compile is off"
-    if key == "pin_memory" and ctx.device.type == "cpu":
+    if key == "pin_memory" and args.use_cpu:
         return "the Trainer pins no memory for a CPU device"
     return None
+
+
+def _record_recipe(port: TrialPort, args: TrainingArguments) -> None:
+    """What the Trainer held for each mapped setting the trial did not choose: the user's recipe."""
+    for key, a in HF.mapped.items():
+        if not port.chosen(key) and a.held is not None:
+            value = a.held(args)
+            if value is not None:
+                port.recipe(key, value)
 
 
 class AutotuneCallback(TrainerCallback):
     """The Trainer's loop, seen by the trial context: epochs, optimizer steps, evaluations (the stop rules)."""
 
-    def __init__(self, ctx: TrialContext, wanted: Mapping[str, Mapping[str, Any]]) -> None:
-        self.loop = FrameworkLoop(ctx)
+    def __init__(self, port: TrialPort, wanted: Mapping[str, Mapping[str, Any]]) -> None:
+        self.port = port
         self.wanted = wanted
         self.train_loss: float | None = None  # the epoch's logged loss
         self.epoch_samples = 0
         self.dataset_len = 0
         self.per_step = 1
+        self.optimizer: Any = None  # the optimizer the Trainer stepped
 
     def on_train_begin(self, args: TrainingArguments, state: Any, control: Any, **kw: Any) -> None:
-        ctx = self.loop.ctx
-        record_received(ctx, self.wanted, args, "TrainingArguments")
-        for key in self.wanted:
-            why = _missed(ctx, key)
-            if why is not None and key in ctx.state.chosen:
-                ctx.state.not_applied[key] = why
-                ctx.state.reads.discard(key)
+        _not_held(self.port, args, self.wanted)
+        _record_recipe(self.port, args)
         loader = kw.get("train_dataloader")
         self.dataset_len = len(loader.dataset) if loader is not None and hasattr(loader.dataset, "__len__") else 0
         self.per_step = args.per_device_train_batch_size * args.gradient_accumulation_steps
         steps = math.ceil(len(loader) / args.gradient_accumulation_steps) if loader is not None else 1
-        self.loop.start(steps, kw.get("optimizer"), kw.get("model"), bool(args.torch_compile))
+        self.optimizer = kw.get("optimizer")
+        self.port.start(steps, epochs=state.num_train_epochs, optimizer=self.optimizer, model=kw.get("model"),
+                        compiled=bool(args.torch_compile))
 
     def on_epoch_begin(self, args: TrainingArguments, state: Any, control: Any, **kw: Any) -> None:
         self.train_loss = None
         self.epoch_samples = 0
-        if not self.loop.epoch_begin():
+        if not self.port.epoch_begin():
             control.should_training_stop = True
 
     def on_step_end(self, args: TrainingArguments, state: Any, control: Any, **kw: Any) -> None:
         left = self.dataset_len - self.epoch_samples if self.dataset_len else self.per_step
         n = max(1, min(self.per_step, left))
         self.epoch_samples += n
-        self.loop.step(n)
+        self.port.step(n)
 
     def on_log(self, args: TrainingArguments, state: Any, control: Any, logs: Mapping[str, float] | None = None,
                **kw: Any) -> None:
@@ -172,74 +189,202 @@ class AutotuneCallback(TrainerCallback):
         values = reported(metrics or {})
         if self.train_loss is not None:  # (a non-finite one: the stop rules end the trial, diverged)
             values["train_loss"] = self.train_loss
-        if self.loop.report(values):
+        shown = ", ".join(f"{k} (as {reported({k: 0.0}).popitem()[0]})" if k.startswith("eval_") else k
+                          for k in sorted(metrics or {}) if k[5:] not in HF_SPEED_KEYS and k != "epoch")
+        if self.port.report(values, logged=f"{shown}, loss (as train_loss)"):
             control.should_training_stop = True
 
     def on_train_end(self, args: TrainingArguments, state: Any, control: Any, **kw: Any) -> None:
-        self.loop.finish()
-
-
-SPEED_KEYS = ("runtime", "samples_per_second", "steps_per_second")
+        self.port.finish()
 
 
 def reported(metrics: Mapping[str, float]) -> dict[str, float]:
     """An evaluation's metrics by autotune's names: `eval_X` -> `val_X` (its timings and the epoch left out)."""
     out = {}
     for name, value in metrics.items():
-        if not name.startswith("eval_") or name[5:] in SPEED_KEYS or not isinstance(value, (int, float)):
+        if not name.startswith("eval_") or name[5:] in HF_SPEED_KEYS or not isinstance(value, (int, float)):
             continue
         out["val_" + name[5:]] = float(value)
     return out
 
 
-def trainer_fit(make_trainer: Callable[..., Trainer], **training_args: Any) -> Callable[[TrialContext], None]:
-    """A training function (`trainer: module:fit` in the YAML) that tunes the Trainer `make_trainer` builds.
+def trainer_fit(trainer: Trainer | Callable[..., Trainer], **training_args: Any) -> Callable[[TrialContext], None]:
+    """A training function (`trainer: module:fit` in the YAML) that tunes a Hugging Face Trainer.
 
-    `make_trainer(args)` or `make_trainer(args, ctx)`: your code, building your Trainer from the trial's
-    TrainingArguments (and, if it likes, the trial's settings and `user.` parameters from ctx). `training_args`:
-    your own TrainingArguments (output_dir, say); the searched settings replace theirs (`MAPPED`)."""
-    takes_ctx = _takes_ctx(make_trainer)
-
-    def fit(ctx: TrialContext) -> None:
-        if ctx.world_size > 1:  # (validation refuses devices > 1 for this fit: reached only through other code)
-            raise ContextMisuse("the Hugging Face integration trains a trial on one device: set devices: 1")
-        record_not_applicable(ctx, NOT_APPLICABLE)
-        args, wanted = training_arguments(ctx, training_args)
-        trainer = make_trainer(args, ctx) if takes_ctx else make_trainer(args)
-        if "disable_tqdm" not in training_args:  # autotune prints the trials' progress: not a line per log too
-            trainer.remove_callback(PrinterCallback)
-        own = trainer.optimizer is not None or trainer.optimizer_cls_and_kwargs is not None
-        if own:
-            for key in set(OPTIMIZER_KEYS + ("lr", "weight_decay")) & ctx.state.chosen:
-                ctx.state.not_applied[key] = "your Trainer was given its own optimizer"
-        else:
-            trainer.optimizer_cls_and_kwargs = (_optimizer_factory(ctx, trainer), {})
-        trainer.add_callback(AutotuneCallback(ctx, wanted))
-        trainer.train()
-        st = ctx.state
-        if not own and st.stepper.opt_steps and "lr_schedule" not in st.not_applied and \
-                trainer.args.lr_scheduler_type == SCHEDULES.get(ctx.settings.lr_schedule):
-            st.effects.add("lr_schedule")  # the Trainer's scheduler stepped the schedule asked for
-        for key in set(YOURS) & st.chosen - st.reads:
-            st.not_applied.setdefault(key, YOURS[key])
-
-    fit.__qualname__ = fit.__name__ = getattr(make_trainer, "__name__", "fit")
-    fit.autotune_searched_optimizer = True  # type: ignore[attr-defined]  # (a searched lr is the learning rate)
-    setattr(fit, ONE_DEVICE, "the Hugging Face integration")  # (devices > 1: refused at validation)
+    `trainer`: your `Trainer` (reused by every trial: its model's first weights restored, the trial's
+    TrainingArguments given), or `make_trainer(args)` / `make_trainer(args, ctx)`, your code building a Trainer
+    from the trial's TrainingArguments (and, if it likes, the trial's settings and `user.` parameters from ctx).
+    `training_args`: with make_trainer, your own TrainingArguments (output_dir, say). Either way the settings the
+    trial chose replace yours (`tables.HF`) and every other one stays yours."""
+    if isinstance(trainer, Trainer):
+        if training_args:
+            raise TypeError("hf.trainer_fit(trainer): your Trainer holds its TrainingArguments already; give "
+                            "keyword arguments only with a make_trainer function")
+        fit = _ReusedTrainer(trainer)
+        table = HF_OBJECT
+    else:
+        fit = _BuiltPerTrial(trainer, training_args)
+        table = HF
+    setattr(fit, ADAPTER, table)  # validation reads what the Trainer cannot apply, and its metric names
+    setattr(fit, ONE_DEVICE, table.integration)  # (devices > 1: refused at validation)
     return fit
 
 
-def _optimizer_factory(ctx: TrialContext, trainer: Trainer) -> Callable[[], Callable[..., Any]]:
+class _Fit:
+    """A trial through the Trainer: arguments, optimizer, callback, training, what applied."""
+
+    framework = FRAMEWORK
+    table: Framework
+    _given: set[str]
+
+    def _train(self, port: TrialPort, trainer: Trainer, wanted: dict[str, dict[str, Any]]) -> None:
+        record_cannot(port, self.table)
+        removed = []
+        if "disable_tqdm" not in self._given:  # autotune prints the trials' progress: not a line per log too
+            removed = [c for c in (trainer.pop_callback(PrinterCallback), trainer.pop_callback(ProgressCallback)) if c]
+        own = trainer.optimizer is not None or trainer.optimizer_cls_and_kwargs is not None
+        for key in ("optimizer", "momentum", "lr", "weight_decay"):
+            if own and port.chosen(key):
+                port.not_applied(key, "your Trainer was given its own optimizer")
+        if not own and port.chosen("optimizer"):
+            trainer.optimizer_cls_and_kwargs = (_optimizer_factory(port, trainer), {})
+        elif not own and port.chosen("momentum"):
+            port.not_applied("momentum", f"the Trainer's own optimizer ({enum_value(trainer.args.optim)}) takes no "
+                                         "momentum from autotune: search optimizer too")
+        callback = AutotuneCallback(port, wanted)
+        trainer.add_callback(callback)
+        try:
+            with quiet_frameworks():
+                trainer.train()
+        finally:
+            trainer.remove_callback(callback)
+            for c in removed:  # (the user's Trainer object outlives the study: its callbacks as they were)
+                trainer.add_callback(c)
+        self._effects(port, trainer, callback.optimizer, own)
+
+    @staticmethod
+    def _effects(port: TrialPort, trainer: Trainer, stepped: Any, own: bool) -> None:
+        """The optimizer settings and lr_schedule that shaped training: the Trainer's own optimizer (unchosen
+        `optimizer`) stepped at the chosen lr and weight_decay it holds; its scheduler stepped the schedule asked."""
+        args = trainer.args
+        if not port.optimizer_steps or own:
+            return
+        if not port.chosen("optimizer"):
+            for key, held in (("lr", args.learning_rate), ("weight_decay", args.weight_decay)):
+                if port.chosen(key) and math.isclose(float(held), float(port.settings[key])):
+                    port.took_effect(key)
+        if port.chosen("lr_schedule") and port.is_applied("lr_schedule"):
+            port.took_effect("lr_schedule")  # the Trainer's scheduler stepped the schedule asked for
+
+    def _yours(self, port: TrialPort, table: Framework) -> None:
+        """Settings the user's code applies (by reading ctx.settings) that nothing read: not applied."""
+        for key in port.chosen_unread():
+            role, how = table.role(key) if not key.startswith("user.") else ("", "")
+            if role == "yours":
+                port.not_applied(key, how)
+
+
+class _BuiltPerTrial(_Fit):
+    """make_trainer(args[, ctx]) builds the trial's Trainer."""
+
+    table = HF
+
+    def __init__(self, make_trainer: Callable[..., Trainer], training_args: Mapping[str, Any]) -> None:
+        self.make_trainer = make_trainer
+        self.training_args = dict(training_args)
+        self._given = set(training_args)
+        self.takes_ctx = _takes_ctx(make_trainer)
+        self.__name__ = self.__qualname__ = getattr(make_trainer, "__name__", "fit")
+        self.__module__ = getattr(make_trainer, "__module__", __name__)
+
+    def __call__(self, ctx: TrialContext) -> None:
+        refuse_devices(ctx, "Hugging Face")
+        port = TrialPort(ctx, FRAMEWORK)
+        base = TrainingArguments(**self.training_args)
+        args, wanted = trial_arguments(port, base, self._given)
+        trainer = self.make_trainer(args, ctx) if self.takes_ctx else self.make_trainer(args)
+        if not isinstance(trainer, Trainer):
+            raise ContextMisuse(f"make_trainer returned {type(trainer).__name__}, not a transformers.Trainer")
+        port.fresh(trainer.model, "make_trainer's Trainer")
+        self._train(port, trainer, wanted)
+        self._yours(port, self.table)
+
+
+class _ReusedTrainer(_Fit):
+    """The user's Trainer object, reused by every trial: the trial's TrainingArguments given to it, its model's
+    first weights restored, a fresh optimizer built (the Trainer's own hyper-parameter search does the same)."""
+
+    table = HF_OBJECT
+
+    def __init__(self, trainer: Trainer) -> None:
+        self.trainer = trainer
+        # the user's arguments, as they were (a copy, not a new TrainingArguments: building one resets accelerate's
+        # state, which the user's Trainer holds until a trial gives it arguments of its own)
+        self.base = copy.deepcopy(trainer.args)
+        self._given = _given(self.base)
+        self.first: dict[str, torch.Tensor] | None = None  # the model's weights when the first trial began
+        self.__name__ = self.__qualname__ = "fit"
+        self.__module__ = type(trainer).__module__
+
+    def __call__(self, ctx: TrialContext) -> None:
+        refuse_devices(ctx, "Hugging Face")
+        port = TrialPort(ctx, FRAMEWORK)
+        trainer = self.trainer
+        if trainer.optimizer is not None or trainer.lr_scheduler is not None:
+            raise ConfigError(port.config_file, "trainer",
+                              "your Trainer was given an optimizer or scheduler object (optimizers=): every trial "
+                              "would go on with its state; give optimizer_cls_and_kwargs= instead, or leave it to "
+                              "the Trainer")
+        self._fresh_model(port)
+        args, wanted = trial_arguments(port, self.base, self._given)
+        self._set_arguments(args)
+        try:
+            self._train(port, trainer, wanted)
+        finally:
+            trainer.optimizer, trainer.lr_scheduler = None, None  # the next trial builds its own
+            # the Trainer outlives the study (a notebook trains it after): the user's arguments again, built anew
+            # (accelerate's state is set by the newest TrainingArguments built)
+            self._set_arguments(dataclasses.replace(self.base))
+        self._yours(port, self.table)
+
+    def _fresh_model(self, port: TrialPort) -> None:
+        """The model starts every trial from the weights it had when the first trial began."""
+        model = self.trainer.model
+        if self.first is None:
+            self.first = {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}
+        else:
+            model.load_state_dict(self.first)
+        port.forget_trained(model)
+
+    def _set_arguments(self, args: TrainingArguments) -> None:
+        """The Trainer takes the trial's TrainingArguments: what its constructor derived from them is derived
+        again (the accelerator and its precision, the label smoother, the model's device, the batch size)."""
+        from transformers.trainer_pt_utils import LabelSmoother
+
+        t = self.trainer
+        t.args = args
+        t._train_batch_size = args.train_batch_size
+        t.create_accelerator_and_postprocess()
+        t.label_smoother = LabelSmoother(epsilon=args.label_smoothing_factor) if args.label_smoothing_factor else None
+        if t.place_model_on_device:
+            t._move_model_to_device(t.model, args.device)
+        t.model_wrapped = t.model
+
+
+def _optimizer_factory(port: TrialPort, trainer: Trainer) -> Callable[[], Callable[..., Any]]:
     """autotune's optimizer over the Trainer's groups (weight_decay on its decayed weights; biases and LayerNorm
-    at 0), in the shape the Trainer calls an optimizer factory: factory()(model)."""
+    at 0), at the Trainer's learning_rate and weight_decay (the chosen ones, else the user's), in the shape the
+    Trainer calls an optimizer factory: factory()(model)."""
     def factory() -> Callable[..., Any]:
         def build(model: Any, **_: Any) -> Any:
+            args = trainer.args
             decay = set(trainer.get_decay_parameter_names(model))
-            wd = float(trainer.args.weight_decay)
+            wd = float(args.weight_decay)
             trained = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
             groups = [{"params": [p for n, p in trained if n in decay], "weight_decay": wd},
                       {"params": [p for n, p in trained if n not in decay], "weight_decay": 0.0}]
-            return ctx.optimizer_factory([g for g in groups if g["params"]])
+            build_opt = port.optimizer_factory(lr=float(args.learning_rate), weight_decay=wd)
+            return build_opt([g for g in groups if g["params"]])
         return build
     return factory
 
@@ -253,5 +398,4 @@ def _takes_ctx(fn: Callable[..., Any]) -> bool:
     return len(params) >= 2
 
 
-__all__ = ["MAPPED", "NOT_APPLICABLE", "YOURS", "AutotuneCallback", "reported", "trainer_fit",
-           "training_arguments"]
+__all__ = ["AutotuneCallback", "HF", "reported", "trainer_fit", "trial_arguments"]

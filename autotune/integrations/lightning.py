@@ -1,24 +1,31 @@
 """Lightning through the trial context: `fit(ctx, module, datamodule)` trains a user's `LightningModule` with the
-trial's settings mapped onto Lightning's own arguments, the context's clocks and its stop rules.
+settings the trial chose mapped onto Lightning's own arguments (`tables.LIGHTNING`), the context's clocks and its
+stop rules. The user's module, loaders and Trainer arguments are the baseline: a setting the trial did not choose
+keeps the user's value or Lightning's default (the module's own optimizer and scheduler, the DataLoaders as they
+are, `max_epochs`), and the trial records what each held (`recipe`).
 
     from autotune.integrations import lightning as tune_lightning
 
     def fit(ctx):                                  # trainer: my_script:fit in the YAML
-        tune_lightning.fit(ctx, MyModule(width=ctx.params["width"]), MyDataModule())
+        tune_lightning.fit(ctx, MyModule(width=ctx.params["width"]), MyDataModule(), max_epochs=10)
 
-What maps where is `TABLE` (every setting of the catalogue, checked by a test): precision, accumulation, clipping,
-`benchmark` and the epochs become `Trainer` arguments; batch size, data fraction and the DataLoader's settings
-rebuild the training and validation DataLoaders over the user's datasets; init, channels_last and compile are
-`ctx.prepare(module)`'s; the optimizer is autotune's (configure_optimizers returns it, with the lr schedule as a
-per-step scheduler), or the module's own with `own_optimizer=True`. A Trainer argument is applied when the built
-Trainer holds it (Lightning turns fp16 into bf16 on a CPU: then precision fp16 is recorded not applied).
+What maps where is the table: precision, accumulation, clipping, `benchmark` and the epochs become `Trainer`
+arguments; batch size, data fraction and the DataLoader's settings rebuild the training DataLoader over the user's
+dataset (its sampling kept), eval_batch_size the validation one; init, channels_last and compile are
+`ctx.prepare(module)`'s; a chosen `optimizer` is autotune's (configure_optimizers returns it, at the module's own
+lr, momentum and weight decay unless those are chosen too), else the module's own, whose group lrs a chosen `lr`
+multiplies; a chosen `lr_schedule` is a per-step scheduler. A Trainer argument is applied when the built Trainer
+holds it (Lightning turns fp16 into bf16 on a CPU: then precision fp16 is recorded not applied). With a mixed
+precision and gradient clipping the optimizer autotune builds is not fused (Lightning cannot clip a fused one).
 
 The clocks: a `Callback` opens each epoch's clock at `on_train_epoch_start` and marks each training batch's end,
 so the epoch's training time ends with its last batch: validation, checkpoint saving and logging after it are
-not training (nor the sanity check before the first epoch). Each validation's metrics (`trainer.callback_metrics`,
-those the study knows) are `ctx.report`ed, where the stop rules act: a stop raises the context's `TrialStopped`
-out of `trainer.fit` (the trial ends PRUNED with its reason, multi-objective too), early stopping sets
-`trainer.should_stop`. Lightning is an optional extra (`pip install 'autotune[lightning]'`), imported on use.
+not training (nor the sanity check before the first epoch). An epoch that validated reports its values at the
+training epoch's end (`trainer.callback_metrics`, those the study knows; one step's values left out) to the stop
+rules; the first report must hold the study's objectives (else the run stops, naming what the module logged). A
+stop raises the context's `TrialStopped` out of `trainer.fit` (the trial ends PRUNED with its reason,
+multi-objective too), early stopping sets `trainer.should_stop`. Lightning is an optional extra (`pip install
+'autotune[lightning]'`), imported on use.
 """
 
 from __future__ import annotations
@@ -28,56 +35,16 @@ from typing import Any
 
 import torch
 
-from autotune.core import ONE_DEVICE, ConfigError
-from autotune.integrations.common import FrameworkLoop
-from autotune.spec import SETTINGS, applied_by
-from autotune.training import ContextMisuse, TrialContext
+from autotune.core import ADAPTER, ONE_DEVICE, ConfigError
+from autotune.integrations.common import quiet_frameworks, record_cannot
+from autotune.integrations.tables import LIGHTNING
+from autotune.training import ContextMisuse, TrialContext, TrialPort, refuse_devices
 
 EXTRA = "pip install 'autotune[lightning]'"
-PRECISIONS = {"fp32": "32-true", "bf16": "bf16-mixed", "fp16": "16-mixed"}
-
-# setting -> where Lightning (or the DataLoader autotune builds for it) takes it
-TABLE: dict[str, str] = {
-    "precision": "Trainer(precision=): fp32 32-true, bf16 bf16-mixed, fp16 16-mixed",
-    "grad_accum_steps": "Trainer(accumulate_grad_batches=)",
-    "grad_clip": "Trainer(gradient_clip_val=) (0: None)",
-    "cudnn_benchmark": "Trainer(benchmark=)",
-    "epochs": "Trainer(max_epochs=)",
-    "batch_size": "the training DataLoader's batch_size",
-    "data_fraction": "a seeded random share of the training dataset",
-    "eval_batch_size": "the validation DataLoader's batch_size",
-    "num_workers": "the training DataLoader's num_workers",
-    "pin_memory": "the training DataLoader's pin_memory",
-    "prefetch_factor": "the training DataLoader's prefetch_factor (num_workers > 0)",
-    "persistent_workers": "the training DataLoader's persistent_workers (num_workers > 0)",
-    "optimizer": "configure_optimizers returns autotune's optimizer",
-    "lr": "autotune's optimizer (own_optimizer=True: your groups' lrs scaled by it)",
-    "momentum": "autotune's optimizer",
-    "weight_decay": "autotune's optimizer",
-    "lr_schedule": "configure_optimizers' lr_scheduler, stepped every optimizer step",
-    "init": "ctx.prepare(module): weight init",
-    "channels_last": "ctx.prepare(module): memory format",
-    "compile": "ctx.prepare(module): torch.compile; trainer.fit gets the compiled module",
-    "compile_mode": "ctx.prepare(module): torch.compile's mode",
-}
-NOT_APPLICABLE: dict[str, str] = {
-    "data_on_device": "Lightning's loop moves each batch to the device itself: no device-resident dataset",
-}
-# Applied by the trial context whatever trains (around the trial, its stop rules, its clocks), unless mapped.
-BY_CONTEXT = tuple(k for k in applied_by("around", "stop", "clock") if k not in TABLE)
-# Your LightningModule's own: applied when it reads them (ctx.settings.label_smoothing in its loss).
-YOURS = applied_by("loss", "model", "augment")
-# The built-in trainer's steps after training: refused for any training function at validation.
-BUILTIN_ONLY = applied_by("after", "checkpoint")
-# Trainer arguments autotune sets: a user's own value for one would silently lose to (or beat) the searched one.
-TRAINER_ARGS = ("precision", "accumulate_grad_batches", "gradient_clip_val", "benchmark", "max_epochs",
-                "accelerator", "devices")
-
-
-def uncovered() -> list[str]:
-    """The catalogue's settings the table leaves out or lists twice, and names it has that the catalogue lacks."""
-    covered = [*TABLE, *NOT_APPLICABLE, *BY_CONTEXT, *YOURS, *BUILTIN_ONLY]
-    return sorted({k for k in SETTINGS if covered.count(k) != 1} | (set(covered) - set(SETTINGS)))
+# Trainer arguments that follow the trial's device (the context's, around every trial): the user's would disagree.
+DEVICE_ARGS = ("accelerator", "devices")
+LOADER_KEYS = tuple(k for k, a in LIGHTNING.mapped.items() if a.on == "train_loader")
+MIXED = ("bf16-mixed", "16-mixed", "bf16", "16", 16)
 
 
 def _lightning() -> Any:
@@ -89,37 +56,65 @@ def _lightning() -> Any:
 
 
 def fit(ctx: TrialContext, module: Any, datamodule: Any = None, *, train_dataloaders: Any = None,
-        val_dataloaders: Any = None, own_optimizer: bool = False, **trainer_kwargs: Any) -> None:
-    """Train `module` (a LightningModule) for this trial with `lightning.Trainer(**trainer_kwargs)` plus the
-    trial's settings (TABLE), on the datasets of `datamodule` (or of the given loaders), with the context's clocks
-    and stop rules. `own_optimizer=True` keeps the module's configure_optimizers (a chosen lr scales its lrs)."""
+        val_dataloaders: Any = None, own_optimizer: bool | None = None, **trainer_kwargs: Any) -> None:
+    """Train `module` (a LightningModule) for this trial with `lightning.Trainer(**trainer_kwargs)` changed by the
+    settings the trial chose, on the datasets of `datamodule` (or of the given loaders), with the context's clocks
+    and stop rules. `own_optimizer`: None (default) keeps the module's configure_optimizers unless the trial chose
+    `optimizer`; True always keeps it; False always trains with autotune's optimizer."""
     pl = _lightning()
-    st = ctx.state
-    taken = sorted(set(trainer_kwargs) & set(TRAINER_ARGS))
+    refuse_devices(ctx, "Lightning")
+    taken = sorted(set(trainer_kwargs) & set(DEVICE_ARGS))
     if taken:
-        raise ContextMisuse(f"Trainer argument(s) {', '.join(taken)} come from the trial's settings (train: or "
-                            "space: in the YAML): leave them out of autotune.integrations.lightning.fit")
-    if int(st.raw["devices"]) > 1:
-        raise ContextMisuse("the Lightning integration trains on one device: devices must be 1")
+        raise ContextMisuse(f"Trainer argument(s) {', '.join(taken)} follow the trial's device (`device` in the "
+                            "YAML): leave them out of autotune.integrations.lightning.fit")
+    port = TrialPort(ctx, "Lightning")
+    port.fresh(module, "autotune.integrations.lightning.fit")  # (a module an earlier trial trained: said here)
+    record_cannot(port, LIGHTNING)
     train, val = _user_loaders(pl, datamodule, train_dataloaders, val_dataloaders)
-    train = _train_loader(ctx, train)
-    val = _eval_loader(ctx, val)
-    mine = _own_optimizers(module) if own_optimizer else None
-    model, opt = ctx.prepare(module, None if mine is None else mine[0])
-    args = _trainer_args(ctx)
-    bridge = _bridge_class(pl)(ctx)
+    train = _train_loader(port, train)
+    val = _eval_loader(port, val)
+    args = _trainer_args(port, trainer_kwargs)
+    given = {**trainer_kwargs, **args}
+    if str(given.get("precision", "32-true")) in map(str, MIXED) and float(given.get("gradient_clip_val") or 0) > 0:
+        port.clip_in_any_precision()  # (Lightning's mixed-precision plugin cannot clip a fused optimizer)
+    mine = _own_optimizers(module)
+    keep = own_optimizer if own_optimizer is not None else not port.chosen("optimizer")
+    if keep:
+        if port.chosen("lr") and mine[2] is not None:  # (read: ctx.prepare does not scale lrs a scheduler holds)
+            _ = ctx.settings.lr
+            port.not_applied("lr", "your configure_optimizers' scheduler holds your optimizer's lrs: a chosen lr "
+                                   "cannot multiply them (choose optimizer to train with autotune's)")
+        model, opt = ctx.prepare(module, mine[0])
+        _record_own(port, mine[0], mine[2])
+    else:
+        recipe = _optimizer_recipe(mine[0])
+        for key, value in recipe.items():
+            port.recipe(key, value)
+        model, opt = ctx.prepare(module, port.optimizer_factory(**recipe))
+        port.recipe("lr_schedule", "none" if mine[2] is None else
+                    f"none (your {type(mine[2]).__name__} steps your own optimizer, not autotune's)")
+    bridge = _bridge_class(pl)(port)
     kwargs = {"logger": False, "enable_checkpointing": False, "enable_progress_bar": False,
-              "enable_model_summary": False, **trainer_kwargs, **args}
+              "enable_model_summary": False, **given, "accelerator": _accelerator(ctx.device),
+              "devices": [ctx.device.index or 0] if ctx.device.type == "cuda" else 1}
     kwargs["callbacks"] = [*(trainer_kwargs.get("callbacks") or []), bridge]
-    trainer = pl.Trainer(**kwargs)
-    _record_received(ctx, args, trainer)
+    with quiet_frameworks():
+        trainer = pl.Trainer(**kwargs)
+    _record_received(port, args, trainer)
     bridge.steps_per_epoch = _batches(len(train), trainer.limit_train_batches)  # (the schedule's length, the probe's)
-    _install_optimizers(ctx, module, opt, mine, bridge.steps_per_epoch)
-    trainer.fit(model, train_dataloaders=train, val_dataloaders=val)
+    bridge.epochs = _epochs(trainer, bridge.steps_per_epoch)
+    _install_optimizers(port, module, opt, mine[1] if keep else None, bridge.steps_per_epoch)
+    with quiet_frameworks():
+        trainer.fit(model, train_dataloaders=train, val_dataloaders=val)
     bridge.finish()
 
 
-setattr(fit, ONE_DEVICE, "the Lightning integration")  # (a fit calling it with devices > 1: refused at validation)
+setattr(fit, ONE_DEVICE, LIGHTNING.integration)  # (a fit calling it with devices > 1: refused at validation)
+setattr(fit, ADAPTER, LIGHTNING)  # validation reads what Lightning cannot apply
+
+
+def _accelerator(dev: torch.device) -> str:
+    return {"cuda": "gpu"}.get(dev.type, dev.type)
 
 
 def _batches(n: int, limit: int | float) -> int:
@@ -127,6 +122,16 @@ def _batches(n: int, limit: int | float) -> int:
     if isinstance(limit, int) and not isinstance(limit, bool):
         return max(1, min(n, limit))
     return max(1, int(n * float(limit)))
+
+
+def _epochs(trainer: Any, steps_per_epoch: int) -> int:
+    """The epochs the Trainer will train (max_epochs; its max_steps' share when that ends it first; Lightning's
+    default 1000 when neither is set)."""
+    epochs = trainer.max_epochs if trainer.max_epochs is not None and trainer.max_epochs > 0 else 1000
+    if trainer.max_steps is not None and trainer.max_steps > 0:
+        accum = max(1, int(trainer.accumulate_grad_batches))
+        epochs = min(epochs, -(-trainer.max_steps * accum // steps_per_epoch))
+    return max(1, epochs)
 
 
 def _user_loaders(pl: Any, datamodule: Any, train: Any, val: Any) -> tuple[Any, Any]:
@@ -144,105 +149,145 @@ def _user_loaders(pl: Any, datamodule: Any, train: Any, val: Any) -> tuple[Any, 
     return train, val
 
 
-def _train_loader(ctx: TrialContext, loader: Any) -> torch.utils.data.DataLoader:
-    """The user's training dataset in a DataLoader of the trial's batch size, data fraction and loader settings."""
-    s, st = ctx.settings, ctx.state
+def _train_loader(port: TrialPort, loader: torch.utils.data.DataLoader) -> torch.utils.data.DataLoader:
+    """The user's training DataLoader as it is, unless the trial chose a loader setting: then the same dataset,
+    sampling (shuffled or in order), collate_fn and drop_last in a DataLoader of the chosen values (the user's for
+    the others)."""
+    s = port.settings
+    held = {k: LIGHTNING.mapped[k].held(loader) for k in LOADER_KEYS}
+    workers = int(s.num_workers if port.chosen("num_workers") else loader.num_workers)
+    if not workers:
+        for key in ("prefetch_factor", "persistent_workers"):
+            port.not_applied(key, "with num_workers 0 the DataLoader has no worker processes")
+            held.pop(key)
+    for key, value in held.items():
+        port.recipe(key, value)
+    chosen = [k for k in LOADER_KEYS if port.chosen(k)]
+    if not chosen:
+        return loader
     ds = loader.dataset
-    if isinstance(ds, torch.utils.data.IterableDataset):
-        raise ContextMisuse("the Lightning integration needs a map-style training dataset (it shuffles and takes "
-                            "data_fraction of it); got an IterableDataset")
-    if s.data_fraction < 1.0:
-        g = torch.Generator().manual_seed(ctx.seed)
+    why = _not_rebuildable(loader)
+    if why is not None:
+        for key in chosen:
+            port.not_applied(key, why)
+        return loader
+    if s.data_fraction < 1.0 and port.chosen("data_fraction"):
+        g = torch.Generator().manual_seed(port.ctx.seed)
         keep = max(1, int(len(ds) * float(s.data_fraction)))
         ds = torch.utils.data.Subset(ds, torch.randperm(len(ds), generator=g)[:keep].tolist())
-    workers = int(s.num_workers)
-    kw: dict[str, Any] = {"batch_size": int(s.batch_size), "shuffle": True, "num_workers": workers,
-                          "pin_memory": bool(s.pin_memory), "collate_fn": loader.collate_fn,
-                          "drop_last": bool(st.raw["compile"]) and len(ds) > int(s.batch_size)}
+    bs = int(s.batch_size) if port.chosen("batch_size") else int(loader.batch_size)
+    kw: dict[str, Any] = {
+        "batch_size": bs, "shuffle": isinstance(loader.sampler, torch.utils.data.RandomSampler),
+        "num_workers": workers, "collate_fn": loader.collate_fn,
+        "pin_memory": bool(s.pin_memory) if port.chosen("pin_memory") else loader.pin_memory,
+        "drop_last": loader.drop_last or (bool(s["compile"]) and len(ds) > bs)}  # (a short last batch recompiles)
     if workers:
-        kw.update(prefetch_factor=int(s.prefetch_factor), persistent_workers=bool(s.persistent_workers))
-    else:
-        for key in ("prefetch_factor", "persistent_workers"):
-            if key in st.chosen:
-                st.not_applied[key] = "with num_workers 0 the DataLoader has no worker processes"
-    if "data_on_device" in st.chosen:
-        st.not_applied["data_on_device"] = NOT_APPLICABLE["data_on_device"]
+        kw["prefetch_factor"] = int(s.prefetch_factor) if port.chosen("prefetch_factor") else loader.prefetch_factor
+        kw["persistent_workers"] = bool(s.persistent_workers) if port.chosen("persistent_workers") else \
+            loader.persistent_workers
+    for key in chosen:
+        port.received(key, True)
     return torch.utils.data.DataLoader(ds, **kw)
 
 
-def _eval_loader(ctx: TrialContext, loader: Any) -> Any:
-    """The validation dataset in order, batched by eval_batch_size (a non-DataLoader is passed as it is)."""
+def _not_rebuildable(loader: torch.utils.data.DataLoader) -> str | None:
+    """Why the user's training DataLoader cannot be rebuilt with other batch settings (its own sampler)."""
+    if isinstance(loader.dataset, torch.utils.data.IterableDataset):
+        return "your training dataset is an IterableDataset: its DataLoader is kept as it is"
+    if loader.batch_size is None or not isinstance(loader.sampler, (torch.utils.data.RandomSampler,
+                                                                    torch.utils.data.SequentialSampler)):
+        return "your training DataLoader has a sampler of its own: it is kept as it is"
+    return None
+
+
+def _eval_loader(port: TrialPort, loader: Any) -> Any:
+    """The validation DataLoader as it is, or (eval_batch_size chosen) the same in batches of that size."""
     if not isinstance(loader, torch.utils.data.DataLoader):
         return loader
-    return torch.utils.data.DataLoader(loader.dataset, batch_size=int(ctx.settings.eval_batch_size), shuffle=False,
+    if not port.chosen("eval_batch_size") or loader.batch_size is None:
+        port.recipe("eval_batch_size", loader.batch_size)
+        return loader
+    port.received("eval_batch_size", True)
+    return torch.utils.data.DataLoader(loader.dataset, batch_size=int(port.settings.eval_batch_size), shuffle=False,
                                        collate_fn=loader.collate_fn, num_workers=loader.num_workers)
 
 
-def _own_optimizers(module: Any) -> tuple[torch.optim.Optimizer, Any]:
-    """The module's configure_optimizers(): (its first optimizer, what it returned)."""
+def _own_optimizers(module: Any) -> tuple[torch.optim.Optimizer, Any, Any]:
+    """The module's configure_optimizers(): (its first optimizer, what it returned, its first scheduler or None)."""
     out = module.configure_optimizers()
-    first = out
+    first, sched = out, None
     while not isinstance(first, torch.optim.Optimizer):
         if isinstance(first, Mapping) and "optimizer" in first:
+            config = first.get("lr_scheduler")
+            sched = config.get("scheduler") if isinstance(config, Mapping) else config
             first = first["optimizer"]
+        elif isinstance(first, (list, tuple)) and len(first) == 2 and isinstance(first[1], (list, tuple)):
+            sched = first[1][0] if first[1] else None  # ([optimizers], [schedulers])
+            first = first[0]
         elif isinstance(first, (list, tuple)) and first:
             first = first[0]
         else:
-            raise ContextMisuse(f"own_optimizer=True: configure_optimizers returned no optimizer ({type(out)})")
-    return first, out
+            raise ContextMisuse(f"configure_optimizers returned no optimizer ({type(out)})")
+    if isinstance(sched, Mapping):
+        sched = sched.get("scheduler")
+    return first, out, sched
 
 
-def _install_optimizers(ctx: TrialContext, module: Any, opt: torch.optim.Optimizer, mine: Any,
+def _optimizer_recipe(opt: torch.optim.Optimizer) -> dict[str, float]:
+    """The module's own optimizer's lr, weight decay and momentum: what autotune's optimizer takes unless chosen."""
+    d = opt.defaults
+    out = {"lr": float(d["lr"]), "weight_decay": float(d.get("weight_decay", 0.0) or 0.0)}
+    if isinstance(d.get("momentum"), (int, float)) and 0 <= d["momentum"] < 1:
+        out["momentum"] = float(d["momentum"])
+    return out
+
+
+def _record_own(port: TrialPort, opt: torch.optim.Optimizer, sched: Any) -> None:
+    """The module's own optimizer and scheduler, trained as they are: the recipe's optimizer settings."""
+    port.recipe("optimizer", f"{type(opt).__name__} (your configure_optimizers)")
+    for key, value in _optimizer_recipe(opt).items():
+        if key != "lr" or not port.chosen("lr"):
+            port.recipe(key, value)
+    port.recipe("lr_schedule", f"{type(sched).__name__} (your configure_optimizers)" if sched is not None else
+                "none (your configure_optimizers)")
+
+
+def _install_optimizers(port: TrialPort, module: Any, opt: torch.optim.Optimizer, mine: Any,
                         steps_per_epoch: int) -> None:
-    """configure_optimizers returns what ctx.prepare settled: autotune's optimizer with the trial's lr schedule
-    (a scheduler Lightning steps after each optimizer step), or the module's own as it returned them."""
-    if mine is not None:
-        out = mine[1]
-        if "lr_schedule" in ctx.state.chosen:
-            ctx.state.not_applied["lr_schedule"] = ("own_optimizer=True: your configure_optimizers' scheduler, or "
-                                                    "none, sets the lr")
+    """configure_optimizers returns what ctx.prepare settled: the module's own as it returned them (a chosen
+    lr_schedule replacing its scheduler), or autotune's optimizer with the trial's lr schedule (a scheduler
+    Lightning steps after each optimizer step)."""
+    if mine is not None and not port.chosen("lr_schedule"):
+        out = mine
     else:
-        stepper = ctx.state.stepper
-        stepper.steps_per_epoch = steps_per_epoch
-        sched = stepper.make_schedule()  # (None: constant)
-        stepper.decided = True  # the schedule is decided: Lightning steps it
+        sched = port.schedule(steps_per_epoch)  # (None: constant)
         out = opt if sched is None else {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
     module.configure_optimizers = lambda: out  # (on the instance: the user's class is untouched)
 
 
-def _trainer_args(ctx: TrialContext) -> dict[str, Any]:
-    """The Trainer arguments the trial's settings give (read unwatched: applied once the Trainer holds them)."""
-    raw, dev = ctx.state.raw, ctx.device
-    clip = float(raw["grad_clip"])
-    return {
-        "precision": PRECISIONS[str(raw["precision"])], "accumulate_grad_batches": int(raw["grad_accum_steps"]),
-        "gradient_clip_val": clip if clip > 0 else None, "benchmark": bool(raw["cudnn_benchmark"]),
-        "max_epochs": int(raw["epochs"]),
-        "accelerator": {"cuda": "gpu"}.get(dev.type, dev.type),
-        "devices": [dev.index or 0] if dev.type == "cuda" else 1,
-    }
+def _trainer_args(port: TrialPort, user: Mapping[str, Any]) -> dict[str, Any]:
+    """The Trainer arguments of the settings the trial chose (the user's own for the others)."""
+    out: dict[str, Any] = {}
+    for key, a in LIGHTNING.mapped.items():
+        if a.on == "trainer" and port.chosen(key):
+            out.update(a.to(port.settings[key], user))
+    return out
 
 
-RECEIVED = {"precision": "precision", "grad_accum_steps": "accumulate_grad_batches",
-            "grad_clip": "gradient_clip_val", "cudnn_benchmark": "benchmark", "epochs": "max_epochs"}
-
-
-def held(trainer: Any) -> dict[str, Any]:
-    """What the built Trainer holds for each argument autotune set (benchmark: the cudnn flag it set)."""
-    return {"precision": trainer.precision, "accumulate_grad_batches": trainer.accumulate_grad_batches,
-            "gradient_clip_val": trainer.gradient_clip_val, "benchmark": torch.backends.cudnn.benchmark,
-            "max_epochs": trainer.max_epochs}
-
-
-def _record_received(ctx: TrialContext, args: Mapping[str, Any], trainer: Any) -> None:
-    """A mapped Trainer argument is applied when the Trainer holds the value given; else not applied, saying what
-    Lightning made of it (fp16 on a CPU becomes bf16-mixed)."""
-    st, got = ctx.state, held(trainer)
-    for key, arg in RECEIVED.items():
-        if got[arg] == args[arg]:
-            st.reads.add(key)
-        elif key in st.chosen:
-            st.not_applied[key] = f"Lightning's Trainer holds {arg}={got[arg]!r}, not {args[arg]!r}"
+def _record_received(port: TrialPort, args: Mapping[str, Any], trainer: Any) -> None:
+    """A chosen Trainer argument is applied when the Trainer holds the value given; else not applied, saying what
+    Lightning made of it (fp16 on a CPU becomes bf16-mixed). The others: the recipe's, as the Trainer holds them."""
+    got = {"benchmark": torch.backends.cudnn.benchmark}  # (the flag Lightning set from Trainer(benchmark=))
+    for key, a in LIGHTNING.mapped.items():
+        if a.on != "trainer":
+            continue
+        (arg, wanted), = a.to(port.settings[key], None).items()
+        held = got.get(arg, getattr(trainer, arg, None))
+        if port.chosen(key):
+            port.received(key, held == args.get(arg, wanted),
+                          f"Lightning's Trainer holds {arg}={held!r}, not {args.get(arg, wanted)!r}")
+        elif key != "epochs":  # (the epochs: the bridge's, once known)
+            port.recipe(key, a.held(trainer) if arg != "benchmark" else bool(held))
 
 
 def _first_tensor(batch: Any) -> torch.Tensor | None:
@@ -266,51 +311,86 @@ def _bridge_class(pl: Any) -> type:
 
 
 class _Bridge:
-    """Lightning's loop seen by the trial context, through the FrameworkLoop the HF Trainer's callback uses too:
-    epochs opened by ctx.epochs() (at the first epoch's start), each training batch counted and timed (the
-    epoch's training ends with its last), each validation at an epoch's end reported to the stop rules."""
+    """Lightning's loop seen by the trial context, through its port: epochs opened by ctx.epochs() (at the first
+    epoch's start), each training batch counted and timed (the epoch's training ends with its last), an epoch that
+    validated reported to the stop rules at its end."""
 
-    def __init__(self, ctx: TrialContext) -> None:
-        self.loop = FrameworkLoop(ctx)
+    def __init__(self, port: TrialPort) -> None:
+        self.port = port
         self.steps_per_epoch = 1  # (set once the Trainer says how many batches an epoch trains)
+        self.epochs = 1  # (the Trainer's own count: the trial's when it did not choose epochs)
+        self.validated = False  # the epoch's validation ran (reported at the epoch's end)
 
     def on_train_epoch_start(self, trainer: Any, pl_module: Any) -> None:
-        if not self.loop.started:
-            self.loop.start(self.steps_per_epoch)  # (ctx.prepare built the model and optimizer)
-        if not self.loop.epoch_begin():  # early stopping ended the context's epochs
+        if not self.port.started:
+            self.port.start(self.steps_per_epoch, epochs=self.epochs)  # (ctx.prepare built the model and optimizer)
+        if not self.port.epoch_begin():  # early stopping ended the context's epochs
             trainer.should_stop = True
 
     def on_train_batch_start(self, trainer: Any, pl_module: Any, batch: Any, batch_idx: int) -> None:
-        self.loop.batch_begin()
+        self.port.batch_begin()
 
     def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
-        if not self.loop.ctx.state.clock.running:
+        if not self.port.running:
             return
         x = _first_tensor(batch)
         n = len(x) if x is not None and x.ndim else 1
         loss = outputs.get("loss") if isinstance(outputs, Mapping) else outputs
         if isinstance(loss, torch.Tensor):  # (Lightning divided it by the accumulation: the batch's own mean)
             accum = trainer.accumulate_grad_batches
-            self.loop.step(n, loss.detach() * accum if accum > 1 else loss)
+            self.port.step(n, loss.detach() * accum if accum > 1 else loss)
         else:  # (manual optimization returning nothing: samples counted, no loss)
-            self.loop.step(n, torch.zeros((), device=self.loop.ctx.device), has_loss=False)
+            self.port.step(n)
 
     def on_validation_end(self, trainer: Any, pl_module: Any) -> None:
         # (a validation inside the epoch, val_check_interval < 1, is not the epoch's: its training goes on)
-        if trainer.sanity_checking or not trainer.is_last_batch:
+        if not trainer.sanity_checking and trainer.is_last_batch:
+            self.validated = True
+
+    def on_train_epoch_end(self, trainer: Any, pl_module: Any) -> None:
+        """The epoch's evaluation is reported once the epoch's own training metrics are in (at its validation's end,
+        Lightning still holds the previous epoch's `on_epoch` training values): its values by the names logged,
+        those that are one step's value (`on_step` only, or the `_step` copy) left out and named."""
+        if not self.validated:
             return
-        metrics = {k: v for k, v in trainer.callback_metrics.items() if k != "train_loss" and _scalar(v)}
-        if self.loop.report(metrics):
+        self.validated = False
+        step = _step_values(trainer)
+        current = {k: v for k, v in trainer.callback_metrics.items() if _scalar(v)}
+        metrics = {k: v for k, v in current.items() if k != "train_loss" and k not in step}
+        once = sorted(set(step) & (set(current) | set(trainer.logged_metrics)))
+        logged = ", ".join([*sorted(k for k in current if k not in step),
+                            *(f"{k} (one step's value: {step[k]})" for k in once)])
+        if self.port.report(metrics, logged=logged or None):
             trainer.should_stop = True
 
     def finish(self) -> None:
         """trainer.fit returned: the last epoch closes (an unreported one keeps its clocks); no epoch opens."""
-        if not self.loop.finish():
+        if not self.port.finish():
             raise ContextMisuse("trainer.fit trained no epoch (max_epochs, max_steps or the data left none)")
+
+
+def _step_values(trainer: Any) -> dict[str, str]:
+    """The names whose value is one step's, not the epoch's, with what to log or name instead: `self.log(...,
+    on_step=True)` without on_epoch (its last batch's value; a training_step's default), and the `_step` copy of one
+    logged both ways. Read from Lightning's result collections (no public name says how a value was logged; none
+    found: nothing is left out)."""
+    epoch_loop = getattr(getattr(trainer, "fit_loop", None), "epoch_loop", None)
+    out: dict[str, str] = {}
+    for loop in (epoch_loop, getattr(epoch_loop, "val_loop", None)):
+        results = getattr(loop, "_results", None)
+        for metric in (results.values() if isinstance(results, Mapping) else ()):
+            meta = getattr(metric, "meta", None)
+            if meta is None or not getattr(meta, "on_step", False):
+                continue
+            if meta.on_epoch:
+                out[f"{meta.name}_step"] = f"the epoch's is {meta.name}"
+            else:
+                out[meta.name] = "log it with on_epoch=True"
+    return out
 
 
 def _scalar(v: Any) -> bool:
     return isinstance(v, (int, float)) or (isinstance(v, torch.Tensor) and v.numel() == 1)
 
 
-__all__ = ["BUILTIN_ONLY", "BY_CONTEXT", "NOT_APPLICABLE", "TABLE", "TrialContext", "YOURS", "fit", "held", "uncovered"]
+__all__ = ["DEVICE_ARGS", "LIGHTNING", "TrialContext", "fit"]

@@ -13,7 +13,7 @@ import torch
 from torch import nn
 
 from autotune.core import __version__
-from autotune.spec import PRECISIONS
+from autotune.spec import SETTINGS
 from autotune.training import accel, energy_unavailable, memory_unavailable
 
 
@@ -50,7 +50,7 @@ def _try_channels_last(dev: torch.device) -> Check:
 def report(device: str = "auto", with_compile: bool = True) -> dict[str, Any]:
     dev = accel.resolve_device(device)
     checks = []
-    for p in PRECISIONS:
+    for p in SETTINGS["precision"].choices:
         why = accel.precision_error(str(dev), p)
         checks.append(Check(f"precision {p}", why is None, why or "autocast forward+backward ran"))
     checks.append(_try_channels_last(dev))

@@ -20,9 +20,11 @@ def best_yaml(cfg: RunConfig, best: TrialSummary) -> dict[str, Any]:
     Searched settings the trial did not apply are left out (they keep their defaults), and so are the `data:`
     and `model:` sections a training function of the user's (`trainer:`) does not read, unless the file set them."""
     settings = space.of_trial(cfg, best.settings, best.params)
+    # every setting the trial chose (searched or fixed), even at the catalogue's default: one it did not choose is
+    # the user's recipe under a framework's loop (the Trainer's linear schedule, not autotune's constant)
     train = {k: v for k, v in settings.items()
-             if (k in SETTINGS and v != SETTINGS[k].default or k in cfg.train or k.startswith(USER_PREFIX))
-             and k not in best.not_applied}
+             if (k in SETTINGS and (v != SETTINGS[k].default or k in best.params) or k in cfg.train
+                 or k.startswith(USER_PREFIX)) and k not in best.not_applied}
     if best.cpu_threads_used is not None:  # the threads it really trained on (a cap, loader workers): as it did
         train["cpu_threads"] = best.cpu_threads_used
     doc = cfg.to_dict()
@@ -55,6 +57,8 @@ def render(cfg: RunConfig, best: TrialSummary, doc: dict[str, Any]) -> str:
     note = best.lr_note()
     if note is not None:  # the lr written below is that multiplier: the export trains at these same rates
         header += f"# {note}: lr below is that multiplier, not a rate\n"
+    if best.recipe:  # not fixed below: the user's code (or the framework's defaults) decides them again
+        header += f"# left to your code, as the trial left them (not set below): {best.recipe_text()}\n"
     if cfg.trainer is not None and cfg.source != "<config>":  # a module found next to the original YAML
         header += f"# trainer {cfg.trainer}: found next to {cfg.source}, in the working folder or on the path\n"
     return header + yaml.safe_dump(doc, sort_keys=False)

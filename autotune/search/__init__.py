@@ -13,11 +13,11 @@ from autotune.search.pruners import (
     pareto_pruner,
 )
 from autotune.search.results import TrialSummary, best_trial, feasible, lr_scaling_text, pareto_front, select, summarize
-from autotune.search.samplers import SAMPLERS, make_sampler
+from autotune.search.samplers import SAMPLERS, SamplerKind, make_sampler
 from autotune.search.space import fixed_point, of_trial
 
 __all__ = [
     "EPOCH_VALUES", "PRUNERS", "SAMPLERS", "TrialSummary", "best_trial", "check_front_gain_in", "feasible",
     "fixed_point", "front_of", "lr_scaling_text", "make_sampler", "nondominated_ranks", "of_trial", "optuna_pruner",
-    "pareto_front", "pareto_pruner", "select", "summarize",
+    "SamplerKind", "pareto_front", "pareto_pruner", "select", "summarize",
 ]

@@ -62,10 +62,17 @@ class StudyConfig(_Model):
     max_repeated_errors: Int = Field(3, ge=1)  # this many trials in a row failing the same way stop the run
     strategy: str = "joint"  # joint | probe_then_tune: how the search uses the speed probe (strategy.py)
     # several objectives: points the sampler proposes per trial; the one whose predicted objectives add most to the
-    # front runs (search/predicted.py). 1: the sampler's one proposal, as is (its cost beats its gain on short
-    # trials: bench/RESULTS.md); 8 is a good value where trials last minutes
-    candidates: Int = Field(1, ge=1)
+    # front runs (search/predicted.py). 1: the sampler's one proposal, as is; auto (default): 8 while one choice
+    # costs at most 2 % of a trial's training time (minutes-long trials), else 1 (sub-second ones: bench/RESULTS.md)
+    candidates: Annotated[Int, Field(ge=1)] | Literal["auto"] = "auto"
     warm_start: WarmStart | None = None  # start from an earlier study's best trials
+
+    @field_validator("candidates", mode="before")
+    @classmethod
+    def _candidates(cls, v: Any) -> Any:
+        if isinstance(v, str) and v != "auto" or isinstance(v, (bool, float)) or (isinstance(v, int) and v < 1):
+            raise ValueError(f"must be auto or a whole number >= 1; got {shown(v)}")
+        return v
 
     @field_validator("name")
     @classmethod

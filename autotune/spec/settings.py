@@ -233,6 +233,11 @@ def applied_by(*appliers: str) -> tuple[str, ...]:
     return tuple(name for name, s in SETTINGS.items() if s.applied_by in appliers)
 
 
+# The built-in trainer's own steps on its model (compression, inference metrics, checkpoint loading): a training
+# function of the user's (`trainer:`) exposes none of them, so validation refuses them set away from their default.
+BUILTIN_ONLY = applied_by("after", "checkpoint")
+
+
 def merge(train: Mapping[str, Any], sampled: Mapping[str, Any] | None = None,
           overrides: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """A run's settings, put together one way everywhere (a trial, `autotune.train`, `profile`, `best --export`):

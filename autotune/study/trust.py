@@ -17,6 +17,7 @@ from typing import Any
 import optuna
 
 from autotune.core import ConfigError, redact
+from autotune.spec import StudyRecord
 
 HASH_ENV = "AUTOTUNE_CODE_HASH"  # what `autotune worker --code-hash` reads when not given (a Kubernetes Secret...)
 CODE_KEYS = (("trainer",), ("data", "factory"), ("model", "factory"), ("distill", "teacher_model", "factory"))
@@ -42,7 +43,8 @@ def code_hash(raw: Any, source: str) -> str:
 
 def stored(study: optuna.Study) -> tuple[Any, str]:
     """(the config a study stores, the path of the run file it came from)."""
-    return study.user_attrs.get("config"), str(study.user_attrs.get("source", "<config>"))
+    record = StudyRecord.of(study)
+    return record.config, str(record.source if record.source is not None else "<config>")
 
 
 def study_hash(study: optuna.Study) -> str | None:

@@ -42,18 +42,21 @@ OPTIMIZERS: dict[str, Callable[[Any, Mapping[str, Any], dict[str, Any]], torch.o
 FUSED = ("sgd", "sgd_nesterov", "adam", "adamw")  # torch has fused kernels for these (CUDA; also CPU since 2.4)
 
 
-def fast_kwargs(name: str, dev: torch.device) -> dict[str, Any]:
+def fast_kwargs(name: str, dev: torch.device, fused: bool = True) -> dict[str, Any]:
     """Fused kernels (one launch for the whole update) where torch has them for this optimizer and device,
-    else foreach (one launch per parameter group) off the CPU; the CPU foreach path is slower than a loop."""
-    if name in FUSED and dev.type in ("cuda", "cpu"):
+    else foreach (one launch per parameter group) off the CPU; the CPU foreach path is slower than a loop.
+    `fused` False: never fused (a fused optimizer unscales inside its step, and Lightning's mixed-precision plugin
+    refuses to clip its gradients)."""
+    if fused and name in FUSED and dev.type in ("cuda", "cpu"):
         return {"fused": True}
     return {"foreach": True} if dev.type != "cpu" else {}
 
 
-def make_optimizer(name: str, params: Any, settings: Mapping[str, Any], dev: torch.device) -> torch.optim.Optimizer:
+def make_optimizer(name: str, params: Any, settings: Mapping[str, Any], dev: torch.device,
+                   fused: bool = True) -> torch.optim.Optimizer:
     """The optimizer `name` over `params`, with lr, momentum, weight_decay from the settings and the fastest
-    kernels torch has for it on `dev`."""
-    return lookup(OPTIMIZERS, name, None, "optimizer", "optimizer")(params, settings, fast_kwargs(name, dev))
+    kernels torch has for it on `dev` (`fused` False: no fused kernels)."""
+    return lookup(OPTIMIZERS, name, None, "optimizer", "optimizer")(params, settings, fast_kwargs(name, dev, fused))
 
 
 # A schedule scales each parameter group's own lr over `total` steps (the groups' ratios hold): the searched lr

@@ -100,4 +100,75 @@ def fit_own_optimizer(ctx: tune_lightning.TrialContext) -> None:
 
 def fit_with_precision_argument(ctx: tune_lightning.TrialContext) -> None:
     train, val = loaders()
-    tune_lightning.fit(ctx, Blobs(), train_dataloaders=train, val_dataloaders=val, precision="16-mixed")
+    SEEN.clear()
+    tune_lightning.fit(ctx, Blobs(), train_dataloaders=train, val_dataloaders=val, precision="bf16-mixed",
+                       callbacks=[Capture()])
+
+
+def fit_with_accelerator_argument(ctx: tune_lightning.TrialContext) -> None:
+    train, val = loaders()
+    tune_lightning.fit(ctx, Blobs(), train_dataloaders=train, val_dataloaders=val, accelerator="cpu")
+
+
+def fit_three_epochs(ctx: tune_lightning.TrialContext) -> None:
+    """The user's own recipe: the module's SGD, the loaders as they are, 3 epochs given to fit."""
+    train, val = loaders()
+    SEEN.clear()
+    tune_lightning.fit(ctx, Blobs(), train_dataloaders=train, val_dataloaders=val, max_epochs=3,
+                       callbacks=[Capture()])
+
+
+# A module built once, at import: every trial of a study would train it further (refused at the second trial).
+SHARED = Blobs()
+
+
+def fit_shared_module(ctx: tune_lightning.TrialContext) -> None:
+    train, val = loaders()
+    tune_lightning.fit(ctx, SHARED, train_dataloaders=train, val_dataloaders=val)
+
+
+class LogsValid(Blobs):
+    """Logs its validation loss as `valid_loss`, on each step too (Lightning's own example does)."""
+
+    def validation_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> None:
+        x, y = batch
+        self.log("valid_loss", F.cross_entropy(self(x), y), on_step=True)
+
+
+def fit_logs_valid_loss(ctx: tune_lightning.TrialContext) -> None:
+    train, val = loaders()
+    tune_lightning.fit(ctx, LogsValid(), train_dataloaders=train, val_dataloaders=val)
+
+
+class LogsTrainAccuracy(Blobs):
+    """Logs its training accuracy: per epoch (`on_epoch=True`), or as the training_step's default (per step only)."""
+
+    def __init__(self, per_epoch: bool) -> None:
+        super().__init__()
+        self.per_epoch = per_epoch
+
+    def training_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> torch.Tensor:
+        x, y = batch
+        logits = self(x)
+        acc = (logits.argmax(1) == y).float().mean()
+        self.log("train_acc", acc, on_step=not self.per_epoch, on_epoch=self.per_epoch)
+        return F.cross_entropy(logits, y)
+
+
+class EpochValues(L.Callback):
+    """What Lightning holds for train_acc at each training epoch's end (the epoch's own value)."""
+
+    def on_train_epoch_end(self, trainer: Any, pl_module: Any) -> None:
+        SEEN.setdefault("train_acc", []).append(float(trainer.callback_metrics["train_acc"]))
+
+
+def fit_logs_train_acc_per_epoch(ctx: tune_lightning.TrialContext) -> None:
+    train, val = loaders()
+    SEEN.clear()
+    tune_lightning.fit(ctx, LogsTrainAccuracy(per_epoch=True), train_dataloaders=train, val_dataloaders=val,
+                       callbacks=[EpochValues()])
+
+
+def fit_logs_train_acc_per_step(ctx: tune_lightning.TrialContext) -> None:
+    train, val = loaders()
+    tune_lightning.fit(ctx, LogsTrainAccuracy(per_epoch=False), train_dataloaders=train, val_dataloaders=val)

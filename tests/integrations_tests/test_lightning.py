@@ -1,6 +1,8 @@
-"""autotune.integrations.lightning: a LightningModule trained for real through the trial context: every mapping
-row received by Lightning, the clocks without validation, the stop rules, the table checked against the
-catalogue, the example end to end (a study, its front, `best --export`)."""
+"""autotune.integrations.lightning: a LightningModule trained for real through the trial context: the user's module,
+loaders and Trainer arguments are the baseline (unchosen settings stay theirs, recorded as the recipe), every chosen
+row received by Lightning, bf16 with clipping trains, a reused module refused, a metric the module never logs named
+with what it did log, the clocks without validation, the stop rules, the table derived from the catalogue, the
+example end to end (a study, its front, `best --export`)."""
 
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ import torch
 import autotune
 from autotune.core import ConfigError, TrialStopped
 from autotune.integrations import lightning as tune_lightning
+from autotune.integrations.tables import uncovered
 from autotune.spec import SETTINGS
 from autotune.spec.settings import DEFAULTS
 from autotune.training import ContextMisuse, TrialContext, TrialSetup, run_fit, trial_session
@@ -25,9 +28,10 @@ FITS = "tests.integrations_tests.lightning_fits"
 
 def train(fit: Any = lightning_fits.fit, searched: tuple[str, ...] = (), user: dict[str, Any] | None = None,
           setup: dict[str, Any] | None = None, **settings: Any) -> Any:
-    """One trial of `fit` on a bare context (the runner's plumbing left out): its TrainResult."""
-    values = {**DEFAULTS, "device": "cpu", "epochs": 2, "batch_size": 50, **settings}
-    setup_ = TrialSetup(searched=searched or tuple(settings), **(setup or {}))
+    """One trial of `fit` on a bare context (the runner's plumbing left out): its TrainResult. The settings given
+    (and epochs, 2 unless given) are the trial's chosen ones; every other one is the module's and loaders' own."""
+    values = {**DEFAULTS, "device": "cpu", "epochs": 2, **settings}
+    setup_ = TrialSetup(searched=searched or tuple(settings), fixed=("epochs",), **(setup or {}))
     ctx = TrialContext(values, user_params=user, setup=setup_)
     with trial_session(values):
         return run_fit(fit, ctx)
@@ -36,14 +40,22 @@ def train(fit: Any = lightning_fits.fit, searched: tuple[str, ...] = (), user: d
 # ---------------------------------------------------------------- the table and the catalogue
 
 
-def test_every_catalogue_setting_is_mapped_or_said_not_applicable() -> None:
-    assert tune_lightning.uncovered() == []
-    assert set(tune_lightning.TABLE) | set(tune_lightning.NOT_APPLICABLE) <= set(SETTINGS)
+def test_every_setting_has_one_role_derived_from_the_catalogue() -> None:
+    table = tune_lightning.LIGHTNING
+    assert uncovered(table) == []
+    roles = {key: table.role(key)[0] for key in SETTINGS}
+    assert roles["precision"] == roles["batch_size"] == "mapped" and roles["label_smoothing"] == "yours"
+    assert roles["optimizer"] == roles["lr_schedule"] == roles["compile"] == "part"
+    assert roles["data_on_device"] == "cannot" and roles["prune_method"] == "builtin" and roles["device"] == "context"
 
 
-def test_a_setting_the_table_forgets_fails_the_check(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delitem(tune_lightning.TABLE, "grad_clip")
-    assert tune_lightning.uncovered() == ["grad_clip"]
+def test_a_setting_the_mapping_forgets_is_refused_not_silently_ignored(monkeypatch: pytest.MonkeyPatch) -> None:
+    table = tune_lightning.LIGHTNING
+    monkeypatch.delitem(table.mapped, "grad_clip")  # (a mapping row lost: the derived role is "cannot")
+    assert table.role("grad_clip")[0] == "cannot"
+    assert table.refusal("grad_clip", [1.0]) == ("the Lightning integration cannot apply grad_clip: Lightning's "
+                                                 "Trainer has no argument for it; drop the key (your code's own "
+                                                 "value stays)")
 
 
 # ---------------------------------------------------------------- each mapping row: Lightning received the value
@@ -79,7 +91,7 @@ def test_loader_settings_shape_the_dataloaders() -> None:
 def test_worker_settings_without_workers_and_data_on_device_are_not_applied() -> None:
     r = train(prefetch_factor=4, data_on_device=True, epochs=1, data_fraction=0.2)
     assert r.not_applied == {"prefetch_factor": "with num_workers 0 the DataLoader has no worker processes",
-                             "data_on_device": tune_lightning.NOT_APPLICABLE["data_on_device"]}
+                             "data_on_device": "Lightning's loop moves each batch to the device itself"}
 
 
 def test_the_searched_optimizer_and_schedule_are_what_stepped() -> None:
@@ -108,10 +120,54 @@ def test_the_schedule_spans_the_batches_lightning_trains() -> None:
 def test_own_optimizer_keeps_the_modules_and_a_chosen_lr_scales_it() -> None:
     r = train(lightning_fits.fit_own_optimizer, lr=0.5, lr_schedule="cosine", epochs=1)
     opt = SEEN["optimizer"]
-    assert type(opt) is torch.optim.SGD and opt.param_groups[0]["lr"] == pytest.approx(0.05)  # 0.1 x 0.5
-    assert r.effective_lrs == ([0.1], [pytest.approx(0.05)]) and SEEN["schedulers"] == []
-    assert r.not_applied == {"lr_schedule": "own_optimizer=True: your configure_optimizers' scheduler, or none, "
-                                            "sets the lr"}
+    assert type(opt) is torch.optim.SGD and opt.param_groups[0]["initial_lr"] == pytest.approx(0.05)  # 0.1 x 0.5
+    assert r.effective_lrs == ([0.1], [pytest.approx(0.05)]) and len(SEEN["schedulers"]) == 1  # the chosen cosine
+    assert r.not_applied == {} and r.recipe["optimizer"] == "SGD (your configure_optimizers)"
+
+
+def test_unchosen_settings_stay_the_modules_and_the_loaders_and_are_recorded() -> None:
+    """Only precision chosen: the module's own SGD (lr 0.1, momentum 0.5) and no scheduler, the user's loader
+    (batch 50, shuffled), Lightning's own clipping (none) and accumulation (1), the epochs given to fit."""
+    values = {**DEFAULTS, "device": "cpu", "precision": "bf16"}
+    ctx = TrialContext(values, setup=TrialSetup(searched=("precision",)))
+    with trial_session(values):
+        r = run_fit(lightning_fits.fit_three_epochs, ctx)
+    opt, loader = SEEN["optimizer"], SEEN["train_loader"]
+    assert type(opt) is torch.optim.SGD and opt.param_groups[0]["lr"] == 0.1 and opt.param_groups[0]["momentum"] == 0.5
+    assert SEEN["schedulers"] == [] and loader.batch_size == 50
+    assert isinstance(loader.sampler, torch.utils.data.RandomSampler)
+    assert r.epochs_run == 3 and SEEN["trainer"].precision == "bf16-mixed"
+    assert r.recipe == {"optimizer": "SGD (your configure_optimizers)", "lr": 0.1, "weight_decay": 0.0,
+                        "momentum": 0.5, "lr_schedule": "none (your configure_optimizers)", "batch_size": 50,
+                        "data_fraction": 1.0, "num_workers": 0, "pin_memory": False, "eval_batch_size": 1,
+                        "grad_accum_steps": 1, "grad_clip": 0.0, "cudnn_benchmark": False, "epochs": 3}, r.recipe
+    assert "precision" not in r.unused and {"optimizer", "lr", "epochs", "batch_size"} <= set(r.unused)
+
+
+
+def test_fixed_optimizer_settings_the_modules_own_optimizer_does_not_take_are_recorded_not_applied() -> None:
+    """weight_decay and momentum fixed in train: without `optimizer`: the module's own SGD trains as it is (its
+    momentum 0.5, no decay), and the trial says so instead of dropping them silently."""
+    values = {**DEFAULTS, "device": "cpu", "epochs": 1, "weight_decay": 1e-3, "momentum": 0.9}
+    ctx = TrialContext(values, setup=TrialSetup(fixed=("epochs", "weight_decay", "momentum")))
+    with trial_session(values):
+        r = run_fit(lightning_fits.fit, ctx)
+    group = SEEN["optimizer"].param_groups[0]
+    assert (group["momentum"], group["weight_decay"]) == (0.5, 0)
+    why = "your own optimizer trained under Lightning: momentum, weight_decay were not used (choose optimizer too, " \
+          "to train with autotune's)"
+    assert r.not_applied == {"momentum": why, "weight_decay": why}
+
+
+def test_bf16_with_gradient_clipping_trains() -> None:
+    """Lightning's mixed-precision plugin refuses to clip a fused optimizer: autotune builds it unfused then."""
+    r = train(precision="bf16", grad_clip=0.5, optimizer="adam", lr=0.01, epochs=2)
+    opt = SEEN["optimizer"]
+    assert type(opt) is torch.optim.Adam and not opt.defaults.get("fused")
+    assert SEEN["trainer"].precision == "bf16-mixed" and SEEN["trainer"].gradient_clip_val == 0.5
+    assert r.epochs_run == 2 and r.not_applied == {} and r.history[-1].metrics["val_accuracy"] > 0.5
+    r = train(grad_clip=0.5, optimizer="adam", lr=0.01, epochs=1)  # (fp32: fused stays, Lightning clips it itself)
+    assert SEEN["optimizer"].defaults.get("fused") and r.not_applied == {}
 
 
 def test_init_and_channels_last_through_prepare() -> None:
@@ -131,9 +187,13 @@ def test_compile_hands_lightning_the_compiled_module() -> None:
     assert SEEN["compiled"] and r.not_applied == {} and r.compile_time_s > 0
 
 
-def test_a_trainer_argument_autotune_sets_is_refused() -> None:
-    with pytest.raises(ContextMisuse, match=r"Trainer argument\(s\) precision come from the trial's settings"):
-        train(lightning_fits.fit_with_precision_argument, epochs=1)
+def test_a_trainer_argument_of_the_users_stays_unless_the_trial_chose_it() -> None:
+    r = train(lightning_fits.fit_with_precision_argument, epochs=1)  # the user's bf16-mixed: precision not chosen
+    assert SEEN["trainer"].precision == "bf16-mixed" and r.recipe["precision"] == "bf16"
+    r = train(lightning_fits.fit_with_precision_argument, precision="fp32", epochs=1)  # chosen: the trial's
+    assert SEEN["trainer"].precision == "32-true" and "precision" not in r.recipe and r.not_applied == {}
+    with pytest.raises(ContextMisuse, match=r"Trainer argument\(s\) accelerator follow the trial's device"):
+        train(lightning_fits.fit_with_accelerator_argument, epochs=1)
 
 
 # ---------------------------------------------------------------- clocks and stops
@@ -160,12 +220,12 @@ def test_several_devices_are_refused_at_validation(tmp_path: Path, capsys: pytes
     cfg = autotune.load_config(str(path))
     with pytest.raises(ConfigError, match=r"l\.yaml: train\.devices: the Lightning integration"):
         autotune.run(cfg.model_copy(update={"train": {**cfg.train, "devices": 2}}), lightning_fits.fit)
-    with pytest.raises(ContextMisuse, match="the Lightning integration trains on one device"):  # (at run time too)
+    with pytest.raises(ContextMisuse, match="the Lightning integration trains a trial on one device"):  # (run time)
         train(devices=2)
 
 
 def test_validation_time_is_not_training_time() -> None:
-    r = train(user={"val_sleep_s": 1.0}, epochs=2, lr=0.01)
+    r = train(user={"val_sleep_s": 1.0}, epochs=2, optimizer="adam", lr=0.01)
     assert all(h.epoch_time_s < 1.0 for h in r.history)  # each epoch's validation slept 1 s after its training
     assert r.train_time_s == pytest.approx(sum(h.epoch_time_s for h in r.history))
     assert [sorted(h.metrics) for h in r.history] == [["val_accuracy", "val_loss"]] * 2
@@ -174,7 +234,7 @@ def test_validation_time_is_not_training_time() -> None:
 
 def test_a_validation_inside_the_epoch_is_not_its_report() -> None:
     """val_check_interval 0.5: the epoch's training goes on after the first validation; the second is reported."""
-    r = train(lightning_fits.fit_validating_twice_an_epoch, epochs=2, lr=0.01)
+    r = train(lightning_fits.fit_validating_twice_an_epoch, epochs=2, optimizer="adam", lr=0.01)
     assert r.epochs_run == 2 and SEEN["samples"] == 1200 and all("val_accuracy" in h.metrics for h in r.history)
     assert [h.samples_per_s * h.epoch_time_s for h in r.history] == pytest.approx([600, 600])
 
@@ -345,3 +405,129 @@ def test_the_dashboard_lists_a_lightning_study_with_its_records(tmp_path: Path) 
     fp16 = _attrs(trials[1]["user_attrs"])
     assert "not_applied" not in _attrs(trials[0]["user_attrs"])
     assert json.loads(fp16["not_applied"])["precision"].startswith("Lightning's Trainer holds precision='bf16-mixed'")
+
+
+# ---------------------------------------------------------------- checks before and at the first trial
+
+
+def _study(tmp_path: Path, fit: str = "fit", **sections: Any) -> Any:
+    from autotune import config
+
+    raw: dict[str, Any] = {
+        "study": {"name": "l", "storage": f"sqlite:///{tmp_path}/l.db", "n_trials": 3},
+        "trainer": f"{FITS}:{fit}",
+        "objectives": [{"metric": "val_accuracy", "direction": "maximize"}, "train_time_s"],
+        "train": {"device": "cpu", "epochs": 1},
+    }
+    raw.update(sections)
+    return config.from_dict(raw, source=str(tmp_path / "l.yaml"))
+
+
+def test_a_module_level_module_is_refused_at_the_second_trial(tmp_path: Path) -> None:
+    from autotune.study.runner import open_study
+
+    cfg = _study(tmp_path, "fit_shared_module")
+    with pytest.raises(ConfigError, match=r"l\.yaml: trainer: autotune\.integrations\.lightning\.fit got "
+                                          r"lightning_fits\.py: SHARED \(Blobs\), the model object an earlier trial "
+                                          r"already trained: this trial would start where that one ended"):
+        autotune.run(cfg)
+    assert [t.state.name for t in open_study(cfg).trials] == ["COMPLETE", "FAIL"]
+
+
+
+def test_best_says_which_fixed_settings_lightning_did_not_apply(tmp_path: Path, capsys: pytest.CaptureFixture[str]
+                                                                 ) -> None:
+    """fp16 fixed on a CPU: Lightning trains bf16-mixed. The trial records it and `best` says it (it showed only the
+    searched settings not applied); the export keeps the file's fp16, which trains the trial again as it was."""
+    from autotune.observe import export, progress
+
+    cfg = _study(tmp_path, study={"name": "l", "storage": f"sqlite:///{tmp_path}/l.db", "n_trials": 1},
+                 train={"device": "cpu", "epochs": 1, "precision": "fp16"})
+    res = autotune.run(cfg)
+    assert res.best is not None and res.best.not_applied == {}
+    assert res.best.fixed_not_applied == {"precision": "Lightning's Trainer holds precision='bf16-mixed', not "
+                                                       "'16-mixed'"}
+    capsys.readouterr()
+    progress.print_best(res)
+    assert "(precision: fixed in train:, not applied: Lightning's Trainer holds precision='bf16-mixed', not " \
+           "'16-mixed')" in capsys.readouterr().out
+    assert export.best_yaml(cfg, res.best)["train"]["precision"] == "fp16"
+
+
+def test_a_metric_the_module_never_logs_stops_the_run_naming_what_it_logged(tmp_path: Path) -> None:
+    """Lightning's own example logs `valid_loss` (on_step too): an objective `val_loss` is named with what the first
+    epoch logged, and the run stops at its first trial, not after three full ones."""
+    from autotune.study.runner import open_study
+
+    cfg = _study(tmp_path, "fit_logs_valid_loss", objectives=[{"metric": "val_loss", "direction": "minimize"},
+                                                              "train_time_s"])
+    with pytest.raises(ConfigError, match=r"l\.yaml: objectives\.0\.metric: Lightning logged no val_loss in the "
+                                          r"first epoch's evaluation; it logged: valid_loss, valid_loss_epoch, "
+                                          r"valid_loss_step \(one step's value: the epoch's is valid_loss\) \(did "
+                                          r"you mean 'valid_loss'\?\)"):
+        autotune.run(cfg)
+    assert [t.state.name for t in open_study(cfg).trials] == ["FAIL"]
+
+
+
+def test_a_training_metric_logged_per_epoch_is_recorded_with_its_own_epoch() -> None:
+    """At a validation's end Lightning still holds the previous epoch's on_epoch training values (none in the first
+    epoch): each epoch's record holds that epoch's own train_acc, as Lightning computed it at the epoch's end."""
+    r = train(lightning_fits.fit_logs_train_acc_per_epoch, searched=("lr",), lr=1.0, epochs=3,
+              setup={"metrics": ["val_accuracy", "val_loss", "train_acc"]})
+    assert len(r.history) == len(SEEN["train_acc"]) == 3
+    assert [h.metrics.get("train_acc") for h in r.history] == pytest.approx(SEEN["train_acc"])
+
+
+def test_an_objective_logged_per_step_only_stops_the_run_naming_it(tmp_path: Path) -> None:
+    """A training_step's self.log is per step by default: its value is the epoch's last batch's. As an objective it
+    stops the run at the first evaluation, which names it and how to log the epoch's value."""
+    from autotune.study.runner import open_study
+
+    cfg = _study(tmp_path, "fit_logs_train_acc_per_step", objectives=[
+        {"metric": "train_acc", "direction": "maximize"}, "train_time_s"])
+    with pytest.raises(ConfigError, match=r"objectives\.0\.metric: Lightning logged no train_acc in the first epoch's "
+                                          r"evaluation; it logged: val_accuracy, val_loss, train_acc \(one step's "
+                                          r"value: log it with on_epoch=True\)"):
+        autotune.run(cfg)
+    assert [t.state.name for t in open_study(cfg).trials] == ["FAIL"]
+
+
+def test_data_on_device_is_refused_at_validation_and_false_is_what_lightning_does(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"space\.data_on_device: the Lightning integration cannot apply "
+                                          r"data_on_device: Lightning's loop moves each batch to the device itself"):
+        _study(tmp_path, space={"data_on_device": {"type": "bool"}})
+    _study(tmp_path, train={"device": "cpu", "data_on_device": False})
+
+
+def test_the_lr_note_only_when_lr_multiplies_the_modules_own_optimizer(tmp_path: Path) -> None:
+    from autotune.fit import notes
+
+    lr = {"type": "float", "low": 1e-3, "high": 1e-1, "log": True}
+    said = notes(_study(tmp_path, space={"lr": lr}))  # the module's optimizer: lr multiplies its group lrs
+    assert len(said) == 1 and "Lightning trains your module's own optimizer (configure_optimizers) unless optimizer " \
+                               "is searched or fixed too, and lr multiplies each of its parameter groups' lr" in said[0]
+    assert "ctx.prepare" not in said[0]  # (the note for hand-written fits speaks of calls a Lightning user never makes)
+    assert notes(_study(tmp_path, space={"lr": lr, "optimizer": {"type": "categorical", "choices": ["adam"]}})) == []
+
+
+def test_a_study_prints_no_framework_chatter(tmp_path: Path) -> None:
+    """Lightning's per-trial lines (device summary, tips, "max_epochs reached") are left out; the run's own lines
+    stay, and warnings that matter (fp16 on a CPU) too."""
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    (tmp_path / "l.yaml").write_text(
+        f"study: {{name: l, storage: 'sqlite:///{tmp_path}/l.db', n_trials: 2}}\ntrainer: {FITS}:fit\n"
+        "objectives: [{metric: val_accuracy, direction: maximize}, train_time_s]\n"
+        "train: {device: cpu, epochs: 1, optimizer: adam}\n"
+        "space: {precision: {type: categorical, choices: [fp32, fp16]}}\n")
+    proc = subprocess.run([sys.executable, "-m", "autotune", "run", str(tmp_path / "l.yaml"), "--plain"],
+                          capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout + proc.stderr
+    for noise in ("GPU available", "TPU available", "Tip:", "max_epochs=", "LeafSpec", "multiplies each"):
+        assert noise not in out, out
+    assert out.count("trial   0") == 1 and "2 trials in the study" in out

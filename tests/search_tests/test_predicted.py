@@ -114,8 +114,11 @@ def test_no_choice_before_enough_trials_have_a_curve(tmp_path: Path) -> None:
 
 
 def test_the_default_and_where_it_applies(tmp_path: Path) -> None:
-    assert n_candidates(_cfg(tmp_path)) == 1  # off by default: its cost beats its gain on short trials
-    assert not isinstance(samplers.make_sampler(_cfg(tmp_path)), PredictedFront)
+    # auto by default: chosen among 8 while worth its cost (test_auto_chooses_while_a_choice_costs_little...)
+    assert _cfg(tmp_path).study.candidates == "auto" and n_candidates(_cfg(tmp_path)) == 8
+    assert samplers.make_sampler(_cfg(tmp_path)).auto  # type: ignore[attr-defined]
+    assert n_candidates(_cfg(tmp_path, {"candidates": 1})) == 1  # the sampler's own proposal, as before
+    assert not isinstance(samplers.make_sampler(_cfg(tmp_path, {"candidates": 1})), PredictedFront)
     assert isinstance(samplers.make_sampler(_cfg(tmp_path, {"candidates": 8})), PredictedFront)
     assert n_candidates(_cfg(tmp_path, {"sampler": "random", "candidates": 4})) == 4
     one = _cfg(tmp_path, objectives=TWO[:1])
@@ -126,7 +129,8 @@ def test_the_default_and_where_it_applies(tmp_path: Path) -> None:
     ({"candidates": 4}, TWO[:1], "needs two or more objectives"),
     ({"candidates": 4, "sampler": "nsga2"}, TWO, "nsga2 proposes whole points itself"),
     ({"candidates": 4, "strategy": "probe_then_tune"}, TWO, "candidates need the joint strategy"),
-    ({"candidates": 0}, TWO, "greater than or equal to 1"),
+    ({"candidates": 0}, TWO, "must be auto or a whole number >= 1; got 0"),
+    ({"candidates": "many"}, TWO, "must be auto or a whole number >= 1; got 'many'"),
 ])
 def test_candidates_where_they_cannot_apply_is_one_clear_error(tmp_path: Path, study: dict[str, Any],
                                                                 objectives: list[Any], says: str) -> None:
@@ -145,3 +149,76 @@ def test_distributions_are_the_ones_the_space_suggests(tmp_path: Path) -> None:
     t = study.ask()
     space.sample(t, cfg)
     assert all(study.trials[0].distributions[k] == d[k] for k in study.trials[0].distributions)
+
+
+def test_auto_chooses_while_a_choice_costs_little_beside_a_trial(tmp_path: Path) -> None:
+    """`candidates: auto`: 8 candidates where they apply, chosen while one choice's measured CPU time is at most
+    AUTO_SHARE of the median trial's training time (the trials' train_time_s), the inner sampler's proposal after."""
+    from autotune.search.predicted import AUTO_K, AUTO_SHARE
+
+    auto = _cfg(tmp_path, {"candidates": "auto"})
+    assert n_candidates(auto) == AUTO_K and isinstance(samplers.make_sampler(auto), PredictedFront)
+    assert n_candidates(_cfg(tmp_path, {"candidates": "auto"}, objectives=TWO[:1])) == 1  # cannot apply: 1, quietly
+    assert n_candidates(_cfg(tmp_path, {"candidates": "auto", "sampler": "nsga2"})) == 1
+
+    def run(train_time_s: float) -> Spy:
+        spy = Spy(optuna.samplers.RandomSampler(seed=0), auto, AUTO_K, seed=0, auto=True)
+        study = optuna.create_study(directions=auto.directions, sampler=spy)
+
+        def objective(trial: optuna.Trial) -> tuple[float, float]:
+            curve = _curve(space.sample(trial, auto))
+            trial.set_user_attr(EPOCH_VALUES, curve)
+            trial.set_user_attr("train_time_s", train_time_s)
+            return curve[-1][0], curve[-1][1]
+
+        study.optimize(objective, n_trials=MIN_TRIALS + 4)
+        return spy
+
+    long = run(3600.0)  # trials of an hour: every choice is worth its cost
+    assert len(long.seen) == 4 and long.choice_s is not None and long.choice_s <= AUTO_SHARE * 3600.0
+    short = run(1e-6)  # trials shorter than any choice: measured once, then never again
+    assert len(short.seen) == 1
+
+
+def test_with_epochs_fixed_stopped_trials_curves_teach_the_prediction(tmp_path: Path) -> None:
+    fixed = {k: v for k, v in SPACE.items() if k != "epochs"}
+    cfg = _cfg(tmp_path, space=fixed, train={"epochs": 12})
+    study = optuna.create_study(directions=cfg.directions)
+    rng = random.Random(0)
+    for i in range(12):
+        p = {"lr": 10 ** rng.uniform(-4, -1), "optimizer": "adam", "batch_size": rng.choice([32, 128, 512]),
+             "model.channels": '[8, 16]'}
+        curve = _curve({**p, "epochs": 12})
+        dists = {k: distribution(cfg.space[k]) for k in p}
+        if i % 3:  # two in three stopped after 3 epochs
+            study.add_trial(create_trial(params=p, distributions=dists, state=TrialState.PRUNED,
+                                         user_attrs={EPOCH_VALUES: curve[:3]}))
+        else:
+            study.add_trial(create_trial(params=p, distributions=dists, values=curve[-1],
+                                         user_attrs={EPOCH_VALUES: curve}))
+    sampler = PredictedFront(optuna.samplers.RandomSampler(), cfg, 3, seed=0)
+    data = sampler._data(study)
+    assert data is not None
+    x, y, front = data
+    assert len(front) == 4  # the completed trials' values make the front
+    assert len(x) == 4 * len({1, 2, 3, 4, 6, 8, 12}) + 8 * 3  # every kept epoch of every trial, stopped ones too
+    assert x[:, -1].max() == 1.0 and x[:, -1].min() == pytest.approx(1 / 12)  # the share of the 12-epoch run done
+
+
+def test_a_choice_reads_the_studys_trials_once(tmp_path: Path) -> None:
+    cfg = _cfg(tmp_path)
+    study = optuna.create_study(directions=cfg.directions, sampler=PredictedFront(
+        optuna.samplers.TPESampler(seed=0, n_startup_trials=2), cfg, 6, seed=0))
+    study.optimize(_objective(cfg), n_trials=MIN_TRIALS)
+    reads = 0
+    storage_get = study._storage.get_all_trials
+
+    def counting(*a: Any, **k: Any) -> Any:
+        nonlocal reads
+        reads += 1
+        return storage_get(*a, **k)
+
+    study._storage.get_all_trials = counting  # type: ignore[method-assign]
+    study.optimize(_objective(cfg), n_trials=1)
+    # 6 candidates x 6 parameters proposed by TPE from one snapshot; the rest is Optuna's own bookkeeping
+    assert reads < 10

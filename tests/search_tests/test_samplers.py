@@ -117,3 +117,22 @@ def test_bad_sampler_args_name_the_sampler(tmp_path: Path) -> None:
     cfg = cfg_for("tpe", {"n_startup": 3}, tmp_path)
     with pytest.raises(ConfigError, match=r"study\.sampler_args: tpe: .*n_startup"):
         samplers.make_sampler(cfg)
+
+
+def test_the_configs_sampler_checks_read_each_samplers_kind(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """A sampler's limits are data (SamplerKind), not names in config/checks.py: a kind that says one objective, or
+    a grid, is held to it whatever its name."""
+    import dataclasses
+
+    raw = {"study": {"sampler": "qmc", "storage": f"sqlite:///{tmp_path}/s.db"},
+           "objectives": ["val_accuracy", "train_time_s"],
+           "space": {"lr": {"type": "float", "low": 1e-3, "high": 1e-1}}}
+    config.from_dict(raw)
+    qmc = samplers.SAMPLERS["qmc"]
+    monkeypatch.setitem(samplers.SAMPLERS, "qmc", dataclasses.replace(qmc, objectives="one"))
+    with pytest.raises(ConfigError, match=r"study\.sampler: qmc handles one objective only; for several use tpe, "
+                                          r"random, gp, nsga2, grid"):
+        config.from_dict(raw)
+    monkeypatch.setitem(samplers.SAMPLERS, "qmc", dataclasses.replace(qmc, grid=True))
+    with pytest.raises(ConfigError, match=r"space\.lr: the qmc sampler needs categorical, bool or stepped"):
+        config.from_dict(raw)

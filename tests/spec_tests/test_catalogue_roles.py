@@ -1,14 +1,16 @@
 """Each row of the settings catalogue says how its setting acts and what applies it; the speed probe's, the
-strategy's and the trial context's groups of settings are derived from that, and hold what they held when they
-were hand-kept tuples."""
+strategy's, the trial context's and the framework tables' groups are derived from those two words, and the
+behaviour each word promises holds for every row (so a new row needs no edit here: it is tested by its words)."""
 
 from __future__ import annotations
 
 import pytest
 
-from autotune.spec import APPLIERS, SETTINGS, acting, applied_by
-from autotune.spec.settings import ACTS, Setting
+from autotune.integrations.tables import FRAMEWORKS
+from autotune.spec import APPLIERS, BUILTIN_ONLY, SETTINGS, acting, applied_by
+from autotune.spec.settings import ACTS, DEFAULTS, Setting
 from autotune.speed import probe, strategy, sweep
+from autotune.training import BY_CONTEXT, TrialContext, TrialSetup
 from autotune.training.context import applied
 from autotune.training.data import augment
 
@@ -33,35 +35,78 @@ def test_a_row_without_its_roles_or_with_an_unknown_one_is_refused() -> None:
                 applied_by="around", exactness=(("a", 1),))
 
 
-def test_the_speed_probe_and_strategy_sets_are_derived_and_unchanged() -> None:
-    assert probe.THROUGHPUT == acting("speed", "speed_and_result")
-    # the hand-kept tuple this replaced (same settings; the catalogue's order puts batch_size first)
-    assert set(probe.THROUGHPUT) == {"device", "devices", "precision", "channels_last", "compile", "compile_mode",
-                                     "batch_size", "data_on_device", "num_workers", "pin_memory", "prefetch_factor",
-                                     "persistent_workers", "cudnn_benchmark", "matmul_precision", "cpu_threads"}
-    assert sweep.ACCELERATION == tuple(k for k in probe.THROUGHPUT if k != "device")
-    assert strategy.NEUTRAL == ("channels_last", "compile", "compile_mode", "data_on_device", "num_workers",
-                                "pin_memory", "prefetch_factor", "persistent_workers", "cudnn_benchmark", "cpu_threads")
-    assert set(strategy.NEUTRAL) < set(probe.THROUGHPUT)
-    assert strategy.EXACTNESS == {"precision": {"fp32": 2, "bf16": 1, "fp16": 1},
-                                  "matmul_precision": {"highest": 3, "high": 2, "medium": 1}}
+@pytest.mark.parametrize("key", SETTINGS)
+def test_how_a_setting_acts_decides_what_the_probe_and_the_strategy_do_with_it(key: str) -> None:
+    s = SETTINGS[key]
+    assert (key in probe.THROUGHPUT) == (s.acts != "result")  # the probe measures each value of what moves speed
+    assert (key in strategy.NEUTRAL) == (s.acts == "speed")  # probe_then_tune fixes only what moves speed alone
+    assert (key in sweep.ACCELERATION) == (s.acts != "result" and key != "device")
+    assert strategy.EXACTNESS.get(key) == (dict(s.exactness) if s.exactness else None)
 
 
-def test_the_trial_contexts_groups_are_derived_and_unchanged() -> None:
-    assert applied.APPLIED_AROUND == ("device", "devices", "cudnn_benchmark", "matmul_precision", "cpu_threads")
-    assert set(applied.OPTIMIZER_KEYS) == {"optimizer", "lr", "momentum", "weight_decay"}
-    assert set(applied.STEP_KEYS) == {"grad_clip", "grad_accum_steps", "lr_schedule"}
-    assert applied.LOADER_KEYS == ("batch_size", "data_fraction", "data_on_device")
-    assert applied.DATALOADER_KEYS == ("num_workers", "pin_memory", "prefetch_factor", "persistent_workers")
-    assert applied.PREPARE_KEYS == ("init", "channels_last", "compile", "compile_mode")
-    assert set(applied.EFFECT_KEYS) == {"optimizer", "lr", "momentum", "weight_decay", "lr_schedule"}
-    assert applied.BUILT_WITH == ("lr", "momentum", "weight_decay")
-    assert applied.OWN == {
-        "label_smoothing": "the loss is your own (read ctx.settings.label_smoothing in it to search it)",
-        "dropout": "the model is your own (read ctx.settings.dropout in it to search it)",
-        "aug_crop_padding": "the augmentation is your own", "aug_flip": "the augmentation is your own",
-        "aug_cutout": "the augmentation is your own",
-        "eval_batch_size": "your evaluation batches its own way (ctx.loader(..., train=False) takes it)",
-        "epochs": "ctx.epochs() was never iterated",
-    }
-    assert augment.SETTINGS == applied_by("augment") == ("aug_crop_padding", "aug_flip", "aug_cutout")
+def _nothing_read(key: str) -> dict[str, str]:
+    """A fit that chose `key` (searched) and used nothing of the context but its epochs and report: what the trial
+    records as not applied."""
+    ctx = TrialContext({**DEFAULTS, "device": "cpu", "epochs": 1}, setup=TrialSetup(searched=[key]))
+    for _ in ctx.epochs():
+        ctx.report(val_loss=1.0)
+    return ctx._state.unapplied()
+
+
+# the reason a setting of each part is not applied when the fit never used that part of the context
+UNUSED_PART: dict[str, str] = {
+    "optimizer": "ctx.prepare(model) was never called: the context built no optimizer",
+    "schedule": "ctx.backward(loss) was never called",
+    "step": "ctx.backward(loss) was never called",
+    "loader": "your fit never called ctx.loader(...)",
+    "dataloader": "your fit never called ctx.loader(...)",
+    "prepare": "ctx.prepare(model) was never called",
+    "autocast": "ctx.autocast() was never used",
+    "loss": "was never read: the loss is your own",
+    "model": "was never read: the model is your own",
+    "augment": "was never read: the augmentation is your own",
+    "eval": "was never read: your evaluation batches its own way",
+    "after": "was never read",
+    "checkpoint": "was never read",
+}
+
+
+@pytest.mark.parametrize("key", [k for k, s in SETTINGS.items() if s.searchable])
+def test_what_applies_a_setting_decides_when_the_trial_context_applies_it(key: str) -> None:
+    """Applied around every trial (around, stop, clock): whatever the fit does. Every other part: only where the fit
+    used that part of the context, else recorded not applied with that part's reason. (A setting that cannot be
+    searched is never recorded so: only searched ones are.)"""
+    part = SETTINGS[key].applied_by
+    unapplied = _nothing_read(key)
+    if part in ("around", "stop", "clock", "epochs"):
+        assert key not in unapplied, unapplied
+    else:
+        assert UNUSED_PART[part] in unapplied[key], (key, unapplied)
+
+
+def test_the_groups_are_the_catalogues_words() -> None:
+    assert applied.APPLIED_AROUND == applied_by("around") and augment.SETTINGS == applied_by("augment")
+    assert applied.EFFECT_KEYS == applied_by("optimizer", "schedule")
+    assert BUILTIN_ONLY == applied_by("after", "checkpoint") and BY_CONTEXT == applied_by("around", "stop", "clock")
+    assert set(probe.THROUGHPUT) == set(acting("speed", "speed_and_result"))
+
+
+@pytest.mark.parametrize("name", FRAMEWORKS)
+def test_every_framework_gives_every_setting_one_role_from_its_mapping_and_the_catalogue(name: str) -> None:
+    table = FRAMEWORKS[name]
+    for key in SETTINGS:
+        role, how = table.role(key)
+        assert how, key
+        if key in table.mapped:
+            assert role == "mapped"
+        elif key in BUILTIN_ONLY:
+            assert role == "builtin"
+        elif key in BY_CONTEXT:
+            assert role == "context"
+        else:
+            assert role in ("yours", "part", "cannot"), (key, role)
+        # what a trial choosing it meets at validation: refused exactly when the framework cannot apply it (one
+        # that acts through another setting, `needs`, when that one is chosen too)
+        assert (table.refusal(key, None, chosen=SETTINGS) is not None) == (role == "cannot"), key
+        if key in table.needs:
+            assert table.refusal(key, None) is not None and table.needs[key][0] in SETTINGS, key

@@ -20,7 +20,7 @@ import pytest
 import autotune
 from autotune import config
 from autotune.cli import app as cli
-from autotune.study.objective import RepeatedFailure
+from autotune.study.outcome import RepeatedFailure
 
 ROOT = Path(__file__).resolve().parents[2]
 ENV = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}

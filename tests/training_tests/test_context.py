@@ -215,7 +215,7 @@ def test_lr_schedule_follows_the_steps() -> None:
         ctx.report()
     assert opt.param_groups[0]["lr"] == pytest.approx(0.0, abs=1e-9)  # cosine over 2 x 2 steps ends at zero
     # each epoch's lr: the mean of the lrs its steps took (0.1, 0.0854 | 0.05, 0.0146), not the lr after it
-    assert [round(h.lr, 4) for h in ctx.state.history] == [0.0927, 0.0323]
+    assert [round(h.lr, 4) for h in ctx._state.history] == [0.0927, 0.0323]
 
 
 def test_data_loader_path_for_a_dataset_and_data_fraction(tmp_path: Path) -> None:
@@ -314,10 +314,10 @@ def test_training_clock_stops_at_the_last_step_however_the_loop_ends(how: str) -
         _loop_ending(ctx, model, how)
         __import__("time").sleep(0.3)  # evaluation: not training
         ctx.report(val_loss=1.0)
-    for h in ctx.state.history:
+    for h in ctx._state.history:
         assert h.epoch_time_s < 0.15, (how, h.epoch_time_s)  # three tiny steps, not the 0.3 s after them
         assert h.samples_per_s * h.epoch_time_s == pytest.approx(150, rel=1e-6)  # the samples trained on
-    assert ctx.state.result().train_time_s == pytest.approx(sum(h.epoch_time_s for h in ctx.state.history))
+    assert ctx._state.result().train_time_s == pytest.approx(sum(h.epoch_time_s for h in ctx._state.history))
 
 
 def test_a_trial_over_max_trial_seconds_only_in_its_last_epoch_completes(tmp_path: Path) -> None:
@@ -349,7 +349,7 @@ def test_finished_training_is_not_stopped_by_the_hang_limit_or_the_probe() -> No
             if i == 8:
                 __import__("time").sleep(1.1)  # the hang limit passes during the last step
         ctx.report(val_loss=1.0)
-    assert window.done and ctx.state.stop is None and len(ctx.state.history) == 1
+    assert window.done and ctx._state.stop is None and len(ctx._state.history) == 1
 
 
 def _own_batches(ctx: TrialContext, model: torch.nn.Module, steps: int, per_sample: bool = False) -> None:
@@ -371,7 +371,7 @@ def test_own_batches_count_their_samples_for_the_epoch_and_the_probe(per_sample:
     for _ in ctx.epochs(steps_per_epoch=10):  # the schedule's length: no ctx.loader says it here
         _own_batches(ctx, model, 10, per_sample)
         ctx.report(val_loss=1.0)
-    for h in ctx.state.history:
+    for h in ctx._state.history:
         assert h.samples_per_s * h.epoch_time_s == pytest.approx(400, rel=1e-6)  # 10 steps of 40 samples
         assert h.train_loss > 0
     m = window.measurement
@@ -450,7 +450,7 @@ def test_early_stopping_watches_val_loss_or_the_objective() -> None:
     for e in ctx.epochs():
         seen.append(e)
         ctx.report(val_f1=[0.5, 0.6, 0.6, 0.55, 0.9, 0.9][e - 1])  # no val_loss: val_f1, maximized, is watched
-    assert seen == [1, 2, 3, 4] and ctx.state.stopped_early_at == 4
+    assert seen == [1, 2, 3, 4] and ctx._state.stopped_early_at == 4
 
 
 def test_oom_retry_runs_after_the_failed_attempt_is_freed(tmp_path: Path) -> None:
@@ -630,7 +630,7 @@ def test_a_schedule_scales_each_groups_own_lr_times_the_searched_lr(schedule: st
         assert [g["max_lr"] for g in opt.param_groups] == pytest.approx([0.05, 3.2])
         peak = max(range(len(seen)), key=lambda i: seen[i][0])  # (12 steps: the peak step is near the max)
         assert seen[peak] == pytest.approx([0.05, 3.2], rel=0.01) and 0 < peak < len(seen) - 1 and seen[0][0] < 0.01
-    assert ctx.state.unapplied() == {}
+    assert ctx._state.unapplied() == {}
 
 
 def test_without_a_searched_lr_the_groups_keep_their_own() -> None:
@@ -647,7 +647,7 @@ def test_an_optimizer_built_with_the_searched_lr_is_not_scaled_by_it_again() -> 
     model, opt = ctx.prepare(net, torch.optim.Adadelta(net.parameters(), lr=ctx.settings.lr))  # mnist's shape
     assert [g["lr"] for g in opt.param_groups] == [0.5]
     _group_lrs(ctx, opt, model)  # applied once the optimizer built with it steps
-    assert "lr" not in ctx.state.unapplied()
+    assert "lr" not in ctx._state.unapplied()
 
 
 def test_the_builtin_optimizers_onecycle_peaks_at_the_searched_lr() -> None:
@@ -665,7 +665,7 @@ def test_the_fits_own_scheduler_steps_alone() -> None:
     model, opt = ctx.prepare(net, torch.optim.SGD(user_fits.two_groups(net, 0.1, 6.4)))
     torch.optim.lr_scheduler.LambdaLR(opt, lambda step: 1.0)  # never stepped: the lr stays
     assert _group_lrs(ctx, opt, model)[-1] == pytest.approx([0.05, 3.2])  # no cosine stacked on top
-    assert "own learning-rate scheduler" in ctx.state.unapplied()["lr_schedule"]
+    assert "own learning-rate scheduler" in ctx._state.unapplied()["lr_schedule"]
 
 
 def test_a_scheduler_built_before_prepare_cannot_take_a_searched_lr() -> None:
@@ -708,9 +708,9 @@ def test_the_epoch_early_stopping_ends_is_not_pruned_over_epochs_it_will_not_run
         return ctx
 
     done = run(4)
-    assert done.state.stopped_early_at == 4 and done.state.stop is None and len(done.state.history) == 4
+    assert done._state.stopped_early_at == 4 and done._state.stop is None and len(done._state.history) == 4
     stopped = run(3)
-    st = stopped.state
+    st = stopped._state
     assert st.stop is not None and st.stop.reason == "dominated" and st.stopped_early_at is None
 
 
@@ -723,7 +723,7 @@ def test_a_loop_that_steps_its_own_optimizer_counts_the_batches_it_took() -> Non
             torch.nn.functional.cross_entropy(model(x), y).backward()
             opt.step()
         ctx.report(val_loss=1.0)
-    h = ctx.state.history[0]
+    h = ctx._state.history[0]
     assert h.samples_per_s * h.epoch_time_s == pytest.approx(len(user_fits.X), rel=1e-6)
 
 
@@ -745,7 +745,7 @@ def test_a_fit_that_sets_the_group_lrs_itself_did_not_apply_the_searched_lr() ->
                         g["lr"] = 0.01 * (i + 1)
                 ctx.backward(torch.nn.functional.cross_entropy(model(x), y))
             ctx.report(val_loss=1.0)
-        return ctx.state.unapplied()
+        return ctx._state.unapplied()
 
     overwritten = run(own_lr=True, own_scheduler=False)
     assert "sets the optimizer's group lrs itself" in overwritten["lr"] and "lr_schedule" in overwritten
@@ -766,4 +766,4 @@ def test_evaluation_at_the_top_of_an_epoch_is_not_training() -> None:
         for x, y in train:
             ctx.backward(torch.nn.functional.cross_entropy(model(x), y))
         ctx.report(val_loss=1.0)
-    assert all(h.epoch_time_s < 0.25 for h in ctx.state.history), [h.epoch_time_s for h in ctx.state.history]
+    assert all(h.epoch_time_s < 0.25 for h in ctx._state.history), [h.epoch_time_s for h in ctx._state.history]

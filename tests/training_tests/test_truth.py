@@ -97,7 +97,7 @@ def test_a_non_finite_metric_that_is_no_objective_is_recorded_and_training_goes_
     ctx = TrialContext({"device": "cpu", "epochs": 2}, setup=TrialSetup(config=None))
     for epoch in ctx.epochs():
         ctx.report(grad_norm=math.nan if epoch == 1 else 1.0, val_loss=1.0)
-    assert len(ctx.state.history) == 2 and ctx.state.stop is None
+    assert len(ctx._state.history) == 2 and ctx._state.stop is None
 
 
 # ---------------------------------------------------------------- only numbers are metrics (34.5)
@@ -123,7 +123,7 @@ def test_a_metric_that_is_not_a_number_is_refused_at_the_users_line(value: Any, 
 def test_numbers_zero_d_tensors_and_numpy_scalars_are_metrics(value: Any) -> None:
     ctx = TrialContext({"device": "cpu", "epochs": 1})
     user_fits.fit_reports(value)(ctx)
-    assert ctx.state.history[0].metrics["val_accuracy"] == pytest.approx(float(value))
+    assert ctx._state.history[0].metrics["val_accuracy"] == pytest.approx(float(value))
 
 
 def test_a_bool_objective_fails_the_trial_instead_of_sitting_on_the_front(tmp_path: Path) -> None:
@@ -183,8 +183,8 @@ def test_the_builtin_optimizer_counts_only_once_it_steps_whoever_reads_its_setti
     _ = [ctx.settings[k] for k in keys]
     for _ in ctx.epochs():
         ctx.report(val_loss=1.0)
-    assert set(ctx.state.unapplied()) == set(keys)
-    assert ctx.state.unapplied()["optimizer"] == "the optimizer the context built never stepped"
+    assert set(ctx._state.unapplied()) == set(keys)
+    assert ctx._state.unapplied()["optimizer"] == "the optimizer the context built never stepped"
     # stepped by the fit's own opt.step() (no ctx.backward): the optimizer's settings acted, the schedule did not
     ctx = TrialContext(searched, setup=TrialSetup(searched=keys))
     model, opt = ctx.prepare(user_fits.MLP())
@@ -194,7 +194,7 @@ def test_the_builtin_optimizer_counts_only_once_it_steps_whoever_reads_its_setti
             opt.step()
             opt.zero_grad()
         ctx.report(val_loss=1.0)
-    assert set(ctx.state.unapplied()) == {"lr_schedule"}
+    assert set(ctx._state.unapplied()) == {"lr_schedule"}
 
 
 def test_an_own_optimizer_built_with_the_values_read_applies_them() -> None:
@@ -210,7 +210,7 @@ def test_an_own_optimizer_built_with_the_values_read_applies_them() -> None:
             ctx.backward(torch.nn.functional.cross_entropy(model(x), y))
         ctx.report(val_loss=1.0)
     assert [g["lr"] for g in opt.param_groups] == [0.05]  # built with it: not scaled by it again
-    assert set(ctx.state.unapplied()) == {"optimizer"}  # the family is the fit's (SGD), whatever it read
+    assert set(ctx._state.unapplied()) == {"optimizer"}  # the family is the fit's (SGD), whatever it read
 
 
 # ---------------------------------------------------------------- a searched lr on the fit's own optimizer (29.8)
@@ -276,7 +276,7 @@ def test_an_epochs_lr_is_the_one_its_steps_took_not_the_one_after_the_fits_sched
             ctx.backward(torch.nn.functional.cross_entropy(model(x), y))
         sched.step()  # before the report, as a loop may do
         ctx.report(val_loss=1.0)
-    assert [h.lr for h in ctx.state.history] == pytest.approx([0.8, 0.4, 0.2])
+    assert [h.lr for h in ctx._state.history] == pytest.approx([0.8, 0.4, 0.2])
 
 
 def test_an_epochs_lr_counts_the_steps_of_a_loop_that_steps_its_own_optimizer() -> None:
@@ -293,4 +293,4 @@ def test_an_epochs_lr_counts_the_steps_of_a_loop_that_steps_its_own_optimizer() 
         for g in opt.param_groups:
             g["lr"] = 99.0  # set for what comes next: not what this epoch trained at
         ctx.report(val_loss=1.0)
-    assert [h.lr for h in ctx.state.history] == pytest.approx([0.75, 0.375])
+    assert [h.lr for h in ctx._state.history] == pytest.approx([0.75, 0.375])

@@ -15,7 +15,7 @@ from autotune import config
 from autotune.observe import export, progress, report
 from autotune.search import results
 from autotune.spec.settings import Settings
-from autotune.training import TrialContext, TrialSetup
+from autotune.training import TrialContext, TrialSetup, run_fit
 from tests import user_fits
 
 REPO = Path(__file__).resolve().parents[2]
@@ -46,7 +46,7 @@ def test_user_parameters_read_through_params_count_as_used() -> None:
     ctx = TrialContext({"device": "cpu"}, user_params={"width": 8, "depth": 2},
                        setup=TrialSetup(searched=("user.width", "user.depth")))
     assert ctx.params["width"] == 8 and "depth" in ctx.params
-    assert ctx.state.unapplied() == {"user.depth": "ctx.params['depth'] was never read"}
+    assert ctx._state.unapplied() == {"user.depth": "ctx.params['depth'] was never read"}
 
 
 def test_builtin_trainer_applies_every_setting_of_a_normal_space(tmp_path: Path) -> None:
@@ -122,7 +122,7 @@ def test_settings_only_a_loop_of_its_own_skips_are_named(tmp_path: Path) -> None
         opt.step()
         ctx.report()
         break
-    na = ctx.state.unapplied()
+    na = ctx._state.unapplied()
     assert na["grad_clip"] == "ctx.backward(loss) was never called: your loop steps the optimizer itself"
     assert na["precision"].startswith("ctx.autocast() was never used")
     assert na["batch_size"].startswith("your fit never called ctx.loader(...)")
@@ -142,3 +142,18 @@ def test_summaries_leave_out_what_a_trial_did_not_apply(tmp_path: Path) -> None:
     study.tell(trial, 0.5)
     s = results.summarize(study.trials[0], ["val_accuracy"])
     assert set(s.params) == {"lr"} and set(s.not_applied) == {"optimizer"} and s.seed == 7
+
+
+def test_a_fixed_setting_nothing_applied_is_not_applied_too() -> None:
+    """A setting fixed in `train:` is chosen as a searched one is: one the trial could not apply (a loss of the fit's
+    own that never reads label_smoothing; momentum under adam) is recorded, not silently dropped; those the context
+    applies around every trial (cpu_threads, time_excludes_compile) and the built-in trainer's steps at their
+    default need no read."""
+    values = {"device": "cpu", "epochs": 1, "batch_size": 100, "label_smoothing": 0.1, "momentum": 0.5,
+              "cpu_threads": 1, "time_excludes_compile": True, "prune_method": "none"}
+    ctx = TrialContext(values, setup=TrialSetup(fixed=tuple(values)))
+    r = run_fit(user_fits.fit, ctx)
+    assert r.not_applied == {
+        "label_smoothing": "label_smoothing was never read: the loss is your own (read ctx.settings.label_smoothing "
+                           "in it to search it)",
+        "momentum": "optimizer adam takes no momentum"}

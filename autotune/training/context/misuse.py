@@ -6,6 +6,7 @@ Pure checks on what the context was given (and its state, passed in): nothing he
 from __future__ import annotations
 
 import numbers
+import os
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
@@ -13,7 +14,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from autotune.core import CATALOGUE, CLOCKS, AutotuneError, TrialStopped, one_of, user_frame, watchdog
+from autotune.core import CATALOGUE, CLOCKS, AutotuneError, TrialStopped, library_file, one_of, user_frame, watchdog
 
 
 class ContextMisuse(AutotuneError):
@@ -156,6 +157,21 @@ def _number(value: Any, at: str) -> float:
     return float(value)
 
 
+def global_name(obj: Any) -> str | None:
+    """`file.py: NAME` where a module of the user's (not a library's) holds `obj` as a global (a module-level
+    model, say), else None: the object an error is about, named as the user wrote it."""
+    import sys
+
+    for mod in list(sys.modules.values()):
+        file = getattr(mod, "__file__", None) or ""
+        if not file.endswith(".py") or library_file(file):
+            continue
+        for name, value in list(vars(mod).items()):
+            if value is obj and not name.startswith("__"):
+                return f"{os.path.basename(file)}: {name}"
+    return None
+
+
 def check_returned(returned: Any, epochs_run: int) -> None:
     if not epochs_run:
         raise ContextMisuse("the training function returned without an epoch: iterate `for epoch in "
@@ -165,5 +181,6 @@ def check_returned(returned: Any, epochs_run: int) -> None:
                             f"{type(returned).__name__}")
 
 
-__all__ = ["ContextMisuse", "check_live", "check_metrics", "optimizer_of", "reportable", "step_samples"]
+__all__ = ["ContextMisuse", "check_live", "check_metrics", "global_name", "optimizer_of", "reportable",
+           "step_samples"]
 

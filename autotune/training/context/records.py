@@ -27,6 +27,9 @@ class EpochRecord:
     peak_memory_mb: float | None = None  # the trial's peak so far (memory.py); None: not measured here
     energy_j: float | None = None  # the trial's training energy so far (energy.py); None: no source here
     metrics: dict[str, float] = field(default_factory=dict)  # what ctx.report received (val_accuracy, val_f1...)
+    # the epochs the trial plans (not measured, not stored in the history): its `epochs`, or a framework's own count
+    # when the trial left epochs to the user's recipe; the study's own stop rules read it (0: not known)
+    epochs_planned: int = field(default=0, compare=False)
 
     def __getattr__(self, name: str) -> float:  # rec.val_accuracy reads a reported metric
         metrics = self.__dict__.get("metrics", {})
@@ -67,6 +70,9 @@ class TrainResult:
     peak_memory_mb: float | None = None  # over the whole training (the last epoch's record); None: not measured
     energy_j: float | None = None  # None: no energy source here
     meters: dict[str, str] = field(default_factory=dict)  # metric -> what measured it, or why it is absent
+    # settings the trial did not choose that a framework's loop took from the user's code or its own defaults:
+    # setting -> the value it held (the Trainer's lr_scheduler_type "linear", say); not autotune's, not in `settings`
+    recipe: dict[str, Any] = field(default_factory=dict)
     model: nn.Module | None = field(default=None, repr=False)
     extra: dict[str, Any] = field(default_factory=dict)  # post-training metrics (compression)
     compressed_model: nn.Module | None = field(default=None, repr=False)

@@ -1,7 +1,8 @@
 """What a trial context keeps for autotune's own code, off the user's API (as accelerate keeps its state on
 `AcceleratorState`): `TrialSetup`, what the runner gives a context besides the settings (limits, callbacks, the
-study's config, the device group, the speed probe, the searched keys), and `TrialState` (`ctx.state`): the context's
-parts, its records, its stop, and what the runner reads once `fit` returned (`result()`, `unapplied()`).
+study's config, the device group, the speed probe, the searched keys), and `TrialState` (the context's private
+`_state`): its parts, its records, its stop, and what the runner reads once `fit` returned (`result()`,
+`unapplied()`). autotune's own code outside this package reaches it only through the port (port.py).
 """
 
 from __future__ import annotations
@@ -15,8 +16,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from autotune.core import TrialStopped
-from autotune.spec import Settings
+from autotune.core import ConfigError, TrialStopped
+from autotune.spec import BUILTIN_ONLY, SETTINGS, Settings, applied_by
 from autotune.training import accel
 from autotune.training.context import applied as unread
 from autotune.training.context import misuse
@@ -24,10 +25,17 @@ from autotune.training.context.collective import collective
 from autotune.training.context.epoch_clock import EpochClock, steady_rate, wait_fraction
 from autotune.training.context.limits import Limits
 from autotune.training.context.records import EpochRecord, OnEpoch, TrainResult
-from autotune.training.context.stepper import Stepper, remove_hooks
+from autotune.training.context.stepper import Stepper, post_hook, remove_hooks
 from autotune.training.context.stop_rules import StopRules
 from autotune.training.distributed.devices import Group
+from autotune.training.optimizers import make_optimizer
 from autotune.training.throughput import ProbeWindow
+
+# Applied by the trial context around every trial, its stop rules and its clocks, whatever trains: autotune's values
+# for these are the trial's even where a framework owns the loop (integrations/tables.py reads it too).
+BY_CONTEXT = applied_by("around", "stop", "clock")
+# Models an earlier trial of a study trained in this process: one handed to a later trial would go on from there.
+_TRAINED: weakref.WeakSet[nn.Module] = weakref.WeakSet()
 
 
 @dataclass(frozen=True)
@@ -94,6 +102,12 @@ class TrialState:
         self.train_on_device: bool | None = None  # the training loader's batches: on the device (None: no loader)
         self.stop: TrialStopped | None = None
         self.in_epoch = False  # inside the body of `for epoch in ctx.epochs()` (its clock: self.clock.running)
+        # A framework that owns the loop (port.py): its name, and the settings its recipe decided (setting -> the
+        # value the user's code or the framework's default held: the trial left them as they were).
+        self.framework: str | None = None
+        self.recipe: dict[str, Any] = {}
+        self.epochs_planned: int | None = None  # the framework's own epoch count (epochs not chosen)
+        self.fused = True  # fused optimizer kernels allowed (not where a framework must clip mixed precision)
         self.handles: list[Any] = []  # the step hooks on the optimizers autotune built (removed by `close`)
 
     def close(self) -> None:
@@ -104,7 +118,50 @@ class TrialState:
 
     @property
     def epochs_total(self) -> int:
+        if self.epochs_planned is not None:
+            return self.epochs_planned
         return int(self.settings["epochs"])
+
+    @property
+    def in_study(self) -> bool:
+        """The context runs a study's trial (the runner's plumbing has its config), not a bare one."""
+        return self.setup.config is not None
+
+    def build_optimizer(self, params: Any, recipe: Mapping[str, Any] | None = None) -> torch.optim.Optimizer:
+        """The trial's optimizer over `params` (`recipe`: values of the user's own for settings the trial did not
+        choose, lr from TrainingArguments say; they are not autotune's, so their effect is not recorded)."""
+        took: set[str] = set()  # what this optimizer's builder read: the settings it takes
+        raw = self.raw.replace(**recipe) if recipe else self.raw
+        s = raw.watched(took)
+        opt = make_optimizer(s["optimizer"], params, s, self.device, fused=self.fused)
+        self.built.add(opt)
+        took -= set(recipe or ())
+        # applied once it steps (whoever steps it), not when built; (a weak reference: no cycle through it)
+        me = weakref.ref(self)
+        self.handles += post_hook(opt, lambda _: (st := me()) is not None and st.effects.update(took))
+        return opt
+
+    def check_fresh(self, model: nn.Module, where: str) -> None:
+        """A study's trial trains a model no earlier trial in this process trained: one that did (a module-level
+        model, say) would start where that trial ended. One line, and the run stops (a ConfigError)."""
+        if not self.in_study or model not in _TRAINED:
+            return
+        name = misuse.global_name(model)
+        shown = f"{name} ({type(model).__name__})" if name else f"a {type(model).__name__}"
+        raise ConfigError(getattr(self.setup.config, "file", None), "trainer",
+                          f"{where} got {shown}, the model object an earlier trial already trained: this trial would "
+                          "start where that one ended. Build the model inside your training function, so each trial "
+                          "trains a fresh one")
+
+    @staticmethod
+    def forget_trained(model: nn.Module) -> None:
+        """`model`'s first weights were restored (the HF Trainer reused by every trial): fresh again."""
+        _TRAINED.discard(model)
+
+    def trained(self) -> None:
+        """The trial is over: its model, if it stepped, is not fresh for a later trial."""
+        if self.in_study and self.model is not None and self.stepper.opt_steps:
+            _TRAINED.add(self.model)
 
     @property
     def epoch(self) -> int:  # the epoch running (0 before ctx.epochs)
@@ -127,6 +184,21 @@ class TrialState:
         self.clock.running = False
         return stop
 
+    def after_step(self, loss: torch.Tensor | None, n_samples: int) -> None:
+        """A training step of `n_samples` ended (ctx.backward's, or a framework's through the port; `loss` its mean,
+        None when the framework logs the epoch's loss itself): counted, and every FINITE_CHECK_EVERY steps the
+        periodic checks (a non-finite loss, the memory cap, on several devices the hang), then the speed probe's
+        step. A stop raises."""
+        clock = self.clock
+        if clock.stepped(loss, n_samples):
+            stop = self.rules.periodic(clock.finite(), self.collective, clock.epoch, clock.memory.peak_mb)
+            if stop is not None:
+                raise self.stopped(stop)
+        if clock.probe is not None and not clock.probe.done:
+            stop = clock.probe_step(n_samples)
+            if stop is not None:
+                raise self.stopped(stop) from None
+
     def metrics(self, metrics: Mapping[str, Any], where: str = "ctx.report({key}=...)") -> dict[str, float]:
         return misuse.check_metrics(metrics, self.known, lambda: misuse.reportable(self.setup.config, self.known),
                                     where)
@@ -148,21 +220,31 @@ class TrialState:
         return key in effects if key in unread.EFFECT_KEYS else key in self.reads
 
     def unapplied(self) -> dict[str, str]:
-        """Settings that took no effect in this trial, with the reason: what the context could not apply, every
-        searched optimizer setting or lr_schedule that did not act (whoever read it), and every other searched
-        setting (or `user.` parameter) nothing read (applied.py says why)."""
+        """Settings the trial chose that took no effect, with the reason: what the context could not apply, every
+        chosen optimizer setting or lr_schedule that did not act (whoever read it), and every other chosen setting
+        (or searched `user.` parameter) nothing read (applied.py says why). Chosen: searched, or fixed explicitly
+        (`train:`), but not those the context applies around every trial (BY_CONTEXT: no read proves them) nor the
+        built-in trainer's steps after training (BUILTIN_ONLY: validation refuses them off their default elsewhere)."""
         out = dict(self.not_applied)
         effects = self.effects_now()
-        missed = [k for k in self.searched if not self._applied(k, effects) and k not in out]
+        fixed = sorted(k for k in self.chosen - set(self.searched)
+                       if k in SETTINGS and k not in BY_CONTEXT and k not in BUILTIN_ONLY)
+        missed = [k for k in [*self.searched, *fixed] if not self._applied(k, effects) and k not in out]
         for key in missed:
             out[key] = unread.why(self, key, missed)
         return out
 
     def unused(self) -> list[str]:
         """Settings whose values did not shape this trial, searched or not (a default optimizer adam under the fit's
-        own SGD): the trial's stored settings leave them out."""
+        own SGD): the trial's stored settings leave them out. Under a framework that owns the loop, every setting
+        the trial did not choose is the recipe's unless the context applies it around the trial (its recipe
+        values are stored apart, `recipe`)."""
         effects = self.effects_now()
-        return sorted(set(self.unapplied()) | {k for k in unread.EFFECT_KEYS if k not in effects})
+        out = set(self.unapplied()) | {k for k in unread.EFFECT_KEYS if k not in effects}
+        if self.framework is not None:
+            out |= {k for k in SETTINGS if k not in self.chosen and (k in self.recipe or (
+                k not in BY_CONTEXT and k not in self.reads))}
+        return sorted(out)
 
     def effective_lrs(self) -> tuple[list[float], list[float]] | None:
         """(the fit's optimizer's own group lrs, what a chosen lr scaled them to), when that took effect."""
@@ -184,7 +266,7 @@ class TrialState:
             not_applied=self.unapplied(), unused=self.unused(), effective_lrs=self.effective_lrs(), model=self.model,
             model_params=sum(p.numel() for p in self.model.parameters()) if self.model is not None else 0,
             peak_memory_mb=self.history[-1].peak_memory_mb, energy_j=self.history[-1].energy_j,
-            meters=self.clock.meters(),
+            meters=self.clock.meters(), recipe=dict(self.recipe),
         )
 
 

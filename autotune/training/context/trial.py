@@ -24,8 +24,10 @@ No Optuna here: the stop rules reach the context as one callback (`on_epoch`), w
 its last ctx.backward step, timed by a CUDA event per step on a GPU; the host never waits on the device
 inside an epoch except once every `FINITE_CHECK_EVERY` steps (a blow-up is stopped early).
 
-`TrialContext` is the user's API, 15 names; what autotune's own code reads of a trial (its parts, records, stop and
-result) is on `ctx.state` (state.py), built from the runner's plumbing (`TrialSetup`). The parts, each testable
+`TrialContext` is the user's API, 14 names, all of them the user's; what autotune's own code reads of a trial (its
+parts, records, stop and result) is on the private `ctx._state` (state.py), built from the runner's plumbing
+(`TrialSetup`), and reached from outside this package only through the port (port.py: the built-in trainer and the
+framework adapters). The parts, each testable
 without a model: epoch_clock (clocks, counters, compile time, the speed probe's hooks), stepper (GradScaler,
 accumulation, clipping, the optimizer and schedule steps), stop_rules (decisions, returned; the context raises
 them), loaders (batches), collective (what the ranks agree on; a no-op in one process) and misuse (ContextMisuse
@@ -38,7 +40,6 @@ import contextlib
 import functools
 import math
 import time
-import weakref
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
@@ -54,8 +55,6 @@ from autotune.training.context.loaders import Batches, DeviceBatches, build
 from autotune.training.context.misuse import ContextMisuse
 from autotune.training.context.records import TrainResult
 from autotune.training.context.state import TrialSetup, TrialState
-from autotune.training.context.stepper import post_hook
-from autotune.training.optimizers import make_optimizer
 
 CUDA_GRAPH_MODES = ("reduce-overhead", "max-autotune")
 
@@ -68,13 +67,14 @@ class TrialContext:
     `.precision`...), `params` (every setting and user parameter by name), `device`, `seed`, `model` (the prepared,
     uncompiled model), `optimizer_factory` (the searched optimizer, as a factory of parameters ->
     torch.optim.Optimizer), `rank` and `world_size` (0 and 1 unless the trial trains on several devices).
-    `state` is autotune's own (state.TrialState: the parts, the records, the result), built from the runner's
-    plumbing (`setup`, a state.TrialSetup: limits, callbacks, the study's config, a device group, the probe).
+    Its state is autotune's own (`_state`, a state.TrialState: the parts, the records, the result), built from the
+    runner's plumbing (`setup`, a state.TrialSetup: limits, callbacks, the study's config, a device group, the
+    probe); autotune's code outside the context reaches it through port.TrialPort.
     """
 
     def __init__(self, settings: Mapping[str, Any], *, user_params: Mapping[str, Any] | None = None,
                  seed: int = 0, setup: TrialSetup | None = None) -> None:
-        st = self.state = TrialState(Settings(settings), setup or TrialSetup())
+        st = self._state = TrialState(Settings(settings), setup or TrialSetup())
         self.settings = st.settings
         self.params: Mapping[str, Any] = unread.WatchedParams(st.raw, user_params or {}, st.reads)
         self.seed = seed
@@ -83,24 +83,12 @@ class TrialContext:
 
     @property
     def model(self) -> nn.Module | None:  # the model ctx.prepare placed (uncompiled, unwrapped); None before
-        return self.state.model
+        return self._state.model
 
     @property
     def optimizer_factory(self) -> Callable[[Any], torch.optim.Optimizer]:
         """The trial's optimizer (name, lr, momentum, weight decay, fused kernels) as a factory of parameters."""
-        state = self.state
-
-        def build(params: Any) -> torch.optim.Optimizer:
-            took: set[str] = set()  # what this optimizer's builder read: the settings it takes
-            s = state.raw.watched(took)
-            opt = make_optimizer(s["optimizer"], params, s, state.device)
-            state.built.add(opt)
-            # applied once it steps (whoever steps it), not when built; (a weak reference: no cycle through it)
-            me = weakref.ref(state)
-            state.handles += post_hook(opt, lambda _: (st := me()) is not None and st.effects.update(took))
-            return opt
-
-        return build
+        return self._state.build_optimizer
 
     def autocast(self) -> contextlib.AbstractContextManager[Any]:
         """The trial's precision for the forward pass (fp32: a no-op)."""
@@ -116,9 +104,10 @@ class TrialContext:
         An optimizer the fit built itself keeps its own groups and lrs; a searched (or fixed) `lr` multiplies each
         group's lr, unless the fit read `lr` itself (build a scheduler of your own after this call, so that it
         starts from the scaled lrs)."""
-        st = self.state
+        st = self._state
         misuse.check_live(st.stop, "ctx.prepare")
         misuse.check_model(model, st.model is not None)
+        st.check_fresh(model, "ctx.prepare")
         s = self.settings
         st.init_asked = init
         st.model = model = _place(model, s, self.device, init, st.not_applied)
@@ -150,7 +139,7 @@ class TrialContext:
         On several devices a training loader yields this rank's share of every global batch of `batch_size`
         (the same order on every rank, reshuffled each epoch); an evaluation loader is not split.
         """
-        st = self.state
+        st = self._state
         misuse.check_live(st.stop, "ctx.loader")
         s = self.settings
         bs = int(batch_size or (s["batch_size"] if train else s["eval_batch_size"]))
@@ -166,7 +155,7 @@ class TrialContext:
                                                        hang=self._hang))
 
     def _hang(self) -> TrialStopped:
-        st = self.state
+        st = self._state
         return st.stopped(st.rules.hung(st.epoch))
 
     def epochs(self, steps_per_epoch: int | None = None) -> Iterator[int]:
@@ -175,7 +164,7 @@ class TrialContext:
         `steps_per_epoch`: the ctx.backward calls of one epoch, for a loop that does not iterate a training
         ctx.loader (its length says it otherwise): `lr_schedule` and the speed probe's projection need it.
         An epoch whose body did not call ctx.report is recorded with its clocks only."""
-        st = self.state
+        st = self._state
         misuse.check_live(st.stop, "ctx.epochs")
         misuse.check_epochs(st.epoch > 0, steps_per_epoch)
         if steps_per_epoch is not None:
@@ -204,7 +193,7 @@ class TrialContext:
         the micro-batches): pass the micro-batch's own mean loss. An unreduced loss (one value per sample) is
         averaged here. `n_samples`: the samples in this micro-batch, for a loop that does not take its batches
         from a training ctx.loader (which counts them); an unreduced loss gives them by its first dimension."""
-        st = self.state
+        st = self._state
         clock, rules = st.clock, st.rules
         watchdog.check()  # an interrupted trial's interrupt, again (a fit that swallowed it does not train on)
         if st.stop is not None or not (st.in_epoch and clock.running) or st.stepper.opt is None:
@@ -215,19 +204,11 @@ class TrialContext:
         if loss.ndim:
             loss = loss.mean()
         st.stepper.backward(loss, clock.last_batch)
-        if clock.stepped(loss, n):  # every FINITE_CHECK_EVERY steps: a non-finite loss, the memory cap, on several
-            # devices the hang
-            stop = rules.periodic(clock.finite(), st.collective, clock.epoch, clock.memory.peak_mb)
-            if stop is not None:
-                raise st.stopped(stop)
-        if clock.probe is not None and not clock.probe.done:
-            stop = clock.probe_step(n)
-            if stop is not None:
-                raise st.stopped(stop) from None
+        st.after_step(loss, n)
 
     def report(self, **metrics: Any) -> None:
         """This epoch's metrics (floats or 0-d tensors): the stop rules decide here whether the trial goes on."""
-        st = self.state
+        st = self._state
         misuse.check_live(st.stop, "ctx.report")
         misuse.check_report(st.in_epoch, not st.clock.running, st.epoch)
         values = st.metrics(metrics)
@@ -236,6 +217,7 @@ class TrialContext:
         if stop is not None:
             raise st.stopped(stop) from None
         rec = clock.record(values, seconds, st.stepper.epoch_lr())  # the lr its steps took, not the one after
+        rec.epochs_planned = st.epochs_total
         st.history.append(rec)
         clock.running = False  # (reported)
         stop = st.rules.verdict(rec, st.history, clock.loss_n > 0, st.epochs_total, st.chance_loss, st.collective)
@@ -291,11 +273,12 @@ def run_fit(fit: Callable[[TrialContext], Any], ctx: TrialContext) -> TrainResul
     try:
         returned = fit(ctx)
     finally:
-        ctx.state.close()
-    if ctx.state.stop is not None:  # the function caught a stop and returned: the trial still stopped
-        raise ctx.state.stop
+        ctx._state.close()
+        ctx._state.trained()
+    if ctx._state.stop is not None:  # the function caught a stop and returned: the trial still stopped
+        raise ctx._state.stop
     try:
-        return ctx.state.result(returned)
+        return ctx._state.result(returned)
     except ContextMisuse as e:  # found once fit returned (no epoch, a bad return value): the fit is the place
         e._autotune_where = code_where(fit)
         raise

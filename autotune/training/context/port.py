@@ -1,0 +1,251 @@
+"""The trial context's port: what autotune's own training code tells a trial context and reads of it, beside the
+user's verbs (prepare, loader, epochs, autocast, backward, report). `TrialContext`'s public names are the user's;
+its state is private (`ctx._state`), and the built-in trainer (fit/trainer.py) and the framework adapters
+(autotune.integrations) reach it only through a `TrialPort`.
+
+A framework that owns the training loop (a Hugging Face `Trainer`, Lightning) calls no `ctx.backward`: its
+callbacks drive the context's epochs, clocks and stop rules through the port's loop. An epoch's training clock
+opens when the framework starts the epoch (`epoch_begin`) and ends at the epoch's last optimizer step (`step`), so
+evaluation, logging and checkpoint saving after it are not training, as in a loop written on the context. The stop
+rules act when the framework's evaluation is reported (`report`), which raises the context's `TrialStopped` out of
+the framework's loop: the trial ends PRUNED with its reason.
+
+The user's recipe is the baseline: a framework's trial changes exactly the settings the trial chose (searched, or
+fixed in `train:`), says which of those the framework received (`received`) or could not apply (`not_applied`),
+and which values it left to the user's code or the framework's defaults (`recipe`: stored apart from the trial's
+settings, shown by `best`).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
+
+import torch
+from torch import nn
+
+from autotune.core import CATALOGUE, ConfigError, suggest
+from autotune.spec import Settings
+from autotune.training.context.misuse import ContextMisuse
+from autotune.training.context.records import TrainResult
+from autotune.training.context.trial import TrialContext
+
+
+class TrialPort:
+    """One trial context, seen by autotune's own code. `framework`: the framework that owns the training loop
+    ("Lightning", say; None for the built-in trainer), named in what the trial records."""
+
+    def __init__(self, ctx: TrialContext, framework: str | None = None) -> None:
+        self.ctx = ctx
+        self._st = st = ctx._state
+        if framework is not None:
+            st.framework = framework
+        self._epochs: Iterator[int] | None = None
+        self._step_end: float | None = None  # when the last step ended (the input wait: until the next begins)
+        self._logged_once = False  # the first evaluation's names were checked against the objectives
+        self.early_stop = False  # early stopping ended training: the framework should stop
+
+    # ------------------------------------------------------------ what the trial chose
+
+    @property
+    def settings(self) -> Settings:
+        """The trial's settings, read without counting as used (the framework's argument is what counts)."""
+        return self._st.raw
+
+    def chosen(self, key: str) -> bool:
+        """The trial chose `key`: searched it, or fixed it explicitly (`train:`, `params`)."""
+        return key in self._st.chosen
+
+    def chosen_unread(self) -> list[str]:
+        """The chosen settings (and `user.` parameters) nothing has read or applied so far."""
+        return sorted(self._st.chosen - self._st.reads)
+
+    @property
+    def config_file(self) -> str | None:
+        """The study's config file (what an error about the user's code names), None for a bare context."""
+        return getattr(self._st.setup.config, "file", None)
+
+    # ------------------------------------------------------------ what it applied
+
+    def not_applied(self, key: str, why: str) -> None:
+        """A chosen setting the framework could not apply, with the reason (an unchosen one is not news)."""
+        if key in self._st.chosen:
+            self._st.not_applied[key] = why
+            self._st.reads.discard(key)
+
+    def received(self, key: str, held: bool, why: str = "") -> None:
+        """A setting handed to the framework: applied when the framework holds it (`held`); else, if chosen, not
+        applied with `why` (what the framework holds instead)."""
+        if held:
+            self._st.reads.add(key)
+        else:
+            self.not_applied(key, why)
+
+    def took_effect(self, key: str) -> None:
+        """An optimizer setting or lr_schedule shaped training (the framework's scheduler stepped the one asked)."""
+        self._st.effects.add(key)
+
+    def is_applied(self, key: str) -> bool:
+        """Nothing has said `key` could not apply so far."""
+        return key not in self._st.not_applied
+
+    @property
+    def optimizer_steps(self) -> int:
+        """The steps the trial's optimizer took (whoever stepped it)."""
+        return int(self._st.stepper.opt_steps)
+
+    def recipe(self, key: str, value: Any) -> None:
+        """A setting the trial did not choose, left to the user's code or the framework's default: `value` is what
+        it held (stored apart from the trial's settings)."""
+        if key not in self._st.chosen:
+            self._st.recipe[key] = value
+
+    def clip_in_any_precision(self) -> None:
+        """The framework clips gradients itself under mixed precision: the optimizer autotune builds is not fused
+        (a fused one unscales inside its step, and Lightning's precision plugin refuses to clip it)."""
+        self._st.fused = False
+
+    def optimizer_factory(self, **recipe: Any) -> Callable[[Any], torch.optim.Optimizer]:
+        """The trial's optimizer as a factory of parameters (or groups), `recipe` giving the user's values for the
+        settings the trial did not choose (lr=TrainingArguments.learning_rate, say)."""
+        st = self._st
+        own = {k: v for k, v in recipe.items() if k not in st.chosen}
+        return lambda params: st.build_optimizer(params, own)
+
+    def schedule(self, steps_per_epoch: int) -> torch.optim.lr_scheduler.LRScheduler | None:
+        """The trial's lr_schedule over the optimizer ctx.prepare settled, for a framework to step after every
+        optimizer step (None: constant)."""
+        stepper = self._st.stepper
+        stepper.steps_per_epoch = steps_per_epoch
+        sched = stepper.make_schedule()
+        stepper.decided = True  # the framework steps it: the context's first step decides nothing more
+        return sched
+
+    def fresh(self, model: nn.Module, where: str) -> None:
+        """The model a framework trains this trial must be new to this process's study (see TrialState.check_fresh:
+        a module-level model trained by the previous trial stops the run with one line naming it)."""
+        self._st.check_fresh(model, where)
+
+    def forget_trained(self, model: nn.Module) -> None:
+        """The adapter restored `model`'s first weights: it is fresh again for this trial."""
+        self._st.forget_trained(model)
+
+    # ------------------------------------------------------------ the built-in trainer
+
+    def set_chance_loss(self, loss: float) -> None:
+        """A guess's loss on this data: the divergence rule's ceiling."""
+        self._st.chance_loss = loss
+
+    def unapplied(self) -> dict[str, str]:
+        return self._st.unapplied()
+
+    def result(self, returned: Any = None) -> TrainResult:
+        return self._st.result(returned)
+
+    # ------------------------------------------------------------ a framework's loop
+
+    @property
+    def started(self) -> bool:
+        return self._epochs is not None
+
+    @property
+    def running(self) -> bool:
+        """An epoch's training clock runs (its training steps count)."""
+        return bool(self._st.clock.running)
+
+    def start(self, steps_per_epoch: int, epochs: int | None = None, optimizer: Any = None, model: Any = None,
+              compiled: bool | None = None) -> None:
+        """The context's epochs begin, once the framework knows an epoch's steps. `epochs`: the framework's own
+        count (used when the trial did not choose `epochs`: the recipe's). `optimizer`, `model`, `compiled`: what
+        the framework built, when ctx.prepare did not (the HF Trainer builds its own)."""
+        st = self._st
+        if epochs is not None and not self.chosen("epochs"):
+            st.epochs_planned = max(1, int(epochs))
+            self.recipe("epochs", int(epochs))
+        if model is not None:
+            st.model = model
+        if optimizer is not None:  # its steps counted and its lrs noted (a wrapper's inner optimizer steps)
+            st.stepper.use(getattr(optimizer, "optimizer", optimizer), None)
+        if compiled is not None:
+            st.clock.compiled = compiled  # the first step's compile is timed apart
+        self._epochs = self.ctx.epochs(steps_per_epoch=max(1, steps_per_epoch))
+
+    def epoch_begin(self) -> bool:
+        """The next epoch's clock opens; False when the context's epochs are over."""
+        assert self._epochs is not None, "start() first"
+        self._step_end = None
+        return next(self._epochs, None) is not None
+
+    def batch_begin(self) -> None:
+        """A step begins: the wait since the last one's end is input wait; past the hang limit the trial stops."""
+        st = self._st
+        now = time.perf_counter()
+        if self._step_end is not None:
+            st.clock.wait_s += now - self._step_end
+        if st.rules.deadline != math.inf and now > st.rules.deadline:
+            raise st.stopped(st.rules.hung(st.epoch))
+
+    def step(self, n_samples: int, loss: Any = None) -> None:
+        """A step of `n_samples` ended (the epoch's training ends with its last); `loss`: its mean loss (None: the
+        framework logs the epoch's loss itself), summed on the device. Every few steps the same checks as
+        ctx.backward's (a non-finite loss, the memory cap) and the speed probe's: a stop raises."""
+        try:
+            self._st.after_step(loss, n_samples)
+        finally:
+            self._step_end = time.perf_counter()
+
+    def report(self, metrics: Mapping[str, float], logged: str | None = None) -> bool:
+        """The epoch's evaluation, by autotune's names: reported to the stop rules (a stop raises). True when the
+        framework should stop now (early stopping). The first one must hold every objective the framework reports:
+        one missing is a ConfigError naming what the framework logged (`logged`: those names as the user wrote
+        them, when they differ from autotune's), and the run stops at its first trial."""
+        st = self._st
+        if not (st.in_epoch and st.clock.running):  # an evaluation outside an epoch's training (before it): none
+            return False
+        if not self._logged_once:
+            self._logged_once = True
+            self._check_objectives(metrics, logged)
+        known = st.known
+        self.ctx.report(**{k: v for k, v in metrics.items() if known is None or k in known or k == "train_loss"})
+        self.early_stop = st.stopped_early_at is not None
+        return self.early_stop
+
+    def _check_objectives(self, metrics: Mapping[str, float], logged: str | None) -> None:
+        """Each objective a training function reports (not a clock, not measured on a model) is among the first
+        evaluation's names; else the framework never logs it, and no trial can be judged."""
+        config = self._st.setup.config
+        if config is None or not hasattr(config, "objectives"):
+            return
+        names = sorted(metrics)
+        for i, o in enumerate(config.objectives):
+            m = CATALOGUE.get(o.metric)
+            if (m is None or m.source == "reported") and o.metric not in metrics:
+                shown = logged or (", ".join(names) or "nothing")
+                raise ConfigError(config.file, f"objectives.{i}.metric",
+                                  f"{self._st.framework or 'the training function'} logged no {o.metric} in the "
+                                  f"first epoch's evaluation; it logged: {shown}{suggest(o.metric, names)}")
+
+    def finish(self) -> bool:
+        """The framework's training ended: the last epoch closes (an unreported one is recorded with its clocks);
+        no epoch opens. False when start() never ran."""
+        epochs, self._epochs = self._epochs, None
+        if epochs is None:
+            return False
+        st = self._st
+        if st.in_epoch and st.clock.running and st.stop is None:
+            self.ctx.report()
+        epochs.close()
+        st.in_epoch = st.clock.running = False
+        return True
+
+
+def refuse_devices(ctx: TrialContext, framework: str) -> None:
+    """A framework adapter trains a trial on one device (validation refuses devices > 1 for its fit: reached only
+    through other code)."""
+    if ctx.world_size > 1 or int(ctx._state.raw["devices"]) > 1:
+        raise ContextMisuse(f"the {framework} integration trains a trial on one device: devices must be 1")
+
+
+__all__ = ["TrialPort", "refuse_devices"]
