@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import math
 
-from autotune.core import code_where
+from autotune.core import CATALOGUE, ConfigError, code_where, suggest
 from autotune.fit import trainer
-from autotune.spec import RunConfig
+from autotune.spec import RunConfig, TrialRecord
 from autotune.study import outcome
 from autotune.study.epoch_rules import StudyRules
 from autotune.study.records import BufferedTrial
@@ -23,6 +23,7 @@ class Judge:
     def __init__(self, cfg: RunConfig, fit: trainer.Fit | None, metrics: list[str], rules: StudyRules,
                  failures: outcome.Failures) -> None:
         self.cfg, self.fit, self.metrics, self.rules, self.failures = cfg, fit, metrics, rules, failures
+        self.judged = False  # a trial of this run reported every objective
 
     def values(self, trial: BufferedTrial, result: TrainResult) -> list[float]:
         """The objectives' values (raises to stop or fail the trial instead), its constraints set."""
@@ -36,12 +37,15 @@ class Judge:
                 f"returned no {', '.join(missing)}: report the objectives ({', '.join(missing)}) once per epoch, "
                 f"inside `for epoch in ctx.epochs()`: ctx.report({missing[0]}=...)", at=code_where(self.fit)),
                 result.epochs_run)
+        if missing and not self.judged:
+            self.misspelt(record, result, missing, reported)
         if missing:
             self.failures.fail(record, ContextMisuse(f"{name} never reported {', '.join(missing)} (an objective): "
                                                      f"ctx.report({missing[0]}=...) each epoch, or return "
                                                      f"{{{missing[0]!r}: ...}}", at=code_where(self.fit)),
                                result.epochs_run)
         self.failures.reset()  # (after the checks above: a fit that never reports fails the same way)
+        self.judged = True
         if not reported:
             self.rules.returned_only(record, result)
         out = [float(metrics[m]) for m in self.metrics]
@@ -50,6 +54,19 @@ class Judge:
             outcome.stop(record, "diverged", result.epochs_run, f"non-finite {bad[0]} (an objective)")
         self.constrain(trial, result, metrics)
         return out
+
+    def misspelt(self, record: TrialRecord, result: TrainResult, missing: list[str], reported: bool) -> None:
+        """The run's first trial reported metrics but not an objective: every trial of the same code will do the
+        same, so the run stops now (not after `limit` trials) with one line naming what the fit reported."""
+        m = CATALOGUE.get(missing[0])
+        if not reported or (m is not None and m.source != "reported"):  # (a clock or a model's measure: not a name)
+            return
+        names = sorted({k for r in result.history for k in r.metrics})
+        i = next(i for i, o in enumerate(self.cfg.objectives) if o.metric == missing[0])
+        text = (f"{self.failures.name} never reported {missing[0]} (an objective) in its {result.epochs_run} "
+                f"epoch(s); it reported: {', '.join(names)}{suggest(missing[0], names)}")
+        self.failures.record(record, text, result.epochs_run)
+        raise ConfigError(self.cfg.file, f"objectives.{i}.metric", text)
 
     def constrain(self, trial: BufferedTrial, result: TrainResult, metrics: dict[str, float]) -> None:
         """`constraints:` as Optuna's (feasible when <= 0)."""

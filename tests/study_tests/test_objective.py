@@ -102,6 +102,20 @@ def test_a_fit_that_never_reports_counts_towards_repeated_errors(tmp_path: Path,
     assert not [r for r in caplog.records if "is off for this trial" in r.getMessage()]
 
 
+def test_an_objective_the_first_trial_never_reported_stops_the_run_naming_what_it_reported(tmp_path: Path) -> None:
+    """The same code reports the same names in every trial: the run stops at its first trial (not after three), with
+    the config's key path and what the fit did report; the trial is stored failing with that line."""
+    cfg = user_study(tmp_path, "fit_reports_loss_only", objectives=["val_accuracy", "train_time_s"],
+                     study={"name": "o", "storage": f"sqlite:///{tmp_path}/o.db", "n_trials": 6})
+    with pytest.raises(autotune.ConfigError) as e:
+        autotune.run(cfg)
+    assert str(e.value) == ("o.yaml: objectives.0.metric: tests.user_fits:fit_reports_loss_only "
+                            "never reported val_accuracy (an objective) in its 2 epoch(s); it reported: val_loss")
+    trials = optuna.load_study(study_name="o", storage=f"sqlite:///{tmp_path}/o.db").trials
+    assert [t.state.name for t in trials] == ["FAIL"]
+    assert "it reported: val_loss" in trials[0].user_attrs["error"]
+
+
 @pytest.mark.parametrize("where", ["step", "evaluation"])
 def test_a_fit_that_sleeps_forever_is_stopped_at_hang_seconds(tmp_path: Path, where: str) -> None:
     """No ctx call runs while the fit sleeps (in a step, or evaluating between epochs): the watchdog stops it."""
