@@ -35,7 +35,8 @@ from autotune.search import EPOCH_VALUES, make_sampler, nondominated_ranks, optu
 from autotune.search.credit import EPOCHS, length_free
 from autotune.spec import RunConfig
 from autotune.study import make_storage
-from autotune.study.objective import CATCH, Objective, quiet_failures
+from autotune.study.objective import Objective
+from autotune.study.outcome import CATCH, quiet_failures
 from bench.replay_backend import Log, SimClock, replay_backend, replay_train, run_workers
 from bench.replay_workload import ROOT, Workload
 

@@ -36,6 +36,17 @@ def test_every_setting_in_the_reference(pages: dict[str, str]) -> None:
     assert not missing, f"the settings reference lacks: {missing}"
 
 
+def test_every_stored_attr_in_the_reference(pages: dict[str, str]) -> None:
+    import dataclasses
+
+    from autotune.spec import StudyRecord, TrialRecord
+
+    names = [f.name for record in (TrialRecord, StudyRecord) for f in dataclasses.fields(record)]
+    missing = [name for name in names if f"| `{name}` |" not in pages["reference/stored.md"]]
+    assert not missing and all(f.metadata.get("doc") for r in (TrialRecord, StudyRecord)
+                               for f in dataclasses.fields(r)), f"the stored-attrs reference lacks: {missing}"
+
+
 def test_every_metric_in_the_reference(pages: dict[str, str]) -> None:
     from autotune.core.metrics import CATALOGUE
 

@@ -278,9 +278,10 @@ def check_framework(cfg: RunConfig, fn: Any, file: str | None) -> None:
     chosen: list[tuple[str, str, list[Any] | None]] = [(f"train.{k}", k, [v]) for k, v in cfg.train.items()]
     for key, spec in cfg.space.items():
         chosen.append((f"space.{key}", key, list(spec.choices) if spec.choices is not None else None))
+    keys = {key for _, key, _ in chosen}
     for where, key, values in chosen:
         if key in SETTINGS:
-            why = table.refusal(key, values)
+            why = table.refusal(key, values, keys)
             if why is not None:
                 raise ConfigError(file, where, why)
     named = [(f"objectives.{i}.metric", o.metric) for i, o in enumerate(cfg.objectives)]

@@ -6,6 +6,8 @@ Run before a study (or a worker) starts, by `autotune.train`, `autotune profile`
 
 from __future__ import annotations
 
+from typing import Any
+
 from autotune.core import AutotuneError, ConfigError, adapter_mark, describe_exception, load_factory, warn_config
 from autotune.search import pruners, samplers, space
 from autotune.spec import RunConfig
@@ -62,26 +64,39 @@ def notes(cfg: RunConfig) -> list[str]:
     once it runs, so the note comes when the range does not hold 1.0 (a multiplier's range holds it; 1e-3..1e-2
     as a multiplier would shrink the fit's own rates a hundred- to a thousand-fold)."""
     spec = cfg.space.get("lr")
-    if cfg.trainer is None or spec is None or _trains_searched_optimizer(cfg):
+    if cfg.trainer is None or spec is None:
+        return []
+    table = _adapter(cfg)
+    if _trains_searched_optimizer(cfg, table):
         return []
     values = list(spec.choices) if spec.choices is not None else [spec.low, spec.high]
     numbers = [float(v) for v in values if isinstance(v, (int, float)) and not isinstance(v, bool)]
     if numbers and min(numbers) <= 1.0 <= max(numbers):
         return []
+    rates = "each trial's rates are stored as user attr effective_lrs"
+    if table is not None:  # a framework adapter whose lr multiplies the module's own optimizer (Lightning)
+        return [f"{cfg.file}: space.lr: with trainer: {cfg.trainer}, {table.name} trains your module's own "
+                "optimizer (configure_optimizers) unless optimizer is searched or fixed too, and lr multiplies each "
+                "of its parameter groups' lr (search it around 1.0 then, e.g. 0.25 to 4.0, or choose optimizer "
+                f"to search the learning rate itself); {rates}"]
     return [f"{cfg.file}: space.lr: with trainer: {cfg.trainer}, lr is the learning rate only when "
             "your fit trains with the searched optimizer (ctx.prepare(model)); on an optimizer your fit builds and "
             "passes to ctx.prepare it multiplies each parameter group's own lr (search it around 1.0 then, e.g. "
-            "0.25 to 4.0); each trial's rates are stored as user attr effective_lrs"]
+            f"0.25 to 4.0); {rates}"]
 
 
-def _trains_searched_optimizer(cfg: RunConfig) -> bool:
-    """The training function trains with the searched optimizer, or an adapter that takes lr as the learning rate
-    (a framework adapter of autotune.integrations says so): its lr is the learning rate."""
+def _adapter(cfg: RunConfig) -> Any:
+    """The framework adapter's table the training function is marked with (integrations/tables.py), else None."""
     try:
         fn = load_factory(str(cfg.trainer), cfg.file, "trainer", near=cfg.source)
     except AutotuneError:
-        return False
-    table = adapter_mark(fn)
+        return None
+    return adapter_mark(fn)
+
+
+def _trains_searched_optimizer(cfg: RunConfig, table: Any) -> bool:
+    """The training function's adapter (`table`, a framework adapter of autotune.integrations) takes lr as the
+    learning rate, or trains the searched optimizer when one is chosen: its lr is the learning rate."""
     if table is None:
         return False
     return bool(getattr(table, "lr_is_rate", False)) or "optimizer" in cfg.space or "optimizer" in cfg.train

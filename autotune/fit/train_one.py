@@ -7,7 +7,8 @@ from typing import Any
 
 from autotune.fit import trainer
 from autotune.fit.checks import preflight
-from autotune.fit.job import job_for, load_fit, trial_seed
+from autotune.fit.job import job_for, load_fit
+from autotune.fit.plan import TrialPlan, trial_seed
 from autotune.spec import RunConfig, check_params, merge
 from autotune.training import TrainResult
 
@@ -20,8 +21,9 @@ def one_job(cfg: RunConfig, params: dict[str, Any] | None = None, *, fit: traine
     given = check_params(params or {}, "params")
     values = merge(cfg.train, overrides=given)
     seed = trial_seed(cfg, 0) if seed is None else seed
-    return job_for(cfg, values, seed, measure_inference=measure_inference, fit=fit or load_fit(cfg),
-                   study_rules=False, fixed=frozenset(cfg.train) | frozenset(given))
+    plan = TrialPlan.of(cfg, values, seed, measure_inference=measure_inference, study_rules=False,
+                        fixed=frozenset(cfg.train) | frozenset(given))
+    return job_for(cfg, plan, fit=fit or load_fit(cfg))
 
 
 def train(cfg: RunConfig, params: dict[str, Any] | None = None, *, fit: trainer.Fit | None = None,

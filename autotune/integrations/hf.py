@@ -41,7 +41,7 @@ import torch
 
 from autotune.core import ADAPTER, ONE_DEVICE, ConfigError
 from autotune.integrations.common import quiet_frameworks, record_cannot, require
-from autotune.integrations.tables import HF, HF_OBJECT, HF_SPEED_KEYS, Framework
+from autotune.integrations.tables import HF, HF_OBJECT, HF_SPEED_KEYS, Framework, enum_value
 from autotune.training import ContextMisuse, TrialContext, TrialPort, refuse_devices
 
 require("transformers", "hf", "Hugging Face")
@@ -55,7 +55,6 @@ from transformers import (  # noqa: E402
     TrainingArguments,
 )
 
-OPTIMIZER_KEYS = ("optimizer", "momentum")  # autotune's optimizer: applied by their effect (it stepped)
 FRAMEWORK = "the Hugging Face Trainer"
 
 
@@ -85,21 +84,18 @@ def trial_arguments(port: TrialPort, base: TrainingArguments, given: set[str] | 
     if "compile_mode" in wanted and not _View(base, changes).torch_compile:
         changes["torch_compile_mode"] = None  # (HF turns compile on for a mode: compile_mode acts with compile)
     given = _given(base) if given is None else given
-    changes.update(eval_strategy="epoch", logging_strategy="epoch", seed=port.ctx.seed,
+    # (push_to_hub off: a trial's checkpoints are not the user's model, and every trial would push to one repository)
+    changes.update(eval_strategy="epoch", logging_strategy="epoch", seed=port.ctx.seed, push_to_hub=False,
                    use_cpu=port.ctx.device.type == "cpu",
                    output_dir=os.path.join(str(base.output_dir or "trainer_output"), f"seed-{port.ctx.seed}"))
     # a checkpoint saved mid-epoch would be inside the training clock: "steps" saves each epoch instead, and the
     # Trainer's default (every 500 steps) saves nothing (unless the best model is loaded at the end)
-    if str(_value(base.save_strategy)) == "steps":
+    if str(enum_value(base.save_strategy)) == "steps":
         changes["save_strategy"] = "epoch" if "save_strategy" in given or base.load_best_model_at_end else "no"
     for name, quiet in (("report_to", "none"), ("disable_tqdm", True)):
         if name not in given:  # autotune prints the trials' progress
             changes[name] = quiet
     return dataclasses.replace(base, **changes), wanted
-
-
-def _value(obj: Any) -> Any:
-    return getattr(obj, "value", obj)
 
 
 def _given(args: TrainingArguments) -> set[str]:
@@ -108,8 +104,8 @@ def _given(args: TrainingArguments) -> set[str]:
     for f in dataclasses.fields(args):
         if not f.init or f.default is dataclasses.MISSING:
             continue
-        value = _value(getattr(args, f.name))
-        if value != _value(f.default) and not (f.default is None and not value):  # (None: derived in __post_init__)
+        value = enum_value(getattr(args, f.name))
+        if value != enum_value(f.default) and not (f.default is None and not value):  # (None: derived in __post_init__)
             out.add(f.name)
     return out
 
@@ -118,8 +114,8 @@ def _not_held(port: TrialPort, args: TrainingArguments, wanted: Mapping[str, Map
     """Each chosen setting is applied when the Trainer that trains holds every argument it became (a make_trainer
     building TrainingArguments of its own did not take them) and its value means something there."""
     for key, args_wanted in wanted.items():
-        held = {a: _value(getattr(args, a, None)) for a in args_wanted}
-        missed = {a: v for a, v in held.items() if v != _value(args_wanted[a])}
+        held = {a: enum_value(getattr(args, a, None)) for a in args_wanted}
+        missed = {a: v for a, v in held.items() if v != enum_value(args_wanted[a])}
         shown = ", ".join(f"TrainingArguments.{a}={v!r}" for a, v in missed.items())
         port.received(key, not missed, f"the Trainer holds {shown}, not what autotune gave it: your code did not "
                                        "train with the arguments autotune built")
@@ -243,9 +239,9 @@ class _Fit:
 
     def _train(self, port: TrialPort, trainer: Trainer, wanted: dict[str, dict[str, Any]]) -> None:
         record_cannot(port, self.table)
+        removed = []
         if "disable_tqdm" not in self._given:  # autotune prints the trials' progress: not a line per log too
-            trainer.remove_callback(PrinterCallback)
-            trainer.remove_callback(ProgressCallback)
+            removed = [c for c in (trainer.pop_callback(PrinterCallback), trainer.pop_callback(ProgressCallback)) if c]
         own = trainer.optimizer is not None or trainer.optimizer_cls_and_kwargs is not None
         for key in ("optimizer", "momentum", "lr", "weight_decay"):
             if own and port.chosen(key):
@@ -253,7 +249,7 @@ class _Fit:
         if not own and port.chosen("optimizer"):
             trainer.optimizer_cls_and_kwargs = (_optimizer_factory(port, trainer), {})
         elif not own and port.chosen("momentum"):
-            port.not_applied("momentum", f"the Trainer's own optimizer ({_value(trainer.args.optim)}) takes no "
+            port.not_applied("momentum", f"the Trainer's own optimizer ({enum_value(trainer.args.optim)}) takes no "
                                          "momentum from autotune: search optimizer too")
         callback = AutotuneCallback(port, wanted)
         trainer.add_callback(callback)
@@ -262,6 +258,8 @@ class _Fit:
                 trainer.train()
         finally:
             trainer.remove_callback(callback)
+            for c in removed:  # (the user's Trainer object outlives the study: its callbacks as they were)
+                trainer.add_callback(c)
         self._effects(port, trainer, callback.optimizer, own)
 
     @staticmethod
@@ -344,6 +342,9 @@ class _ReusedTrainer(_Fit):
             self._train(port, trainer, wanted)
         finally:
             trainer.optimizer, trainer.lr_scheduler = None, None  # the next trial builds its own
+            # the Trainer outlives the study (a notebook trains it after): the user's arguments again, built anew
+            # (accelerate's state is set by the newest TrainingArguments built)
+            self._set_arguments(dataclasses.replace(self.base))
         self._yours(port, self.table)
 
     def _fresh_model(self, port: TrialPort) -> None:

@@ -20,11 +20,12 @@ precision and gradient clipping the optimizer autotune builds is not fused (Ligh
 
 The clocks: a `Callback` opens each epoch's clock at `on_train_epoch_start` and marks each training batch's end,
 so the epoch's training time ends with its last batch: validation, checkpoint saving and logging after it are
-not training (nor the sanity check before the first epoch). Each validation's metrics (`trainer.callback_metrics`,
-those the study knows) are reported to the stop rules; the first one must hold the study's objectives (else the
-run stops, naming what the module logged). A stop raises the context's `TrialStopped` out of `trainer.fit` (the
-trial ends PRUNED with its reason, multi-objective too), early stopping sets `trainer.should_stop`. Lightning is an
-optional extra (`pip install 'autotune[lightning]'`), imported on use.
+not training (nor the sanity check before the first epoch). An epoch that validated reports its values at the
+training epoch's end (`trainer.callback_metrics`, those the study knows; one step's values left out) to the stop
+rules; the first report must hold the study's objectives (else the run stops, naming what the module logged). A
+stop raises the context's `TrialStopped` out of `trainer.fit` (the trial ends PRUNED with its reason,
+multi-objective too), early stopping sets `trainer.should_stop`. Lightning is an optional extra (`pip install
+'autotune[lightning]'`), imported on use.
 """
 
 from __future__ import annotations
@@ -67,6 +68,7 @@ def fit(ctx: TrialContext, module: Any, datamodule: Any = None, *, train_dataloa
         raise ContextMisuse(f"Trainer argument(s) {', '.join(taken)} follow the trial's device (`device` in the "
                             "YAML): leave them out of autotune.integrations.lightning.fit")
     port = TrialPort(ctx, "Lightning")
+    port.fresh(module, "autotune.integrations.lightning.fit")  # (a module an earlier trial trained: said here)
     record_cannot(port, LIGHTNING)
     train, val = _user_loaders(pl, datamodule, train_dataloaders, val_dataloaders)
     train = _train_loader(port, train)
@@ -309,14 +311,15 @@ def _bridge_class(pl: Any) -> type:
 
 
 class _Bridge:
-    """Lightning's loop seen by the trial context, through its port (the HF Trainer's callback uses it too):
-    epochs opened by ctx.epochs() (at the first epoch's start), each training batch counted and timed (the epoch's
-    training ends with its last), each validation at an epoch's end reported to the stop rules."""
+    """Lightning's loop seen by the trial context, through its port: epochs opened by ctx.epochs() (at the first
+    epoch's start), each training batch counted and timed (the epoch's training ends with its last), an epoch that
+    validated reported to the stop rules at its end."""
 
     def __init__(self, port: TrialPort) -> None:
         self.port = port
         self.steps_per_epoch = 1  # (set once the Trainer says how many batches an epoch trains)
         self.epochs = 1  # (the Trainer's own count: the trial's when it did not choose epochs)
+        self.validated = False  # the epoch's validation ran (reported at the epoch's end)
 
     def on_train_epoch_start(self, trainer: Any, pl_module: Any) -> None:
         if not self.port.started:
@@ -337,14 +340,26 @@ class _Bridge:
             accum = trainer.accumulate_grad_batches
             self.port.step(n, loss.detach() * accum if accum > 1 else loss)
         else:  # (manual optimization returning nothing: samples counted, no loss)
-            self.port.step(n, torch.zeros((), device=self.port.ctx.device), has_loss=False)
+            self.port.step(n)
 
     def on_validation_end(self, trainer: Any, pl_module: Any) -> None:
         # (a validation inside the epoch, val_check_interval < 1, is not the epoch's: its training goes on)
-        if trainer.sanity_checking or not trainer.is_last_batch:
+        if not trainer.sanity_checking and trainer.is_last_batch:
+            self.validated = True
+
+    def on_train_epoch_end(self, trainer: Any, pl_module: Any) -> None:
+        """The epoch's evaluation is reported once the epoch's own training metrics are in (at its validation's end,
+        Lightning still holds the previous epoch's `on_epoch` training values): its values by the names logged,
+        those that are one step's value (`on_step` only, or the `_step` copy) left out and named."""
+        if not self.validated:
             return
-        metrics = {k: v for k, v in trainer.callback_metrics.items() if k != "train_loss" and _scalar(v)}
-        logged = ", ".join(sorted(k for k, v in trainer.callback_metrics.items() if _scalar(v)))
+        self.validated = False
+        step = _step_values(trainer)
+        current = {k: v for k, v in trainer.callback_metrics.items() if _scalar(v)}
+        metrics = {k: v for k, v in current.items() if k != "train_loss" and k not in step}
+        once = sorted(set(step) & (set(current) | set(trainer.logged_metrics)))
+        logged = ", ".join([*sorted(k for k in current if k not in step),
+                            *(f"{k} (one step's value: {step[k]})" for k in once)])
         if self.port.report(metrics, logged=logged or None):
             trainer.should_stop = True
 
@@ -352,6 +367,26 @@ class _Bridge:
         """trainer.fit returned: the last epoch closes (an unreported one keeps its clocks); no epoch opens."""
         if not self.port.finish():
             raise ContextMisuse("trainer.fit trained no epoch (max_epochs, max_steps or the data left none)")
+
+
+def _step_values(trainer: Any) -> dict[str, str]:
+    """The names whose value is one step's, not the epoch's, with what to log or name instead: `self.log(...,
+    on_step=True)` without on_epoch (its last batch's value; a training_step's default), and the `_step` copy of one
+    logged both ways. Read from Lightning's result collections (no public name says how a value was logged; none
+    found: nothing is left out)."""
+    epoch_loop = getattr(getattr(trainer, "fit_loop", None), "epoch_loop", None)
+    out: dict[str, str] = {}
+    for loop in (epoch_loop, getattr(epoch_loop, "val_loop", None)):
+        results = getattr(loop, "_results", None)
+        for metric in (results.values() if isinstance(results, Mapping) else ()):
+            meta = getattr(metric, "meta", None)
+            if meta is None or not getattr(meta, "on_step", False):
+                continue
+            if meta.on_epoch:
+                out[f"{meta.name}_step"] = f"the epoch's is {meta.name}"
+            else:
+                out[meta.name] = "log it with on_epoch=True"
+    return out
 
 
 def _scalar(v: Any) -> bool:

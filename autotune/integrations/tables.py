@@ -22,9 +22,9 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from autotune.core import CATALOGUE
-from autotune.spec import BUILTIN_ONLY, SETTINGS, applied_by
+from autotune.spec import BUILTIN_ONLY, SETTINGS
+from autotune.training import BY_CONTEXT
 
-BY_CONTEXT = applied_by("around", "stop", "clock")
 YOURS_PARTS = ("loss", "model", "augment")  # the built-in trainer's; a training function's own code reads them
 CONTEXT_TEXT = "applied by the trial context around the training, as for any training function"
 BUILTIN_TEXT = "the built-in trainer's steps after training: refused at validation for every training function"
@@ -60,6 +60,9 @@ class Framework:
     # a setting it cannot apply -> the value that says what the framework does anyway (channels_last false): allowed
     inherent: Mapping[str, Any] = field(default_factory=dict)
     values: Mapping[str, Mapping[Any, str]] = field(default_factory=dict)  # setting -> {value it cannot take: why}
+    # setting -> (the setting it acts through, why): applied only when that one is chosen too (HF's momentum is the
+    # searched optimizer's; the Trainer's own optim takes none)
+    needs: Mapping[str, tuple[str, str]] = field(default_factory=dict)
     unmapped: str = "it has no argument for it"
     user_code: bool = True  # the user's code runs each trial (can read ctx.settings): `yours` settings can apply
     metric_rule: Callable[[str], str | None] = lambda metric: None  # why an objective cannot be reported, or None
@@ -90,8 +93,12 @@ class Framework:
             return "part", self.parts[part]
         return "cannot", self.unmapped
 
-    def refusal(self, key: str, values: Iterable[Any] | None) -> str | None:
-        """Why a trial choosing `key` (fixed, or searched over `values`; None: a range) cannot apply it, else None."""
+    def refusal(self, key: str, values: Iterable[Any] | None, chosen: Iterable[str] = ()) -> str | None:
+        """Why a trial choosing `key` (fixed, or searched over `values`; None: a range; `chosen`: every setting the
+        study chooses) cannot apply it, else None."""
+        if key in self.needs and self.needs[key][0] not in chosen:
+            other, why = self.needs[key]
+            return f"{self.integration} cannot apply {key} unless {other} is chosen too: {why}"
         role, why = self.role(key)
         if role == "cannot" and (values is None or any(v != self.inherent.get(key, object()) for v in values)):
             return f"{self.integration} cannot apply {key}: {why}; drop the key (your code's own value stays)"
@@ -128,7 +135,7 @@ class Framework:
 
 def uncovered(fw: Framework) -> list[str]:
     """Settings a framework's own rows name that the catalogue lacks (a test keeps it empty)."""
-    named = [*fw.mapped, *fw.cannot, *fw.yours, *fw.values]
+    named = [*fw.mapped, *fw.cannot, *fw.yours, *fw.values, *fw.needs, *(k for k, _ in fw.needs.values())]
     return sorted(set(named) - set(SETTINGS))
 
 
@@ -166,27 +173,29 @@ def _workers_only(name: str, off: Any) -> Callable[[Any, Any], dict[str, Any]]:
     return lambda v, base: {name: v if int(getattr(base, "dataloader_num_workers", 0) or 0) > 0 else off}
 
 
-def _value(obj: Any) -> Any:
-    return getattr(obj, "value", obj)  # an enum's value (TrainingArguments' lr_scheduler_type, optim)
+def enum_value(obj: Any) -> Any:
+    """An enum's value (TrainingArguments' lr_scheduler_type, optim, save_strategy), else the object."""
+    return getattr(obj, "value", obj)
 
 
 HF = Framework(
     name="Hugging Face",
     mapped={
         "lr": arg("learning_rate", float, "`learning_rate`: the Trainer's optimizer (yours, or the searched one)"),
-        "optimizer": Arg(to=lambda v, base: {}, held=lambda a: f"{_value(a.optim)} (the Trainer's optim)",
+        "optimizer": Arg(to=lambda v, base: {}, held=lambda a: f"{enum_value(a.optim)} (the Trainer's optim)",
                          doc="autotune's optimizer (the one every trainer builds), given to the Trainer as "
                              "`optimizer_cls_and_kwargs`, at `learning_rate` and `weight_decay`; unchosen: the "
                              "Trainer's own `optim`", on="optimizer"),
         "momentum": Arg(to=lambda v, base: {}, held=lambda a: None,
-                        doc="the searched optimizer's momentum (sgd, sgd_nesterov, rmsprop)", on="optimizer"),
+                        doc="the searched optimizer's momentum (sgd, sgd_nesterov, rmsprop): refused unless "
+                            "`optimizer` is chosen too", on="optimizer"),
         "weight_decay": arg("weight_decay", float, "`weight_decay`: the Trainer's decayed weights (biases and "
                                                    "LayerNorm at 0)"),
         "batch_size": arg("per_device_train_batch_size", int),
         "eval_batch_size": arg("per_device_eval_batch_size", int),
         "epochs": Arg(to=lambda v, base: {"num_train_epochs": float(v), "max_steps": -1},
                       held=lambda a: a.num_train_epochs, doc="`num_train_epochs` (your `max_steps` then off)"),
-        "lr_schedule": Arg(to=_schedule_to, held=lambda a: _value(a.lr_scheduler_type),
+        "lr_schedule": Arg(to=_schedule_to, held=lambda a: enum_value(a.lr_scheduler_type),
                            doc="`lr_scheduler_type`: constant (constant_with_warmup when you set a warmup) or cosine; "
                                "your warmup stays"),
         "label_smoothing": arg("label_smoothing_factor", float),
@@ -218,6 +227,8 @@ HF = Framework(
     inherent={"channels_last": False, "data_on_device": False},
     values={"lr_schedule": {"onecycle": "the Trainer has no one-cycle schedule (lr_scheduler_type: use constant or "
                                         "cosine)"}},
+    needs={"momentum": ("optimizer", "the Trainer's own optim takes no momentum from autotune; search or fix "
+                                     "optimizer (sgd, sgd_nesterov, rmsprop) too")},
     unmapped="the Trainer has no argument for it",
     metric_rule=hf_metric,
 )
@@ -277,5 +288,5 @@ LIGHTNING = Framework(
 
 FRAMEWORKS = {"hf": HF, "lightning": LIGHTNING}
 
-__all__ = ["Arg", "BY_CONTEXT", "FRAMEWORKS", "Framework", "HF", "HF_OBJECT", "LIGHTNING", "LIGHTNING_PRECISIONS",
-           "arg", "hf_metric", "uncovered"]
+__all__ = ["Arg", "FRAMEWORKS", "Framework", "HF", "HF_OBJECT", "LIGHTNING", "LIGHTNING_PRECISIONS",
+           "arg", "enum_value", "hf_metric", "uncovered"]

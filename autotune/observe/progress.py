@@ -18,7 +18,7 @@ from rich.table import Table
 from autotune.core import fmt as fmt_metric
 from autotune.core import redact, short, shorten, shown_with
 from autotune.search import feasible
-from autotune.spec import RunConfig
+from autotune.spec import RunConfig, StudyRecord, TrialRecord
 from autotune.study import is_surplus
 
 
@@ -34,6 +34,11 @@ def fmt_params(params: dict[str, Any]) -> str:
 
 ERROR_WIDTH = 120  # characters of a failed trial's error on its line (the whole text is in its `error` attr)
 _PLACE = re.compile(r" \(at [^()]*\)$")  # describe_exception's "(at file.py:12 in fit)"
+
+
+def _or(value: Any, default: Any) -> Any:
+    """A record's field, or `default` where the trial did not store it."""
+    return default if value is None else value
 
 
 def clip(text: str, width: int = ERROR_WIDTH) -> str:
@@ -57,8 +62,8 @@ class RunView:
 
     def on_start(self, study: optuna.Study, todo: int) -> None:
         done = sum(1 for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED))
-                   if not t.user_attrs.get("surplus"))  # (a lost race never ran)
-        device = study.user_attrs.get("device", "?")
+                   if not is_surplus(t))  # (a lost race never ran)
+        device = _or(StudyRecord.of(study).device, "?")
         goal = "until the timeout" if todo < 0 else f"{todo} more"
         self._print(f"study {self.cfg.study.name} ({redact(self.cfg.study.storage)}): {done} finished, running {goal}; "
                     f"sampler {self.cfg.study.sampler}, objectives "
@@ -75,21 +80,21 @@ class RunView:
             self.task = self.progress.add_task("", total=todo if todo > 0 else None)
 
     def on_trial(self, study: optuna.Study, t: FrozenTrial) -> None:
-        ua = t.user_attrs
+        r = TrialRecord.of(t)
         state = t.state.name
-        if state == "PRUNED" or ua.get("stop_reason") == "early_stopped":
-            state = f"{state} ({ua.get('stop_reason', 'pruned')} @ epoch {ua.get('stop_epoch', '?')})"
+        if state == "PRUNED" or r.stop_reason == "early_stopped":
+            state = f"{state} ({_or(r.stop_reason, 'pruned')} @ epoch {_or(r.stop_epoch, '?')})"
         elif state == "FAIL":
-            state = f"FAIL ({ua.get('stop_reason', 'error')}: {clip(str(ua.get('error', '')))})"
+            state = f"FAIL ({_or(r.stop_reason, 'error')}: {clip(str(_or(r.error, '')))})"
         elif state == "COMPLETE" and not feasible(t):
             state = "COMPLETE (infeasible)"  # violates a constraint: kept, never recommended
-        measured = "  ".join(f"{short(m)} {fmt_metric(m, ua.get(m))}" for m in shown_with(self.metrics)
-                             if m in self.metrics or m in ua)
+        measured = "  ".join(f"{short(m)} {fmt_metric(m, r.metrics.get(m))}" for m in shown_with(self.metrics)
+                             if m in self.metrics or m in r.metrics)
         line = f"trial {t.number:>3}  {state:<34} {measured}  | {fmt_params(t.params)}"
         if self.progress is not None:
             style = {"COMPLETE": "green", "PRUNED": "yellow", "FAIL": "red"}.get(t.state.name, "")
             self.progress.console.print(f"[{style}]{line}[/]" if style else line, markup=True, highlight=False)
-            best = ua.get("val_accuracy")
+            best = r.metrics.get("val_accuracy")
             self.progress.update(self.task, advance=1 if t.state.name in ("COMPLETE", "PRUNED") else 0,
                                  description=f"last acc {fmt_metric('val_accuracy', best)}")
         else:
@@ -164,6 +169,8 @@ def print_best(result: Any, console: Console | None = None) -> None:
         print(f"  ({note})")
     for k, why in best.not_applied.items():  # searched, but nothing in the trial used it
         print(f"  ({k}: not applied, left out: {why})")
+    for k, why in best.fixed_not_applied.items():  # fixed in train:, but the trial could not apply it
+        print(f"  ({k}: fixed in train:, not applied: {why})")
     if best.recipe:  # not chosen: the user's code or the framework's defaults decided them
         print(f"  (yours, not set by the study: {best.recipe_text()})")
     print(f"  (export every setting with: autotune best {result.config.source} --export best.yaml)")

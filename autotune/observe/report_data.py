@@ -13,7 +13,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from autotune.core import PER_EPOCH, label, redact
 from autotune.search import feasible, results
-from autotune.spec import RunConfig
+from autotune.spec import RunConfig, StudyRecord, TrialRecord
 
 
 def _finite(x: Any) -> bool:
@@ -36,10 +36,11 @@ def measured(t: FrozenTrial, metric: str, metrics: list[str]) -> float | None:
     if t.values is not None and metric in metrics:
         v = t.values[metrics.index(metric)]
         return float(v) if _finite(v) else None
-    v = t.user_attrs.get(metric)
+    r = TrialRecord.of(t)
+    v = r.metrics.get(metric)
     if _finite(v):
         return float(v)
-    hist = t.user_attrs.get("history") or []
+    hist = r.history or []
     if hist and _finite(hist[-1].get(metric)):
         return float(hist[-1][metric])
     return None
@@ -57,7 +58,7 @@ def axes(cfg: RunConfig) -> tuple[str, str]:
 
 def stop_group(t: FrozenTrial) -> str:
     """One label per trial for colouring: complete, early_stopped, a stop reason, or failed."""
-    reason = t.user_attrs.get("stop_reason")
+    reason = TrialRecord.of(t).stop_reason
     if t.state == TrialState.COMPLETE:
         return "early_stopped" if reason == "early_stopped" else "complete"
     if t.state == TrialState.PRUNED:
@@ -94,8 +95,9 @@ def pareto_data(study: optuna.Study, cfg: RunConfig) -> dict[str, Any]:
             category = "pruned"
         else:
             category = "failed"
+        r = TrialRecord.of(t)
         points.append({"number": t.number, "x": xv, "y": yv, "category": category, "state": t.state.name,
-                       "stop_reason": t.user_attrs.get("stop_reason"), "stop_epoch": t.user_attrs.get("stop_epoch"),
+                       "stop_reason": r.stop_reason, "stop_epoch": r.stop_epoch,
                        "recommended": best is not None and t.number == best.number, "params": dict(t.params)})
     return {"x_metric": x, "y_metric": y, "points": points,
             "front": sorted(front), "recommended": best.number if best is not None else None}
@@ -126,12 +128,13 @@ def learning_curves(study: optuna.Study, cfg: RunConfig) -> dict[str, Any]:
     """Per-epoch records of every trial that ran an epoch, grouped by state / stop reason."""
     curves = []
     for t in _trials(study):
-        hist = t.user_attrs.get("history") or []
+        r = TrialRecord.of(t)
+        hist = r.history or []
         if not hist:
             continue
         curves.append({
             "number": t.number, "state": t.state.name, "group": stop_group(t),
-            "stop_reason": t.user_attrs.get("stop_reason"), "stop_epoch": t.user_attrs.get("stop_epoch"),
+            "stop_reason": r.stop_reason, "stop_epoch": r.stop_epoch,
             "epoch": [h["epoch"] for h in hist],
             **{k: [h.get(k) for h in hist] for k in PER_EPOCH},  # (train_loss among them)
         })
@@ -201,9 +204,10 @@ def throughput_data(study: optuna.Study, cfg: RunConfig) -> dict[str, Any]:
         sps = measured(t, "samples_per_s", metrics)
         if sps is None:
             continue
-        settings = t.user_attrs.get("settings", {})
-        keys = {"precision": t.user_attrs.get("precision", settings.get("precision")),
-                "batch_size": t.user_attrs.get("batch_size_used", settings.get("batch_size"))}
+        r = TrialRecord.of(t)
+        settings = r.settings or {}
+        keys = {"precision": settings.get("precision") if r.precision is None else r.precision,
+                "batch_size": settings.get("batch_size") if r.batch_size_used is None else r.batch_size_used}
         for kind, key in keys.items():
             if key is None:
                 continue
@@ -238,8 +242,8 @@ def top_trials(study: optuna.Study, cfg: RunConfig, n: int = 10) -> list[dict[st
         s = results.summarize(t, metrics)
         rows.append({"number": t.number, "recommended": best is not None and t.number == best.number,
                      "pareto": t.number in front, "feasible": s.feasible,
-                     "values": s.values, "metrics": s.metrics, "precision": t.user_attrs.get("precision"),
-                     "device": t.user_attrs.get("device"), "stop_reason": s.stop_reason, "params": s.params})
+                     "values": s.values, "metrics": s.metrics, "precision": TrialRecord.of(t).precision,
+                     "device": TrialRecord.of(t).device, "stop_reason": s.stop_reason, "params": s.params})
     return rows
 
 
@@ -250,16 +254,17 @@ def summary_data(study: optuna.Study, cfg: RunConfig) -> dict[str, Any]:
         counts[t.state.name] = counts.get(t.state.name, 0) + 1
     reasons: dict[str, int] = {}
     for t in trials:
-        r = t.user_attrs.get("stop_reason")
+        r = TrialRecord.of(t).stop_reason
         if r:
             reasons[r] = reasons.get(r, 0) + 1
     best = results.best_trial(study, cfg)
-    ua = study.user_attrs
+    stored = StudyRecord.of(study)
     return {"study": study.study_name, "n_trials": len(trials), "states": counts, "stop_reasons": reasons,
             "objectives": [{"metric": o.metric, "direction": str(o.direction)} for o in cfg.objectives],
-            "sampler": cfg.study.sampler, "device": ua.get("device"), "versions": ua.get("versions", {}),
-            "source": redact(str(ua.get("source", cfg.source))), "select": str(cfg.select if isinstance(cfg.select, str)
-                                                                  else cfg.select.model_dump()),
+            "sampler": cfg.study.sampler, "device": stored.device,
+            "versions": stored.versions if stored.versions is not None else {},
+            "source": redact(str(stored.source if stored.source is not None else cfg.source)),
+            "select": str(cfg.select if isinstance(cfg.select, str) else cfg.select.model_dump()),
             "recommended": _brief(results.summarize(best, _metrics(cfg))) if best is not None else None}
 
 

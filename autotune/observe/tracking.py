@@ -27,9 +27,9 @@ from optuna.trial import FrozenTrial, TrialState
 from autotune.core import ConfigError, environ, redact
 from autotune.observe import export
 from autotune.search import results
-from autotune.spec import RunConfig
+from autotune.spec import RunConfig, StudyRecord, TrialRecord
 
-PARENT_ATTR = "mlflow_run_id"  # study user attr: the parent run's id
+PARENT_ATTR = "mlflow_run_id"  # the study user attr of the parent run's id (StudyRecord.mlflow_run_id)
 URI_KEY = "tracking.mlflow.tracking_uri"
 INSTALL = "pip install 'autotune[mlflow]'"
 CHECK_TIMEOUT_S = 5  # validation: one request, no retries
@@ -38,9 +38,10 @@ LOG_RETRIES = 2
 RETRY_S = 30.0  # after a failure, trials finishing within this long are queued without trying the server;
 MAX_RETRY_S = 600.0  # the wait doubles with each failure in a row (a black-holed server costs ~40 s a try)
 STATUS = {TrialState.COMPLETE: "FINISHED", TrialState.PRUNED: "KILLED", TrialState.FAIL: "FAILED"}
-# Trial user attrs that describe how it ran: tags (strings) on its run, not metrics.
+# A trial's record's fields that describe how it ran: tags (strings) on its run, not metrics.
 TAG_ATTRS = ("stop_reason", "stop_epoch", "stop_detail", "error", "device", "precision", "worker", "batch_size_used")
-NOT_METRICS = {"seed", "stop_epoch", "batch_size_used"}
+# Its counts logged as final metrics beside the measured ones.
+FINAL_FIELDS = ("epochs_run", "cpu_threads_capped", "cpu_threads_used")
 
 log = logging.getLogger(__name__)
 
@@ -249,7 +250,7 @@ class Tracker:
         """The study's parent run (reopened), or a new one; with a new one, the finished trials to log."""
         from mlflow.exceptions import MlflowException
 
-        rid = study.user_attrs.get(PARENT_ATTR)
+        rid = StudyRecord.of(study).mlflow_run_id
         if isinstance(rid, str):
             try:
                 run = self.client.get_run(rid)
@@ -262,16 +263,16 @@ class Tracker:
                 if run.info.status != "RUNNING":
                     self.client.update_run(rid, status="RUNNING")
                 return rid, []
-        backlog = [t for t in study.get_trials(deepcopy=False) if t.state in STATUS and not t.user_attrs.get("surplus")]
+        backlog = [t for t in study.get_trials(deepcopy=False) if t.state in STATUS and not TrialRecord.of(t).surplus]
         cfg = self.cfg
         tags = {"autotune.study": cfg.study.name, "autotune.storage": redact(cfg.study.storage),
                 "autotune.objectives": ", ".join(f"{o.metric} ({o.direction})" for o in cfg.objectives),
                 "autotune.sampler": cfg.study.sampler}
-        tags.update({f"autotune.version.{k}": str(v) for k, v in (study.user_attrs.get("versions") or {}).items()})
+        tags.update({f"autotune.version.{k}": str(v) for k, v in (StudyRecord.of(study).versions or {}).items()})
         run = self.client.create_run(self.experiment_id, run_name=cfg.study.name, tags=tags)
         rid = run.info.run_id
         self.client.log_text(rid, yaml.safe_dump(self._redacted(cfg.to_dict()), sort_keys=False), "config.yaml")
-        study.set_user_attr(PARENT_ATTR, rid)
+        StudyRecord(mlflow_run_id=rid).write(study)
         return rid, backlog
 
     def _redacted(self, doc: dict[str, Any]) -> dict[str, Any]:
@@ -288,7 +289,7 @@ class Tracker:
 
     def __call__(self, study: optuna.Study, trial: FrozenTrial) -> None:
         """Optuna's trial callback (and `--workers`' driver loop): log one finished trial."""
-        if trial.state not in STATUS or trial.user_attrs.get("surplus"):
+        if trial.state not in STATUS or TrialRecord.of(trial).surplus:
             return
         self._pending[trial.number] = trial
         self.flush()
@@ -317,23 +318,24 @@ class Tracker:
     def _log_trial(self, t: FrozenTrial) -> None:
         from mlflow.entities import Metric, Param
 
+        r = TrialRecord.of(t)
         rid = self._runs.get(t.number)
         if rid is None:
             tags = {"mlflow.parentRunId": self.parent, "autotune.study": self.cfg.study.name,
                     "trial_number": str(t.number), "state": t.state.name}
-            tags.update({k: str(t.user_attrs[k])[:5000] for k in TAG_ATTRS if t.user_attrs.get(k) is not None})
+            tags.update({k: str(v)[:5000] for k in TAG_ATTRS if (v := getattr(r, k)) is not None})
             run = self.client.create_run(self.experiment_id, start_time=_ms(t.datetime_start), tags=tags,
                                          run_name=f"trial-{t.number}")
             rid = self._runs[t.number] = run.info.run_id
-        ua = t.user_attrs
-        params = {**(ua.get("settings") or {}), **t.params}
-        if "seed" in ua:
-            params["seed"] = ua["seed"]
+        params = {**(r.settings or {}), **t.params}
+        if r.seed is not None:
+            params["seed"] = r.seed
         when = _ms(t.datetime_complete)
         metrics = [Metric(key, float(v), when, int(rec["epoch"]))
-                   for rec in ua.get("history") or [] if _number(rec.get("epoch"))
+                   for rec in r.history or [] if _number(rec.get("epoch"))
                    for key, v in rec.items() if key != "epoch" and _number(v)]
-        final = {k: float(v) for k, v in ua.items() if _number(v) and k not in NOT_METRICS}
+        final = {k: float(v) for k, v in r.metrics.items() if _number(v)}
+        final.update({k: float(v) for k in FINAL_FIELDS if _number(v := getattr(r, k))})
         if t.values is not None:
             final.update({m: float(v) for m, v in zip(self.metrics, t.values)})
         metrics += [Metric(f"final/{k}", v, when, 0) for k, v in final.items() if math.isfinite(v)]
@@ -368,7 +370,7 @@ class Tracker:
 def describe(study: optuna.Study, cfg: RunConfig) -> str:
     """Where the study's MLflow runs are, for the end of `autotune run` ('' without tracking)."""
     ml = cfg.tracking.mlflow
-    rid = study.user_attrs.get(PARENT_ATTR)
+    rid = StudyRecord.of(study).mlflow_run_id
     if ml is None or not isinstance(rid, str):
         return ""
     see = f"; see them with: mlflow ui --backend-store-uri {ml.tracking_uri}" if ml.tracking_uri.startswith(

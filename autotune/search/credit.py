@@ -20,7 +20,7 @@ import optuna
 from optuna.distributions import IntDistribution
 from optuna.trial import FrozenTrial, TrialState
 
-from autotune.search.pruners import EPOCH_VALUES
+from autotune.spec import TrialRecord
 
 EPOCHS = "epochs"
 # settings whose training differs with the run's length (a truncated run is not the shorter run) or whose final
@@ -38,7 +38,7 @@ def length_free(settings: dict[str, Any]) -> bool:
 def as_shorter(t: FrozenTrial, settings_of: Callable[[dict[str, Any]], dict[str, Any]]) -> FrozenTrial | None:
     """The completed trial a stopped trial `t` equals (epochs = the epochs it ran, its values after the last of
     them), or None where that is not true or not known."""
-    curve = t.user_attrs.get(EPOCH_VALUES)
+    curve = TrialRecord.of(t).epoch_values
     dist = t.distributions.get(EPOCHS)
     if t.state != TrialState.PRUNED or not curve or not isinstance(dist, IntDistribution):
         return None

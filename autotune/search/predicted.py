@@ -31,8 +31,8 @@ from optuna.trial import FrozenTrial, TrialState
 
 from autotune.search import space
 from autotune.search.credit import EPOCHS, Delegating
-from autotune.search.pruners import EPOCH_VALUES, hypervolume_2d
-from autotune.spec import ParamSpec, RunConfig
+from autotune.search.pruners import hypervolume_2d
+from autotune.spec import ParamSpec, RunConfig, TrialRecord
 
 MIN_TRIALS = 8  # finished trials with a curve before predictions choose: as TPE's random start-up
 CANDIDATE_SAMPLERS = ("tpe", "random")  # samplers that propose a parameter at a time: candidates are drawn from them
@@ -150,9 +150,13 @@ class PredictedFront(Delegating):
         if self.choice_s is None:
             return True
         done = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-        secs = [float(t.user_attrs["train_time_s"]) if "train_time_s" in t.user_attrs else
-                (t.datetime_complete - t.datetime_start).total_seconds()
-                for t in done if "train_time_s" in t.user_attrs or (t.datetime_complete and t.datetime_start)]
+        secs = []
+        for t in done:
+            measured = TrialRecord.of(t).metric("train_time_s")
+            if measured is not None:
+                secs.append(measured)
+            elif t.datetime_complete and t.datetime_start:
+                secs.append((t.datetime_complete - t.datetime_start).total_seconds())
         return bool(secs) and self.choice_s <= AUTO_SHARE * float(np.median(secs))
 
     def sample_independent(self, study: optuna.Study, trial: FrozenTrial, param_name: str,
@@ -181,7 +185,7 @@ class PredictedFront(Delegating):
         front: list[list[float]] = []
         n = 0
         for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED)):
-            curve = t.user_attrs.get(EPOCH_VALUES) or []
+            curve = TrialRecord.of(t).epoch_values or []
             if t.state == TrialState.COMPLETE and t.values is not None:
                 front.append(self._to_min(t.values))
             if not curve:

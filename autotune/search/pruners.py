@@ -22,10 +22,10 @@ from optuna.trial import FrozenTrial, TrialState
 from autotune.core import ConfigError, TrialStopped, is_fraction, is_quality, lookup, per_epoch
 from autotune.search import curves
 from autotune.search.results import dominates, pareto_front
-from autotune.spec import RunConfig
+from autotune.spec import RunConfig, TrialRecord
 from autotune.training import projected_time_s
 
-EPOCH_VALUES = "epoch_values"  # user attr: list[list[float]], objective values after each epoch
+EPOCH_VALUES = "epoch_values"  # TrialRecord.epoch_values's stored key (tests build trials with it)
 
 
 def check_vs_front(elapsed_s: float, epoch: int, epochs: int, quality: float, factor: float | None,
@@ -34,14 +34,15 @@ def check_vs_front(elapsed_s: float, epoch: int, epochs: int, quality: float, fa
     than the front was at this epoch."""
     if factor is None or not front:
         return
-    times = [float(t.user_attrs["train_time_s"]) for t in front if "train_time_s" in t.user_attrs]
+    records = [TrialRecord.of(t) for t in front]
+    times = [s for r in records if (s := r.metric("train_time_s")) is not None]
     if not times:
         return
     proj = projected_time_s(elapsed_s, epoch, epochs)
     limit = factor * max(times)
     if proj <= limit:
         return
-    seen = [h[metric] for t in front for h in t.user_attrs.get("history", []) if h["epoch"] == epoch and metric in h]
+    seen = [h[metric] for r in records for h in r.history or [] if h["epoch"] == epoch and metric in h]
     if seen and (quality > max(seen) if direction == "maximize" else quality < min(seen)):
         return
     raise TrialStopped("slow", epoch, f"projected {proj:.1f}s > {factor:g} x slowest Pareto trial "
@@ -79,8 +80,8 @@ def check_front_gain(cfg: RunConfig, front: list[FrozenTrial], proj_s: float, at
     metric, direction = quality_objective(cfg)
     if slow.min_front_gain is None or "train_time_s" not in [o.metric for o in cfg.objectives]:
         return
-    pts = [(float(t.user_attrs["train_time_s"]), float(t.user_attrs[metric])) for t in front
-           if "train_time_s" in t.user_attrs and metric in t.user_attrs]
+    pts = [(s, q) for r in map(TrialRecord.of, front)
+           if (s := r.metric("train_time_s")) is not None and (q := r.metric(metric)) is not None]
     if not pts:
         return
     sign = -1.0 if direction == "maximize" else 1.0  # quality as a minimized number
@@ -111,7 +112,7 @@ def quality_objective(cfg: RunConfig) -> tuple[str, str]:
 
 
 def _values_at(t: FrozenTrial, step: int) -> list[float] | None:
-    rec = t.user_attrs.get(EPOCH_VALUES) or []
+    rec = TrialRecord.of(t).epoch_values or []
     return list(rec[step - 1]) if len(rec) >= step else None
 
 
@@ -190,7 +191,7 @@ class ParetoPruner:
             pred = heading_for(curve, epochs, self.metrics, self.directions)
             if pred is None:
                 return None
-            finals = [(t, list(rec[-1])) for t in completed if (rec := t.user_attrs.get(EPOCH_VALUES))]
+            finals = [(t, list(rec[-1])) for t in completed if (rec := TrialRecord.of(t).epoch_values)]
             by = self._dominating(pred, finals)
             shown = ", ".join(f"{m} {v:.4g}" for m, v in zip(self.metrics, pred))
             return None if by is None else (f"heading for {shown} at epoch {epochs} (learning curve at epoch "

@@ -13,7 +13,7 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from autotune.core import CATALOGUE, EPOCH_FIELDS, is_fraction
-from autotune.spec import FastestWithin, MostAccurateUnder, RunConfig
+from autotune.spec import FastestWithin, MostAccurateUnder, RunConfig, TrialRecord
 
 if TYPE_CHECKING:
     from autotune.training import EpochRecord
@@ -36,6 +36,10 @@ class TrialSummary:
     feasible: bool = True
     not_applied: dict[str, str] = field(default_factory=dict)  # searched settings that took no effect, and why
     # (left out of `params`, of the printed recommendation and of `best --export`)
+    # settings fixed in `train:` that took no effect (a framework held another value: Lightning's bf16 for fp16 on a
+    # CPU; the module's own optimizer kept its weight_decay), and why: `best` says so; the export keeps them as the
+    # file fixed them, which trains the trial again as it was
+    fixed_not_applied: dict[str, str] = field(default_factory=dict)
     seed: int | None = None  # the training seed (what reproduces it)
     # torch threads autotune chose for it (a cap after an oversubscribed trial, less one per loader worker; None:
     # its own cpu_threads, or torch's default): `best` shows it and `best --export` writes it as cpu_threads
@@ -94,29 +98,33 @@ def lr_scaling_text(lr: float, own: list[float], effective: list[float]) -> str:
 
 
 def summarize(t: FrozenTrial, metrics: list[str]) -> TrialSummary:
-    ua = t.user_attrs
-    unused = {k: why for k, why in (ua.get("not_applied") or {}).items() if k in t.params}  # searched, no effect
+    """A trial as its record (`TrialRecord`) and Optuna's own fields show it, by the study's objectives."""
+    r = TrialRecord.of(t)
+    stored = r.not_applied or {}
+    unused = {k: why for k, why in stored.items() if k in t.params}  # searched, no effect
     values = dict(zip(metrics, t.values)) if t.values is not None else {}
     keys = dict.fromkeys([*metrics, *CATALOGUE])  # the objectives first: user metrics (val_f1...) too
-    measured = {k: float(ua[k]) for k in keys if isinstance(ua.get(k), (int, float)) and not isinstance(ua[k], bool)}
+    measured = {k: v for k in keys if (v := r.metric(k)) is not None}
     return TrialSummary(
         number=t.number, state=t.state.name, params={k: v for k, v in t.params.items() if k not in unused},
         values=values, metrics=measured,
-        history=list(ua.get("history", [])), stop_reason=ua.get("stop_reason"), stop_epoch=ua.get("stop_epoch"),
-        settings=dict(ua.get("settings", {})),
-        feasible=feasible(t), not_applied=unused, seed=ua.get("seed"),
-        cpu_threads_used=ua.get("cpu_threads_used", ua.get("cpu_threads_capped")),  # (older: only the cap)
-        cpu_threads_capped="cpu_threads_capped" in ua,
-        effective_lrs=(list(ua["own_group_lrs"]), list(ua["effective_lrs"])) if "effective_lrs" in ua and
-        "own_group_lrs" in ua else None,
-        recipe=dict(ua.get("recipe") or {}),
+        history=list(r.history or []), stop_reason=r.stop_reason, stop_epoch=r.stop_epoch,
+        settings=dict(r.settings or {}),
+        feasible=feasible(t), not_applied=unused, seed=r.seed,
+        fixed_not_applied={k: why for k, why in stored.items() if k not in t.params},
+        # (older: only the cap)
+        cpu_threads_used=r.cpu_threads_used if r.cpu_threads_used is not None else r.cpu_threads_capped,
+        cpu_threads_capped=r.cpu_threads_capped is not None,
+        effective_lrs=(list(r.own_group_lrs), list(r.effective_lrs)) if r.effective_lrs is not None and
+        r.own_group_lrs is not None else None,
+        recipe=dict(r.recipe or {}),
     )
 
 
 def feasible(t: FrozenTrial) -> bool:
     """The trial satisfies every constraint (each value <= 0); a trial without constraints is feasible.
 
-    Optuna 5 stores `trial.set_constraint(key, v)` (objective.py: `accuracy_drop`) as a `constraints:KEY`
+    Optuna 5 stores `trial.set_constraint(key, v)` (study/judge.py: `accuracy_drop`) as a `constraints:KEY`
     system attr and a sampler's `constraints_func` as a `constraints` list; `FrozenTrial.constraints`
     gathers both."""
     return all(float(v) <= 0 for v in t.constraints.values())
@@ -154,7 +162,8 @@ def select(front: list[FrozenTrial], cfg: RunConfig) -> FrozenTrial | None:
     def metric(t: FrozenTrial, key: str) -> float:
         if key in metrics:
             return float(t.values[metrics.index(key)])
-        return float(t.user_attrs.get(key, math.nan))
+        v = TrialRecord.of(t).metric(key)
+        return math.nan if v is None else v
 
     if isinstance(rule, FastestWithin):
         best_acc = max(metric(t, "val_accuracy") for t in front)

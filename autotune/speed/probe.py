@@ -2,7 +2,7 @@
 used before a trial trains.
 
 A trial's throughput (samples/s) depends on its acceleration settings, batch size, model and input shape,
-not on its learning rate, weight decay or schedule. `combination(values)` is that part of a trial's values:
+not on its learning rate, weight decay or schedule. `combination(plan)` is that part of a trial's point:
 the settings in `THROUGHPUT`, every `model.*` key, and every `user.*` parameter (a user's training function
 may build its model from them; autotune cannot tell which do). Each combination measured on a device is one
 study user attr, `probe:<hash of combination, device and torch version>`, so every worker and a resumed run
@@ -56,20 +56,21 @@ import optuna
 import torch
 
 from autotune.core import TrialStopped, describe_exception, library_file
-from autotune.spec import MODEL_PREFIX, USER_PREFIX, RunConfig, acting
+from autotune.fit import TrialPlan
+from autotune.spec import MODEL_PREFIX, PROBE_PREFIX, USER_PREFIX, RunConfig, StudyRecord, TrialRecord, acting
 from autotune.training import Measurement, ProbeWindow, TrainResult, accel
 
 # Trainer settings that set how fast a step runs: the catalogue's `acts` speed or speed_and_result (optimizer,
 # accumulation and clipping change a step's cost by a little and act as `result`: more trials share a
 # measurement). The model and input shape are the study's.
 THROUGHPUT = acting("speed", "speed_and_result")
-ATTR_PREFIX = "probe:"
+ATTR_PREFIX = PROBE_PREFIX  # a reading's study user attr: StudyRecord.probes
 
 
-def combination(values: Mapping[str, Any]) -> dict[str, Any]:
-    """The part of a trial's values that sets its throughput."""
-    out = {k: values[k] for k in THROUGHPUT if k in values}
-    out.update({k: v for k, v in values.items() if k.startswith((MODEL_PREFIX, USER_PREFIX))})
+def combination(plan: TrialPlan) -> dict[str, Any]:
+    """The part of a trial's point that sets its throughput."""
+    out = {k: plan.point[k] for k in THROUGHPUT if k in plan.point}
+    out.update({k: v for k, v in plan.point.items() if k.startswith((MODEL_PREFIX, USER_PREFIX))})
     return out
 
 
@@ -79,9 +80,10 @@ def key(combo: Mapping[str, Any], device: str, torch_version: str = torch.__vers
     return ATTR_PREFIX + hashlib.sha1(blob.encode()).hexdigest()[:16]
 
 
-def device_name(device: str) -> str:
-    """The device's name as the study records it (a CPU's includes its thread count: throughput depends on it)."""
-    return accel.device_name(accel.resolve_device(device))
+def device_name(plan: TrialPlan) -> str:
+    """The plan's device as the probe records key it (a CPU's includes this process's thread count: throughput
+    depends on it)."""
+    return accel.device_name(plan.device)
 
 
 def describe(combo: Mapping[str, Any]) -> str:
@@ -103,13 +105,13 @@ class Cache:
         stale = k not in self.records or self.records[k].get("contended")  # another worker may have re-measured
         if stale and self.study is not None and time.monotonic() - self._read_at >= REREAD_S:
             self._read_at = time.monotonic()
-            self.records.update({a: v for a, v in self.study.user_attrs.items() if a.startswith(ATTR_PREFIX)})
+            self.records.update(StudyRecord.of(self.study).probes)
         return self.records.get(k)
 
     def put(self, k: str, record: dict[str, Any]) -> None:
         self.records[k] = record
         if self.study is not None:
-            self.study.set_user_attr(k, record)
+            StudyRecord(probes={k: record}).write(self.study)
 
 
 def record(combo: Mapping[str, Any], device: str, measurement: Measurement | None = None, error: str | None = None,
@@ -144,7 +146,7 @@ _ACCEL_FILE = os.path.join(os.path.dirname(os.path.abspath(accel.__file__)), "ac
 TRACED_USER_ERRORS = ("TorchRuntimeError", "UserError")
 
 
-def blame(exc: BaseException, values: Mapping[str, Any]) -> str | None:
+def blame(exc: BaseException, plan: TrialPlan) -> str | None:
     """The setting of the trial's combination this failure is attributable to, or None: the trial's own failure
     (the user's code, data, loss...). Needs the exception's traceback (call it before its frames are dropped).
     The rule is the module's doc; it errs towards None, which costs at most a trial that fails again."""
@@ -152,11 +154,11 @@ def blame(exc: BaseException, values: Mapping[str, Any]) -> str | None:
     if not frames or not library_file(frames[-1].filename):
         return None  # raised by the user's own code (or with no place to tell): theirs, whatever the settings
     files = [os.path.abspath(f.filename).replace(os.sep, "/") for f in frames]
-    if values.get("compile") and any(p in f for f in files for p in COMPILER_PATHS) \
+    if plan.settings.compile and any(p in f for f in files for p in COMPILER_PATHS) \
             and type(exc).__name__ not in TRACED_USER_ERRORS:
         return "compile"
     text = str(exc).lower()
-    if values.get("precision", "fp32") != "fp32" and any(m in text for m in DTYPE_MARKERS):
+    if plan.settings.precision != "fp32" and any(m in text for m in DTYPE_MARKERS):
         return "precision"
     applied = [f.name for f in frames if os.path.abspath(f.filename) == _ACCEL_FILE]
     if applied:
@@ -191,14 +193,15 @@ def reading(rec: Mapping[str, Any]) -> str:
     return f"speed probe: {rec.get('source') or 'unknown source'}{how}"
 
 
-def projected_time_s(rec: Mapping[str, Any], values: Mapping[str, Any]) -> float | None:
-    """Training time of a trial with these values at the recorded samples/s (None: the epoch's size is unknown):
+def projected_time_s(rec: Mapping[str, Any], plan: TrialPlan) -> float | None:
+    """Training time of a trial with this plan at the recorded samples/s (None: the epoch's size is unknown):
     epochs x samples per epoch (at its data_fraction) / samples/s, plus compile unless time excludes it."""
     sps, full = rec.get("samples_per_s"), rec.get("epoch_samples")
     if not sps or not full:
         return None
-    compile_s = 0.0 if values.get("time_excludes_compile") else float(rec.get("compile_time_s") or 0.0)
-    return compile_s + int(values["epochs"]) * float(full) * float(values.get("data_fraction", 1.0)) / float(sps)
+    s = plan.settings
+    compile_s = 0.0 if s.time_excludes_compile else float(rec.get("compile_time_s") or 0.0)
+    return compile_s + int(s.epochs) * float(full) * float(s.data_fraction) / float(sps)
 
 
 class Gate:
@@ -217,34 +220,35 @@ class Gate:
         return cache
 
     @staticmethod
-    def _where(values: Mapping[str, Any]) -> tuple[dict[str, Any], str]:
-        combo = combination(values)
-        return combo, key(combo, device_name(str(values["device"])))
+    def _where(plan: TrialPlan) -> tuple[dict[str, Any], str]:
+        combo = combination(plan)
+        return combo, key(combo, device_name(plan))
 
     def trusted(self, rec: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
         return trusted(rec, self.code)
 
-    def check(self, trial: optuna.Trial, values: Mapping[str, Any]) -> None:
-        """Stop the trial now if the study already knows its combination fails here or is too slow."""
-        combo, k = self._where(values)
+    def check(self, trial: optuna.Trial, plan: TrialPlan, trial_record: TrialRecord) -> None:
+        """Stop the trial now if the study already knows its combination fails here or is too slow (the reading
+        it rests on goes into its `trial_record`)."""
+        combo, k = self._where(plan)
         rec = self.trusted(self._cache(trial).get(k))
         if rec is None or (not rec.get("error") and not usable(rec)):
             return  # unknown, or contended: this trial measures it again (`window`)
-        trial.set_user_attr("probe", _summary(rec))
+        trial_record.probe = _summary(rec)
         if rec.get("error"):
             raise TrialStopped("unsupported", 0, f"{describe(combo)} failed here before ({rec.get('source')}): "
                                                  f"{rec['error']}")
-        self.check_projection(trial, values, rec)
+        self.check_projection(trial, plan, rec)
 
-    def known_error(self, trial: optuna.Trial, values: Mapping[str, Any]) -> str | None:
+    def known_error(self, trial: optuna.Trial, plan: TrialPlan) -> str | None:
         """The error this trial's combination raised here before, if it did."""
-        rec = self.trusted(self._cache(trial).get(self._where(values)[1]))
+        rec = self.trusted(self._cache(trial).get(self._where(plan)[1]))
         return str(rec["error"]) if rec is not None and rec.get("error") else None
 
-    def check_projection(self, trial: optuna.Trial, values: Mapping[str, Any], rec: Mapping[str, Any]) -> None:
+    def check_projection(self, trial: optuna.Trial, plan: TrialPlan, rec: Mapping[str, Any]) -> None:
         """`max_trial_seconds`, `vs_front` and `min_front_gain` on the projected training time, before the first
         epoch ends. A contended reading decides nothing (`usable`); the message names the reading it used."""
-        proj = projected_time_s(rec, values) if usable(rec) else None
+        proj = projected_time_s(rec, plan) if usable(rec) else None
         if proj is None:
             return
         slow = self.cfg.pruning.slow
@@ -255,8 +259,8 @@ class Gate:
         if slow.vs_front is not None:
             from autotune.search import front_of
 
-            times = [float(t.user_attrs["train_time_s"]) for t in front_of(trial.study, self.cfg)
-                     if "train_time_s" in t.user_attrs]
+            times = [s for t in front_of(trial.study, self.cfg)
+                     if (s := TrialRecord.of(t).metric("train_time_s")) is not None]
             if times and proj > slow.vs_front * max(times):
                 raise TrialStopped("slow", 0, f"projected {proj:.1f}s at {at} > {slow.vs_front:g} x "
                                               f"slowest Pareto trial ({max(times):.1f}s)")
@@ -265,55 +269,53 @@ class Gate:
 
             check_front_gain_in(trial.study, self.cfg, proj, at)
 
-    def window(self, trial: optuna.Trial, values: Mapping[str, Any]) -> ProbeWindow | None:
+    def window(self, trial: optuna.Trial, plan: TrialPlan, trial_record: TrialRecord) -> ProbeWindow | None:
         """A window that measures this trial's first steps when the study has no measurement of its combination, or
         only a contended one (which the new reading replaces, contended or not: the latest says most)."""
-        combo, k = self._where(values)
+        combo, k = self._where(plan)
         cache = self._cache(trial)
         rec = self.trusted(cache.get(k))
         if rec is not None and (rec.get("error") or usable(rec)):
             return None
         def measured(m: Measurement) -> None:
             # others held the cores while it timed: said, so no trial takes it as a reference and the next measures
-            rec = record(combo, device_name(str(values["device"])), m, source=f"trial {trial.number}",
-                         contended=window.contended)
+            rec = record(combo, device_name(plan), m, source=f"trial {plan.number}", contended=window.contended)
             cache.put(k, rec)
-            trial.set_user_attr("probe", _summary(rec))
-            self.check_projection(trial, values, rec)
+            trial_record.probe = _summary(rec)
+            self.check_projection(trial, plan, rec)
 
-        window = ProbeWindow(on_measured=measured, compiled=bool(values.get("compile")))
+        window = ProbeWindow(on_measured=measured, compiled=bool(plan.settings.compile))
         return window
 
-    def failed(self, trial: optuna.Trial, values: Mapping[str, Any], window: ProbeWindow | None,
+    def failed(self, trial: optuna.Trial, plan: TrialPlan, window: ProbeWindow | None,
                exc: BaseException) -> str | None:
         """The trial raised. Before its combination was measured, and blamed on one of its settings (`blame`,
         called with the traceback still on `exc`): the combination fails here and later trials with it stop as
         unsupported, with this error. Returns the setting blamed (None: the trial's own failure, not recorded)."""
         if window is None or window.done:
             return None
-        why = blame(exc, values)
+        why = blame(exc, plan)
         if why is None:
             return None
-        combo, k = self._where(values)
-        self._cache(trial).put(k, record(combo, device_name(str(values["device"])),
-                                         error=describe_exception(exc, limit=300), source=f"trial {trial.number}",
-                                         blame=why, code=self.code))
+        combo, k = self._where(plan)
+        self._cache(trial).put(k, record(combo, device_name(plan), error=describe_exception(exc, limit=300),
+                                         source=f"trial {plan.number}", blame=why, code=self.code))
         return why
 
-    def finished(self, trial: optuna.Trial, values: Mapping[str, Any], window: ProbeWindow | None,
+    def finished(self, trial: optuna.Trial, plan: TrialPlan, window: ProbeWindow | None,
                  result: TrainResult, contended: bool = False) -> None:
         """A trial too short for its window to finish: its own steady samples/s are the measurement (`contended`:
         its threads waited for cores over the run)."""
         if window is None or window.done or result.samples_per_s <= 0:
             return
         samples = sum(r.samples_per_s * r.epoch_time_s for r in result.history[:1])
-        fraction = float(values.get("data_fraction", 1.0))
+        fraction = float(plan.settings.data_fraction)
         m = Measurement(samples_per_s=result.samples_per_s, steps_per_s=math.nan, timed_steps=0,
                         timed_s=result.train_time_s, first_step_s=math.nan, compile_time_s=result.compile_time_s,
                         epoch_samples=samples / fraction if samples > 0 else None, peak_memory_bytes=None)
-        combo, k = self._where(values)
-        self._cache(trial).put(k, record(combo, device_name(str(values["device"])), m,
-                                         source=f"trial {trial.number} (whole run)", contended=contended))
+        combo, k = self._where(plan)
+        self._cache(trial).put(k, record(combo, device_name(plan), m, source=f"trial {plan.number} (whole run)",
+                                         contended=contended))
 
 
 def trusted(rec: Mapping[str, Any] | None, code: str) -> Mapping[str, Any] | None:
@@ -325,7 +327,7 @@ def trusted(rec: Mapping[str, Any] | None, code: str) -> Mapping[str, Any] | Non
 
 
 def _summary(rec: Mapping[str, Any]) -> dict[str, Any]:
-    """What a trial keeps of its combination's probe (user attr `probe`)."""
+    """What a trial keeps of its combination's probe (`TrialRecord.probe`)."""
     out = {k: rec[k] for k in ("samples_per_s", "compile_time_s", "source", "error", "contended")
            if rec.get(k) is not None}
     return {k: (round(v, 4) if isinstance(v, float) else v) for k, v in out.items()}

@@ -26,9 +26,9 @@ import optuna
 
 from autotune.config import from_dict
 from autotune.core import TrialStopped, locks
-from autotune.fit import trainer
+from autotune.fit import TrialPlan, trainer
 from autotune.search import space
-from autotune.spec import SETTINGS, STRATEGIES, RunConfig, acting
+from autotune.spec import SETTINGS, STRATEGIES, RunConfig, StudyRecord, acting
 from autotune.speed import probe
 from autotune.speed import sweep as speed
 
@@ -36,7 +36,7 @@ from autotune.speed import sweep as speed
 NEUTRAL = acting("speed")
 EXACTNESS: dict[str, dict[Any, int]] = {name: dict(s.exactness) for name, s in SETTINGS.items() if s.exactness}
 TOLERANCE = 0.10  # faster by less than this is a tie: two probes of the same thing differ by about that much
-PLAN_ATTR = "strategy_plan"
+PLAN_ATTR = "strategy_plan"  # the plan's study user attr (StudyRecord.strategy_plan)
 
 
 def _numeric(combo: Mapping[str, Any]) -> dict[str, Any]:
@@ -143,25 +143,26 @@ class Search:
             values.update(found)
         return values
 
-    def check(self, values: Mapping[str, Any]) -> None:
+    def check(self, trial_plan: TrialPlan) -> None:
         """Stop a trial whose numeric combination the plan dropped (its values were each kept, not together)."""
-        if self.active and self.plan is not None and pins(self.plan, values) is None and self.plan["groups"]:
-            combo = {k: values.get(k) for k in self.plan["groups"][0]["numeric"]}
+        point = trial_plan.point
+        if self.active and self.plan is not None and pins(self.plan, point) is None and self.plan["groups"]:
+            combo = {k: point.get(k) for k in self.plan["groups"][0]["numeric"]}
             why = next((d["why"] for d in self.plan["dropped"] if _numeric(d["combination"]) == combo), "dropped")
             raise TrialStopped("slow", 0, f"probe_then_tune dropped {probe.describe(combo)}: {why}")
 
 
 def plan_for(study: optuna.Study, cfg: RunConfig, fit: trainer.Fit | None) -> dict[str, Any]:
     """The study's stored plan; the first process (of this host) to need it probes and stores it."""
-    stored = study.user_attrs.get(PLAN_ATTR)
+    stored = StudyRecord.of(study).strategy_plan
     if stored is not None:
         return stored
     with locks.host_lock(study, "plan"):  # one host plans a study once: the first probes and stores, the others read
-        stored = study.user_attrs.get(PLAN_ATTR)  # (read from the storage again: another process may have planned)
+        stored = StudyRecord.of(study).strategy_plan  # (read from the storage again: another process may have planned)
         if stored is not None:
             return stored
         plan = make_plan(cfg, probe_all(study, cfg, fit))
-        study.set_user_attr(PLAN_ATTR, plan)
+        StudyRecord(strategy_plan=plan).write(study)
         return plan
 
 
@@ -174,8 +175,8 @@ def probe_all(study: optuna.Study | None, cfg: RunConfig, fit: trainer.Fit | Non
     code = probe.code_fingerprint(fit)
     rows = []
     for combo in speed.combinations(cfg):
-        values = {**space.fixed_point(cfg, combo), **speed.PROBE_FIXED}
-        k = probe.key(probe.combination(values), probe.device_name(str(values["device"])))
+        at = TrialPlan.of(cfg, {**space.fixed_point(cfg, combo), **speed.PROBE_FIXED}, 0, study_rules=False)
+        k = probe.key(probe.combination(at), probe.device_name(at))
         rec = probe.trusted(cache.get(k), code)  # an error of the user's code (or of older code) is measured again
         if probe.usable(rec):  # (a contended reading is measured again)
             rows.append(speed.Row(combo, Measurement.from_dict(rec)))  # type: ignore[arg-type]
@@ -184,9 +185,9 @@ def probe_all(study: optuna.Study | None, cfg: RunConfig, fit: trainer.Fit | Non
             rows.append(speed.Row(combo, error=rec["error"], blame=rec.get("blame")))
             continue
         row = speed.measure_clean(cfg, combo, fit)  # (an error not blamed on a setting is recorded, not trusted)
-        cache.put(k, probe.record(probe.combination(values), probe.device_name(str(values["device"])),
-                                  row.measurement, row.error, source="probe_then_tune", blame=row.blame,
-                                  code=probe.code_fingerprint(fit), contended=row.contended))
+        cache.put(k, probe.record(probe.combination(at), probe.device_name(at), row.measurement, row.error,
+                                  source="probe_then_tune", blame=row.blame, code=probe.code_fingerprint(fit),
+                                  contended=row.contended))
         rows.append(row)
     return rows
 

@@ -35,7 +35,7 @@ from typing import Any
 import torch
 
 from autotune.core import AutotuneError, TrialStopped, describe_exception
-from autotune.fit import job_for, trainer
+from autotune.fit import TrialPlan, job_for, trainer
 from autotune.search import space
 from autotune.spec import MODEL_PREFIX, USER_PREFIX, RunConfig
 from autotune.speed import probe
@@ -128,7 +128,8 @@ def measure(cfg: RunConfig, combo: dict[str, Any], fit: trainer.Fit | None = Non
     window = RepeatedWindow(end_run=True, warmup=PROBE_WARMUP, steps=PROBE_STEPS, min_seconds=PROBE_WINDOW_S,
                             compiled=bool(values["compile"]), agree=PROBE_AGREE, tolerance=PROBE_TOLERANCE,
                             max_windows=PROBE_WINDOWS)
-    job = job_for(cfg, values, cfg.study.seed or 0, measure_inference=False, fit=fit, study_rules=False, probe=window)
+    plan = TrialPlan.of(cfg, values, cfg.study.seed or 0, measure_inference=False, study_rules=False)
+    job = job_for(cfg, plan, fit=fit, probe=window)
     job = dataclasses.replace(job, limits=Limits(hang_seconds=seconds))
     row = Row(dict(combo))
     t0 = time.perf_counter()
@@ -146,7 +147,7 @@ def measure(cfg: RunConfig, combo: dict[str, Any], fit: trainer.Fit | None = Non
         raise  # the configuration itself is wrong (a ConfigError): no row can run
     except Exception as e:  # what the combination raises here: the row says it
         row.error = ("out of memory: " if accel.is_oom(e) else "") + describe_exception(e, limit=200)
-        row.blame = probe.blame(e, values)
+        row.blame = probe.blame(e, plan)
     finally:
         row.seconds = time.perf_counter() - t0
         row.windows = len(window.windows)

@@ -31,8 +31,8 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from autotune.core import optuna_compat as compat
-from autotune.spec import RunConfig
-from autotune.study import orphans
+from autotune.spec import RunConfig, TrialRecord
+from autotune.study import orphans, records
 
 log = logging.getLogger(__name__)
 # Trials that hold a slot of the budget: done, in flight, or queued (a retry, an enqueued trial).
@@ -40,12 +40,12 @@ ALIVE = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.RUNNING, TrialState.
 TrialCallback = Callable[[optuna.Study, FrozenTrial], None]
 
 
-SURPLUS = "surplus"  # user attr (True) and stop_reason of a trial that lost the race for the last slots
+SURPLUS = "surplus"  # the stop_reason of a trial that lost the race for the last slots (and its record's `surplus`)
 
 
 def is_surplus(t: FrozenTrial) -> bool:
     """A trial that lost the race for the last slots: it never ran, holds no slot and counts nowhere."""
-    return bool(t.user_attrs.get(SURPLUS))
+    return bool(TrialRecord.of(t).surplus)
 
 
 def holds_slot(t: FrozenTrial) -> bool:
@@ -157,10 +157,9 @@ class ClaimedObjective:
             self.surplus += 1
             self._filter.numbers.add(trial.number)
             why = f"the study's {self.n_trials} trials were already claimed by other workers (a lost race, not run)"
-            trial.set_user_attr(SURPLUS, True)
-            trial.set_user_attr("stop_reason", SURPLUS)
-            trial.set_user_attr("stop_epoch", 0)
-            trial.set_user_attr("stop_detail", why)
+            surplus = TrialRecord(surplus=True)
+            surplus.stopped(SURPLUS, 0, why)
+            records.write(trial, surplus)  # (with the trial's end, as the objective's records)
             # The budget is claimed: end this batch here (no more surplus trials in it); the loop reads the study.
             trial.study.stop()
             raise SurplusTrial(f"trial {trial.number}: {why}")
@@ -227,7 +226,7 @@ class StaleWatcher:
 
 def unless_surplus(cb: TrialCallback) -> TrialCallback:
     def call(study: optuna.Study, t: FrozenTrial) -> None:
-        if not t.user_attrs.get("surplus"):
+        if not is_surplus(t):
             cb(study, t)
 
     return call

@@ -28,8 +28,10 @@ from optuna.trial import FrozenTrial, TrialState
 
 from autotune.core import locks
 from autotune.core import optuna_compat as compat
+from autotune.spec import TrialRecord
+from autotune.study import records
 
-OWNER_ATTR = "worker"  # trial user attr: "host:pid:start" of the process that runs it
+OWNER_ATTR = "worker"  # the stored key of a trial's owner (TrialRecord.worker): "host:pid:start" of its process
 REASON = "orphaned"
 
 
@@ -94,7 +96,7 @@ class Owner:
 
 
 def owner_of(t: FrozenTrial) -> Owner | None:
-    return Owner.parse(t.user_attrs.get(OWNER_ATTR))
+    return Owner.parse(TrialRecord.of(t).worker)
 
 
 def dead_here(t: FrozenTrial) -> bool:
@@ -108,7 +110,7 @@ def dead_here(t: FrozenTrial) -> bool:
 
 def _owned_trial() -> FrozenTrial:
     """The template of a fresh trial: RUNNING, owned by this process (what `ask` would create, plus the stamp)."""
-    return optuna.trial.create_trial(state=TrialState.RUNNING, user_attrs={OWNER_ATTR: owner_id()})
+    return optuna.trial.create_trial(state=TrialState.RUNNING, user_attrs=TrialRecord(worker=owner_id()).attrs())
 
 
 class RDBStorage(compat.HookedRDBStorage):
@@ -127,7 +129,7 @@ class RDBStorage(compat.HookedRDBStorage):
     def stale_found(self, trial_ids: list[int]) -> None:
         grace = self.grace_period or 2 * (self.heartbeat_interval or 0)
         for trial_id in trial_ids:
-            owner = self.get_trial(trial_id).user_attrs.get(OWNER_ATTR, "?")
+            owner = TrialRecord.of(self.get_trial(trial_id)).worker or "?"
             _mark(self, trial_id, f"no heartbeat from worker {owner} for over {grace}s: it died mid-trial")
 
 
@@ -144,14 +146,13 @@ class JournalStorage(optuna.storages.JournalStorage):
 def _taken(storage: optuna.storages.BaseStorage, trial_id: int, state: TrialState, changed: bool) -> bool:
     """A queued (WAITING) trial this process just took for running (`ask`): it is ours now."""
     if changed and state == TrialState.RUNNING:
-        storage.set_trial_user_attr(trial_id, OWNER_ATTR, owner_id())
+        records.put(storage, trial_id, TrialRecord(worker=owner_id()))
     return changed
 
 
 def _mark(storage: optuna.storages.BaseStorage, trial_id: int, why: str) -> bool:
     try:
-        storage.set_trial_user_attr(trial_id, "stop_reason", REASON)
-        storage.set_trial_user_attr(trial_id, "error", why)
+        records.put(storage, trial_id, TrialRecord(stop_reason=REASON, error=why))
         return True
     except optuna.exceptions.UpdateFinishedTrialError:
         return False  # another process failed it first
@@ -205,7 +206,7 @@ def reap(study: optuna.Study, everywhere: bool = False, trials: list[FrozenTrial
             why.update(dict.fromkeys(compat.stale_trial_ids(storage, compat.study_id(study)), ""))
         for t in study.get_trials(deepcopy=True, states=(TrialState.RUNNING,)):
             if compat.trial_id(t) not in why and orphan(t):
-                why[compat.trial_id(t)] = f"worker {t.user_attrs.get(OWNER_ATTR, '?')} died mid-trial"
+                why[compat.trial_id(t)] = f"worker {TrialRecord.of(t).worker or '?'} died mid-trial"
         for trial_id, text in why.items():
             if text and not _mark(storage, trial_id, text):
                 continue

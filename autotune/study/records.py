@@ -1,12 +1,14 @@
-"""A trial's bookkeeping at plain-Optuna cost: its user attrs are kept in memory while it runs and written
-to the storage once, when it ends, in the same transaction that records its end.
+"""A trial's record (spec/stored.py's `TrialRecord`: every user attr autotune stores is one of its fields) at
+plain-Optuna cost: filled in memory while the trial runs (`planned`, `trained` and the objective's stages) and
+written to the storage once, when it ends, in the same transaction that records its end. This module and
+`TrialRecord.of` are the only writer and reader of a trial's user attrs.
 
 Optuna writes every `set_user_attr` as its own storage transaction (on SQLite: a commit and an fsync).
 autotune records about twenty per trial (settings, seed, device, the per-epoch `history` and
 `epoch_values`, final metrics, the stop reason), which made its bookkeeping cost several times a plain
 ask/tell. Nothing reads a running trial's attrs: the pruners and `vs_front` read finished trials, the
 report, the dashboard's tables and MLflow tracking read them once the trial ends. So `BufferedTrial`
-collects them, and `flush` (the objective's `finally`) hands them over at once:
+holds the trial's record, and `flush` (the objective's `finally`) hands it over at once:
 - on an RDB storage `attach`ed by `storage.make_storage` (SQLite, PostgreSQL, MySQL), they are staged and
   written inside the transaction of Optuna's own `tell` (the one that sets the trial's final state), so
   they cost no transaction of their own: a SQLAlchemy `before_flush` hook on the storage's sessions adds
@@ -24,37 +26,35 @@ from __future__ import annotations
 import json
 import sqlite3
 import weakref
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import optuna
 
 from autotune.core import optuna_compat as compat
+from autotune.spec import TrialRecord
+
+if TYPE_CHECKING:
+    from autotune.fit import TrialPlan
+    from autotune.training import TrainResult
 
 
 class BufferedTrial:
-    """The `optuna.Trial` an objective sees, with `set_user_attr` kept in memory until `flush`; every other
-    attribute and method is the trial's own (suggest, report, should_prune, set_constraint, study, number)."""
+    """The `optuna.Trial` an objective sees, with its `record` kept in memory until `flush`; every other attribute
+    and method is the trial's own (suggest, report, should_prune, set_constraint, study, number)."""
 
     def __init__(self, trial: optuna.Trial) -> None:
         self._trial = trial
-        self._pending: dict[str, Any] = {}
+        self.record = TrialRecord()  # what this trial stores beyond what it held when it started
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._trial, name)
 
-    @property
-    def user_attrs(self) -> dict[str, Any]:
-        return {**self._trial.user_attrs, **self._pending}
-
-    def set_user_attr(self, key: str, value: Any) -> None:
-        self._pending[key] = value
-
     def flush(self) -> None:
-        """Hand over what was set since the last flush: staged for the trial's final transaction where the
-        storage takes that (`attach`), else written now in one storage transaction."""
-        if not self._pending:
+        """Hand the record over: staged for the trial's final transaction where the storage takes that (`attach`),
+        else written now in one storage transaction."""
+        attrs = self.record.attrs()
+        if not attrs:
             return
-        attrs, self._pending = self._pending, {}
         trial = self._trial
         if not stage(trial.storage, compat.trial_id(trial), attrs):
             write_user_attrs(trial.storage, compat.trial_id(trial), attrs)
@@ -62,13 +62,53 @@ class BufferedTrial:
         if cached is not None:
             cached.user_attrs.update(attrs)
 
-    def end_now(self, state: optuna.trial.TrialState, attrs: dict[str, Any]) -> None:
-        """Write what was set, with `attrs`, and the trial's final `state` straight to the storage: for the watchdog's
-        thread when the objective cannot return (its process ends next)."""
-        pending, self._pending = {**self._pending, **attrs}, {}
+    def end_now(self, state: optuna.trial.TrialState) -> None:
+        """Write the record and the trial's final `state` straight to the storage: for the watchdog's thread when
+        the objective cannot return (its process ends next)."""
         trial_id = compat.trial_id(self._trial)
-        write_user_attrs(self._trial.storage, trial_id, pending)
+        write_user_attrs(self._trial.storage, trial_id, self.record.attrs())
         self._trial.storage.set_trial_state_values(trial_id, state)
+
+
+def planned(record: TrialRecord, plan: TrialPlan) -> None:
+    """What a trial stores before it trains: its seed, its settings (the point sampled), device and precision."""
+    record.seed = plan.seed
+    record.settings = dict(plan.point)
+    record.device = plan.device_name
+    record.precision = plan.settings.precision
+
+
+def trained(record: TrialRecord, plan: TrialPlan, result: TrainResult) -> None:
+    """What a trained trial stores: its final metrics and epochs; what shaped it (its searched settings that did not
+    are `not_applied`, and its settings are stored without any that did not: a default optimizer adam nothing
+    stepped); the rates a chosen lr gave the fit's own optimizer's groups; an early stop; its meters."""
+    record.metrics.update(result.metrics())
+    record.epochs_run = result.epochs_run
+    if result.not_applied:
+        record.not_applied = result.not_applied
+    if result.unused:
+        record.settings = {k: v for k, v in plan.point.items() if k not in result.unused}
+    if result.recipe:  # settings left to the user's code or the framework's defaults, with what they held
+        record.recipe = result.recipe
+    if result.effective_lrs is not None:
+        record.own_group_lrs, record.effective_lrs = result.effective_lrs
+    if result.stopped_early_at is not None:  # a finished trial: values are its last epoch's
+        record.stopped("early_stopped", result.stopped_early_at)
+    record.meters = result.meters  # what measured peak_memory_mb and energy_j, or why not
+
+
+def write(trial: optuna.Trial, record: TrialRecord) -> None:
+    """Store `record` for a trial that is not the objective's (a surplus one: budget.py), as the objective's is."""
+    buffered = BufferedTrial(trial)
+    buffered.record = record
+    buffered.flush()
+
+
+def put(storage: optuna.storages.BaseStorage, trial_id: int, record: TrialRecord) -> None:
+    """Write a record's attrs through the storage's public API, one by one: from inside a storage's own hooks
+    (orphans.py stamps a trial's owner as it takes it, and a dead worker's trial's reason before it is failed)."""
+    for key, value in record.attrs().items():
+        storage.set_trial_user_attr(trial_id, key, value)
 
 
 # storage -> {trial_id: user attrs waiting for the trial's final transaction}
@@ -180,4 +220,4 @@ def _upserts(storage: optuna.storages.RDBStorage) -> bool:
     return name in ("postgresql", "mysql") or (name == "sqlite" and sqlite3.sqlite_version_info >= (3, 24, 0))
 
 
-__all__ = ["BufferedTrial", "attach", "stage", "write_user_attrs"]
+__all__ = ["BufferedTrial", "attach", "planned", "put", "stage", "trained", "write", "write_user_attrs"]

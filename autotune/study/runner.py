@@ -21,11 +21,12 @@ from autotune.core import ConfigError, __version__, check_fit_signature, redact
 from autotune.fit import Fit, fit_name, preflight
 from autotune.fit import notes as preflight_notes
 from autotune.search import pruners, results, samplers, space
-from autotune.spec import RunConfig
+from autotune.spec import RunConfig, StudyRecord
 from autotune.study import orphans, warm
 from autotune.study import storage as storage_mod
 from autotune.study.budget import is_surplus
-from autotune.study.objective import CATCH, Objective, quiet_failures, watching
+from autotune.study.objective import Objective, watching
+from autotune.study.outcome import CATCH, quiet_failures
 from autotune.training import accel
 
 FINISHED = (TrialState.COMPLETE, TrialState.PRUNED)
@@ -53,7 +54,7 @@ def versions() -> dict[str, str]:
 
 def version_notes(study: optuna.Study) -> list[str]:
     """Differences between the study's recorded versions and this process's (results may not compare)."""
-    stored = study.user_attrs.get("versions") or {}
+    stored = StudyRecord.of(study).versions or {}
     here = versions()
     return [f"{k} {stored[k]} in the study, {here[k]} here" for k in ("autotune", "torch", "optuna")
             if k in stored and stored[k] != here.get(k)]
@@ -62,10 +63,10 @@ def version_notes(study: optuna.Study) -> list[str]:
 def stored_metrics(summary: optuna.study.StudySummary) -> list[str] | None:
     """The objectives' metrics a study stores, in order: its `metrics` user attr, else its stored config's
     objectives (None: neither, a study not made by autotune, or by one that kept neither)."""
-    attrs = summary.user_attrs
-    if isinstance(attrs.get("metrics"), list):
-        return [str(m) for m in attrs["metrics"]]
-    objectives = (attrs.get("config") or {}).get("objectives") if isinstance(attrs.get("config"), dict) else None
+    stored = StudyRecord.of(summary)
+    if isinstance(stored.metrics, list):
+        return [str(m) for m in stored.metrics]
+    objectives = stored.config.get("objectives") if isinstance(stored.config, dict) else None
     if isinstance(objectives, list) and all(isinstance(o, dict) and "metric" in o for o in objectives):
         return [str(o["metric"]) for o in objectives]
     return None
@@ -123,19 +124,16 @@ def open_study(cfg: RunConfig, fresh: bool = False, create: bool = True,
         directions=cfg.directions, load_if_exists=True,
     )
     if name in existing and create and stored_metrics(existing[name]) is None:
-        study.set_user_attr("metrics", [o.metric for o in cfg.objectives])  # made without them: these from now on
+        StudyRecord(metrics=[o.metric for o in cfg.objectives]).write(study)  # made without them: these from now on
     if name not in existing:
         import torch
 
-        study.set_user_attr("config", storage_mod.stored_config(cfg))
-        study.set_user_attr("source", redact(cfg.source))
-        study.set_user_attr("versions", versions())
-        study.set_user_attr("device", device_name or device_label(cfg))
-        study.set_user_attr("metrics", [o.metric for o in cfg.objectives])
+        StudyRecord(config=storage_mod.stored_config(cfg), source=redact(cfg.source), versions=versions(),
+                    device=device_name or device_label(cfg), metrics=[o.metric for o in cfg.objectives]).write(study)
         with warnings.catch_warnings():  # experimental in Optuna, and stable enough for a label
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
             study.set_metric_names([o.metric for o in cfg.objectives])  # optuna-dashboard labels axes with them
-        study.set_user_attr("torch_threads", torch.get_num_threads())
+        StudyRecord(torch_threads=torch.get_num_threads()).write(study)
         if earlier is not None:  # a new study starts from the earlier one's best configurations
             for line in warm.enqueue(study, cfg, earlier):
                 print(f"note: {line}", file=sys.stderr, flush=True)
@@ -164,7 +162,7 @@ def retrain_best(cfg: RunConfig, study: optuna.Study, best: results.TrialSummary
     # what the trial chose (searched or fixed): a default given as a param would count as the user's choice
     chosen = {k: v for k, v in settings.items() if k in cfg.space or k in cfg.train}
     chosen.update(prune_method="none", prune_amount=0.0, finetune_epochs=0, quantize="none", qat=False)
-    seed = study.trials[best.number].user_attrs.get("seed")
+    seed = best.seed
     result = train(cfg.model_copy(update={"distill": None}), params=chosen, seed=seed)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(path.suffix + ".tmp")
@@ -188,10 +186,11 @@ def resolve_teacher(cfg: RunConfig, storage: optuna.storages.BaseStorage | None 
     except KeyError:
         src = None
     teacher_cfg = cfg.model_copy(update={"distill": None})
-    if src is not None and name != cfg.study.name and "config" in src.user_attrs:
+    stored = StudyRecord.of(src).config if src is not None else None
+    if stored is not None and name != cfg.study.name:
         from autotune.config import from_dict
 
-        teacher_cfg = from_dict({**src.user_attrs["config"], "distill": None}, source=cfg.source)
+        teacher_cfg = from_dict({**stored, "distill": None}, source=cfg.source)
     if not path.is_file():
         best = results.best_summary(src, teacher_cfg) if src is not None else None
         if best is None:

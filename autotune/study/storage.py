@@ -20,7 +20,7 @@ import optuna
 
 from autotune.config import from_dict
 from autotune.core import ConfigError, redact
-from autotune.spec import RunConfig
+from autotune.spec import RunConfig, StudyRecord
 from autotune.study import orphans, proxy, records
 from autotune.study.journal_lock import OwnedJournalLock
 
@@ -215,10 +215,11 @@ def load_stored(url: str, name: str | None) -> tuple[optuna.Study, RunConfig]:
     """(study, the RunConfig it was started with) from its `config` user attr, pointed at `url` (the real URL:
     the stored one has its password hidden). `name` None: the only study in the storage."""
     study = find_study(make_storage(bare_config(url)), url, name, "--storage", "--study")
-    raw = study.user_attrs.get("config")
+    stored = StudyRecord.of(study)
+    raw = stored.config
     if not isinstance(raw, dict):
         raise ConfigError("--storage", "--study", f"study {study.study_name!r} was not made by autotune (no "
                                                   "`config` user attr)")
     cfg = from_dict(raw, overrides={"study.storage": url, "study.name": study.study_name},
-                    source=str(study.user_attrs.get("source", "<config>")))
+                    source=str(stored.source if stored.source is not None else "<config>"))
     return study, cfg

@@ -19,10 +19,10 @@ from optuna.trial import FrozenTrial, TrialState
 
 from autotune.core import ConfigError
 from autotune.search import feasible, space
-from autotune.spec import ParamSpec, RunConfig
+from autotune.spec import ParamSpec, RunConfig, StudyRecord, TrialRecord
 from autotune.study.storage import find_study, make_storage
 
-ATTR = "warm_start"  # trial user attr on an enqueued trial: "STUDY#NUMBER" it came from
+ATTR = "warm_start"  # the stored key of TrialRecord.warm_start (and of the study's notes): "STUDY#NUMBER"
 
 
 def source(cfg: RunConfig) -> optuna.Study | None:
@@ -95,14 +95,14 @@ def enqueue(study: optuna.Study, cfg: RunConfig, src: optuna.Study) -> list[str]
         if bad is not None:
             notes.append(f"warm start: {ws.study} trial {t.number} skipped: {bad} is outside space.{bad.split()[0]}")
             continue
-        study.enqueue_trial(params, user_attrs={ATTR: f"{ws.study}#{t.number}"})
+        study.enqueue_trial(params, user_attrs=TrialRecord(warm_start=f"{ws.study}#{t.number}").attrs())
         queued.append(t.number)
     if dropped:
         notes.append(f"warm start: {', '.join(sorted(dropped))} not searched here: this config's value is used")
     found = len(best(src, ws.top_k))
     notes.insert(0, f"warm start: {len(queued)} of {ws.study}'s {found} best trial(s) queued first"
                     + (f" (trials {', '.join(map(str, queued))})" if queued else ""))
-    study.set_user_attr(ATTR, {"study": ws.study, "trials": queued, "notes": notes[1:]})
+    StudyRecord(warm_start={"study": ws.study, "trials": queued, "notes": notes[1:]}).write(study)
     return notes
 
 

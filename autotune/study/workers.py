@@ -40,10 +40,12 @@ from autotune.study.budget import (
     TrialCallback,
     batch,
     counts,
+    is_surplus,
     next_step,
     unless_surplus,
 )
-from autotune.study.objective import CATCH, Objective, interrupted, quiet_failures, watching
+from autotune.study.objective import Objective, interrupted, watching
+from autotune.study.outcome import CATCH, quiet_failures
 from autotune.training import accel, cpu_cores, devices_wanted
 
 FINISHED = study_mod.FINISHED
@@ -388,7 +390,7 @@ class _Feed:
         for t in sorted(self.study.get_trials(deepcopy=False), key=lambda t: t.number):
             if t.state.is_finished() and t.number not in self.shown:
                 self.shown.add(t.number)
-                if t.user_attrs.get("surplus"):
+                if is_surplus(t):
                     continue  # a lost race, not a trial anyone ran
                 if self.on_trial is not None:
                     self.on_trial(self.study, t)
@@ -454,7 +456,7 @@ def run_parallel(cfg: RunConfig, slots: list[Slot], fresh: bool = False,
 def _wrap_up(cfg: RunConfig, study: optuna.Study, hooks: list[study_mod.RunCallback],
              note: Callable[[str], None]) -> None:
     """Every worker has exited: say what raced, end the callbacks' run, and fail a study left short."""
-    surplus = sum(1 for t in study.get_trials(deepcopy=False) if t.user_attrs.get("surplus"))
+    surplus = sum(1 for t in study.get_trials(deepcopy=False) if is_surplus(t))
     if surplus:
         note(f"{surplus} trial(s) ended PRUNED as surplus: workers raced for the last slots and these never ran "
              "(not failures; left out of the counts)")

@@ -2,7 +2,8 @@
 
 Each page is built from the one source of truth it documents: the YAML schema from the pydantic models
 (autotune/spec/schema.py), the settings catalogue (autotune/spec/settings.py `SETTINGS`), the metrics catalogue
-(autotune/core/metrics.py `CATALOGUE`), the command line from the argparse parser (autotune/cli/app.py
+(autotune/core/metrics.py `CATALOGUE`), what a study stores (autotune/spec/stored.py `TrialRecord`,
+`StudyRecord`), the command line from the argparse parser (autotune/cli/app.py
 `build_parser`), the public Python API from docstrings (`inspect`), and bench/RESULTS.md copied as it is.
 None of them is committed: `on_files` adds them to the build. tests/test_docs.py calls `PAGES` directly. The
 how-to pages' framework tables are filled in where a page says `<!-- table: hf -->` (`on_page_markdown`), from
@@ -210,6 +211,33 @@ def metrics_page() -> str:
             + _table(["metric", "direction", "meaning", "known", "source", "objective", "task"], rows))
 
 
+# ---------------------------------------------------------------- what a study stores
+
+
+STORED_TYPES = {"int": "integer", "str": "text", "bool": "true", "dict[str, Any]": "mapping",
+                "dict[str, str]": "mapping to text", "dict[str, dict[str, Any]]": "mapping to mappings",
+                "list[dict[str, Any]]": "list of mappings", "list[list[float]]": "list of lists of numbers",
+                "list[float]": "list of numbers", "list[str]": "list of names"}
+
+
+def _stored_rows(record: type) -> list[list[Any]]:
+    """A record's fields: name, JSON type (every one optional: absent until set), what it holds."""
+    return [[_code(f.name), STORED_TYPES.get(str(f.type).removesuffix(" | None"), str(f.type)),
+             f.metadata.get("doc", "")] for f in dataclasses.fields(record)]
+
+
+def stored_page() -> str:
+    from autotune.spec import StudyRecord, TrialRecord
+
+    return ("# What a study stores\n\n"
+            "Generated from the stored-attrs catalogue (`autotune/spec/stored.py`) at build time. Each trial's user "
+            "attrs are the fields of its `TrialRecord` that it set, each under its name (optuna-dashboard shows "
+            "them on the trial; `TrialRecord.of(trial)` reads them in Python), and its final metrics, each under "
+            "the metric's own name (see [Metrics](metrics.md)). The study's own user attrs are its `StudyRecord`'s."
+            "\n\n## A trial\n\n" + _table(["attr", "type", "what it holds"], _stored_rows(TrialRecord))
+            + "\n## The study\n\n" + _table(["attr", "type", "what it holds"], _stored_rows(StudyRecord)))
+
+
 # ---------------------------------------------------------------- the command line
 
 
@@ -339,6 +367,7 @@ PAGES: dict[str, Callable[[], str]] = {
     "reference/yaml.md": yaml_page,
     "reference/settings.md": settings_page,
     "reference/metrics.md": metrics_page,
+    "reference/stored.md": stored_page,
     "reference/cli.md": cli_page,
     "reference/api.md": api_page,
     "reference/measurements.md": measurements_page,

@@ -1,21 +1,27 @@
-"""fit/job.py: a config and one point of its space to the trainer's job, the seed and the training function."""
+"""fit/job.py and fit/plan.py: a config and one point of its space to the trial's plan (the seed, what it
+searched and fixed, its limits) and to the trainer's job; the training function."""
 
 from __future__ import annotations
 
 from autotune import config
-from autotune.fit.job import fit_name, job_for, load_fit, searched_keys, trial_seed
+from autotune.fit import TrainJob, TrialPlan, trial_seed
+from autotune.fit.job import fit_name, job_for, load_fit
+from autotune.spec import RunConfig
+
+
+def job(cfg: RunConfig) -> TrainJob:
+    return job_for(cfg, TrialPlan.of(cfg, cfg.fixed(), 0))
 
 
 def test_job_measures_inference_only_when_an_objective_or_constraint_needs_it() -> None:
     plain = config.from_dict({})
-    assert not job_for(plain, plain.fixed(), 0).measure_inference
+    assert not job(plain).measure_inference
     latency = config.from_dict({"objectives": ["val_accuracy", "inference_latency_ms"]})
-    assert job_for(latency, latency.fixed(), 0).measure_inference
+    assert job(latency).measure_inference
     drop = config.from_dict({"constraints": {"max_accuracy_drop": 0.01}})
-    assert job_for(drop, drop.fixed(), 0).measure_inference
+    assert job(drop).measure_inference
     # early stopping watches val_loss, then the quality objectives (not clocks or sizes)
-    assert job_for(latency, latency.fixed(), 0).early_stopping_on == (("val_loss", "minimize"),
-                                                                       ("val_accuracy", "maximize"))
+    assert job(latency).early_stopping_on == (("val_loss", "minimize"), ("val_accuracy", "maximize"))
 
 
 def test_trial_seed_follows_the_study_seed_or_an_exported_trials_own() -> None:
@@ -38,7 +44,7 @@ def test_searched_keys_are_the_active_ones_and_fixed_keys_default_to_train() -> 
         "optimizer": {"type": "categorical", "choices": ["sgd", "adam"]},
         "momentum": {"type": "float", "low": 0.0, "high": 0.9, "when": {"optimizer": "sgd"}}}})
     adam = {**cfg.fixed(), "optimizer": "adam", "momentum": 0.5}
-    assert searched_keys(cfg, adam) == {"optimizer"}  # momentum's `when` does not hold: not searched
-    assert searched_keys(cfg, {**adam, "optimizer": "sgd"}) == {"optimizer", "momentum"}
-    job = job_for(cfg, adam, 7)
-    assert job.seed == 7 and job.fixed == {"epochs"} and job.settings["optimizer"] == "adam"
+    assert TrialPlan.for_trial(cfg, adam, 0).searched == {"optimizer"}  # momentum's `when` does not hold
+    assert TrialPlan.for_trial(cfg, {**adam, "optimizer": "sgd"}, 0).searched == {"optimizer", "momentum"}
+    trained = job_for(cfg, TrialPlan.of(cfg, adam, 7))
+    assert trained.seed == 7 and trained.fixed == {"epochs"} and trained.settings["optimizer"] == "adam"

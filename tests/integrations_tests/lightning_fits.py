@@ -138,3 +138,37 @@ class LogsValid(Blobs):
 def fit_logs_valid_loss(ctx: tune_lightning.TrialContext) -> None:
     train, val = loaders()
     tune_lightning.fit(ctx, LogsValid(), train_dataloaders=train, val_dataloaders=val)
+
+
+class LogsTrainAccuracy(Blobs):
+    """Logs its training accuracy: per epoch (`on_epoch=True`), or as the training_step's default (per step only)."""
+
+    def __init__(self, per_epoch: bool) -> None:
+        super().__init__()
+        self.per_epoch = per_epoch
+
+    def training_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> torch.Tensor:
+        x, y = batch
+        logits = self(x)
+        acc = (logits.argmax(1) == y).float().mean()
+        self.log("train_acc", acc, on_step=not self.per_epoch, on_epoch=self.per_epoch)
+        return F.cross_entropy(logits, y)
+
+
+class EpochValues(L.Callback):
+    """What Lightning holds for train_acc at each training epoch's end (the epoch's own value)."""
+
+    def on_train_epoch_end(self, trainer: Any, pl_module: Any) -> None:
+        SEEN.setdefault("train_acc", []).append(float(trainer.callback_metrics["train_acc"]))
+
+
+def fit_logs_train_acc_per_epoch(ctx: tune_lightning.TrialContext) -> None:
+    train, val = loaders()
+    SEEN.clear()
+    tune_lightning.fit(ctx, LogsTrainAccuracy(per_epoch=True), train_dataloaders=train, val_dataloaders=val,
+                       callbacks=[EpochValues()])
+
+
+def fit_logs_train_acc_per_step(ctx: tune_lightning.TrialContext) -> None:
+    train, val = loaders()
+    tune_lightning.fit(ctx, LogsTrainAccuracy(per_epoch=False), train_dataloaders=train, val_dataloaders=val)

@@ -116,6 +116,14 @@ def test_nothing_chosen_keeps_every_argument_of_the_users(tmp_path: Path) -> Non
     assert {f for f, v in args.to_dict().items() if v != base.to_dict()[f]} <= mine
 
 
+def test_a_trial_never_pushes_to_the_hub(tmp_path: Path) -> None:
+    """The guide's TrainingArguments push to the Hub at every save: each trial's checkpoints would go to one
+    repository (named after the trial's output folder). Trials push nothing; the recipe is otherwise the user's."""
+    base = hf_scripts.user_args(str(tmp_path), push_to_hub=True)
+    args, _ = hf.trial_arguments(_port({}), base)
+    assert base.push_to_hub and not args.push_to_hub
+
+
 def test_the_users_warmup_stays_with_a_chosen_constant_schedule(tmp_path: Path) -> None:
     args, _ = hf.trial_arguments(_port({"lr_schedule": "constant"}), hf_scripts.user_args(str(tmp_path)))
     assert args.lr_scheduler_type.value == "constant_with_warmup" and args.warmup_steps == 0.1
@@ -221,6 +229,15 @@ def test_unchosen_settings_are_the_trainers_and_recorded_as_the_recipe(tmp_path:
     for key in ("optimizer", "lr_schedule", "epochs", "grad_clip", "eval_batch_size", "weight_decay"):
         assert key in res.unused, key  # (the trial's stored settings leave out what it did not set)
     assert "lr" not in res.unused and "device" not in res.unused
+
+
+
+def test_momentum_under_a_searched_adamw_says_why_it_was_not_applied(tmp_path: Path) -> None:
+    """The Trainer stepped autotune's adamw, which takes no momentum: that is the reason given (it said that
+    ctx.prepare was never called, as if no optimizer of autotune's had trained)."""
+    res = _trial(tmp_path, {"optimizer": "adamw", "momentum": 0.8}, epochs=1)
+    assert type(Seen.trainer.optimizer.optimizer) is torch.optim.AdamW
+    assert res.not_applied == {"momentum": "optimizer adamw takes no momentum"}
 
 
 def test_an_optimizer_of_the_users_own_keeps_it_and_says_the_searched_one_was_not_used(tmp_path: Path) -> None:
@@ -345,6 +362,26 @@ def test_the_trainer_object_starts_every_trial_from_the_models_first_weights(tmp
     assert trials[0].values[0] == pytest.approx(trials[1].values[0], abs=0.1)
 
 
+
+def test_the_users_trainer_object_is_given_back_as_it_was_after_each_trial(tmp_path: Path) -> None:
+    """The guide's Trainer outlives the study (a notebook trains it after tuning): after a trial it holds the user's
+    own TrainingArguments again (not the trial's lr, bf16, output folder), its accelerator at their precision, and
+    its progress bar callback, which autotune takes away only while a trial trains."""
+    from transformers import ProgressCallback, Trainer, TrainingArguments
+
+    args = TrainingArguments(output_dir=str(tmp_path / "mine"), learning_rate=3e-3, num_train_epochs=1,
+                             save_strategy="no", report_to="none", use_cpu=True)
+    trainer = Trainer(model=hf_scripts.new_model(), args=args, train_dataset=hf_scripts.VAL,
+                      eval_dataset=hf_scripts.VAL, compute_metrics=hf_scripts.accuracy)
+    callbacks = [type(c) for c in trainer.callback_handler.callbacks]
+    assert ProgressCallback in callbacks
+    res = _trial(tmp_path, {"lr": 0.004, "precision": "bf16"}, fit=hf.trainer_fit(trainer), epochs=None)
+    assert res.epochs_run == 1 and res.not_applied == {}
+    assert trainer.args.to_dict() == args.to_dict() and trainer.args.learning_rate == 3e-3
+    assert trainer.accelerator.mixed_precision == "no"
+    assert [type(c) for c in trainer.callback_handler.callbacks] == callbacks
+
+
 @pytest.mark.parametrize("space,message", [
     ({"channels_last": {"type": "bool"}}, r"space\.channels_last: the Hugging Face integration cannot apply "
                                           r"channels_last: the Trainer keeps the model's memory format"),
@@ -354,12 +391,16 @@ def test_the_trainer_object_starts_every_trial_from_the_models_first_weights(tmp
     ({"data_on_device": {"type": "bool"}}, r"space\.data_on_device: the Hugging Face integration cannot apply"),
     ({"dropout": {"type": "float", "low": 0.0, "high": 0.2}},
      r"space\.dropout: .* nothing of yours runs per trial to read it"),
+    ({"momentum": {"type": "float", "low": 0.5, "high": 0.9}},
+     r"space\.momentum: the Hugging Face integration cannot apply momentum unless optimizer is chosen too: the "
+     r"Trainer's own optim takes no momentum from autotune"),
 ])
 def test_settings_the_trainer_cannot_apply_are_refused_at_validation(tmp_path: Path, space: dict[str, Any],
                                                                      message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         _scripts_config(tmp_path, space=space)
     _scripts_config(tmp_path, train={"device": "cpu", "channels_last": False})  # (what the Trainer does anyway)
+    _scripts_config(tmp_path, train={"device": "cpu", "optimizer": "sgd", "momentum": 0.8})  # (the searched sgd's)
 
 
 @pytest.mark.parametrize("metric,message", [

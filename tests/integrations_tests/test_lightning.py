@@ -144,6 +144,21 @@ def test_unchosen_settings_stay_the_modules_and_the_loaders_and_are_recorded() -
     assert "precision" not in r.unused and {"optimizer", "lr", "epochs", "batch_size"} <= set(r.unused)
 
 
+
+def test_fixed_optimizer_settings_the_modules_own_optimizer_does_not_take_are_recorded_not_applied() -> None:
+    """weight_decay and momentum fixed in train: without `optimizer`: the module's own SGD trains as it is (its
+    momentum 0.5, no decay), and the trial says so instead of dropping them silently."""
+    values = {**DEFAULTS, "device": "cpu", "epochs": 1, "weight_decay": 1e-3, "momentum": 0.9}
+    ctx = TrialContext(values, setup=TrialSetup(fixed=("epochs", "weight_decay", "momentum")))
+    with trial_session(values):
+        r = run_fit(lightning_fits.fit, ctx)
+    group = SEEN["optimizer"].param_groups[0]
+    assert (group["momentum"], group["weight_decay"]) == (0.5, 0)
+    why = "your own optimizer trained under Lightning: momentum, weight_decay were not used (choose optimizer too, " \
+          "to train with autotune's)"
+    assert r.not_applied == {"momentum": why, "weight_decay": why}
+
+
 def test_bf16_with_gradient_clipping_trains() -> None:
     """Lightning's mixed-precision plugin refuses to clip a fused optimizer: autotune builds it unfused then."""
     r = train(precision="bf16", grad_clip=0.5, optimizer="adam", lr=0.01, epochs=2)
@@ -412,11 +427,31 @@ def test_a_module_level_module_is_refused_at_the_second_trial(tmp_path: Path) ->
     from autotune.study.runner import open_study
 
     cfg = _study(tmp_path, "fit_shared_module")
-    with pytest.raises(ConfigError, match=r"l\.yaml: trainer: ctx\.prepare got lightning_fits\.py: SHARED \(Blobs\), "
-                                          r"the model object an earlier trial already trained: this trial would "
-                                          r"start where that one ended"):
+    with pytest.raises(ConfigError, match=r"l\.yaml: trainer: autotune\.integrations\.lightning\.fit got "
+                                          r"lightning_fits\.py: SHARED \(Blobs\), the model object an earlier trial "
+                                          r"already trained: this trial would start where that one ended"):
         autotune.run(cfg)
     assert [t.state.name for t in open_study(cfg).trials] == ["COMPLETE", "FAIL"]
+
+
+
+def test_best_says_which_fixed_settings_lightning_did_not_apply(tmp_path: Path, capsys: pytest.CaptureFixture[str]
+                                                                 ) -> None:
+    """fp16 fixed on a CPU: Lightning trains bf16-mixed. The trial records it and `best` says it (it showed only the
+    searched settings not applied); the export keeps the file's fp16, which trains the trial again as it was."""
+    from autotune.observe import export, progress
+
+    cfg = _study(tmp_path, study={"name": "l", "storage": f"sqlite:///{tmp_path}/l.db", "n_trials": 1},
+                 train={"device": "cpu", "epochs": 1, "precision": "fp16"})
+    res = autotune.run(cfg)
+    assert res.best is not None and res.best.not_applied == {}
+    assert res.best.fixed_not_applied == {"precision": "Lightning's Trainer holds precision='bf16-mixed', not "
+                                                       "'16-mixed'"}
+    capsys.readouterr()
+    progress.print_best(res)
+    assert "(precision: fixed in train:, not applied: Lightning's Trainer holds precision='bf16-mixed', not " \
+           "'16-mixed')" in capsys.readouterr().out
+    assert export.best_yaml(cfg, res.best)["train"]["precision"] == "fp16"
 
 
 def test_a_metric_the_module_never_logs_stops_the_run_naming_what_it_logged(tmp_path: Path) -> None:
@@ -427,8 +462,33 @@ def test_a_metric_the_module_never_logs_stops_the_run_naming_what_it_logged(tmp_
     cfg = _study(tmp_path, "fit_logs_valid_loss", objectives=[{"metric": "val_loss", "direction": "minimize"},
                                                               "train_time_s"])
     with pytest.raises(ConfigError, match=r"l\.yaml: objectives\.0\.metric: Lightning logged no val_loss in the "
-                                          r"first epoch's evaluation; it logged: valid_loss, valid_loss_epoch "
-                                          r"\(did you mean 'valid_loss'\?\)"):
+                                          r"first epoch's evaluation; it logged: valid_loss, valid_loss_epoch, "
+                                          r"valid_loss_step \(one step's value: the epoch's is valid_loss\) \(did "
+                                          r"you mean 'valid_loss'\?\)"):
+        autotune.run(cfg)
+    assert [t.state.name for t in open_study(cfg).trials] == ["FAIL"]
+
+
+
+def test_a_training_metric_logged_per_epoch_is_recorded_with_its_own_epoch() -> None:
+    """At a validation's end Lightning still holds the previous epoch's on_epoch training values (none in the first
+    epoch): each epoch's record holds that epoch's own train_acc, as Lightning computed it at the epoch's end."""
+    r = train(lightning_fits.fit_logs_train_acc_per_epoch, searched=("lr",), lr=1.0, epochs=3,
+              setup={"metrics": ["val_accuracy", "val_loss", "train_acc"]})
+    assert len(r.history) == len(SEEN["train_acc"]) == 3
+    assert [h.metrics.get("train_acc") for h in r.history] == pytest.approx(SEEN["train_acc"])
+
+
+def test_an_objective_logged_per_step_only_stops_the_run_naming_it(tmp_path: Path) -> None:
+    """A training_step's self.log is per step by default: its value is the epoch's last batch's. As an objective it
+    stops the run at the first evaluation, which names it and how to log the epoch's value."""
+    from autotune.study.runner import open_study
+
+    cfg = _study(tmp_path, "fit_logs_train_acc_per_step", objectives=[
+        {"metric": "train_acc", "direction": "maximize"}, "train_time_s"])
+    with pytest.raises(ConfigError, match=r"objectives\.0\.metric: Lightning logged no train_acc in the first epoch's "
+                                          r"evaluation; it logged: val_accuracy, val_loss, train_acc \(one step's "
+                                          r"value: log it with on_epoch=True\)"):
         autotune.run(cfg)
     assert [t.state.name for t in open_study(cfg).trials] == ["FAIL"]
 
@@ -444,7 +504,10 @@ def test_the_lr_note_only_when_lr_multiplies_the_modules_own_optimizer(tmp_path:
     from autotune.fit import notes
 
     lr = {"type": "float", "low": 1e-3, "high": 1e-1, "log": True}
-    assert notes(_study(tmp_path, space={"lr": lr}))  # the module's optimizer: lr multiplies its group lrs
+    said = notes(_study(tmp_path, space={"lr": lr}))  # the module's optimizer: lr multiplies its group lrs
+    assert len(said) == 1 and "Lightning trains your module's own optimizer (configure_optimizers) unless optimizer " \
+                               "is searched or fixed too, and lr multiplies each of its parameter groups' lr" in said[0]
+    assert "ctx.prepare" not in said[0]  # (the note for hand-written fits speaks of calls a Lightning user never makes)
     assert notes(_study(tmp_path, space={"lr": lr, "optimizer": {"type": "categorical", "choices": ["adam"]}})) == []
 
 

@@ -82,8 +82,10 @@ def test_the_lightning_port_study_trains_bf16_with_clipping(tmp_path: Path, monk
 def test_the_lightning_port_named_with_autotunes_metric_stops_naming_what_it_logs(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     with pytest.raises(ConfigError, match=r"objectives\.0\.metric: Lightning logged no val_accuracy in the first "
-                                          r"epoch's evaluation; it logged: train_loss, train_loss_step, valid_acc, "
-                                          r"valid_loss, valid_loss_epoch"):
+                                          r"epoch's evaluation; it logged: train_loss, train_loss_epoch, valid_acc, "
+                                          r"valid_loss, valid_loss_epoch, train_loss_step \(one step's value: the "
+                                          r"epoch's is train_loss\), valid_loss_step \(one step's value: the epoch's "
+                                          r"is valid_loss\) \(did you mean 'valid_acc'\?\)"):
         _study(tmp_path, monkeypatch, "lightning_backbone", [{"optimizer": "adam", "lr": 3e-3, "batch_size": 32,
                                                               "precision": "fp32", "grad_clip": 0.0}],
                objectives=[{"metric": "val_accuracy", "direction": "maximize"}, "train_time_s"],

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import pytest
 
-from autotune.integrations.tables import BY_CONTEXT, FRAMEWORKS
+from autotune.integrations.tables import FRAMEWORKS
 from autotune.spec import APPLIERS, BUILTIN_ONLY, SETTINGS, acting, applied_by
 from autotune.spec.settings import ACTS, DEFAULTS, Setting
 from autotune.speed import probe, strategy, sweep
-from autotune.training import TrialContext, TrialSetup
+from autotune.training import BY_CONTEXT, TrialContext, TrialSetup
 from autotune.training.context import applied
 from autotune.training.data import augment
 
@@ -105,5 +105,8 @@ def test_every_framework_gives_every_setting_one_role_from_its_mapping_and_the_c
             assert role == "context"
         else:
             assert role in ("yours", "part", "cannot"), (key, role)
-        # what a trial choosing it meets at validation: refused exactly when the framework cannot apply it
-        assert (table.refusal(key, None) is not None) == (role == "cannot"), key
+        # what a trial choosing it meets at validation: refused exactly when the framework cannot apply it (one
+        # that acts through another setting, `needs`, when that one is chosen too)
+        assert (table.refusal(key, None, chosen=SETTINGS) is not None) == (role == "cannot"), key
+        if key in table.needs:
+            assert table.refusal(key, None) is not None and table.needs[key][0] in SETTINGS, key

@@ -18,6 +18,8 @@ from torch import nn
 
 from autotune import config
 from autotune import training as context
+from autotune.fit import TrialPlan
+from autotune.spec import TrialRecord
 from autotune.spec.settings import DEFAULTS
 from autotune.speed import probe
 from autotune.study import runner as study_mod
@@ -26,6 +28,11 @@ from autotune.training.throughput import ProbeDone, ProbeWindow, RepeatedWindow
 from tests import user_fits
 
 ROOT = Path(__file__).resolve().parents[2]
+
+
+def plan_of(**point: Any) -> TrialPlan:
+    """The plan of the default settings with `point` over them (user.NAME and model.KEY too)."""
+    return TrialPlan.of(config.from_dict({}), {**DEFAULTS, **point}, 0)
 
 
 def user(tmp_path: Path, fit: str, storage: str | None = None, **sections: Any) -> config.RunConfig:
@@ -78,12 +85,13 @@ def test_an_uncompiled_trial_has_no_compile_time(tmp_path: Path) -> None:
     study = study_mod.open_study(cfg)
     trial = study.ask()
     values = {**DEFAULTS, "device": "cpu", "epochs": 1, "compile": False}
-    window = probe.Gate(cfg).window(trial, values)
+    record = TrialRecord()
+    window = probe.Gate(cfg).window(trial, TrialPlan.of(cfg, values, 0, number=trial.number), record)
     assert window is not None
     context.run_fit(sleepy_steps(0.02, 0.3), context.TrialContext(values, setup=context.TrialSetup(probe=window)))
     m = window.measurement
     assert m is not None and m.first_step_s > 0.25 and m.compile_time_s == 0.0
-    assert trial.user_attrs["probe"]["compile_time_s"] == 0.0
+    assert record.probe is not None and record.probe["compile_time_s"] == 0.0
 
 
 def test_repeated_windows_time_until_the_last_ones_agree() -> None:
@@ -140,17 +148,17 @@ def test_the_window_pauses_over_what_is_not_training() -> None:
 
 def test_projected_time() -> None:
     rec = {"samples_per_s": 1000.0, "epoch_samples": 2000.0, "compile_time_s": 3.0}
-    assert probe.projected_time_s(rec, {"epochs": 5, "data_fraction": 0.5}) == pytest.approx(3.0 + 5.0)
-    assert probe.projected_time_s(rec, {"epochs": 5, "time_excludes_compile": True}) == pytest.approx(10.0)
-    assert probe.projected_time_s({"samples_per_s": 1000.0, "epoch_samples": None}, {"epochs": 5}) is None
+    assert probe.projected_time_s(rec, plan_of(epochs=5, data_fraction=0.5)) == pytest.approx(3.0 + 5.0)
+    assert probe.projected_time_s(rec, plan_of(epochs=5, time_excludes_compile=True)) == pytest.approx(10.0)
+    assert probe.projected_time_s({"samples_per_s": 1000.0, "epoch_samples": None}, plan_of(epochs=5)) is None
 
 
 def test_combination_is_what_sets_throughput() -> None:
-    a = {**DEFAULTS, "lr": 0.1, "batch_size": 64, "model.width": 16, "user.depth": 3}
-    combo = probe.combination(a)
+    a = {"lr": 0.1, "batch_size": 64, "model.width": 16, "user.depth": 3}
+    combo = probe.combination(plan_of(**a))
     assert combo["batch_size"] == 64 and combo["model.width"] == 16 and combo["user.depth"] == 3
     assert "lr" not in combo and "weight_decay" not in combo and "epochs" not in combo
-    assert probe.key(combo, "cpu") == probe.key(probe.combination({**a, "lr": 0.001}), "cpu")
+    assert probe.key(combo, "cpu") == probe.key(probe.combination(plan_of(**{**a, "lr": 0.001})), "cpu")
     assert probe.key(combo, "cpu") != probe.key(combo, "cuda")
 
 
@@ -234,10 +242,10 @@ def test_an_untrusted_error_record_does_not_stop_trials(tmp_path: Path) -> None:
     not trusted: the combination is measured afresh and the trials train."""
     cfg = user(tmp_path, "fit", study={"n_trials": 2})
     study = study_mod.open_study(cfg)
-    values = {**DEFAULTS, "device": "cpu", "batch_size": 64, "epochs": 2}
-    combo = probe.combination(values)
-    k = probe.key(combo, probe.device_name("cpu"))
-    study.set_user_attr(k, probe.record(combo, probe.device_name("cpu"), error="OSError: flaky", source="trial 0"))
+    at = plan_of(device="cpu", batch_size=64, epochs=2)
+    combo = probe.combination(at)
+    k = probe.key(combo, probe.device_name(at))
+    study.set_user_attr(k, probe.record(combo, probe.device_name(at), error="OSError: flaky", source="trial 0"))
     res = study_mod.run(cfg)
     assert [t.state for t in res.trials] == [TrialState.COMPLETE] * 2
     assert res.user_attrs[k]["samples_per_s"] > 0  # measured again, over the stale record
@@ -303,7 +311,7 @@ def test_a_shape_bug_traced_by_the_compiler_is_the_users_not_compiles() -> None:
     try:
         net(torch.zeros(2, 5))
     except Exception as e:  # whatever dynamo raises for it
-        assert probe_mod.blame(e, {"compile": True, "precision": "fp32"}) is None, type(e).__name__
+        assert probe_mod.blame(e, plan_of(compile=True, precision="fp32")) is None, type(e).__name__
     else:
         raise AssertionError("the shape bug did not raise")
 

@@ -1,4 +1,5 @@
-"""objective.py: what a trial's values, stop reasons and records are, whichever way its training ends."""
+"""objective.py and its stages: what a trial's values, stop reasons and records are, whichever way its training
+ends."""
 
 from __future__ import annotations
 
@@ -13,7 +14,8 @@ import pytest
 import autotune
 from autotune import config
 from autotune.core.watchdog import rss_mb
-from autotune.study.objective import FailureStreak, Objective, RepeatedFailure
+from autotune.study.objective import Objective
+from autotune.study.outcome import FailureStreak, RepeatedFailure
 from tests import user_fits
 
 

@@ -1,4 +1,4 @@
-"""A trial's user attrs: kept in memory while it runs, written once, in the transaction that ends it."""
+"""A trial's record (its user attrs): kept in memory while it runs, written once, in the transaction that ends it."""
 
 from __future__ import annotations
 
@@ -78,9 +78,8 @@ def test_attrs_arrive_with_the_final_state_on_sqlite(tmp_path: Path) -> None:
     study = study_mod.open_study(cfg)
     trial = study.ask()
     buffered = records.BufferedTrial(trial)
-    buffered.set_user_attr("history", [{"epoch": 1, "val_accuracy": 0.5}])
-    buffered.set_user_attr("stop_reason", "slow")
-    assert buffered.user_attrs["stop_reason"] == "slow"
+    buffered.record.history = [{"epoch": 1, "val_accuracy": 0.5}]
+    buffered.record.stop_reason = "slow"
     buffered.flush()
     before = study._storage.get_trial(trial._trial_id).user_attrs  # (the storage stamped the trial's owner)
     assert "history" not in before and "stop_reason" not in before  # staged, not written yet
@@ -98,12 +97,13 @@ def test_attrs_written_at_flush_elsewhere(tmp_path: Path, kind: str) -> None:
     study = optuna.create_study(storage=storage, directions=["maximize"])
     trial = study.ask()
     buffered = records.BufferedTrial(trial)
-    for i in range(5):
-        buffered.set_user_attr(f"k{i}", {"i": i})
+    buffered.record.metrics.update({f"k{i}": float(i) for i in range(4)})
+    buffered.record.history = [{"epoch": 1, "k0": 0.0}]
     buffered.flush()
     stored = study._storage.get_trial(trial._trial_id).user_attrs  # (a journal also holds the owner's stamp)
-    assert {k: v for k, v in stored.items() if k.startswith("k")} == {f"k{i}": {"i": i} for i in range(5)}
-    assert trial.user_attrs["k4"] == {"i": 4}
+    assert {k: v for k, v in stored.items() if k.startswith(("k", "history"))} == \
+        {**{f"k{i}": float(i) for i in range(4)}, "history": [{"epoch": 1, "k0": 0.0}]}
+    assert trial.user_attrs["k3"] == 3.0 and trial.user_attrs["history"] == [{"epoch": 1, "k0": 0.0}]
 
 
 def _plain_and_autotune(cfg: config.RunConfig, loop: str) -> tuple[WriteCounter, WriteCounter, optuna.Study]:

@@ -510,7 +510,7 @@ def test_journal_cannot_see_a_dead_worker_on_another_host_until_fail_stale(tmp_p
 def test_a_worker_stops_after_repeated_identical_failures(tmp_path: Path) -> None:
     """FAIL trials do not count toward the budget: a worker whose every trial fails the same way must stop
     (study.max_repeated_errors), not fail trials forever."""
-    from autotune.study.objective import RepeatedFailure
+    from autotune.study.outcome import RepeatedFailure
 
     cfg = config.from_dict({"study": {"name": "f", "storage": f"journal:///{tmp_path}/f.log", "n_trials": 20,
                                       "max_repeated_errors": 2},

@@ -15,7 +15,7 @@ from autotune import config
 from autotune.observe import export, progress, report
 from autotune.search import results
 from autotune.spec.settings import Settings
-from autotune.training import TrialContext, TrialSetup
+from autotune.training import TrialContext, TrialSetup, run_fit
 from tests import user_fits
 
 REPO = Path(__file__).resolve().parents[2]
@@ -142,3 +142,18 @@ def test_summaries_leave_out_what_a_trial_did_not_apply(tmp_path: Path) -> None:
     study.tell(trial, 0.5)
     s = results.summarize(study.trials[0], ["val_accuracy"])
     assert set(s.params) == {"lr"} and set(s.not_applied) == {"optimizer"} and s.seed == 7
+
+
+def test_a_fixed_setting_nothing_applied_is_not_applied_too() -> None:
+    """A setting fixed in `train:` is chosen as a searched one is: one the trial could not apply (a loss of the fit's
+    own that never reads label_smoothing; momentum under adam) is recorded, not silently dropped; those the context
+    applies around every trial (cpu_threads, time_excludes_compile) and the built-in trainer's steps at their
+    default need no read."""
+    values = {"device": "cpu", "epochs": 1, "batch_size": 100, "label_smoothing": 0.1, "momentum": 0.5,
+              "cpu_threads": 1, "time_excludes_compile": True, "prune_method": "none"}
+    ctx = TrialContext(values, setup=TrialSetup(fixed=tuple(values)))
+    r = run_fit(user_fits.fit, ctx)
+    assert r.not_applied == {
+        "label_smoothing": "label_smoothing was never read: the loss is your own (read ctx.settings.label_smoothing "
+                           "in it to search it)",
+        "momentum": "optimizer adam takes no momentum"}

@@ -69,6 +69,7 @@ class Trial(Protocol):
     """What `why` reads of a trial context's state (state.TrialState)."""
 
     own_optimizer: bool | None
+    framework: str | None
     reads: set[str]
     stepper: Any
     init_asked: bool | None
@@ -126,7 +127,7 @@ def why(state: Trial, key: str, missed: list[str]) -> str:
 
 def _why_optimizer(state: Trial, key: str, missed: list[str]) -> str:
     st = state.stepper
-    if state.own_optimizer is None:
+    if state.own_optimizer is None and st.opt_steps == 0:  # (a framework's loop steps the one autotune built too)
         return "ctx.prepare(model) was never called: the context built no optimizer"
     if state.own_optimizer and key == "lr" and "lr" in state.reads and st.scaled is None:
         return ("your fit read lr before ctx.prepare, but no group of its own optimizer has that lr: it was not "
@@ -135,7 +136,11 @@ def _why_optimizer(state: Trial, key: str, missed: list[str]) -> str:
     if state.own_optimizer and key == "lr" and st.scaled is not None:
         return "your optimizer never stepped with the lrs the searched lr scaled"
     if state.own_optimizer:
-        return f"your fit built its own optimizer: {_were([k for k in OPTIMIZER_KEYS if k in missed and k != 'lr'])}"
+        unused = _were([k for k in OPTIMIZER_KEYS if k in missed and k != "lr"])
+        if state.framework is not None:  # (Lightning: the module's configure_optimizers)
+            return f"your own optimizer trained under {state.framework}: {unused} (choose optimizer too, to train " \
+                   "with autotune's)"
+        return f"your fit built its own optimizer: {unused}"
     if st.opt_steps == 0:
         return "the optimizer the context built never stepped"
     return f"optimizer {state.raw['optimizer']} takes no {key}"

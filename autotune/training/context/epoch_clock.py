@@ -167,8 +167,9 @@ class EpochClock:
     def stepped(self, loss: torch.Tensor | None, n: int) -> bool:
         """A ctx.backward step of `n` samples and mean `loss` is done (its optimizer step too, if due): samples
         and loss counted (a ctx.loader batch once, by its first micro-step; a batch taken and not trained on is
-        not counted), the step's end marked. True when the periodic finite check is due. `loss` None: a
-        framework's own loop stepped (autotune.integrations), whose loss is reported with the epoch."""
+        not counted), the step's end marked. True when the periodic checks are due (every FINITE_CHECK_EVERY steps).
+        `loss` None: a framework's own loop stepped (autotune.integrations), whose loss is reported with the epoch
+        (the periodic checks still read the memory cap)."""
         if self.fed:
             added = self.unstepped
             self.unstepped = 0
@@ -181,13 +182,12 @@ class EpochClock:
         self.step_clock.mark()  # the epoch's training ends with its last step (no sync here)
         if self.first_step is not None and math.isnan(self.first_step[1]):
             self.first_step = (self.first_step[0], accel.clock(self.dev))  # compile happened in this step
-        if loss is None:
-            return False
-        if self.loss_sum is None:  # summed on the device: no host sync per step
-            self.loss_sum = loss.detach().float() * n
-        else:
-            self.loss_sum.add_(loss.detach(), alpha=n)
-        self.loss_n += n
+        if loss is not None:
+            if self.loss_sum is None:  # summed on the device: no host sync per step
+                self.loss_sum = loss.detach().float() * n
+            else:
+                self.loss_sum.add_(loss.detach(), alpha=n)
+            self.loss_n += n
         return self.steps % FINITE_CHECK_EVERY == 0
 
     def probe_step(self, n: int) -> TrialStopped | None:
@@ -200,9 +200,9 @@ class EpochClock:
         return None
 
     def finite(self) -> bool:
-        """The epoch's training loss so far is finite (a host sync: called every FINITE_CHECK_EVERY steps)."""
-        assert self.loss_sum is not None
-        return bool(torch.isfinite(self.loss_sum))
+        """The epoch's training loss so far is finite (a host sync: called every FINITE_CHECK_EVERY steps); True
+        while no step gave a loss (a framework that logs the epoch's loss itself)."""
+        return self.loss_sum is None or bool(torch.isfinite(self.loss_sum))
 
     def end(self, final: bool) -> tuple[float, TrialStopped | None]:
         """This epoch's training seconds, added to `train_time_s`: up to the end of its last ctx.backward step,

@@ -130,9 +130,7 @@ class TrialPort:
 
     def forget_trained(self, model: nn.Module) -> None:
         """The adapter restored `model`'s first weights: it is fresh again for this trial."""
-        from autotune.training.context.state import _TRAINED
-
-        _TRAINED.discard(model)
+        self._st.forget_trained(model)
 
     # ------------------------------------------------------------ the built-in trainer
 
@@ -189,24 +187,14 @@ class TrialPort:
         if st.rules.deadline != math.inf and now > st.rules.deadline:
             raise st.stopped(st.rules.hung(st.epoch))
 
-    def step(self, n_samples: int, loss: Any = None, has_loss: bool = True) -> None:
+    def step(self, n_samples: int, loss: Any = None) -> None:
         """A step of `n_samples` ended (the epoch's training ends with its last); `loss`: its mean loss (None: the
-        framework logs the epoch's loss itself), summed on the device and checked every few steps. `has_loss`
-        False: a stand-in loss (zero) that keeps the periodic checks but adds no samples to the epoch's loss."""
-        st = self._st
-        clock = st.clock
-        due = clock.stepped(loss, n_samples)
-        if loss is not None and not has_loss:
-            clock.loss_n -= n_samples
-        if due:
-            stop = st.rules.periodic(clock.finite(), st.collective, clock.epoch)
-            if stop is not None:
-                raise st.stopped(stop)
-        if clock.probe is not None and not clock.probe.done:
-            stop = clock.probe_step(n_samples)
-            if stop is not None:
-                raise st.stopped(stop) from None
-        self._step_end = time.perf_counter()
+        framework logs the epoch's loss itself), summed on the device. Every few steps the same checks as
+        ctx.backward's (a non-finite loss, the memory cap) and the speed probe's: a stop raises."""
+        try:
+            self._st.after_step(loss, n_samples)
+        finally:
+            self._step_end = time.perf_counter()
 
     def report(self, metrics: Mapping[str, float], logged: str | None = None) -> bool:
         """The epoch's evaluation, by autotune's names: reported to the stop rules (a stop raises). True when the

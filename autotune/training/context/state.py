@@ -17,7 +17,7 @@ import torch
 from torch import nn
 
 from autotune.core import ConfigError, TrialStopped
-from autotune.spec import SETTINGS, Settings, applied_by
+from autotune.spec import BUILTIN_ONLY, SETTINGS, Settings, applied_by
 from autotune.training import accel
 from autotune.training.context import applied as unread
 from autotune.training.context import misuse
@@ -31,8 +31,8 @@ from autotune.training.distributed.devices import Group
 from autotune.training.optimizers import make_optimizer
 from autotune.training.throughput import ProbeWindow
 
-# Applied by the context whatever trains (around the trial, its stop rules, its clocks): autotune's values for these
-# are the trial's even where a framework owns the loop.
+# Applied by the trial context around every trial, its stop rules and its clocks, whatever trains: autotune's values
+# for these are the trial's even where a framework owns the loop (integrations/tables.py reads it too).
 BY_CONTEXT = applied_by("around", "stop", "clock")
 # Models an earlier trial of a study trained in this process: one handed to a later trial would go on from there.
 _TRAINED: weakref.WeakSet[nn.Module] = weakref.WeakSet()
@@ -146,6 +146,11 @@ class TrialState:
                           "start where that one ended. Build the model inside your training function, so each trial "
                           "trains a fresh one")
 
+    @staticmethod
+    def forget_trained(model: nn.Module) -> None:
+        """`model`'s first weights were restored (the HF Trainer reused by every trial): fresh again."""
+        _TRAINED.discard(model)
+
     def trained(self) -> None:
         """The trial is over: its model, if it stepped, is not fresh for a later trial."""
         if self.in_study and self.model is not None and self.stepper.opt_steps:
@@ -172,6 +177,21 @@ class TrialState:
         self.clock.running = False
         return stop
 
+    def after_step(self, loss: torch.Tensor | None, n_samples: int) -> None:
+        """A training step of `n_samples` ended (ctx.backward's, or a framework's through the port; `loss` its mean,
+        None when the framework logs the epoch's loss itself): counted, and every FINITE_CHECK_EVERY steps the
+        periodic checks (a non-finite loss, the memory cap, on several devices the hang), then the speed probe's
+        step. A stop raises."""
+        clock = self.clock
+        if clock.stepped(loss, n_samples):
+            stop = self.rules.periodic(clock.finite(), self.collective, clock.epoch, clock.memory.peak_mb)
+            if stop is not None:
+                raise self.stopped(stop)
+        if clock.probe is not None and not clock.probe.done:
+            stop = clock.probe_step(n_samples)
+            if stop is not None:
+                raise self.stopped(stop) from None
+
     def metrics(self, metrics: Mapping[str, Any], where: str = "ctx.report({key}=...)") -> dict[str, float]:
         return misuse.check_metrics(metrics, self.known, lambda: misuse.reportable(self.setup.config, self.known),
                                     where)
@@ -193,12 +213,16 @@ class TrialState:
         return key in effects if key in unread.EFFECT_KEYS else key in self.reads
 
     def unapplied(self) -> dict[str, str]:
-        """Settings that took no effect in this trial, with the reason: what the context could not apply, every
-        searched optimizer setting or lr_schedule that did not act (whoever read it), and every other searched
-        setting (or `user.` parameter) nothing read (applied.py says why)."""
+        """Settings the trial chose that took no effect, with the reason: what the context could not apply, every
+        chosen optimizer setting or lr_schedule that did not act (whoever read it), and every other chosen setting
+        (or searched `user.` parameter) nothing read (applied.py says why). Chosen: searched, or fixed explicitly
+        (`train:`), but not those the context applies around every trial (BY_CONTEXT: no read proves them) nor the
+        built-in trainer's steps after training (BUILTIN_ONLY: validation refuses them off their default elsewhere)."""
         out = dict(self.not_applied)
         effects = self.effects_now()
-        missed = [k for k in self.searched if not self._applied(k, effects) and k not in out]
+        fixed = sorted(k for k in self.chosen - set(self.searched)
+                       if k in SETTINGS and k not in BY_CONTEXT and k not in BUILTIN_ONLY)
+        missed = [k for k in [*self.searched, *fixed] if not self._applied(k, effects) and k not in out]
         for key in missed:
             out[key] = unread.why(self, key, missed)
         return out

@@ -5,7 +5,7 @@ In an epoch: a non-finite loss and the memory cap (checked every few steps), and
 wall time). At an epoch's end (rank 0): the record goes out, early stopping is counted, then non-finite losses and
 objectives, divergence, the memory cap, projected time and the study's own rules (`on_epoch`: pruners, vs_front).
 An epoch that ends the training is judged only for non-finite values: no rule discards training that is complete
-(one over the memory cap then is infeasible: study/objective.py). A non-finite value of a reported metric that is
+(one over the memory cap then is infeasible: study/judge.py). A non-finite value of a reported metric that is
 neither an objective nor a loss is recorded as it is.
 
 The projected-time rule rests on the trial's own epoch times; epochs whose threads waited for cores (other busy

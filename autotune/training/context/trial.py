@@ -203,15 +203,7 @@ class TrialContext:
         if loss.ndim:
             loss = loss.mean()
         st.stepper.backward(loss, clock.last_batch)
-        if clock.stepped(loss, n):  # every FINITE_CHECK_EVERY steps: a non-finite loss, the memory cap, on several
-            # devices the hang
-            stop = rules.periodic(clock.finite(), st.collective, clock.epoch, clock.memory.peak_mb)
-            if stop is not None:
-                raise st.stopped(stop)
-        if clock.probe is not None and not clock.probe.done:
-            stop = clock.probe_step(n)
-            if stop is not None:
-                raise st.stopped(stop) from None
+        st.after_step(loss, n)
 
     def report(self, **metrics: Any) -> None:
         """This epoch's metrics (floats or 0-d tensors): the stop rules decide here whether the trial goes on."""

@@ -1,0 +1,118 @@
+"""`TrialPlan`: what one training run is, decided once before it starts, from one point of the space.
+
+A study's trial makes its plan at its top from the values the search sampled (`TrialPlan.for_trial`); a run outside
+a study (`autotune.train`, `profile`, `speed`, a teacher's retrain) from fixed values (`TrialPlan.of`). Everything on
+a trial's path reads the plan, typed and frozen: admission (the precision on this device, the strategy, the speed
+probe), the trainer's job (`job_for`) and the trial's record. Nothing there takes the sampled dict. No Optuna here.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any
+
+import torch
+
+from autotune.core import INFERENCE, contention
+from autotune.search import space
+from autotune.spec import RunConfig, Settings
+from autotune.training import Limits, accel
+
+HALVED = ("batch_size", "eval_batch_size", "infer_batch_size")  # what an out-of-memory retry halves
+
+
+@dataclass(frozen=True)
+class Threads:
+    """The torch threads a CPU trial trains on (contention.trial_threads), decided before it trains."""
+
+    used: int  # its cpu_threads; else the process's threads (or `cap`), less one per DataLoader worker
+    cap: int | None  # the cap after an oversubscribed trial, where it applies (cpu_threads left at 0); else None
+    chosen: bool  # autotune chose `used` (cpu_threads left at 0, and `used` is not torch's default here)
+
+
+@dataclass(frozen=True)
+class TrialPlan:
+    """One run's inputs: its settings, the user's parameters, its seed and device, its threads, what it searched and
+    what it fixed, its limits."""
+
+    point: Mapping[str, Any]  # as the search sampled it: trainer settings, model.KEY, user.NAME (stored as settings)
+    settings: Settings  # the point's trainer settings (and model.KEY), typed and frozen: what the trainer gets
+    user: Mapping[str, Any]  # the user's parameters, by their bare names (ctx.params)
+    seed: int
+    device: torch.device  # resolved (`auto` is the device this process trains on)
+    threads: Threads | None  # a CPU run's torch threads; None on an accelerator
+    searched: frozenset[str]  # the space's keys this point searched (each whose `when` holds): read, or not_applied
+    fixed: frozenset[str]  # the keys set explicitly (the config's train:, a call's params): with searched, the user's
+    limits: Limits  # the stop rules' (a study's pruning:; none outside a study)
+    measure_inference: bool  # size and latency measured after training
+    number: int = 0  # the trial's number in its study
+
+    @classmethod
+    def of(cls, cfg: RunConfig, point: Mapping[str, Any], seed: int, *, number: int = 0,
+           searched: frozenset[str] = frozenset(), fixed: frozenset[str] | None = None, study_rules: bool = True,
+           measure_inference: bool | None = None, cap: int | None = None) -> TrialPlan:
+        """The plan of a point of `cfg`'s space. Inference metrics (size, latency) cost a few timed forward passes,
+        so a study measures them only when an objective or constraint uses them (`measure_inference` None).
+        `study_rules`: the `pruning:` limits (divergence, slow, hang) apply, as in a study. `fixed` defaults to the
+        config's `train:`. `cap`: the torch threads for a CPU run that leaves cpu_threads at 0."""
+        if measure_inference is None:
+            measure_inference = any(o.metric in INFERENCE for o in cfg.objectives) or \
+                cfg.constraints.max_accuracy_drop is not None
+        trainer_settings, user = space.split(dict(point))
+        settings = Settings(trainer_settings)
+        device = accel.resolve_device(settings.device)
+        p = cfg.pruning
+        limits = Limits(loss_factor=p.divergence.loss_factor if p.divergence is not None else None,
+                        max_trial_seconds=p.slow.max_trial_seconds, hang_seconds=p.slow.hang_seconds,
+                        max_peak_memory_mb=cfg.constraints.max_peak_memory_mb) if study_rules else Limits()
+        return cls(point=MappingProxyType(dict(point)), settings=settings, user=MappingProxyType(user), seed=seed,
+                   device=device, threads=_threads(settings, device, cap), searched=searched,
+                   fixed=frozenset(cfg.train) if fixed is None else fixed, limits=limits,
+                   measure_inference=measure_inference, number=number)
+
+    @classmethod
+    def for_trial(cls, cfg: RunConfig, point: Mapping[str, Any], number: int, cap: int | None = None) -> TrialPlan:
+        """Trial `number`'s plan: its seed (`trial_seed`), the keys it searched, the study's limits."""
+        searched = frozenset(k for k, spec in cfg.space.items() if space.active(spec, dict(point)))
+        return cls.of(cfg, point, trial_seed(cfg, number), number=number, searched=searched, cap=cap)
+
+    @property
+    def device_name(self) -> str:
+        """The device as a trial names it before it trains (a CPU's with its cpu_threads, else this process's)."""
+        return accel.device_name(self.device, self.settings.cpu_threads or None)
+
+    @property
+    def trained_device_name(self) -> str:
+        """The device as it trained: a CPU's with the threads it used."""
+        return self.device_name if self.threads is None else accel.device_name(self.device, self.threads.used)
+
+    def halved(self) -> TrialPlan | None:
+        """The plan at half the batch sizes (an out-of-memory retry); None where the batch is 1 already."""
+        if self.settings.batch_size <= 1:
+            return None
+        smaller = {k: max(1, int(self.settings[k]) // 2) for k in HALVED}
+        return dataclasses.replace(self, point=MappingProxyType({**self.point, **smaller}),
+                                   settings=self.settings.replace(**smaller))
+
+
+def _threads(settings: Settings, device: torch.device, cap: int | None) -> Threads | None:
+    if device.type != "cpu":
+        return None
+    cap = None if settings.cpu_threads else cap  # a user's cpu_threads is theirs
+    default = torch.get_num_threads()
+    used = contention.trial_threads(settings, cap, torch_default=default)
+    return Threads(used=used, cap=cap, chosen=not settings.cpu_threads and used != default)
+
+
+def trial_seed(cfg: RunConfig, number: int) -> int:
+    """The training seed of trial `number`: `study.trial_seed` + number when set (an exported trial's own seed:
+    its one trial trains exactly as the original did), else study.seed x 100003 + number."""
+    if cfg.study.trial_seed is not None:
+        return cfg.study.trial_seed + number
+    return (cfg.study.seed or 0) * 100_003 + number
+
+
+__all__ = ["HALVED", "Threads", "TrialPlan", "trial_seed"]

@@ -1,0 +1,87 @@
+"""The stop rules that need the study, after each epoch of a trial: `vs_front`, Optuna's pruner (one objective),
+Pareto pruning (several); and, where they cannot act because the trial's objectives are not reported every epoch,
+saying so (its record's `pruning_off`, once per trial; a warning, once per run)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import optuna
+from optuna.trial import TrialState
+
+from autotune.core import TrialStopped, per_epoch
+from autotune.search import pruners
+from autotune.spec import RunConfig, TrialRecord
+from autotune.training import EpochRecord, TrainResult
+
+
+class StudyRules:
+    """One run's study-wide stop rules. `say(text)`: a run message, logged once per run."""
+
+    def __init__(self, cfg: RunConfig, metrics: list[str], epoch_metrics: list[str],
+                 pareto: pruners.ParetoStop | None, quality: tuple[str, str], say: Callable[[str], None]) -> None:
+        self.cfg = cfg
+        self.metrics = metrics  # the objectives'
+        self.epoch_metrics = epoch_metrics  # those known after every epoch: what Pareto pruning compares
+        self.pareto = pareto
+        self.quality = quality  # (metric, direction) vs_front compares
+        self.say = say
+
+    def after_epoch(self, trial: optuna.Trial, record: TrialRecord, rec: EpochRecord, epochs: int) -> None:
+        """Stop the trial (TrialStopped) after epoch `rec` of `epochs`, its `record` holding every epoch so far."""
+        p = self.cfg.pruning
+        d = (record.history or [{}])[-1]
+        metric, direction = self.quality
+        if p.slow.vs_front is not None and rec.epoch < epochs and metric in d:
+            pruners.check_vs_front(rec.train_time_s, rec.epoch, epochs, float(d[metric]), p.slow.vs_front,
+                                   pruners.front_of(trial.study, self.cfg), metric, direction)
+        if rec.epoch >= epochs:
+            return
+        # an epoch the fit reported nothing in: not a pruning question (a fit that never reports fails at its end)
+        reported = bool(rec.metrics)
+        if not self.cfg.multi_objective:
+            if self.metrics[0] in d:
+                trial.report(float(d[self.metrics[0]]), rec.epoch)
+                if trial.should_prune():
+                    raise TrialStopped("pruned", rec.epoch, "Optuna pruner")
+            elif reported and per_epoch(self.metrics[0]) and pruners.resolved_name(self.cfg) != "none":
+                self.pruning_off(record, "pruning", [self.metrics[0]])
+        elif self.pareto is not None and (unreported := [m for m in self.epoch_metrics if m not in d]):
+            if not reported:
+                return
+            # dominance on the other objectives alone would throw away a trial better on the one not known yet
+            self.pruning_off(record, "Pareto pruning", unreported)
+        elif self.pareto is not None:
+            curve = record.epoch_values or []
+            # (pareto_asha judges at its rung epochs only: no storage read at the others)
+            if curve and all(math.isfinite(v) for v in curve[-1]) and self.pareto.judges(len(curve), epochs):
+                finished = trial.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED))
+                why = self.pareto.stop(curve[-1], len(curve), finished, epochs, curve=curve)
+                if why is not None:
+                    raise TrialStopped("dominated", len(curve), why)
+
+    def returned_only(self, record: TrialRecord, result: TrainResult) -> None:
+        """A fit that reported nothing in its epochs and returned its objectives at the end: the per-epoch pruner
+        never saw them. Said here, not at the epochs (a fit that never reports at all fails instead)."""
+        if result.epochs_run < 2 or not result.history:
+            return
+        clocks = result.history[-1].as_dict()  # train_time_s and the other clocks: known every epoch
+        if not self.cfg.multi_objective:
+            if per_epoch(self.metrics[0]) and pruners.resolved_name(self.cfg) != "none":
+                self.pruning_off(record, "pruning", [self.metrics[0]])
+        elif self.pareto is not None and (unreported := [m for m in self.epoch_metrics if m not in clocks]):
+            self.pruning_off(record, "Pareto pruning", unreported)
+
+    def pruning_off(self, record: TrialRecord, what: str, unreported: list[str]) -> None:
+        """Said once, at the trial's first epoch without them (its record's `pruning_off`), and logged once per run:
+        the study's per-epoch pruner cannot judge a trial on objectives it does not see each epoch."""
+        if record.pruning_off is not None:
+            return
+        names = ", ".join(unreported)
+        record.pruning_off = (f"{what} is off for this trial: {names} {'is' if len(unreported) == 1 else 'are'} not "
+                              f"reported every epoch (ctx.report({unreported[0]}=...) in each epoch turns it on)")
+        self.say(record.pruning_off)
+
+
+__all__ = ["StudyRules"]
