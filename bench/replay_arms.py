@@ -42,8 +42,8 @@ from bench.replay_workload import ROOT, Workload
 
 Events = list[tuple[float, float | None, float | None, str]]
 Runner = Callable[[RunConfig, Workload, int, float, int, bool], Events]  # ..., workers, charge_cpu
-MM_KEY = "multi_pruner:values"
-SHM = Path("/dev/shm")  # OptunaHub multi_metric_pruner's user attr: {step: {metric: value}}
+MM_KEY = "multi_pruner:values"  # OptunaHub multi_metric_pruner's user attr: {step: {metric: value}}
+SHM = Path("/dev/shm")  # autotune's SQLite file goes here where the machine has it (run_autotune)
 
 
 def counted(cfg: RunConfig, params: dict[str, Any], k: int) -> bool:
