@@ -214,9 +214,14 @@ class OptunaHubRule:
         self.n_startup_trials = n_startup_trials
         self.n_warmup_steps = n_warmup_steps
         self._finished: dict[int, dict[int, list[float]]] = {}  # trial number -> its steps, once it has finished
+        self._of: tuple[int, int] | None = None  # the study those trial numbers are of
 
-    def steps_of(self, t: optuna.trial.FrozenTrial) -> dict[int, list[float]]:
-        """`extract` of a trial's reported values; a finished trial's are kept (they no longer change)."""
+    def steps_of(self, study: optuna.Study, t: optuna.trial.FrozenTrial) -> dict[int, list[float]]:
+        """`extract` of a trial's reported values; a finished trial's are kept (they no longer change) while the
+        rule judges the same study (a trial number names a trial within one study only)."""
+        of = (id(study._storage), study._study_id)
+        if of != self._of:
+            self._finished, self._of = {}, of
         if t.number in self._finished:
             return self._finished[t.number]
         steps = self.extract(t.user_attrs.get(MM_KEY, {}))
@@ -245,7 +250,7 @@ class OptunaHubRule:
             return False
         others = [t for t in trials if t.number != number]
         mine = self.extract(me.user_attrs[MM_KEY])
-        theirs = [self.steps_of(t) for t in others]
+        theirs = [self.steps_of(study, t) for t in others]
         finished = [i for i, t in enumerate(others) if t.state.is_finished() and theirs[i]]
         if not finished or len(finished) < self.n_startup_trials or not mine:
             return False
