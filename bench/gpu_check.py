@@ -16,7 +16,9 @@ what it measured):
    baseline), then through autotune's launcher on min(2, GPUs visible) GPUs: DistributedDataParallel over NCCL,
    the global batch split over the ranks. With 2+ GPUs it is the speed-up of a second GPU; with one GPU it is a
    world of one rank (the same launcher, NCCL and DDP on one GPU): what the launcher and DDP cost, not a speed-up;
-4. a 6-trial study (bench/gpu_check.yaml): grid over precision x channels_last x compile on the small CNN, each
+4. autotune as a guest (bench/gpu_guest.py, about 30 s): a hang inside a CUDA synchronize under hang_seconds, the
+   step hooks on fused and foreach CUDA optimizers, the Hugging Face and Lightning examples in bf16;
+5. a 6-trial study (bench/gpu_check.yaml): grid over precision x channels_last x compile on the small CNN, each
    trial's figures and the CUDA memory it left behind, then the study's HTML report.
 
     python3 bench/gpu_check.py [--device cuda|cpu] [--out studies] [--budget-s 270]
@@ -335,7 +337,7 @@ def ddp(chk: Check, device: str, sizes: Sizes) -> None:
         chk.save()
 
 
-# ---------------------------------------------------------------- 4. the study
+# ---------------------------------------------------------------- 5. the study
 
 
 def study(chk: Check, device: str, sizes: Sizes) -> None:
@@ -411,6 +413,10 @@ def main() -> None:
         rows(chk, args.device, "cnn", sizes, compile_rows=False)
     if chk.may_run("several devices per trial"):
         ddp(chk, args.device, sizes)
+    if chk.may_run("the guest sections"):
+        from bench import gpu_guest
+
+        gpu_guest.guest(chk, args.device)
     if chk.may_run("the study"):
         study(chk, args.device, sizes)
     chk.save()

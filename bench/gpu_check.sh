@@ -11,7 +11,9 @@
 # bf16, fp16, channels_last, cold and warm compile, samples/s and CUDA memory, and each row's and trial's own
 # peak_memory_mb and energy_j (NVML, from the nvidia-ml-py that machine has; doctor says whether it can); a trial on
 # several devices: the resnet on 1 GPU vs devices min(2, GPUs visible) through DDP over NCCL -- on a one-GPU machine a world of one rank, the
-# launcher's and DDP's own cost; a 6-trial study over precision x channels_last x compile), bench/augment.py, and
+# launcher's and DDP's own cost; autotune as a guest (bench/gpu_guest.py: a hang inside a CUDA synchronize under
+# hang_seconds, the step hooks on fused/foreach CUDA optimizers, the HF and Lightning examples in bf16); a 6-trial
+# study over precision x channels_last x compile), bench/augment.py, and
 # bench/memory.py (60 trials in one process: CUDA allocated bytes back to trial 1's after every trial, host RSS
 # growth). Everything printed also lands in $OUT (default studies/): gpu_check.txt (this output),
 # gpu_check.json (the figures), gpu-check.db and gpu-check.html (the study). Copy the figures into bench/RESULTS.md

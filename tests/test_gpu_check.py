@@ -1,6 +1,7 @@
 """bench/gpu_check.py runs unattended on a rarely lent GPU: its configs and model must stay valid here.
 
-(The check itself, end to end on CPU: `bash bench/gpu_check.sh --device cpu`, minutes; not a test.)
+(The check itself, end to end on CPU: `bash bench/gpu_check.sh --device cpu`, minutes; not a test. Its section 4,
+autotune as a guest, is: each of its parts runs here on the CPU.)
 """
 
 from __future__ import annotations
@@ -69,3 +70,50 @@ def test_ddp_section_runs_on_the_cpu(gpu_check: ModuleType, tmp_path: Path) -> N
     assert two["launcher"] and two["device"].startswith(f"{two['devices']} x cpu")
     assert one["samples_per_s"] > 0 and two["samples_per_s"] > 0 and two["vs_one"] > 0
     assert (tmp_path / "gpu_check.json").exists()
+
+
+# ---------------------------------------------------------------- section 4, autotune as a guest (bench/gpu_guest.py)
+
+
+@pytest.fixture(scope="module")
+def gpu_guest() -> ModuleType:
+    return importlib.import_module("bench.gpu_guest")
+
+
+def _rows(chk: object, section: str) -> list[dict[str, object]]:
+    return [r for r in chk.figures.get("guest", []) if r["section"] == section]  # type: ignore[attr-defined]
+
+
+def test_the_hang_in_a_native_call_section_runs_on_the_cpu(gpu_check: ModuleType, gpu_guest: ModuleType,
+                                                           tmp_path: Path) -> None:
+    """On a GPU: a synchronize on a long kernel; here one long matmul. Shorter than the grace, the trial stops at
+    the call's end; longer, the watch records it and the run stops (StuckTrial); this process goes on either way."""
+    chk = gpu_check.Check(torch.device("cpu"), tmp_path, None)
+    gpu_guest.hang_in_sync(chk, "cpu")
+    short, long = _rows(chk, "hang_in_sync")
+    assert "error" not in short and "error" not in long, chk.figures["guest"]
+    assert (short["state"], short["stop_reason"], short["run"]) == ("PRUNED", "hang", "returned")
+    assert (long["state"], long["stop_reason"], long["run"]) == ("PRUNED", "hang", "StuckTrial")
+
+
+def test_the_step_hook_section_runs_on_the_cpu(gpu_check: ModuleType, gpu_guest: ModuleType, tmp_path: Path) -> None:
+    chk = gpu_check.Check(torch.device("cpu"), tmp_path, None)
+    gpu_guest.step_hooks(chk, "cpu")
+    rows = _rows(chk, "step_hooks")
+    assert len(rows) == 6 and not [r for r in rows if "error" in r], rows
+    for r in rows:  # every step counted, what was searched applied, no hook left on the optimizer
+        assert r["steps"] == r["expected_steps"] and r["hooks_left"] == 0, r
+        assert not set(r["not_applied"]) & set(r["searched"]), r  # type: ignore[call-overload]
+    assert {r["kernel"] for r in rows} >= {"fused"}  # (CPU: fused Adam/AdamW/SGD; foreach only on a GPU)
+
+
+def test_the_frameworks_in_bf16_section_runs_on_the_cpu(gpu_check: ModuleType, gpu_guest: ModuleType,
+                                                        tmp_path: Path) -> None:
+    pytest.importorskip("transformers")
+    pytest.importorskip("lightning")
+    chk = gpu_check.Check(torch.device("cpu"), tmp_path, None)
+    gpu_guest.frameworks_bf16(chk, "cpu")
+    rows = _rows(chk, "frameworks_bf16")
+    assert [r["example"] for r in rows] == ["hf_text.yaml", "digits_lightning.yaml"]
+    for r in rows:
+        assert "error" not in r and r["precision"] == "bf16" and "precision" not in r["not_applied"], r

@@ -144,5 +144,6 @@ def test_broken_user_parts_are_one_line_on_every_path(case: str, tmp_path: Path,
     study = study_mod.open_study(config.load(ok, {"study.storage": journal}))
     study.set_user_attr("config", {**study.user_attrs["config"], **{k: raw[k] for k in broken}})
     study.set_user_attr("source", str(path))
-    assert re.search(full, one_line(capsys, cli.main(["worker", "--storage", journal, "--study", "s"])))
+    assert re.search(full, one_line(capsys, cli.main(["worker", "--storage", journal, "--study", "s",
+                                                      "--trust-stored-code"])))  # (its config was changed: trusted)
     assert study.get_trials() == []

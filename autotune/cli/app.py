@@ -68,7 +68,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     then ends with the command's status even if a user's code left threads running (`common.exit_now`)."""
     parser = build_parser()
     args = parser.parse_args(argv)
-    common.AS_PROGRAM = argv is None
+    if argv is None:  # the `autotune` program: it may end its process; main(argv) inside a user's may not
+        from autotune.core import lifetime
+
+        lifetime.as_program()
     code = common.run_command(COMMANDS[args.command][0], args)
     if argv is None:
         common.exit_now(code)

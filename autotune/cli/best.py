@@ -3,28 +3,32 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 from pathlib import Path
 
 from autotune.cli import common
-from autotune.core import AutotuneError
+from autotune.core import AutotuneError, without_user_code
 
 
 def cmd(args: argparse.Namespace) -> int:
+    """Read-only but for --save-model (which retrains, so runs the run file's code): the code the run file names is
+    not imported to show or export the best trial."""
     from autotune.observe import TuneResult, progress
     from autotune.study import open_study
 
-    cfg = common.load(args)
-    study = open_study(cfg, create=False)
-    result = TuneResult(study=study, config=cfg)
-    best = result.best
-    if best is None:
-        raise AutotuneError(f"study {cfg.study.name!r} has no completed trial yet")
-    progress.print_best(result)
-    if args.export:
-        from autotune.observe import export_best
+    with without_user_code() if not args.save_model else contextlib.nullcontext():
+        cfg = common.load(args)
+        study = open_study(cfg, create=False)
+        result = TuneResult(study=study, config=cfg)
+        best = result.best
+        if best is None:
+            raise AutotuneError(f"study {cfg.study.name!r} has no completed trial yet")
+        progress.print_best(result)
+        if args.export:
+            from autotune.observe import export_best
 
-        path = export_best(cfg, best, Path(args.export))
-        print(f"wrote {path}")
+            path = export_best(cfg, best, Path(args.export))
+            print(f"wrote {path}")
     if args.save_model:
         from autotune.study import retrain_best
 

@@ -14,6 +14,13 @@ from typing import Any
 from autotune.core import AutotuneError, config_warnings_as_lines, redact
 from autotune.spec import SAMPLER_NAMES
 
+STORAGE_ENV = "AUTOTUNE_STORAGE"  # a URL with a password reaches launch's jobs here, never in their pickled arguments
+
+
+def quoted(url: str) -> str:
+    """The storage URL for a shell command we print: quoted, or `"$AUTOTUNE_STORAGE"` where it holds a password."""
+    return f"'{url}'" if redact(url) == url else f'"${STORAGE_ENV}"'
+
 
 def overrides(args: argparse.Namespace) -> dict[str, Any]:
     out: dict[str, Any] = {}
@@ -54,6 +61,14 @@ def optuna_quiet() -> Iterator[None]:
         optuna.logging.set_verbosity(before)
 
 
+def trials_shown() -> contextlib.AbstractContextManager[None]:
+    """Around a run behind the live view: Optuna does not log the failed trials the view shows (each trial's end
+    with its error, once)."""
+    from autotune.core import optuna_compat
+
+    return optuna_compat.failed_trial_lines_off()
+
+
 def run_command(cmd: Callable[[argparse.Namespace], int], args: argparse.Namespace) -> int:
     """A command's exit status; a user mistake (AutotuneError, ConfigError included) is one line and status 2 (no
     password of a storage URL reaches the terminal)."""
@@ -67,13 +82,12 @@ def run_command(cmd: Callable[[argparse.Namespace], int], args: argparse.Namespa
             return 2
 
 
-AS_PROGRAM = False  # main() runs as the `autotune` program itself (not called from a user's Python process)
-
-
 def ignore_more_interrupts() -> None:
     """The run was interrupted and the program is ending: a second Ctrl-C while it says so changes nothing (no
     KeyboardInterrupt escaping at exit). Only as the program itself: a caller's own process keeps its handler."""
-    if AS_PROGRAM and threading.current_thread() is threading.main_thread():
+    from autotune.core import lifetime
+
+    if lifetime.is_program() and threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 

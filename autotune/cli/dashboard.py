@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from autotune.core import ConfigError, redact
+from autotune.core import ConfigError, redact, without_user_code
 
 
 def cmd(args: argparse.Namespace) -> int:
@@ -13,10 +13,11 @@ def cmd(args: argparse.Namespace) -> int:
 
     if args.file is None and args.storage is None:
         raise ConfigError("autotune dashboard", "FILE", "give the YAML run file or --storage URL")
-    if args.file is not None:
+    if args.file is not None:  # (read-only: the code the run file names is not imported)
         from autotune.config import load
 
-        cfg = load(args.file, {"study.storage": args.storage} if args.storage else None)
+        with without_user_code():
+            cfg = load(args.file, {"study.storage": args.storage} if args.storage else None)
     else:
         cfg = bare_config(args.storage)
     storage = make_storage(cfg)

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from autotune.cli import common
+from autotune.cli.common import STORAGE_ENV, quoted
 from autotune.config import from_dict
 from autotune.core import AutotuneError, ConfigError, contention, environ, redact
 from autotune.spec import RunConfig
@@ -28,7 +29,6 @@ from autotune.training import cpu_cores, devices_wanted
 
 # autotune's executor name -> submitit's cluster name (None: no submission)
 EXECUTORS: dict[str, str | None] = {"slurm": "slurm", "local": "local", "debug": "debug", "none": None}
-STORAGE_ENV = "AUTOTUNE_STORAGE"  # a URL with a password reaches the jobs here, never in their pickled arguments
 INSTALL = "pip install 'autotune[slurm]'"
 
 
@@ -126,7 +126,7 @@ def worker_url(cfg: RunConfig) -> str:
 
 def create(cfg: RunConfig, req: Request, fresh: bool = False) -> RunConfig:
     """Create (or resume) the study the jobs join, from this machine: no device check here (a login node has
-    no GPU); each job checks its own node as `autotune worker` does."""
+    no GPU); each job checks its own node as `autotune worker` does. (`code_hash` says what the jobs may run.)"""
     cfg = from_dict(cfg.to_dict(), overrides={"study.storage": worker_url(cfg)}, source=cfg.source)
     device = str(cfg.fixed()["device"])
     label = None if device in ("cpu", "mps") or not gpus(cfg, req) else \
@@ -136,9 +136,18 @@ def create(cfg: RunConfig, req: Request, fresh: bool = False) -> RunConfig:
     return cfg
 
 
-def job(storage: str | None, study_name: str, threads: int | None) -> str:
-    """One job: `autotune worker` on the study (storage None: the URL is in $AUTOTUNE_STORAGE). A module-level
-    function, so submitit can pickle it; raises when the worker fails, so the scheduler marks the job failed."""
+def code_hash(cfg: RunConfig) -> str | None:
+    """The launched study's code hash (study/trust.py), where its config names user code: its jobs run that code
+    only while the stored config is this one."""
+    from autotune.study import trust
+
+    return trust.study_hash(study_mod.open_study(cfg, create=False))
+
+
+def job(storage: str | None, study_name: str, threads: int | None, code: str | None = None) -> str:
+    """One job: `autotune worker` on the study (storage None: the URL is in $AUTOTUNE_STORAGE), with the launched
+    study's code hash. A module-level function, so submitit can pickle it; raises when the worker fails, so the
+    scheduler marks the job failed."""
     import argparse
 
     from autotune.cli import worker
@@ -146,7 +155,8 @@ def job(storage: str | None, study_name: str, threads: int | None) -> str:
     url = storage or os.environ.get(STORAGE_ENV)
     if not url:
         raise AutotuneError(f"no storage: the job's ${STORAGE_ENV} is empty")
-    argv = ["--storage", url, "--study", study_name, *(["--threads", str(threads)] if threads else [])]
+    argv = ["--storage", url, "--study", study_name, *(["--threads", str(threads)] if threads else []),
+            *(["--code-hash", code] if code else [])]
     parser = argparse.ArgumentParser(prog="autotune worker")
     worker.add_args(parser)
     rc = common.run_command(worker.cmd, parser.parse_args(argv))  # `autotune worker ...`, as its command runs
@@ -175,14 +185,14 @@ def _executor(req: Request, cfg: RunConfig, n_gpus: int) -> Any:
     return executor
 
 
-def submit(cfg: RunConfig, req: Request) -> list[Any]:
+def submit(cfg: RunConfig, req: Request, code: str | None = None) -> list[Any]:
     """Submit the workers: one array of `req.workers` jobs (submitit Job objects, in order)."""
     n_gpus = gpus(cfg, req)
     url = cfg.study.storage
     hidden = redact(url) != url  # the password travels in the jobs' environment, not in the logs folder
     threads = job_threads(req)
     executor = _executor(req, cfg, n_gpus)
-    args = (None if hidden else url, cfg.study.name, threads)
+    args = (None if hidden else url, cfg.study.name, threads, code)
     with environ.setenv({STORAGE_ENV: url} if hidden else {}):
         if req.executor == "local" and n_gpus:  # the local executor gives every job GPUs 0..n-1: spread them
             return _submit_local_gpus(executor, args, req.workers, n_gpus)
@@ -208,12 +218,7 @@ def _submit_local_gpus(executor: Any, args: tuple[Any, ...], workers: int, n_gpu
     return jobs
 
 
-def quoted(url: str) -> str:
-    """The storage URL for a shell command we print: quoted, or `"$AUTOTUNE_STORAGE"` where it holds a password."""
-    return f"'{url}'" if redact(url) == url else f'"${STORAGE_ENV}"'
-
-
-def follow(cfg: RunConfig, req: Request, jobs: list[Any], file: str) -> list[str]:
+def follow(cfg: RunConfig, req: Request, jobs: list[Any], file: str, code: str | None = None) -> list[str]:
     """How to watch the launched study: job ids, the scheduler's queue, the logs, the dashboard, the report."""
     url = quoted(cfg.study.storage)
     ids = [str(j.job_id) for j in jobs]
@@ -225,7 +230,8 @@ def follow(cfg: RunConfig, req: Request, jobs: list[Any], file: str) -> list[str
     lines += [f"  logs:      {req.folder}/JOB_ID/   (e.g. {req.folder}/{ids[0]}/{ids[0]}_0_log.out)" if ids else "",
               f"  live:      autotune dashboard {file} --storage {url}",
               f"  report:    autotune report {file} --storage {url}",
-              f"  more:      autotune worker --storage {url} --study {cfg.study.name}   (from any machine)"]
+              f"  more:      autotune worker --storage {url} --study {cfg.study.name}"
+              f"{f' --code-hash {code}' if code else ''}   (from any machine)"]
     return [line for line in lines if line]
 
 
@@ -241,8 +247,8 @@ def wait(jobs: list[Any]) -> list[str]:
     return failed
 
 
-__all__ = ["EXECUTORS", "Request", "check", "create", "follow", "gpus", "job", "job_threads", "parse_time", "quoted",
-           "submit", "wait", "worker_url"]
+__all__ = ["EXECUTORS", "Request", "check", "code_hash", "create", "follow", "gpus", "job", "job_threads",
+           "parse_time", "quoted", "submit", "wait", "worker_url"]
 
 
 # ---------------------------------------------------------------- the command
@@ -257,12 +263,14 @@ def cmd(args: argparse.Namespace) -> int:
     for line in check(cfg, req):
         print(f"note: {line}", file=sys.stderr)
     cfg = create(cfg, req, fresh=args.fresh)
+    code = code_hash(cfg)
     if EXECUTORS[req.executor] is None:
         print(f"study {cfg.study.name} is ready in {redact(cfg.study.storage)}; start workers anywhere with: "
-              f"autotune worker --storage {quoted(cfg.study.storage)} --study {cfg.study.name}")
+              f"autotune worker --storage {quoted(cfg.study.storage)} --study {cfg.study.name}"
+              + (f" --code-hash {code}" if code else ""))
         return 0
-    jobs = submit(cfg, req)
-    print("\n".join(follow(cfg, req, jobs, args.file)), flush=True)
+    jobs = submit(cfg, req, code)
+    print("\n".join(follow(cfg, req, jobs, args.file, code)), flush=True)
     waited = args.wait or req.executor == "debug"  # debug jobs run in this process, as they are waited for
     n_jobs, failed = len(jobs), wait(jobs) if waited else None
     jobs.clear()  # now: a submitit job still referenced at interpreter exit prints a TypeError from its __del__

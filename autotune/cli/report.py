@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from autotune.core import ConfigError
+from autotune.core import ConfigError, file_stem, without_user_code
 
 
 def _study_and_config(target: str | None, storage: str | None, name: str | None) -> tuple[Any, Any]:
@@ -26,15 +26,16 @@ def _study_and_config(target: str | None, storage: str | None, name: str | None)
 
 
 def cmd(args: argparse.Namespace) -> int:
-
+    """Read-only: the code a run file or a study names (trainer, factories) is never imported here, and the
+    default file name is the study's name made safe (a stored name like `../../x` writes `_.._x.html` here)."""
     from autotune.observe import report
-
 
     if args.target is None and args.storage is None:
         raise ConfigError("autotune report", "FILE_OR_STUDY", "give the YAML run file, or --storage URL --study NAME")
-    study, cfg = _study_and_config(args.target, args.storage, args.study)
-    out = Path(args.output or f"{study.study_name}.html")
-    path = report.write(study, cfg, out)
+    with without_user_code():
+        study, cfg = _study_and_config(args.target, args.storage, args.study)
+        out = Path(args.output or f"{file_stem(study.study_name)}.html")
+        path = report.write(study, cfg, out)
     print(f"wrote {path} ({len(study.trials)} trials, {path.stat().st_size / 1e6:.1f} MB, opens offline)")
     return 0
 

@@ -23,14 +23,30 @@ def cmd(args: argparse.Namespace) -> int:
     trackers = tracking.callbacks(cfg)  # MLflow, checked before the study exists
     view = progress.RunView(cfg, plain=args.plain or not sys.stdout.isatty())
     return _show_run(cfg, view, lambda: run(cfg, fresh=args.fresh, callbacks=[view.on_trial, *trackers],
-                                            on_start=view.on_start))
+                                            on_start=_with_join_line(cfg, view.on_start)))
+
+
+def _with_join_line(cfg: Any, on_start: Callable[[Any, int], None]) -> Callable[[Any, int], None]:
+    """`on_start`, then (a study other machines can join, whose config names user code) how a worker joins it: with
+    its code hash (study/trust.py), the only way such a worker runs the study's code."""
+    def start(study: Any, todo: int) -> None:
+        on_start(study, todo)
+        from autotune.study import trust
+
+        line = None if cfg.study.storage.startswith("sqlite") else \
+            trust.join_line(study, common.quoted(cfg.study.storage))
+        if line is not None:
+            print(f"note: other machines join with: {line}", file=sys.stderr, flush=True)
+
+    return start
 
 
 def _show_run(cfg: Any, view: Any, start: Callable[[], Any]) -> int:
     """Run the study (`start` returns it) behind the live view; Ctrl-C keeps every finished trial and exits 130."""
     t0 = time.perf_counter()
     try:
-        study = start()
+        with common.trials_shown():
+            study = start()
     except KeyboardInterrupt:
         common.ignore_more_interrupts()
         view.close()
@@ -72,7 +88,7 @@ def _run_workers(args: argparse.Namespace, cfg: Any) -> int:
     view = progress.RunView(cfg, plain=args.plain or not sys.stdout.isatty())
     print(f"{len(slots)} worker(s): " + "; ".join(s.describe() for s in slots), flush=True)
     return _show_run(cfg, view, lambda: workers.run_parallel(
-        cfg, slots, fresh=args.fresh, on_start=view.on_start, on_trial=view.on_trial,
+        cfg, slots, fresh=args.fresh, on_start=_with_join_line(cfg, view.on_start), on_trial=view.on_trial,
         on_note=lambda line: print(line, file=sys.stderr, flush=True), callbacks=trackers))
 
 

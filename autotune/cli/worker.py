@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from autotune.cli import common
@@ -13,10 +14,12 @@ from autotune.core import redact
 def cmd(args: argparse.Namespace) -> int:
 
     from autotune.observe import progress, tracking
-    from autotune.study import budget, workers
+    from autotune.study import budget, trust, workers
     from autotune.study import runner as study_mod
 
-    cfg, study = workers.join(args.storage, args.study, args.n_trials, args.timeout)
+    code_hash = args.code_hash or os.environ.get(trust.HASH_ENV) or None
+    cfg, study = workers.join(args.storage, args.study, args.n_trials, args.timeout, code_hash=code_hash,
+                              trust=args.trust_stored_code)
     if args.threads:
         import torch
 
@@ -31,7 +34,9 @@ def cmd(args: argparse.Namespace) -> int:
     print(f"worker {me} joined study {cfg.study.name} ({redact(cfg.study.storage)}); "
           f"{budget.counts(study.get_trials(deepcopy=False)).finished} of {cfg.study.n_trials} finished", flush=True)
     try:
-        res = workers.run_worker(cfg, sampler_seed_offset=None, callbacks=[view.on_trial, *trackers], study=study)
+        with common.trials_shown():
+            res = workers.run_worker(cfg, sampler_seed_offset=None, callbacks=[view.on_trial, *trackers],
+                                     study=study)
     except KeyboardInterrupt:
         common.ignore_more_interrupts()
         print("interrupted: this worker's finished trials are kept; its running one was stopped (interrupted)",
@@ -52,3 +57,10 @@ def add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--threads", type=int, help="torch CPU threads for this worker (default: torch's)")
     p.add_argument("--fail-stale", action="store_true", help="first fail (and retry once) every RUNNING trial: "
                                                              "for a journal study whose workers were all killed")
+    p.add_argument("--code-hash", metavar="HASH", help="a study whose stored config names your code (trainer:, "
+                                                        "factories) runs it only if the config is still the one "
+                                                        "launched: the hash `autotune run`/`launch` printed (default: "
+                                                        "$AUTOTUNE_CODE_HASH)")
+    p.add_argument("--trust-stored-code", action="store_true", help="run the code the stored config names without "
+                                                                    "that check (you trust everyone who can write "
+                                                                    "the storage)")

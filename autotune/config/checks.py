@@ -21,6 +21,7 @@ from autotune.core import (
     shown,
     suggest,
     unknown,
+    user_code_allowed,
     warn_config,
 )
 from autotune.spec import (
@@ -199,7 +200,7 @@ def _check_data(cfg: RunConfig, file: str, source: str) -> None:
             raise ConfigError(file, "data.path", "the npz dataset needs a path to a .npz file with arrays x and y")
         if not resolve_path(d.path, source).is_file():
             raise ConfigError(file, "data.path", f"no such file: {d.path}")
-    if d.factory is not None:
+    if d.factory is not None and user_code_allowed():  # (a read-only command imports no user code)
         load_factory(d.factory, file, "data.factory")
 
 
@@ -207,7 +208,7 @@ def _check_model(cfg: RunConfig, file: str, source: str) -> None:
     m = cfg.model
     if m.factory is None and m.name is None:
         raise ConfigError(file, "model.name", f"give a model name ({', '.join(model_names())}) or model.factory")
-    if m.factory is not None:
+    if m.factory is not None and user_code_allowed():
         load_factory(m.factory, file, "model.factory")
     for name in _model_names(cfg):
         _check_model_keys(m.model_copy(update={"name": name}), file, "model")
@@ -260,7 +261,7 @@ def _check_user_training(cfg: RunConfig, file: str) -> None:
         if name in SETTINGS:
             raise ConfigError(file, key, f"{name!r} is a trainer setting: use it as {name} (ctx.params[{name!r}] "
                                          "holds it), or rename the user parameter")
-    if cfg.trainer is not None:
+    if cfg.trainer is not None and user_code_allowed():
         fn = load_factory(cfg.trainer, file, "trainer", near=cfg.source)
         check_fit_signature(fn, cfg.trainer, file)
         check_one_device(cfg, fn, file)
@@ -427,7 +428,7 @@ def _model_takes(m: ModelConfig, file: str, where: str) -> tuple[str, ...] | Non
     from autotune.training import models
 
     if m.factory is not None:
-        return models.factory_keys(load_factory(m.factory, file, f"{where}.factory"))
+        return models.factory_keys(load_factory(m.factory, file, f"{where}.factory")) if user_code_allowed() else None
     return models.model_keys(str(m.name))
 
 

@@ -11,6 +11,7 @@ from autotune.core.errors import (
     TrialStopped,
     config_warnings_as_lines,
     describe_exception,
+    error_signature,
     library_file,
     lookup,
     message_and_where,
@@ -48,10 +49,13 @@ from autotune.core.userref import (
     adapter_mark,
     check_fit_signature,
     code_where,
+    file_stem,
     importable,
     load_factory,
     one_device_adapter,
     resolve_path,
+    user_code_allowed,
+    without_user_code,
 )
 from autotune.core.version import __version__
 
@@ -59,8 +63,9 @@ __all__ = [
     "AutotuneError", "CATALOGUE", "CLOCKS", "ConfigError", "ConfigWarning", "DIRECTIONS", "EPOCH_FIELDS", "INFERENCE",
     "PER_EPOCH", "REPORTED", "STOP_REASONS", "TrialStopped", "__version__", "library_file", "check_fit_signature",
     "ADAPTER", "ONE_DEVICE", "adapter_mark", "code_where", "config_warnings_as_lines", "describe_exception",
-    "exit_text", "fmt", "importable",
+    "error_signature", "exit_text", "file_stem", "fmt", "importable",
     "is_fraction", "is_quality", "label", "load_factory", "lookup", "message_and_where", "one_of",
     "one_device_adapter", "per_epoch", "redact", "resolve_path", "short", "shorten", "shown",
-    "shown_with", "suggest", "task_metrics", "unknown", "user_frame", "user_where", "warn_config",
+    "shown_with", "suggest", "task_metrics", "unknown", "user_code_allowed", "user_frame", "user_where", "warn_config",
+    "without_user_code",
 ]

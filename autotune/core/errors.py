@@ -197,6 +197,20 @@ def describe_exception(exc: BaseException, limit: int = 300) -> str:
     return out + (f" (at {where})" if where else "")
 
 
+_AT = re.compile(r" \(at (?P<where>[^()]*)\)$")
+
+
+def error_signature(text: str) -> str:
+    """What makes two failures "the same error" (`describe_exception`'s one line in, a key out): its type and its
+    place in the user's code, not its message, which may hold a value that changes every trial (`got str
+    '0.317'`). A failure without a place is known by its whole text."""
+    m = _AT.search(text)
+    if m is None:
+        return text
+    kind = text.split(":", 1)[0] if ":" in text[:m.start()] else text[:m.start()]
+    return f"{kind.strip()} at {m['where']}"
+
+
 # `scheme://user:PASSWORD@host` (greedy to the last @ of the word: a password may hold an unescaped @),
 # and `password=...` in a URL's query string.
 _URL_PASSWORD = re.compile(r"(?P<head>\b[A-Za-z][A-Za-z0-9+.-]*://[^\s:/@]*):(?P<pw>[^\s]*)@")

@@ -1,6 +1,11 @@
-"""Spawned worker processes never outlive their driver, and a terminated one always ends: the parent-death
-signal, a watch on the parent in case that signal is lost, and a deadline after SIGTERM for a process stuck on a
-lock. A worker that ends this way leaves its trial to be failed and retried (orphans.py)."""
+"""Who may end this process, and how autotune's own processes end.
+
+Only the `autotune` program may end a process (`as_program`: its entry point, and the worker processes it
+spawns): as a library inside someone else's program (a notebook's kernel, a service) autotune records its trial,
+stops its study and returns or raises, and `exit_after` does nothing. Spawned worker processes never outlive
+their driver, and a terminated one always ends: the parent-death signal, a watch on the parent in case that signal
+is lost, and a deadline after SIGTERM for a process stuck on a lock. A worker that ends this way leaves its trial
+to be failed and retried (orphans.py)."""
 
 from __future__ import annotations
 
@@ -13,6 +18,18 @@ from collections.abc import Iterator
 from typing import Any
 
 EXIT_GRACE_S = 20.0  # a terminated worker still alive after this long is ended (see exit_after)
+_PROGRAM = False  # this process is the `autotune` program (or a process it spawned), not a host's
+
+
+def as_program(on: bool = True) -> None:
+    """Say that this process is the `autotune` program itself (its entry point), or one it spawned to do its
+    work: it may end the process (`exit_after`, the watchdog's last resort). Never called in a host's process."""
+    global _PROGRAM
+    _PROGRAM = on
+
+
+def is_program() -> bool:
+    return _PROGRAM
 
 
 def interrupt(signum: int, frame: Any) -> None:
@@ -32,16 +49,28 @@ def sigterm_interrupts() -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous)
 
 
-def exit_after(seconds: float) -> None:
-    """End this process in `seconds` if it has not exited by then. A KeyboardInterrupt raised at an unlucky
-    instant (between a storage or logging lock's acquire and its release) can leave the worker waiting on
-    that lock forever, with the driver gone: an immortal worker holding its trial RUNNING. Ended instead, its
-    trial is an orphan of a dead process, which the next run fails and retries."""
+def exit_after(seconds: float, code: int = 128 + signal.SIGTERM) -> Any:
+    """As the program (`is_program`), end this process with `code` in `seconds` if it has not exited by then, and
+    return the timer (`.cancel()` takes it back); as a library, do nothing (None): a host's process is the host's
+    to end. A KeyboardInterrupt raised at an unlucky instant (between a storage or logging lock's acquire and its
+    release) can leave the worker waiting on that lock forever, with the driver gone: an immortal worker holding
+    its trial RUNNING. Ended instead, its trial is an orphan of a dead process, which the next run fails and
+    retries. So every write a terminated program still makes is bounded by `seconds`."""
+    if not _PROGRAM:
+        return None
     import threading
 
-    timer = threading.Timer(seconds, os._exit, args=(128 + signal.SIGTERM,))
+    timer = threading.Timer(seconds, _exit_now, args=(code,))
     timer.daemon = True
     timer.start()
+    return timer
+
+
+def _exit_now(code: int) -> None:
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    os._exit(code)
 
 
 def watch_parent(parent: int) -> None:

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import re
 from collections.abc import Iterator
 from typing import Any
 
@@ -177,6 +178,21 @@ def optimize_log_filter(*filters: logging.Filter) -> Iterator[None]:
             log.removeFilter(f)
 
 
-__all__ = ["OPTIMIZE_LOGGER", "HookedRDBStorage", "cached_frozen_trial", "find_trial_row", "heartbeat_enabled",
-           "journal_append_user_attrs", "journal_file_path", "optimize_log_filter", "rdb_session", "stale_trial_ids",
-           "storage_of", "study_id", "trial_id", "trial_model", "user_attr_model", "wrapped_storage"]
+class _FailedTrialLines(logging.Filter):
+    """Drops Optuna's lines about a failed trial (`Trial N failed...`)."""
+
+    _FAILED = re.compile(r"^Trial \d+ failed\b")
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not self._FAILED.match(record.getMessage())
+
+
+def failed_trial_lines_off() -> contextlib.AbstractContextManager[None]:
+    """For the block, Optuna logs no line about a failed trial: for a process whose own view (or driver) shows each
+    trial's end with its error, once."""
+    return optimize_log_filter(_FailedTrialLines())
+
+
+__all__ = ["OPTIMIZE_LOGGER", "HookedRDBStorage", "cached_frozen_trial", "failed_trial_lines_off", "find_trial_row",
+           "heartbeat_enabled", "journal_append_user_attrs", "journal_file_path", "optimize_log_filter", "rdb_session",
+           "stale_trial_ids", "storage_of", "study_id", "trial_id", "trial_model", "user_attr_model", "wrapped_storage"]

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import importlib
 import os
+import re
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -94,11 +96,42 @@ def code_where(fn: Any) -> str:
 # (DDP ranks) import it by name, so they get these on their path (`importable`); this process's sys.path does not.
 _FOLDERS: list[str] = []
 
+# Inside `without_user_code()`: a read-only command (report, best, dashboard), which never imports or calls the code a
+# run file or a study names (whoever can write a shared study could make it run theirs on the reader's machine).
+_READ_ONLY: contextvars.ContextVar[bool] = contextvars.ContextVar("autotune_read_only", default=False)
+
+
+@contextlib.contextmanager
+def without_user_code() -> Iterator[None]:
+    """For the block, no user code is imported: the checks that import it are skipped (user_code_allowed), and a
+    `load_factory` reached anyway is an AutotuneError, never an import."""
+    token = _READ_ONLY.set(True)
+    try:
+        yield
+    finally:
+        _READ_ONLY.reset(token)
+
+
+def user_code_allowed() -> bool:
+    return not _READ_ONLY.get()
+
+
+def file_stem(name: str, limit: int = 100) -> str:
+    """A name (a study's, which anyone who can write the storage chooses) as a safe file name stem: letters, digits,
+    `.`, `-` and `_` kept, anything else (`/`, `..` at the start, spaces, control characters) turned into `_`; never
+    empty, never hidden, at most `limit` characters."""
+    stem = re.sub(r"[^A-Za-z0-9._-]", "_", name)[:limit].lstrip(".") or "study"
+    return stem
+
 
 def load_factory(ref: str, file: str = "<config>", key: str = "factory", near: str | None = None) -> Any:
     """Import `package.module:function`; a failure is a ConfigError naming the reference. Modules are found
     on the import path, in the working directory, and (`near`: the config file's path) next to the YAML file:
     those two are on sys.path only while the module is imported (it stays in sys.modules)."""
+    if not user_code_allowed():
+        from autotune.core.errors import AutotuneError
+
+        raise AutotuneError(f"{file}: {key}: {ref} is not imported by a read-only command (report, best, dashboard)")
     mod_name, sep, attr = ref.partition(":")
     if not sep or not mod_name or not attr:
         raise ConfigError(file, key, f"must look like 'package.module:function'; got {ref!r}")

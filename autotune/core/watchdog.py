@@ -1,121 +1,182 @@
 """Limits enforced from outside a trial's code: the hang limit, the run's timeout, host memory and Ctrl-C.
 
 A training function can block where no check of the trial context runs (a `time.sleep`, an evaluation loop
-between epochs, a wait on a queue). So a `Watch` keeps a thread that looks at the running trial every
-`POLL_S` seconds and, when its wall time passes `hang_seconds`, the run's deadline passes or the process's
-memory would leave the machine short, interrupts the main thread: a signal (`WAKE`) sent to it, whose handler
-raises `Interrupted` there (a BaseException: a fit's `except Exception` does not swallow it). That ends a
-`time.sleep`, a Python loop and most torch calls at once. A trial still running `grace_s` later (stuck inside
-native code, or a fit that swallows every exception) is ended by the watch thread itself: `on_stuck` records
-the trial's end and ends the process.
+between epochs, a wait on a queue). So a `Watch` keeps a thread that looks at the running trial every `POLL_S`
+seconds and, when its wall time passes `hang_seconds`, the run's deadline passes or the process's memory would
+leave the machine (or its cgroup) short, interrupts the main thread: a signal (the wake signal, `wake_signal`)
+sent to it, whose handler raises `Interrupted` there (a BaseException: a fit's `except Exception` does not
+swallow it). That ends a `time.sleep`, a Python loop and most torch calls at once. An interrupted trial is
+interrupted again and again until it ends: the wake is sent again every `REDELIVER_S`, and every call the fit
+makes on its trial context raises it again (`check`), so a bare `except:` that swallowed one does not carry on.
 
-Ctrl-C and SIGTERM go through the same path while a run is watched: inside a trial's training they interrupt
-it (`Interrupted("interrupted")`); anywhere else (Optuna's bookkeeping, the storage) they are only noted
-(`Watch.interrupted`) and the run stops after the trial it is on, so no trial is left half-recorded.
+A trial still running `grace_s` after it was interrupted (stuck inside native code, or a fit that swallows
+every exception) has its end recorded by the watch (`on_stuck`, given `WRITE_LIMIT_S` at most: a stalled storage
+does not hold anything up). Then only the `autotune` program ends its process (lifetime.is_program); as a library
+inside someone else's program (a notebook's kernel, a service) the process is never ended: the study stops and
+the interrupt keeps being delivered until the fit gives way (`Watch.stuck` says which trial; the run raises
+`StuckTrial` once Optuna sees it).
 
-Signal handlers are installed only from the main thread and the previous ones are back when the watch ends;
+Ctrl-C and SIGTERM go through the same path while a run is watched: inside a trial's training they interrupt it
+(`Interrupted("interrupted")`); anywhere else (Optuna's bookkeeping, the storage, a worker waiting for a slot)
+they are noted (`Watch.interrupted`), the study is told to stop (`on_interrupt`: no trial is started after it),
+and the run stops after the trial it is on, so no trial is left half-recorded (a third Ctrl-C there raises
+KeyboardInterrupt at once: for a storage that hangs). A handler the host had installed for either signal is
+called after ours (chained), one that ignores the signal or that Python cannot see (installed from C) is left
+alone, and each is back when the watch ends (unless the fit replaced ours meanwhile: then theirs stays). As the
+program, a terminated or interrupted process ends within `lifetime.EXIT_GRACE_S` whatever it is stuck on.
+
+The wake signal is never one another tool owns: not SIGUSR1/SIGUSR2 (submitit's and Slurm's preemption signals,
+faulthandler's dumps), but the highest real-time signal with no handler at all, Python's or native
+(AUTOTUNE_WAKE_SIGNAL picks one by name or number, or `none`: no signal; then a pure-Python loop is still
+interrupted, a blocking call only when it returns). Signal handlers are installed only from the main thread;
 from another thread the watch does nothing (the trial context's own checks still apply).
 """
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import math
 import os
 import signal
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
 
-WAKE = signal.SIGUSR2  # the watch thread's signal to the main thread (handled only while a watch runs)
+from autotune.core import hostmem, lifetime, locks
+from autotune.core.errors import AutotuneError
+
+T = TypeVar("T")
 POLL_S = 0.1
-GRACE_S = 10.0  # an interrupted trial that has not returned after this long is ended with its process
+GRACE_S = 10.0  # an interrupted trial that has not returned after this long is recorded from the watch (see above)
+REDELIVER_S = 1.0  # an interrupted trial still running is interrupted again this often
+WRITE_LIMIT_S = 10.0  # the watch's own write of a stuck trial's end, at most (then the program ends regardless)
 MARGIN_MB = 256.0  # host memory kept free at least (or 5% of the memory this process may use, if more)
+FORCE_AFTER = 3  # the third Ctrl-C outside a trial raises KeyboardInterrupt at once (a storage that hangs)
+CLAIM_HOLD_S = 2.0  # after the trial that acted on host memory ends, its claim is held this long (memory is freed)
+WAKE_ENV = "AUTOTUNE_WAKE_SIGNAL"
+_HERE = os.path.abspath(__file__)
+
+rss_mb = hostmem.rss_mb
+available_mb = hostmem.available_mb
 
 
 class Interrupted(BaseException):  # noqa: N818 (as KeyboardInterrupt: not an error of the code it lands in)
     """Raised in the main thread inside a watched trial: it must end now. `reason`: hang | timeout | oom |
     interrupted; `detail`: one line saying why."""
 
-    def __init__(self, reason: str, detail: str) -> None:
+    def __init__(self, reason: str = "interrupted", detail: str = "interrupted") -> None:
         self.reason, self.detail = reason, detail
         super().__init__(f"{reason}: {detail}")
+
+
+class StuckTrial(AutotuneError):
+    """A trial went on `grace_s` after it was interrupted; as a library its end was recorded from the watch and the
+    run stopped (the host process is never ended)."""
 
 
 # ---------------------------------------------------------------- host memory
 
 
-def _read(path: str) -> str | None:
-    try:
-        with open(path) as f:
-            return f.read().strip()
-    except OSError:
-        return None
-
-
-def _meminfo_mb(key: str) -> float | None:
-    text = _read("/proc/meminfo") or ""
-    for line in text.splitlines():
-        if line.startswith(key + ":"):
-            return float(line.split()[1]) / 1024
-    return None
-
-
-def _cgroup_mb() -> tuple[float, float] | None:
-    """(limit, usage) of this process's memory cgroup (v2, else v1), where it has a limit."""
-    for limit_file, usage_file in (("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current"),
-                                   ("/sys/fs/cgroup/memory/memory.limit_in_bytes",
-                                    "/sys/fs/cgroup/memory/memory.usage_in_bytes")):
-        limit, usage = _read(limit_file), _read(usage_file)
-        if limit and usage and limit.isdigit() and usage.isdigit() and int(limit) < 2**60:
-            return int(limit) / 2**20, int(usage) / 2**20
-    return None
-
-
-def rss_mb() -> float | None:
-    """This process's resident memory (Linux; None elsewhere)."""
-    statm = _read("/proc/self/statm")
-    if not statm:
-        return None
-    return int(statm.split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
-
-
-def available_mb() -> tuple[float, float] | None:
-    """(memory this process may still take, the total it may use): the machine's MemAvailable, or what its
-    cgroup's limit leaves when less. None where neither can be read (not Linux)."""
-    avail, total = _meminfo_mb("MemAvailable"), _meminfo_mb("MemTotal")
-    if avail is None or total is None:
-        return None
-    cg = _cgroup_mb()
-    if cg is not None:
-        avail, total = min(avail, cg[0] - cg[1]), min(total, cg[0])
-    return avail, total
-
-
 @dataclass(frozen=True)
 class MemoryGuard:
     """When a trial's process takes too much host memory: over `max_rss_mb` (None: no cap of its own), or
-    leaving less than the safety margin available while the trial itself grew by more than that margin (the
-    machine's memory running short because of others is not this trial's doing)."""
+    leaving less than the safety margin available (the machine's, or the tightest cgroup limit above this process,
+    read as a working set: hostmem.py) while the trial itself grew by more than that margin (memory running short
+    because of others is not this trial's doing). Of several workers on one host that see memory run short, one
+    acts at a time (`claim`): the others carry on while its trial ends and frees memory. `root`: see hostmem."""
 
     max_rss_mb: float | None = None
+    root: Any = None  # a pathlib.Path; None: "/"
+
+    def _root(self) -> Any:
+        from pathlib import Path
+
+        return Path("/") if self.root is None else self.root
 
     def exceeded(self, start_rss_mb: float) -> str | None:
-        rss = rss_mb()
+        rss = hostmem.rss_mb(self._root() / "proc/self")
         if rss is None:
             return None
         if self.max_rss_mb is not None and rss > self.max_rss_mb:
             return f"host memory: the process holds {rss:.0f} MB, over pruning.max_host_memory_mb {self.max_rss_mb:g}"
-        room = available_mb()
+        if rss - start_rss_mb <= MARGIN_MB:
+            return None  # (the margin is never less: no need to read the machine's and the cgroups' memory)
+        room = hostmem.available_mb(self._root())
         if room is None:
             return None
         margin = max(MARGIN_MB, 0.05 * room[1])
         if room[0] < margin and rss - start_rss_mb > margin:
-            return (f"host memory: {room[0]:.0f} MB left available (under the {margin:.0f} MB safety margin) after "
-                    f"the trial grew by {rss - start_rss_mb:.0f} MB")
+            return (f"host memory: {room[0]:.0f} MB left available in {hostmem.where(self._root())} (under the "
+                    f"{margin:.0f} MB safety margin) after the trial grew by {rss - start_rss_mb:.0f} MB")
         return None
+
+    def claim(self) -> locks.Claim | None:
+        """This host's turn to act on memory running short (None: another worker's trial is acting on it)."""
+        level = hostmem.tightest(self._root())
+        return locks.try_claim(str(level.path) if level is not None else "host", "memory")
+
+
+# ---------------------------------------------------------------- the wake signal
+
+
+def _native_handler(sig: int) -> int | None:
+    """The process's disposition for `sig` as the kernel has it (0: default, 1: ignored, else a handler, which
+    may be native: faulthandler's, a JVM's); None where it cannot be read."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        buf = ctypes.create_string_buffer(256)  # a struct sigaction (its first field: the handler)
+        if libc.sigaction(sig, None, buf) != 0:
+            return None
+        return ctypes.c_void_p.from_buffer(buf).value or 0
+    except (OSError, AttributeError):
+        return None
+
+
+def _free(sig: int) -> bool:
+    return signal.getsignal(sig) == signal.SIG_DFL and _native_handler(sig) in (0, None)
+
+
+def wake_signal() -> int | None:
+    """The signal the watch wakes the main thread with (see the module's docstring); None: no signal."""
+    asked = os.environ.get(WAKE_ENV, "").strip()
+    if asked.lower() == "none":
+        return None
+    if asked:
+        try:
+            return int(asked) if asked.lstrip("-").isdigit() else int(getattr(signal, asked.upper()))
+        except AttributeError:
+            raise AutotuneError(f"{WAKE_ENV}={asked}: not a signal name or number (e.g. SIGRTMAX, 60, or none)") \
+                from None
+    rt = range(signal.SIGRTMAX, signal.SIGRTMIN, -1) if hasattr(signal, "SIGRTMAX") else range(0)
+    return next((s for s in rt if _free(s)), None)
+
+
+def _async_raise(ident: int | None, exc: type[BaseException] | None) -> None:
+    """Raise `exc` in thread `ident` at its next Python instruction (None clears one not raised yet)."""
+    if ident is not None:
+        ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(ident), ctypes.py_object(exc) if exc else None)
+
+
+class _Wake(BaseException):  # noqa: N818 (the no-signal wake, turned into the trial's Interrupted by Watch.run)
+    pass
+
+
+def _not_now(frame: Any) -> bool:
+    """An interrupt must not land here: in the watch's own bookkeeping (the trial is ending), or anywhere inside an
+    import (a module left half-initialized, torch._dynamo say, breaks every later import of it in the process)."""
+    if frame is not None and os.path.abspath(frame.f_code.co_filename) == _HERE:
+        return True
+    for _ in range(500):
+        if frame is None:
+            return False
+        if frame.f_code.co_filename.startswith("<frozen importlib"):
+            return True
+        frame = frame.f_back
+    return False
 
 
 # ---------------------------------------------------------------- the watch
@@ -128,72 +189,141 @@ class _Trial:
     on_stuck: Callable[[str, str], None] | None
     rss_mb: float
     pending: tuple[str, str, float] | None = None  # (reason, detail, when asked)
-    raised: bool = False
+    woken: float = 0.0  # when the last wake was sent
+    raised: bool = False  # an Interrupted was raised in the trial (Ctrl-C: once by the signal)
+    recorded: bool = False  # the watch recorded its end (stuck)
+    claim: locks.Claim | None = field(default=None, repr=False)  # its turn to act on host memory
+
+
+_ACTIVE: Watch | None = None  # the watch running in this process (its trial's interrupt: `check`)
+
+
+def check() -> None:
+    """Raise the running trial's interrupt again, if it has one: every call a fit makes on its trial context
+    does this, so an interrupt a fit swallowed comes back at its next call."""
+    watch = _ACTIVE
+    t = watch._trial if watch is not None else None
+    if t is not None and t.pending is not None and threading.get_ident() == watch._main:  # type: ignore[union-attr]
+        t.raised = True
+        raise Interrupted(t.pending[0], t.pending[1])
 
 
 class Watch:
     """One run's watchdog (see the module's docstring); `deadline_s`: seconds the run may take (None: no
-    limit); `memory`: the host-memory rule (None: off)."""
+    limit); `memory`: the host-memory rule (None: off); `on_interrupt`: called in the main thread when Ctrl-C
+    or SIGTERM comes (the run's study is told to stop there: no trial starts after it)."""
 
     def __init__(self, deadline_s: float | None = None, memory: MemoryGuard | None = MemoryGuard(),
-                 grace_s: float | None = None) -> None:
+                 grace_s: float | None = None, on_interrupt: Callable[[], None] | None = None) -> None:
         self.deadline = time.monotonic() + deadline_s if deadline_s else math.inf
         self.deadline_s = deadline_s
         self.memory = memory
         self.grace_s = GRACE_S if grace_s is None else grace_s
+        self.on_interrupt = on_interrupt
         self.interrupted = False  # Ctrl-C or SIGTERM came: the run stops after its current trial
+        self.interrupts = 0
+        self.stuck: tuple[str, str] | None = None  # (reason, detail) of a trial recorded from the watch
         self.active = False  # handlers installed (main thread only)
+        self.wake: int | None = None
         self._lock = threading.RLock()  # (re-entrant: the main thread's handlers take it too)
         self._trial: _Trial | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._previous: dict[int, object] = {}
+        self._previous: dict[int, Any] = {}
+        self._mine: dict[int, Any] = {}
         self._main = threading.main_thread().ident
+        self._exit_timer: Any = None
+        self._claim_until = 0.0
+        self._claim: locks.Claim | None = None
+        self._outer: Watch | None = None
 
     def __enter__(self) -> Watch:
+        global _ACTIVE
         if threading.current_thread() is not threading.main_thread():
             return self
-        for sig, handler in ((WAKE, self._on_wake), (signal.SIGINT, self._on_interrupt),
-                             (signal.SIGTERM, self._on_interrupt)):
-            self._previous[sig] = signal.signal(sig, handler)
+        self.wake = wake_signal()
+        self._take(signal.SIGINT, self._on_interrupt)
+        self._take(signal.SIGTERM, self._on_interrupt)
+        if self.wake is not None:
+            self._take(self.wake, self._on_wake, own=True)
+            if self.wake not in self._previous:  # named, but another's: no signal (never theirs sent by us)
+                self.wake = None
         self.active = True
+        self._outer, _ACTIVE = _ACTIVE, self
         self._thread = threading.Thread(target=self._loop, name="autotune-watch", daemon=True)
         self._thread.start()
         return self
 
+    def _take(self, sig: int, handler: Callable[[int, Any], None], own: bool = False) -> None:
+        """Install `handler` for `sig`, keeping the one before it; a signal the host ignores, or handles where
+        Python cannot see (None: a native handler, which could not be put back), is left alone."""
+        previous = signal.getsignal(sig)
+        if previous is None or previous == signal.SIG_IGN or (own and not _free(sig)):
+            return
+        self._previous[sig] = previous
+        self._mine[sig] = handler
+        signal.signal(sig, handler)
+
     def __exit__(self, *exc: object) -> None:
+        global _ACTIVE
         if not self.active:
             return
         self._stop.set()
         assert self._thread is not None
         self._thread.join()
-        signal.pthread_sigmask(signal.SIG_BLOCK, [WAKE])  # a wake still on its way is taken here, not by SIG_DFL
+        self._release_claim()
+        _ACTIVE = self._outer
+        wake = [self.wake] if self.wake is not None and self.wake in self._previous else []
+        signal.pthread_sigmask(signal.SIG_BLOCK, wake)  # a wake still on its way is taken here, not by SIG_DFL
         try:
-            if WAKE in signal.sigpending():
-                signal.sigwait([WAKE])
+            if wake and wake[0] in signal.sigpending():
+                signal.sigwait(wake)
             for sig, handler in self._previous.items():
-                signal.signal(sig, handler)  # type: ignore[arg-type]
+                if signal.getsignal(sig) == self._mine[sig]:  # (one the fit installed meanwhile stays: its own)
+                    signal.signal(sig, handler)
         finally:
-            signal.pthread_sigmask(signal.SIG_UNBLOCK, [WAKE])
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, wake)
         self.active = False
+        if self._exit_timer is not None and not self.interrupted:
+            self._exit_timer.cancel()
 
-    @contextlib.contextmanager
-    def trial(self, hang_s: float | None, on_stuck: Callable[[str, str], None] | None = None) -> Iterator[None]:
-        """Around one trial's training: its hang limit and the run's deadline apply, and Ctrl-C interrupts it.
-        `on_stuck(reason, detail)`: called from the watch thread when the trial has not returned `grace_s` after
-        being interrupted (it should record the trial's end; the process then ends)."""
+    def run(self, train: Callable[[], T], hang_s: float | None,
+            on_stuck: Callable[[str, str], None] | None = None) -> T:
+        """`train()` as one trial's training: its hang limit and the run's deadline apply, and Ctrl-C interrupts
+        it. `on_stuck(reason, detail)`: called from the watch thread when the trial has not returned `grace_s`
+        after being interrupted (it records the trial's end). A KeyboardInterrupt raised by the training code
+        itself ends the run as Ctrl-C does. The trial ends when `train` returns here: an interrupt that has not
+        landed by then is dropped (it never turns a finished trial into a stopped one)."""
         if not self.active:
-            yield
-            return
+            return train()
         with self._lock:
-            self._trial = _Trial(time.monotonic(), hang_s, on_stuck, rss_mb() or 0.0)
+            self._trial = t = _Trial(time.monotonic(), hang_s, on_stuck, hostmem.rss_mb() or 0.0)
         try:
             if self.interrupted:
                 self._raise("interrupted", "interrupted (Ctrl-C or SIGTERM) before it trained")
-            yield
+            try:
+                return train()
+            except _Wake:
+                raise Interrupted(*(t.pending or ("interrupted", "interrupted"))[:2]) from None
+            except KeyboardInterrupt as e:  # (a real Ctrl-C lands as Interrupted: this is the fit's own)
+                from autotune.core.errors import user_where
+
+                at = user_where(e)
+                self.interrupted = True
+                self._stop_study()
+                detail = "KeyboardInterrupt raised by the training code" + (f" (at {at})" if at else "")
+                raise Interrupted("interrupted", detail) from None
         finally:
-            with self._lock:
+            self._end(t)
+
+    def _end(self, t: _Trial) -> None:
+        with self._lock:
+            if self._trial is t:
                 self._trial = None
+            if self.wake is None and t.pending is not None:
+                _async_raise(self._main, None)  # a no-signal wake not raised yet is dropped with its trial
+            if t.claim is not None:  # its memory is being freed: the claim goes a little later (the watch thread)
+                self._claim, self._claim_until = t.claim, time.monotonic() + CLAIM_HOLD_S
 
     # ------------------------------------------------------------ the main thread's handlers
 
@@ -204,38 +334,78 @@ class Watch:
             t.raised = True
         raise Interrupted(reason, detail)
 
-    def _on_wake(self, signum: int, frame: object) -> None:
+    def _on_wake(self, signum: int, frame: Any) -> None:
         with self._lock:
             t = self._trial
-            if t is None or t.pending is None or t.raised:
+            if t is None or t.pending is None:
                 return  # the trial ended before the wake landed
+            if _not_now(frame):
+                return  # the next wake (REDELIVER_S) lands in the trial's own code, if it is still running
             t.raised = True
             reason, detail, _ = t.pending
         raise Interrupted(reason, detail)
 
-    def _on_interrupt(self, signum: int, frame: object) -> None:
-        if signum == signal.SIGTERM:
-            from autotune.core.lifetime import EXIT_GRACE_S, exit_after
-
-            exit_after(EXIT_GRACE_S)  # a terminated process ends, whatever it is stuck on
+    def _on_interrupt(self, signum: int, frame: Any) -> None:
+        if lifetime.is_program() and self._exit_timer is None:
+            # the program ends, whatever it is stuck on (every write before that is bounded by it)
+            self._exit_timer = lifetime.exit_after(lifetime.EXIT_GRACE_S, 128 + signum)
+        self.interrupts += 1
         self.interrupted = True
+        self._stop_study()
+        self._chain(signum, frame)
         t = self._trial
         if t is not None and not t.raised:
-            self._raise("interrupted", f"interrupted ({signal.Signals(signum).name})")
+            why = f"interrupted ({signal.Signals(signum).name})"
+            if _not_now(frame):  # asked for now, delivered by the watch's next wake
+                t.pending = t.pending or ("interrupted", why, time.monotonic())
+                return
+            self._raise("interrupted", why)
+        if t is None and self.interrupts >= FORCE_AFTER and signum == signal.SIGINT:
+            raise KeyboardInterrupt  # insisting, outside a trial: now (a trial being written may stay RUNNING)
+
+    def _chain(self, signum: int, frame: Any) -> None:
+        """The host's own handler for this signal, after ours (not Python's default ones: the run turns those into
+        KeyboardInterrupt once its trial is recorded)."""
+        previous = self._previous.get(signum)
+        if callable(previous) and previous is not signal.default_int_handler and \
+                not str(getattr(previous, "__module__", "")).startswith("autotune."):  # (ours stand in for those)
+            previous(signum, frame)
+
+    def _stop_study(self) -> None:
+        if self.on_interrupt is not None:
+            with contextlib.suppress(Exception):  # (Optuna refuses outside its optimize loop: a worker waiting)
+                self.on_interrupt()
 
     # ------------------------------------------------------------ the watch thread
 
     def _loop(self) -> None:
         while not self._stop.wait(POLL_S):
+            stuck = None
             with self._lock:
                 t = self._trial
-                why = self._why(t) if t is not None and t.pending is None else None
-                if t is not None and why is not None:
-                    t.pending = (*why, time.monotonic())
-                    signal.pthread_kill(self._main, WAKE)  # type: ignore[arg-type]
-                stuck = t is not None and t.pending is not None and time.monotonic() - t.pending[2] > self.grace_s
-            if stuck and t is not None and t.pending is not None:
-                self._stuck(t)
+                now = time.monotonic()
+                if self._claim is not None and now > self._claim_until:
+                    self._release_claim()
+                if t is not None and t.pending is None:
+                    why = self._why(t)
+                    if why is not None:
+                        t.pending = (*why, now)
+                        self._wake(t, now)
+                elif t is not None and t.pending is not None:
+                    if now - t.woken > REDELIVER_S:
+                        self._wake(t, now)  # it swallowed the last one, or is inside a native call
+                    if not t.recorded and now - t.pending[2] > self.grace_s:
+                        t.recorded = True
+                        stuck = t
+            if stuck is not None:
+                self._stuck(stuck)
+
+    def _wake(self, t: _Trial, now: float) -> None:
+        t.woken = now
+        if self.wake is not None:
+            signal.pthread_kill(self._main, self.wake)  # type: ignore[arg-type]
+        else:
+            _async_raise(self._main, _Wake)
 
     def _why(self, t: _Trial) -> tuple[str, str] | None:
         now = time.monotonic()
@@ -244,21 +414,38 @@ class Watch:
         if now > self.deadline:
             return "timeout", f"the run's study.timeout ({self.deadline_s:g} s) passed"
         over = self.memory.exceeded(t.rss_mb) if self.memory is not None else None
-        return ("oom", over) if over is not None else None
+        if over is None:
+            return None
+        if not over.startswith("host memory: the process holds"):  # memory short for all: one worker acts
+            t.claim = t.claim or self.memory.claim()  # type: ignore[union-attr]
+            if t.claim is None:
+                return None  # another worker's trial on this host is acting on it
+        return "oom", over
+
+    def _release_claim(self) -> None:
+        if self._claim is not None:
+            self._claim.release()
+            self._claim = None
 
     def _stuck(self, t: _Trial) -> None:
+        """The interrupted trial is still running: record its end (at most WRITE_LIMIT_S, on a thread of its own),
+        then end the process as the program; as a library, stop the run and keep interrupting the trial."""
         assert t.pending is not None
         reason, detail, _ = t.pending
         detail = f"{detail}; still running {self.grace_s:g} s after it was interrupted (stuck in native code, or " \
                  "catching every exception)"
-        try:
-            if t.on_stuck is not None:
-                t.on_stuck(reason, detail)
-        finally:
-            for stream in (sys.stdout, sys.stderr):
-                with contextlib.suppress(Exception):
-                    stream.flush()
-            os._exit(130 if reason == "interrupted" else 2)
+        self.stuck = (reason, detail)
+        if t.on_stuck is not None:
+            writer = threading.Thread(target=t.on_stuck, args=(reason, detail), name="autotune-stuck-write",
+                                      daemon=True)
+            writer.start()
+            writer.join(WRITE_LIMIT_S)
+            if writer.is_alive():
+                print(f"error: the storage did not take the stuck trial's end within {WRITE_LIMIT_S:g} s; the next "
+                      "run fails it as orphaned", file=sys.stderr, flush=True)
+        if lifetime.is_program():
+            lifetime._exit_now(130 if reason == "interrupted" else 2)
 
 
-__all__ = ["GRACE_S", "Interrupted", "MemoryGuard", "Watch", "available_mb", "rss_mb"]
+__all__ = ["GRACE_S", "Interrupted", "MemoryGuard", "StuckTrial", "Watch", "available_mb", "check", "rss_mb",
+           "wake_signal"]

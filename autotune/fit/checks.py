@@ -116,8 +116,9 @@ def _check_augment(cfg: RunConfig, input_shape: tuple[int, ...], file: str) -> N
 
 
 def _check_batch_size(cfg: RunConfig, n_train: int, file: str) -> None:
-    """A batch larger than the training split trains every epoch on one short batch (on several devices with
-    drop_last, on none): refused when fixed or when every searched value is; a warning when some searched are."""
+    """A batch larger than the training split trains every epoch on one short batch (the whole split): refused when
+    the user fixed it or when every searched value is; a warning when some searched are, or when it is the default
+    (a tiny image folder with the default 64 trains on all of it at once, as PyTorch would)."""
     fixed = cfg.fixed()
     fraction = float(fixed.get("data_fraction", 1.0)) if "data_fraction" not in cfg.space else 1.0
     n = max(1, int(round(n_train * fraction)))
@@ -125,7 +126,11 @@ def _check_batch_size(cfg: RunConfig, n_train: int, file: str) -> None:
     spec = cfg.space.get("batch_size")
     if spec is None:
         bs = int(fixed["batch_size"])
-        if bs > n:
+        if bs > n and "batch_size" not in cfg.train:  # a default is not the user's choice: trained as PyTorch does
+            warn_config(file, "train.batch_size", f"{bs} (the default) is larger than the training set ({of}): each "
+                                                  f"epoch trains on all {n} samples as one batch; set "
+                                                  "train.batch_size to choose")
+        elif bs > n:
             raise ConfigError(file, "train.batch_size", f"{bs} is larger than the training set ({of}): every epoch "
                                                         f"would be one short batch; use at most {n}")
         return

@@ -248,7 +248,7 @@ class PruningConfig(_Model):
     oom: Literal["prune", "retry_smaller_batch"] = "prune"  # retry_smaller_batch: retry once with half the batch
     # host memory the training process may hold (resident, MB); past it the trial stops as oom (null: only the
     # machine's own limit, less a safety margin)
-    max_host_memory_mb: float | None = Field(None, gt=0)
+    max_host_memory_mb: Float | None = Field(None, gt=0)  # (true is not 1 MB)
     # several objectives: the sampler sees a trial stopped after epoch k as the completed trial with epochs: k where
     # that is true (epochs searched, a constant learning rate, no compression); search/credit.py, bench/RESULTS.md
     stopped_as_shorter: bool = True

@@ -25,7 +25,7 @@ from typing import Any
 import optuna
 from optuna.trial import TrialState
 
-from autotune.core import TrialStopped, describe_exception, is_quality, per_epoch, user_where, watchdog
+from autotune.core import TrialStopped, describe_exception, is_quality, lifetime, per_epoch, user_where, watchdog
 from autotune.fit import REAL, Backend, TrialPlan, fit_name, load_fit, trainer
 from autotune.search import lr_scaling_text, pruners
 from autotune.spec import RunConfig
@@ -77,16 +77,24 @@ class Objective:
         self.attempts.cap = cap
 
     @contextlib.contextmanager
-    def watching(self, timeout_s: float | None) -> Iterator[None]:
+    def watching(self, timeout_s: float | None, study: optuna.Study | None = None) -> Iterator[None]:
         """Around `study.optimize`: hang_seconds, the run's timeout and host memory hold inside every trial
-        (watchdog.py), and Ctrl-C ends the run after its trial is recorded; it is then raised here as
-        KeyboardInterrupt, once Optuna has told every trial's end."""
-        with watchdog.Watch(timeout_s, watchdog.MemoryGuard(self.cfg.pruning.max_host_memory_mb)) as watch:
+        (watchdog.py), and Ctrl-C ends the run after its trial is recorded (`study` is told to stop: no trial
+        starts after it); it is then raised here as KeyboardInterrupt, once Optuna has told every trial's end. A
+        trial the watch had to record itself (stuck) ends the run with StuckTrial."""
+        with watchdog.Watch(timeout_s, watchdog.MemoryGuard(self.cfg.pruning.max_host_memory_mb),
+                            on_interrupt=study.stop if study is not None else None) as watch:
             self.watch = watch
             try:
                 yield
+            except Exception:
+                if watch.stuck is None:
+                    raise  # (else: Optuna could not tell the trial the watch recorded; said below)
             finally:
                 self.watch = None
+        if watch.stuck is not None:
+            raise watchdog.StuckTrial(f"{self.name}: a trial stopped ({watch.stuck[0]}): {watch.stuck[1]}; its end "
+                                      "was recorded and the run stopped (finished trials are kept)")
         if watch.interrupted or self.interrupted:
             raise KeyboardInterrupt
 
@@ -139,8 +147,7 @@ class Objective:
         # several devices: the ranks check the hang limit together, and their launcher ends them past it (supervisor.py)
         hang_s = self.cfg.pruning.slow.hang_seconds if devices == 1 else None
         try:
-            with self.watch.trial(hang_s, functools.partial(self._stuck, trial, epochs)):
-                return train()
+            return self.watch.run(train, hang_s, functools.partial(self._stuck, trial, epochs))
         except watchdog.Interrupted as e:
             where = user_where(e)
             reason, detail = e.reason, e.detail + (f" (at {where})" if where else "")
@@ -154,24 +161,26 @@ class Objective:
 
     def _stuck(self, trial: optuna.Trial, epochs: Callable[[], int], reason: str, detail: str) -> None:
         """The watch thread's last resort for a trial that did not stop when interrupted: its end recorded (PRUNED,
-        with the reason), one line, and the process ends (watchdog.Watch._stuck)."""
+        with the reason), one line; then the program ends its process, a library stops the run (watchdog.py)."""
         text = f"{self.name}: trial {trial.number} stopped ({reason}): {detail}"
+        ended = "ended the process" if lifetime.is_program() else "stopped the run (the process goes on)"
         try:
             state = TrialState.FAIL if reason in RUN_ENDED else TrialState.PRUNED
             trial.record.stopped(reason, epochs(), detail[:500],  # type: ignore[attr-defined]
                                  error=f"{reason}: {detail}"[:500] if state == TrialState.FAIL else None)
             trial.end_now(state)  # type: ignore[attr-defined]
-            text += f"; recorded it {state.name} ({reason}) and ended the process (finished trials are kept)"
+            text += f"; recorded it {state.name} ({reason}) and {ended} (finished trials are kept)"
         except Exception as e:  # the storage itself failed: the orphan reaper of the next run fails the trial
-            text += f"; could not record it ({describe_exception(e)}); ended the process"
+            text += f"; could not record it ({describe_exception(e)}); {ended}"
         print(f"error: {text}", file=sys.stderr, flush=True)
 
 
-def watching(objective: Any, timeout_s: float | None) -> contextlib.AbstractContextManager[None]:
+def watching(objective: Any, timeout_s: float | None,
+             study: optuna.Study | None = None) -> contextlib.AbstractContextManager[None]:
     """`Objective.watching` for an Objective (or one wrapped in `.inner`), else nothing (a caller's own callable)."""
     while not isinstance(objective, Objective) and hasattr(objective, "inner"):
         objective = objective.inner
-    return objective.watching(timeout_s) if isinstance(objective, Objective) else contextlib.nullcontext()
+    return objective.watching(timeout_s, study) if isinstance(objective, Objective) else contextlib.nullcontext()
 
 
 def interrupted(objective: Any) -> bool:

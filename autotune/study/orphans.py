@@ -8,7 +8,9 @@ stamps, and no trial exists unstamped while its process could die. Every run pat
 starts or resumes (workers also while they wait and while they train). An owner is provably gone when
 - it ran on this host and its process is dead: no such process, a zombie, or a process of the same
   id that started at another time (the stamp holds the start time, so a reused pid is not mistaken
-  for the owner), or
+  for the owner). "This host" is the same hostname, boot and pid namespace (the stamp's `scope`):
+  containers that share a hostname (`--network host`, some Slurm setups) number their processes each in
+  their own pid namespace, so one container's pid says nothing about another's process; or
 - its trial's heartbeat is older than `grace_period` (RDB storages with `heartbeat_interval`, SQLite
   included): this is the only way to see a dead owner on another host.
 Anything else (another host, no heartbeats: a journal file on NFS) cannot be told from a slow trial
@@ -31,8 +33,9 @@ from autotune.core import optuna_compat as compat
 from autotune.spec import TrialRecord
 from autotune.study import records
 
-OWNER_ATTR = "worker"  # the stored key of a trial's owner (TrialRecord.worker): "host:pid:start" of its process
+OWNER_ATTR = "worker"  # the stored key of a trial's owner (TrialRecord.worker): "host:pid:start:scope" of its process
 REASON = "orphaned"
+PROC = "/proc"
 
 
 def _proc_stat(pid: int) -> tuple[str, int] | None:
@@ -49,11 +52,34 @@ def _proc_stat(pid: int) -> tuple[str, int] | None:
         return None
 
 
+_SCOPE: tuple[int, str | None] | None = None  # (the pid it was read in, scope()): read once per process
+
+
+def scope() -> str | None:
+    """What a pid means here: this boot of this machine and this pid namespace (`BOOTID.PIDNS`: the boot id's first
+    12 hex digits and the namespace's inode); None where /proc does not tell."""
+    global _SCOPE
+    if _SCOPE is None or _SCOPE[0] != os.getpid():
+        _SCOPE = (os.getpid(), _read_scope())
+    return _SCOPE[1]
+
+
+def _read_scope() -> str | None:
+    try:
+        with open(f"{PROC}/sys/kernel/random/boot_id") as f:
+            boot = f.read().strip().replace("-", "")[:12]
+        namespace = os.stat(f"{PROC}/self/ns/pid").st_ino
+    except OSError:
+        return None
+    return f"{boot}.{namespace}" if boot else None
+
+
 def owner_id() -> str:
-    """`host:pid:start` of this process (`host:pid` where there is no /proc)."""
+    """`host:pid:start:scope` of this process (`host:pid` where there is no /proc)."""
     pid = os.getpid()
     stat = _proc_stat(pid)
-    return f"{socket.gethostname()}:{pid}" + (f":{stat[1]}" if stat else "")
+    where = scope()
+    return f"{socket.gethostname()}:{pid}" + (f":{stat[1]}" if stat else "") + (f":{where}" if stat and where else "")
 
 
 @dataclass(frozen=True)
@@ -61,11 +87,15 @@ class Owner:
     host: str
     pid: int
     start: int | None  # None: stamped where /proc was missing, or by an older autotune
+    scope: str | None = None  # boot and pid namespace (`scope()`); None: stamped by an older autotune
 
     @classmethod
     def parse(cls, stamp: Any) -> Owner | None:
         if not isinstance(stamp, str):
             return None
+        parts = stamp.rsplit(":", 3)
+        if len(parts) == 4 and parts[1].isdigit() and parts[2].isdigit() and "." in parts[3]:
+            return cls(parts[0], int(parts[1]), int(parts[2]), parts[3])
         parts = stamp.rsplit(":", 2)
         if len(parts) == 3 and parts[1].isdigit() and parts[2].isdigit():
             return cls(parts[0], int(parts[1]), int(parts[2]))
@@ -73,7 +103,9 @@ class Owner:
         return cls(host, int(pid), None) if host and pid.isdigit() else None
 
     def here(self) -> bool:
-        return self.host == socket.gethostname()
+        """Stamped on this host, in this boot and pid namespace: its pid is one this process can look up. (A stamp
+        of an older autotune, without its scope, is known by its hostname alone.)"""
+        return self.host == socket.gethostname() and (self.scope is None or self.scope == scope())
 
     def is_me(self) -> bool:
         return self == Owner.parse(owner_id())
@@ -224,4 +256,4 @@ def reap(study: optuna.Study, everywhere: bool = False, trials: list[FrozenTrial
 
 
 __all__ = ["OWNER_ATTR", "REASON", "JournalStorage", "Owner", "RDBStorage", "dead_here", "heartbeats", "owner_id",
-           "owner_of", "reap", "retry_once"]
+           "owner_of", "reap", "retry_once", "scope"]

@@ -14,7 +14,7 @@ from typing import NoReturn
 
 import optuna
 
-from autotune.core import AutotuneError, describe_exception
+from autotune.core import AutotuneError, describe_exception, error_signature
 from autotune.core import optuna_compat as compat
 from autotune.spec import TrialRecord
 
@@ -45,9 +45,10 @@ CATCH = (TrialFailed, RuntimeError, ValueError, TypeError, ArithmeticError, Memo
 
 
 class _NoTraceback(logging.Filter):
-    """Optuna logs a failed trial twice (its error, then "failed with value None"). A failure of ours (TrialFailed,
-    an AutotuneError) is already said once, by the run's trial line or its one-line error: both of Optuna's lines are
-    dropped. Any other failure keeps its lines, without the traceback only where ours carry their one-line story."""
+    """Optuna logs a failed trial in two lines, with its traceback; ours already carry their one-line story: a
+    failed trial (TrialFailed) is one line, `Trial N failed: <the error>` (a library's caller has no other view of
+    it; the CLI's live view drops even that one: common.trials_shown). A trial the run ended (RunEnded), or an
+    AutotuneError that ends the run, is not logged at all: the run says why it ended, once (both lines dropped)."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -56,12 +57,17 @@ class _NoTraceback(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         exc = record.exc_info[1] if record.exc_info else None
         head = " ".join(record.getMessage().split(" ", 2)[:2]) + " "
-        if isinstance(exc, (TrialFailed, AutotuneError)):  # (RunEnded too: the run says why it ended, once)
-            self.silent.add(head)
+        if isinstance(exc, RunEnded) or (isinstance(exc, AutotuneError) and not isinstance(exc, TrialFailed)):
+            self.silent.add(head)  # (an AutotuneError ends the run: raised to its caller, who says it once)
             return False
         if exc is None and head in self.silent:  # Optuna's second line: "Trial N failed with value None."
             self.silent.discard(head)
             return False
+        if isinstance(exc, TrialFailed):  # one clear line of ours for Optuna's two (the params are in the study)
+            self.silent.add(head)
+            record.msg, record.args = f"{head}failed: {exc}", None
+            record.exc_info = record.exc_text = None
+            return True
         return True
 
 
@@ -72,7 +78,8 @@ def quiet_failures() -> contextlib.AbstractContextManager[None]:
 
 
 class FailureStreak:
-    """Counts trials in a row that failed with the same error (type, place, message)."""
+    """Counts trials in a row that failed with the same error: its type at the same place in the user's code
+    (core.error_signature; the message may hold a value that changes every trial), else the same text."""
 
     def __init__(self, limit: int) -> None:
         self.limit = limit
@@ -86,8 +93,9 @@ class FailureStreak:
     def saw(self, error: str) -> bool:
         """Record a failure by its one line (`describe_exception`): a trial stopped because its combination
         failed before (the speed probe) repeats that error without running it."""
-        self.count = self.count + 1 if error == self.signature else 1
-        self.signature = error
+        signature = error_signature(error)
+        self.count = self.count + 1 if signature == self.signature else 1
+        self.signature = signature
         return self.count >= self.limit
 
     def reset(self) -> None:

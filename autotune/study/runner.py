@@ -17,7 +17,7 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from autotune.config import check_one_device
-from autotune.core import ConfigError, __version__, check_fit_signature, redact
+from autotune.core import ConfigError, __version__, check_fit_signature, file_stem, redact
 from autotune.fit import Fit, fit_name, preflight
 from autotune.fit import notes as preflight_notes
 from autotune.search import pruners, results, samplers, space
@@ -179,7 +179,7 @@ def resolve_teacher(cfg: RunConfig, storage: optuna.storages.BaseStorage | None 
     if d is None or d.teacher != "best":
         return cfg
     name = d.teacher_study or cfg.study.name
-    path = Path("studies") / f"{name}-teacher.pt"
+    path = Path("studies") / f"{file_stem(name)}-teacher.pt"  # (a stored name never picks where a file goes)
     storage = storage or storage_mod.make_storage(cfg)
     try:
         src = optuna.load_study(study_name=name, storage=storage)
@@ -330,7 +330,7 @@ def run(cfg: RunConfig, fresh: bool = False, callbacks: list[TrialCallback] | No
             objective: Callable[[optuna.Trial], Any] = Objective(cfg, fit)
             if cfg.study.n_trials is not None:
                 objective = FinishedBudget(objective, cfg.study.n_trials, study)
-            with quiet_failures(), accel.frozen_survivors(), watching(objective, cfg.study.timeout):
+            with quiet_failures(), accel.frozen_survivors(), watching(objective, cfg.study.timeout, study):
                 # callbacks=None without the caller's: Optuna then reads no trial back for them (see FinishedBudget)
                 study.optimize(objective, n_trials=todo, timeout=cfg.study.timeout, callbacks=callbacks or None,
                                catch=CATCH, gc_after_trial=False)  # the objective releases memory itself

@@ -27,12 +27,14 @@ from autotune.core import (
     describe_exception,
     environ,
     lifetime,
+    without_user_code,
 )
 from autotune.core import optuna_compat as compat
 from autotune.search import samplers
 from autotune.spec import RunConfig
 from autotune.study import orphans, storage
 from autotune.study import runner as study_mod
+from autotune.study import trust as trust_mod
 from autotune.study.budget import (
     ClaimedObjective,
     StaleWatcher,
@@ -239,10 +241,12 @@ def run_worker(cfg: RunConfig, sampler_seed_offset: int | None = 0, callbacks: l
     deadline = None if cfg.study.timeout is None else time.monotonic() + cfg.study.timeout
     step = "run"
     with warnings.catch_warnings(), StaleWatcher(study, cfg), quiet_failures(), claimed.quiet(), \
-            accel.frozen_survivors(), watching(claimed, cfg.study.timeout):
+            accel.frozen_survivors(), watching(claimed, cfg.study.timeout, study):
         # fail_stale_trials and the retry callback are "experimental" since Optuna 2.8: said once, in the docs.
         warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
         while deadline is None or time.monotonic() < deadline:
+            if interrupted(claimed):  # Ctrl-C or SIGTERM, in a trial or while waiting: no next batch (watching
+                break  # raises KeyboardInterrupt)
             step = next_step(study, n, claimed)
             if step == "done":
                 break
@@ -254,8 +258,6 @@ def run_worker(cfg: RunConfig, sampler_seed_offset: int | None = 0, callbacks: l
             # callbacks=None without the caller's: Optuna then reads no trial back for them (a full read per trial)
             study.optimize(claimed, n_trials=batch(claimed.seen, n), timeout=left, catch=(*CATCH, SurplusTrial),
                            callbacks=cbs or None)
-            if interrupted(claimed):  # Ctrl-C or SIGTERM: no next batch (watching raises KeyboardInterrupt)
-                break
     # the parent run ends with the study, not with one of its workers
     study_mod.finish_run(hooks, study, "FINISHED" if step == "done" else None)
     return WorkerResult(ran=claimed.ran, surplus=claimed.surplus, study=study)
@@ -267,6 +269,7 @@ def run_worker(cfg: RunConfig, sampler_seed_offset: int | None = 0, callbacks: l
 def _child(cfg_dict: dict[str, Any], source: str, slot: Slot) -> None:
     """Entry point of a spawned worker (its environment was set by the parent before the spawn)."""
     parent = os.getppid()
+    lifetime.as_program()  # autotune's own process: it may end itself (a stuck trial, a deadline after SIGTERM)
     lifetime.die_with_parent()
     lifetime.watch_parent(parent)
     import torch
@@ -278,7 +281,8 @@ def _child(cfg_dict: dict[str, Any], source: str, slot: Slot) -> None:
     try:
         # A terminated worker fails its trial through Optuna (KeyboardInterrupt) instead of leaving it RUNNING
         # (before this, SIGTERM ends the worker outright: it holds no trial yet).
-        with lifetime.sigterm_interrupts():
+        # (no line per failed trial here: the driver's view shows each one)
+        with lifetime.sigterm_interrupts(), compat.failed_trial_lines_off():
             run_worker(cfg, sampler_seed_offset=slot.index)  # no tracker: the driver logs every trial once
     except KeyboardInterrupt:
         sys.exit(130)
@@ -321,6 +325,7 @@ def checked_in_child(cfg_dict: dict[str, Any], source: str, slot: Slot) -> str:
 def _preflight_child(cfg_dict: dict[str, Any], source: str, conn: Any) -> None:
     """Entry point of the spawned device check: ("ok", device name), ("config", file, key, message) or
     ("error", one line)."""
+    lifetime.as_program()
     lifetime.die_with_parent()
     try:
         with config_warnings_as_lines():  # the checks' warnings (a batch past the data) as the driver's are
@@ -472,17 +477,21 @@ def _wrap_up(cfg: RunConfig, study: optuna.Study, hooks: list[study_mod.RunCallb
 # ---------------------------------------------------------------- joining from anywhere
 
 
-def join_config(storage_url: str, study_name: str) -> RunConfig:
-    """The RunConfig a study was started with (its `config` user attr), pointed at `storage_url`."""
+def join_config(storage_url: str, study_name: str, code_hash: str | None = None, trust: bool = False) -> RunConfig:
+    """The RunConfig a study was started with (its `config` user attr), pointed at `storage_url`. The code it names
+    is imported only once the stored config is known to be the one launched (`code_hash`), or trusted (trust.py)."""
     storage.check_joinable(storage_url)
+    with without_user_code():  # read and validated, nothing of it imported yet
+        study, _ = storage.load_stored(storage_url, study_name)
+    trust_mod.check(study, code_hash, trust, storage_url)
     return storage.load_stored(storage_url, study_name)[1]
 
 
-def join(storage_url: str, study_name: str, n_trials: int | None = None,
-         timeout: float | None = None) -> tuple[RunConfig, optuna.Study]:
+def join(storage_url: str, study_name: str, n_trials: int | None = None, timeout: float | None = None,
+         code_hash: str | None = None, trust: bool = False) -> tuple[RunConfig, optuna.Study]:
     """`autotune worker`: the study's config (with this worker's budget and timeout), checked on this machine
     (its data, factories and device: one line now, not a failure in every trial), and the study."""
-    cfg = join_config(storage_url, study_name)
+    cfg = join_config(storage_url, study_name, code_hash, trust)
     if n_trials is not None or timeout is not None:
         over = {k: v for k, v in (("study.n_trials", n_trials), ("study.timeout", timeout)) if v is not None}
         cfg = from_dict(cfg.to_dict(), overrides=over, source=cfg.source)

@@ -78,7 +78,7 @@ def test_a_password_never_reaches_the_logs_folder(tmp_path: Path, monkeypatch: p
 
     pkl = next((tmp_path / "logs").rglob("*_submitted.pkl"))
     delayed = pickle.loads(pkl.read_bytes())
-    assert delayed.args == (None, name, None)
+    assert delayed.args == (None, name, None, None)  # (no code of the user's: no code hash)
     optuna.delete_study(study_name=name, storage=postgres_url)
 
 
@@ -175,3 +175,16 @@ def test_two_local_cpu_jobs_with_device_auto_finish_the_study(tmp_path: Path, ca
     out, err = capsys.readouterr()
     assert rc == 0, out + err
     assert_exact(load(path), 4)
+
+
+def test_a_study_that_runs_the_users_code_is_launched_with_its_code_hash(tmp_path: Path, capsys: Any) -> None:
+    """The jobs (and the line for workers started elsewhere) carry the study's code hash: a worker runs the code
+    the stored config names only while that config is the one launched (study/trust.py)."""
+    from autotune.study import trust
+
+    path = tmp_path / "c.yaml"
+    path.write_text(f"study: {{name: c, storage: 'journal:///{tmp_path}/c.log', n_trials: 2}}\n"
+                    "trainer: tests.user_fits:fit\ntrain: {epochs: 1, batch_size: 64}\n")
+    assert cli.main(["launch", str(path), "--executor", "none"]) == 0
+    h = trust.study_hash(load(path))
+    assert h is not None and capsys.readouterr().out.rstrip().endswith(f"--study c --code-hash {h}")

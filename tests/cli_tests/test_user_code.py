@@ -93,6 +93,7 @@ def test_a_fit_that_will_not_stop_is_recorded_and_its_process_ends(tmp_path: Pat
     # torch._dynamo (which ctx.prepare imports, 1-3 s on a busy machine) is imported first: the hang limit of 1 s
     # must fall in the fit's loop, not in that import
     r = run("-c", "import sys, torch._dynamo; from autotune.core import watchdog as w; w.GRACE_S = 1.0; "
+                  "from autotune.core import lifetime; lifetime.as_program(); "  # (what `autotune` itself says)
                   f"from autotune.cli.app import main; sys.exit(main(['run', {str(src)!r}, '--plain']))", cwd=ROOT)
     assert time.monotonic() - t0 < 60
     assert r.returncode == 2, r.stderr

@@ -107,3 +107,57 @@ def test_duplicate_keys_are_refused_with_both_lines(text: str, key: str, lines: 
         config.load(path)
     assert str(info.value).startswith(f"cnn.yaml: {key}: duplicate key at lines {lines[0]} and {lines[1]}"), \
         str(info.value)
+
+
+# ---------------------------------------------------------------- issue 43: depth, size, keys spelled differently
+
+
+@pytest.mark.parametrize("style", ["flow", "block"])
+def test_deep_nesting_is_one_line_and_exit_2(style: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """3,000 levels of `[` or 1,000 levels of indented keys: PyYAML's composer would recurse past Python's limit and
+    print a RecursionError traceback."""
+    from autotune.cli import app as cli
+
+    path = tmp_path / "deep.yaml"
+    if style == "flow":
+        path.write_text("data: " + "[" * 3000 + "]" * 3000 + "\n")
+    else:
+        path.write_text("study:\n" + "".join("  " * (i + 1) + f"k{i}:\n" for i in range(1000)) + "  " * 1001 + "v: 1\n")
+    assert cli.main(["validate", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err, err
+    line = 1 if style == "flow" else 65
+    assert err == f"error: deep.yaml: line {line}: values nested more than 64 levels deep (a run file needs a " \
+                  "handful); flatten it\n"
+
+
+def test_a_long_value_aliased_many_times_is_refused_by_size(tmp_path: Path) -> None:
+    """One 1 MB string used 99,000 times: few values, but 99 GB once stored as JSON."""
+    path = tmp_path / "big.yaml"
+    path.write_text('data:\n  name: digits\n  kwargs:\n    blob: &b "' + "x" * 1_000_000 + '"\n'
+                    "metrics: [" + ", ".join(["*b"] * 99_000) + "]\n")
+    t0 = time.monotonic()
+    with pytest.raises(ConfigError) as e:
+        config.load(path)
+    assert time.monotonic() - t0 < 10
+    assert str(e.value) == ("big.yaml: data.kwargs.blob: line 4: aliases (*name) expand this file by 99,000,099,000 "
+                            "characters, more than the 1,000,000 allowed (a long value reused many times); write the "
+                            "values out or reuse less")
+
+
+@pytest.mark.parametrize(("first", "second", "value"), [
+    ("1", "0x1", "1"), ("yes", "true", "True"), ("~", "null", "None"), ("1", "1.0", "1"), ("on", "On", "True"),
+])
+def test_duplicate_keys_spelled_differently_are_refused(first: str, second: str, value: str, tmp_path: Path) -> None:
+    path = tmp_path / "dup.yaml"
+    path.write_text(f"data:\n  name: digits\n  kwargs:\n    {first}: a\n    {second}: b\n")
+    with pytest.raises(ConfigError) as e:
+        config.load(path)
+    assert str(e.value) == (f"dup.yaml: data.kwargs.{second}: duplicate key at lines 4 and 5 (`{first}` and "
+                            f"`{second}` are the same key, {value}) (YAML would silently keep only the last); keep one")
+
+
+def test_keys_that_only_look_alike_are_two_keys(tmp_path: Path) -> None:
+    path = tmp_path / "two.yaml"
+    path.write_text("data:\n  name: digits\n  kwargs: {'1': a, 2: b, 'true': c, false: d, 'null': e}\n")
+    assert config.read_yaml(path)["data"]["kwargs"] == {"1": "a", 2: "b", "true": "c", False: "d", "null": "e"}

@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import os
+import stat
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import optuna
+import pytest
 
-from autotune.core import locks
+from autotune.core import AutotuneError, locks
 
 HOLD = """
 import sys, time, optuna
@@ -40,3 +45,49 @@ def test_a_second_process_waits_for_the_lock(tmp_path: Path) -> None:
         assert waited > 1.0, waited  # it had to wait for the holder (5 s) to let go
     finally:
         holder.wait(timeout=60)
+
+
+# ---------------------------------------------------------------- where lock files live: this user's own directory
+
+
+def test_lock_files_live_in_a_directory_only_this_user_can_write(tmp_path: Path, monkeypatch: Any) -> None:
+    monkeypatch.delenv("XDG_RUNTIME_DIR", raising=False)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # the shared /tmp, here
+    with locks.path_lock("study\0sqlite:///x.db", "stale"):
+        pass
+    assert not list(tmp_path.glob("*.lock"))  # nothing at a predictable name in the shared folder itself
+    (d,) = tmp_path.iterdir()
+    assert d.name == f"autotune-{os.getuid()}" and stat.S_IMODE(d.stat().st_mode) == 0o700
+    (f,) = d.iterdir()
+    assert f.name.startswith("stale-") and stat.S_IMODE(f.stat().st_mode) == 0o600
+
+
+def test_a_planted_symlink_is_never_followed(tmp_path: Path, monkeypatch: Any) -> None:
+    """Someone plants a link where our lock file will be: opening it must not create (or truncate) its target."""
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path / "run"))
+    (tmp_path / "run").mkdir(mode=0o700)
+    target = tmp_path / "victim"
+    with locks.path_lock("s", "stale"):
+        pass
+    (lock,) = (tmp_path / "run" / "autotune").iterdir()
+    lock.unlink()
+    lock.symlink_to(target)
+    with pytest.raises(AutotuneError, match="cannot open the lock file .*a symlink there is refused"):
+        with locks.path_lock("s", "stale"):
+            pass
+    assert not target.exists()
+
+
+@pytest.mark.parametrize("how", ["symlink", "group_writable"])
+def test_an_unsafe_lock_directory_is_refused(tmp_path: Path, monkeypatch: Any, how: str) -> None:
+    monkeypatch.delenv("XDG_RUNTIME_DIR", raising=False)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    d = tmp_path / f"autotune-{os.getuid()}"
+    if how == "symlink":  # another user's directory, behind a link at our name
+        (tmp_path / "elsewhere").mkdir(mode=0o700)
+        d.symlink_to(tmp_path / "elsewhere")
+    else:
+        d.mkdir()
+        d.chmod(0o777)
+    with pytest.raises(AutotuneError, match=f"the lock directory {d} is not safe to use"):
+        locks.lock_dir()

@@ -284,7 +284,8 @@ def test_cache_shared_by_two_workers_and_a_resumed_run(tmp_path: Path) -> None:
     path = tmp_path / "p.yaml"
     path.write_text(yaml.safe_dump(cfg.to_dict()))
     for cmd in (["run", str(path), "--plain"],
-                ["worker", "--storage", f"journal:///{log}", "--study", "p", "--n-trials", "4"]):
+                ["worker", "--storage", f"journal:///{log}", "--study", "p", "--n-trials", "4",
+                 "--trust-stored-code"]):  # (the study runs this test's own fit)
         out = subprocess.run([sys.executable, "-m", "autotune", *cmd], env=env(), cwd=tmp_path, capture_output=True,
                              text=True, timeout=180)
         assert out.returncode == 0, out.stderr

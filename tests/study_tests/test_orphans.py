@@ -32,11 +32,13 @@ def _sleeper() -> subprocess.Popen[bytes]:
 # ---------------------------------------------------------------- who owns a trial, and is it alive
 
 
-def test_owner_stamp_holds_host_pid_and_start_time() -> None:
+def test_owner_stamp_holds_host_pid_start_time_and_scope() -> None:
     me = orphans.Owner.parse(orphans.owner_id())
     assert me is not None and me.host == socket.gethostname() and me.pid == os.getpid()
     assert me.start is not None and me.is_me() and me.alive()
+    assert me.scope is not None and me.scope == orphans.scope() and me.here()  # boot id and pid namespace
     assert orphans.Owner.parse("old-host:123") == orphans.Owner("old-host", 123, None)  # an older stamp
+    assert orphans.Owner.parse("old-host:123:456") == orphans.Owner("old-host", 123, 456)
     assert orphans.Owner.parse("nonsense") is None and orphans.Owner.parse(None) is None
 
 
@@ -135,6 +137,76 @@ def test_a_retry_that_dies_too_is_not_retried_again(tmp_path: Path) -> None:
     retry.set_user_attr(orphans.OWNER_ATTR, "gone-host:2:2")
     assert orphans.reap(study, everywhere=True) == [retry.number]
     assert not study.get_trials(states=(TrialState.WAITING,))
+
+
+# ---------------------------------------------------------------- containers that share a hostname
+
+
+CONTAINER = """
+import sys, time
+from autotune.study import orphans
+from tests.study_tests.test_orphans import _journal_study
+from pathlib import Path
+study = _journal_study(Path(sys.argv[1]))
+t = study.ask()  # stamped by the storage, in this container's pid namespace
+print(t.number, orphans.owner_id(), flush=True)
+time.sleep(120)
+"""
+
+
+def _unshare() -> list[str] | None:
+    """`unshare --pid --fork --mount-proc` where this machine lets us make a pid namespace (root, user namespaces)."""
+    import shutil
+
+    if shutil.which("unshare") is None:
+        return None
+    for cmd in (["unshare", "--pid", "--fork", "--mount-proc"],
+                ["unshare", "--user", "--map-root-user", "--pid", "--fork", "--mount-proc"]):
+        if subprocess.run([*cmd, "true"], capture_output=True).returncode == 0:
+            return cmd
+    return None
+
+
+def test_a_trial_of_another_container_with_the_same_hostname_is_not_reaped(tmp_path: Path) -> None:
+    """Two "containers": another pid namespace on this host (`--network host`: one hostname). Its worker's pid means
+    nothing here (pid 1 or 2 of its namespace): its running trial is not failed from this one."""
+    cmd = _unshare()
+    if cmd is None:
+        pytest.skip("no pid namespace can be made here (test_a_stamp_from_another_pid_namespace_is_not_reaped "
+                    "simulates one)")
+    study = _journal_study(tmp_path)
+    root = str(Path(__file__).resolve().parents[2])
+    other = subprocess.Popen([*cmd, sys.executable, "-c", CONTAINER, str(tmp_path)], cwd=root, text=True,
+                             stdout=subprocess.PIPE, env={**os.environ, "PYTHONPATH": root})
+    try:
+        assert other.stdout is not None
+        number, stamp = other.stdout.readline().split()
+        owner = orphans.Owner.parse(stamp)
+        assert owner is not None and owner.host == socket.gethostname() and owner.pid < 10  # its namespace's pid
+        assert owner.scope != orphans.scope() and not owner.here()
+        assert orphans.reap(study) == []
+        assert study.get_trials()[int(number)].state == TrialState.RUNNING
+    finally:
+        other.kill()
+        other.wait()
+
+
+def test_a_stamp_from_another_pid_namespace_is_not_reaped(tmp_path: Path) -> None:
+    """The same, simulated: a stamp with this hostname, a pid that is dead here, and another namespace's scope is
+    left RUNNING; the same stamp in this namespace is proven dead and reaped."""
+    study = _journal_study(tmp_path)
+    here, dead = socket.gethostname(), _sleeper()
+    dead.kill()
+    dead.wait()
+    mine = orphans.scope()
+    assert mine is not None
+    boot, namespace = mine.split(".")
+    container = _ask(study, f"{here}:{dead.pid}:12345:{boot}.{int(namespace) + 1}")
+    other_boot = _ask(study, f"{here}:{dead.pid}:12345:{'0' * 12}.{namespace}")  # the same name, rebooted or
+    this_one = _ask(study, f"{here}:{dead.pid}:12345:{mine}")  # another machine
+    assert orphans.reap(study) == [this_one.number]
+    trials = study.get_trials()
+    assert trials[container.number].state == trials[other_boot.number].state == TrialState.RUNNING
 
 
 @pytest.mark.filterwarnings("ignore:Heartbeat of storage is supposed to be used with Study.optimize")

@@ -529,6 +529,7 @@ def test_a_worker_stops_after_repeated_identical_failures(tmp_path: Path) -> Non
 STUCK = """
 import os, signal, sys, threading, time
 from autotune.core import lifetime
+lifetime.as_program()  # (a worker process autotune spawned)
 lifetime.EXIT_GRACE_S = 1.0
 signal.signal(signal.SIGTERM, lifetime.interrupt)
 lock = threading.Lock()
@@ -545,6 +546,7 @@ import multiprocessing as mp, os, signal, sys, time
 from autotune.core import lifetime
 
 def child(parent):
+    lifetime.as_program()  # (a worker process autotune spawned)
     lifetime.EXIT_GRACE_S = 1.0
     signal.signal(signal.SIGTERM, lifetime.interrupt)  # no parent-death signal: as if it were lost
     lifetime.watch_parent(parent)

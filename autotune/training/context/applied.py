@@ -20,6 +20,8 @@ import math
 from collections.abc import Iterator, Mapping
 from typing import Any, Protocol
 
+import torch
+
 from autotune.spec import SETTINGS, Settings, applied_by
 
 USER_PREFIX = "user."  # a training function's own parameter, `user.NAME` (config.USER_PREFIX)
@@ -44,13 +46,36 @@ BUILT_WITH = tuple(k for k in OPTIMIZER_KEYS if SETTINGS[k].kind == "float")
 
 
 def in_groups(opt: Any, key: str, value: Any) -> bool:
-    """Some parameter group of `opt` holds `value` for `key` (the fit built its optimizer with what it read)."""
+    """Some parameter group of `opt` holds `value` for `key` (the fit built its optimizer with what it read), as a
+    number or a one-element tensor (`Adam(lr=torch.tensor(lr))`, for capturable and compiled steps)."""
     for g in opt.param_groups:
-        v = g.get(key)
-        if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isclose(v, float(value), rel_tol=1e-9,
+        v, tol = g.get(key), 1e-9
+        if isinstance(v, torch.Tensor) and v.numel() == 1:
+            v, tol = float(v), 1e-6  # (a float32 tensor holds the value to float32's precision)
+        if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isclose(v, float(value), rel_tol=tol,
                                                                                      abs_tol=1e-12):
             return True
     return False
+
+
+def wrapped(opt: Any) -> list[torch.optim.Optimizer]:
+    """The optimizers `opt` wraps (a Lookahead's base optimizer: timm's `_base_optimizer`, torch-optimizer's
+    `optimizer`): its attributes that are optimizers."""
+    try:
+        values = list(vars(opt).values())
+    except TypeError:
+        return []
+    return [v for v in values if isinstance(v, torch.optim.Optimizer) and v is not opt]
+
+
+def wraps(opt: Any, optimizers: Any) -> bool:
+    """`opt` is one of `optimizers`, or a wrapper around one (it holds it, or shares its parameter groups): a step
+    of `opt` is a step of that optimizer, with the settings it was built with."""
+    inner = [o for o in optimizers]
+    if any(opt is o for o in inner) or any(w is o for w in wrapped(opt) for o in inner):
+        return True
+    mine = {id(g) for o in inner for g in o.param_groups}
+    return bool(opt.param_groups) and all(id(g) in mine for g in opt.param_groups)
 
 
 # What reads a setting in the built-in trainer, which a training function of its own replaces: by the part that
@@ -181,4 +206,4 @@ def _why_loader(state: Trial, key: str) -> str | None:
     return None
 
 
-__all__ = ["APPLIED_AROUND", "BUILT_WITH", "EFFECT_KEYS", "WatchedParams", "in_groups", "why"]
+__all__ = ["APPLIED_AROUND", "BUILT_WITH", "EFFECT_KEYS", "WatchedParams", "in_groups", "why", "wrapped", "wraps"]

@@ -1,7 +1,7 @@
 """What the ranks of one trial agree on, behind one object: `Alone` (one process: every call a no-op) or
 `Ranks` (several devices, a `distributed.Group`): the clock read after a barrier, samples, losses and energy summed,
-the peak memory's maximum, in-epoch stops any rank saw, rank 0's verdict on every rank, DDP around the model, this
-rank's batches.
+the peak memory's maximum (GPUs; the sum on CPU ranks, which share one host's memory), in-epoch stops any rank saw,
+rank 0's verdict on every rank, DDP around the model, this rank's batches.
 
 The trial context calls these unconditionally; one process pays a plain method call, never a collective.
 """

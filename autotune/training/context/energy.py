@@ -6,7 +6,8 @@
   trains on a GPU: never required.
 - CPU: RAPL's package counters, `intel-rapl:N/energy_uj` under /sys/class/powercap (each package's, not its
   sub-zones: those are inside it), wrapping at its `max_energy_range_uj`. Package-wide: other processes' work is in
-  it too.
+  it too. A counter that wraps more than once between two reads loses whole ranges, so a daemon thread reads it
+  every `RAPL_POLL_S` (a wrap takes minutes at the very least), whatever the epochs' length.
 - Elsewhere: no source (`source_for` says why); the metric is absent.
 
 A source's `read()` is joules since it was opened; a caller takes differences.
@@ -14,6 +15,7 @@ A source's `read()` is joules since it was opened; a caller takes differences.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from pathlib import Path
@@ -23,6 +25,7 @@ import torch
 
 POWERCAP = Path("/sys/class/powercap")
 POWER_SAMPLE_S = 0.05
+RAPL_POLL_S = 5.0  # RAPL read at least this often (a 2**32 uJ range wraps in 8 s at 500 W; most ranges in hours)
 
 
 class Source(Protocol):
@@ -59,29 +62,42 @@ class Rapl:
     name = "rapl"
     per_device = False
 
-    def __init__(self, zones: list[Path]) -> None:
+    def __init__(self, zones: list[Path], poll_s: float | None = None) -> None:
         self.zones = zones
         self.ranges = [int((z / "max_energy_range_uj").read_text()) if (z / "max_energy_range_uj").exists() else 0
                        for z in zones]
         self.last = [self._raw(z) for z in zones]
         self.total_uj = 0
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._poll, args=(RAPL_POLL_S if poll_s is None else poll_s,),
+                                        name="autotune-rapl", daemon=True)
+        self._thread.start()
 
     @staticmethod
     def _raw(zone: Path) -> int:
         return int((zone / "energy_uj").read_text())
 
+    def _poll(self, period: float) -> None:
+        while not self._stop.wait(period):
+            with contextlib.suppress(OSError, ValueError):  # (one failed read: the next poll, or the trial's, tells)
+                self.read()
+
     def read(self) -> float:
-        for i, z in enumerate(self.zones):
-            now = self._raw(z)
-            delta = now - self.last[i]
-            if delta < 0:  # the counter wrapped past max_energy_range_uj
-                delta += self.ranges[i] + 1 if self.ranges[i] else 0
-            self.total_uj += max(0, delta)
-            self.last[i] = now
-        return self.total_uj / 1e6
+        with self._lock:
+            for i, z in enumerate(self.zones):
+                now = self._raw(z)
+                delta = now - self.last[i]
+                if delta < 0:  # the counter wrapped past max_energy_range_uj
+                    delta += self.ranges[i] + 1 if self.ranges[i] else 0
+                self.total_uj += max(0, delta)
+                self.last[i] = now
+            return self.total_uj / 1e6
 
     def close(self) -> None:
-        pass
+        if not self._stop.is_set():
+            self._stop.set()
+            self._thread.join()
 
 
 # ---------------------------------------------------------------- NVML
@@ -208,4 +224,5 @@ def unavailable(dev: torch.device, powercap: Path | None = None) -> str | None:
     return None
 
 
-__all__ = ["POWERCAP", "NvmlEnergy", "NvmlPower", "Rapl", "Source", "rapl_packages", "source_for", "unavailable"]
+__all__ = ["POWERCAP", "RAPL_POLL_S", "NvmlEnergy", "NvmlPower", "Rapl", "Source", "rapl_packages", "source_for",
+           "unavailable"]

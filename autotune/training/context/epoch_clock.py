@@ -112,8 +112,11 @@ class EpochClock:
 
     def meters(self) -> dict[str, str]:
         """What measured peak_memory_mb and energy_j, or why nothing did (stored with the trial)."""
-        return {"peak_memory_mb": self.memory.method or f"not measured on {self.dev.type} here",
-                "energy_j": self.energy.name if self.energy is not None else f"absent: {self.energy_missing}"}
+        out = {"peak_memory_mb": self.memory.method or f"not measured on {self.dev.type} here",
+               "energy_j": self.energy.name if self.energy is not None else f"absent: {self.energy_missing}"}
+        if self.memory.method is not None and self.dev.type == "cpu":  # what the CPU peak is counted over
+            out["peak_memory_baseline_mb"] = f"{self.memory.baseline_mb:.0f}"
+        return out
 
     def restart(self) -> None:
         """The epoch's training clock (re)starts now: at the epoch's opening, and again when its first training
@@ -255,8 +258,12 @@ class EpochClock:
             peak_memory_mb=peak, energy_j=joules if self.energy is not None else None, metrics=values)
 
     def peak_mb(self) -> float | None:
-        """The trial's peak memory so far, the highest of its ranks' (None: not measured here)."""
+        """The trial's peak memory so far (None: not measured here): on GPUs the highest of its ranks' (each rank's
+        own device), on the CPU their sum (the ranks share the host's memory)."""
         mine = self.memory.peak_mb()
+        if self.dev.type == "cpu":
+            total, measured = self.collective.sum([mine or 0.0, 0.0 if mine is None else 1.0])
+            return total if measured else None
         peak = self.collective.max([-1.0 if mine is None else mine])[0]
         return None if peak < 0 else peak
 

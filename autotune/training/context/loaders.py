@@ -212,8 +212,17 @@ def build(data: Any, bs: int, shuffle: bool, train: bool, drop_last: bool, extra
         not_applied["data_on_device"] = ("the data is a Dataset, not tensors: batches come from a DataLoader"
                                          if tensors is None else "DataLoader arguments were given to ctx.loader")
     dataset = TensorDataset(*tensors) if tensors is not None else data
+    if drop_last and shard is None and not isinstance(dataset, IterableDataset) and _shorter(dataset, bs):
+        drop_last = False  # a batch larger than the data: its one short batch is the epoch, not none (as DeviceBatches)
     return LoaderBatches(dataloader(dataset, bs, shuffle, drop_last, extra, s, dev, seed, not_applied, shard),
                          dev, channels_last)
+
+
+def _shorter(dataset: Any, bs: int) -> bool:
+    try:
+        return len(dataset) < bs
+    except TypeError:
+        return False
 
 
 def dataloader(dataset: Any, bs: int, shuffle: bool, drop_last: bool, extra: dict[str, Any], s: Mapping[str, Any],

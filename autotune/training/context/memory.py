@@ -2,13 +2,19 @@
 
 - CUDA: the caching allocator's peak (`torch.cuda.max_memory_allocated`), reset when the trial's training starts:
   the tensors alive then (the model, device-resident data) are part of it. Method `cuda_allocator`.
-- CPU (Linux): the process's resident-set high-water mark (`VmHWM` in /proc/self/status). The kernel keeps it for
-  the process's lifetime (as `ru_maxrss`), but writing "5" to /proc/self/clear_refs resets it to the resident set
-  of that moment, so the peak is this trial's: its training, from the resident set it started with. Method
-  `vmhwm` (the reset is the kernel's, for the whole process, and cannot be undone: Linux's `ru_maxrss` of this
-  process restarts with it, so code that reads either across trials sees the current trial's). Where that reset is
-  refused, a light thread samples `VmRSS` every `SAMPLE_S` (a peak shorter than that may be missed): method
-  `vmrss_sampled`.
+- CPU (Linux): the host memory the trial took at its peak, over what the process held when the trial began (its
+  baseline: the runtime, and whatever earlier trials left behind, are not this trial's), plus what its child
+  processes (DataLoader workers; not those the process had when the trial began) held of their own at once:
+  - the process's resident-set high-water mark (`VmHWM` in /proc/self/status). The kernel keeps it for the process's
+    lifetime (as `ru_maxrss`), but writing "5" to /proc/self/clear_refs resets it to the resident set of that moment,
+    so the peak is this trial's. Method `vmhwm` (the reset is the kernel's, for the whole process, and cannot be
+    undone: Linux's `ru_maxrss` of this process restarts with it). Where that reset is refused, a light thread
+    samples `VmRSS` every `SAMPLE_S` (a peak shorter than that may be missed): method `vmrss_sampled`;
+  - its child processes' own memory (their unique set: the private pages of /proc/PID/smaps_rollup, so what a
+    forked worker shares with its parent is not counted twice; `RssAnon` where the kernel has no smaps_rollup),
+    summed over the children alive at each `CHILD_SAMPLE_S` and the highest sum kept. ` +workers` is added to the
+    method once a child was seen.
+  On several CPU ranks (one host's memory) the trial's peak is the ranks' sum (epoch_clock.py).
 - Elsewhere (no /proc, MPS): nothing; the metric is absent, never zero.
 """
 
@@ -21,7 +27,9 @@ from pathlib import Path
 import torch
 
 SAMPLE_S = 0.02  # the sampling thread's period (the fallback only)
-_KB = re.compile(r"^(VmHWM|VmRSS):\s+(\d+)\s+kB", re.M)
+CHILD_SAMPLE_S = 0.1  # child processes (DataLoader workers) are looked at this often
+_KB = re.compile(r"^(VmHWM|VmRSS|RssAnon):\s+(\d+)\s+kB", re.M)
+_PRIVATE = re.compile(r"^Private_(?:Clean|Dirty):\s+(\d+)\s+kB", re.M)
 
 
 def _status_mb(proc: Path) -> dict[str, float]:
@@ -41,23 +49,71 @@ def _clear_hwm(proc: Path) -> bool:
     return True
 
 
-class _Sampler:
-    """Samples VmRSS every SAMPLE_S on a daemon thread, keeping the highest."""
+def _children(proc: Path) -> list[str]:
+    """The pids of a process's children (every thread's: a DataLoader is started from any thread)."""
+    out: list[str] = []
+    try:
+        tasks = list((proc / "task").iterdir())
+    except OSError:
+        return out
+    for task in tasks:
+        try:
+            out += (task / "children").read_text().split()
+        except OSError:
+            continue
+    return out
 
-    def __init__(self, proc: Path) -> None:
+
+def _own_mb(proc: Path) -> float:
+    """A child's own memory: its private pages (smaps_rollup), else its anonymous resident set; 0 once gone."""
+    try:
+        return sum(int(kb) for kb in _PRIVATE.findall((proc / "smaps_rollup").read_text())) / 1024
+    except OSError:
+        return _status_mb(proc).get("RssAnon", 0.0)
+
+
+def descendants_mb(proc: Path, before: frozenset[str] = frozenset()) -> tuple[float, int]:
+    """(the own memory of every process below `proc`, summed; how many there are), leaving out the children in
+    `before` and theirs: processes the trial did not start (a notebook's, an earlier trial's)."""
+    total, n, todo, seen = 0.0, 0, [c for c in _children(proc) if c not in before], set()
+    while todo:
+        pid = todo.pop()
+        if pid in seen:
+            continue
+        seen.add(pid)
+        child = proc.parent / pid
+        total += _own_mb(child)
+        n += 1
+        todo += _children(child)
+    return total, n
+
+
+class _Sampler:
+    """Every `period` s on a daemon thread: the highest VmRSS (`own`: the fallback for a refused VmHWM reset) and
+    the highest sum of the children's own memory."""
+
+    def __init__(self, proc: Path, own: bool, before: frozenset[str]) -> None:
         self.proc = proc
-        self.peak = _status_mb(proc).get("VmRSS", 0.0)
+        self.own = own
+        self.before = before
+        self.peak = _status_mb(proc).get("VmRSS", 0.0) if own else 0.0
+        self.children_peak = 0.0
+        self.children_seen = False
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="autotune-rss", daemon=True)
         self._thread.start()
 
     def _loop(self) -> None:
-        while not self._stop.wait(SAMPLE_S):
+        while not self._stop.wait(SAMPLE_S if self.own else CHILD_SAMPLE_S):
             self.sample()
 
-    def sample(self) -> float:
-        self.peak = max(self.peak, _status_mb(self.proc).get("VmRSS", 0.0))
-        return self.peak
+    def sample(self) -> None:
+        if self.own:
+            self.peak = max(self.peak, _status_mb(self.proc).get("VmRSS", 0.0))
+        mb, n = descendants_mb(self.proc, self.before)
+        if n:
+            self.children_seen = True
+            self.children_peak = max(self.children_peak, mb)
 
     def close(self) -> None:
         self._stop.set()
@@ -69,15 +125,18 @@ class _Sampler:
 
 
 class MemoryMeter:
-    """One trial's peak memory in MB. `start()` when training starts (the peak restarts there), `peak_mb()` any
-    time after (None where nothing can be measured), `close()` at the trial's end. `proc`: the /proc directory of
-    the process (a test points it elsewhere)."""
+    """One trial's peak memory in MB. Made when the trial begins (a CPU trial's baseline is taken then), `start()`
+    when its training starts (the peak restarts there), `peak_mb()` any time after (None where nothing can be
+    measured), `close()` at the trial's end. `proc`: the /proc directory of the process (a test points it at a fake
+    tree: its children are found under `proc.parent`)."""
 
     def __init__(self, dev: torch.device, proc: Path = Path("/proc/self")) -> None:
         self.dev = dev
         self.proc = proc
-        self.method: str | None = None  # cuda_allocator | vmhwm | vmrss_sampled; None: not measured
+        self.method: str | None = None  # cuda_allocator | vmhwm | vmrss_sampled (+workers); None: not measured
         self._sampler: _Sampler | None = None
+        self.baseline_mb = _status_mb(proc).get("VmRSS", 0.0) if dev.type == "cpu" else 0.0
+        self.children_before = frozenset(_children(proc)) if dev.type == "cpu" else frozenset()  # not the trial's
 
     def start(self) -> None:
         self.close()
@@ -86,21 +145,24 @@ class MemoryMeter:
             torch.cuda.reset_peak_memory_stats(self.dev)
             self.method = "cuda_allocator"
         elif self.dev.type == "cpu" and "VmRSS" in _status_mb(self.proc):
-            if _clear_hwm(self.proc) and "VmHWM" in _status_mb(self.proc):
-                self.method = "vmhwm"
-            else:
-                self.method = "vmrss_sampled"
-                self._sampler = _Sampler(self.proc)
+            hwm = _clear_hwm(self.proc) and "VmHWM" in _status_mb(self.proc)
+            self.method = "vmhwm" if hwm else "vmrss_sampled"
+            self._sampler = _Sampler(self.proc, own=not hwm, before=self.children_before)
 
     def peak_mb(self) -> float | None:
         """The peak since `start()`, in MB (2**20 bytes)."""
         if self.method == "cuda_allocator":
             return torch.cuda.max_memory_allocated(self.dev) / 2**20
-        if self.method == "vmhwm":
-            return _status_mb(self.proc).get("VmHWM")
-        if self._sampler is not None:  # (once closed: the peak it saw)
-            return self._sampler.sample() if self._sampler.running else self._sampler.peak
-        return None
+        s = self._sampler
+        if s is None:
+            return None
+        if s.running:
+            s.sample()
+        own = _status_mb(self.proc).get("VmHWM", 0.0) if self.method and self.method.startswith("vmhwm") \
+            else s.peak
+        if s.children_seen and self.method is not None and not self.method.endswith("+workers"):
+            self.method += "+workers"
+        return max(0.0, own - self.baseline_mb) + s.children_peak
 
     def close(self) -> None:
         """Stop the sampling thread, if any (the peak stays readable)."""
@@ -115,4 +177,4 @@ def unavailable(dev: torch.device, proc: Path = Path("/proc/self")) -> str | Non
     return f"no peak-memory reading on {dev.type} here (CUDA's allocator, or Linux's /proc/self/status for a CPU)"
 
 
-__all__ = ["SAMPLE_S", "MemoryMeter", "unavailable"]
+__all__ = ["CHILD_SAMPLE_S", "SAMPLE_S", "MemoryMeter", "descendants_mb", "unavailable"]

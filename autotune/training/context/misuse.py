@@ -14,7 +14,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from autotune.core import CATALOGUE, CLOCKS, AutotuneError, TrialStopped, library_file, one_of, user_frame
+from autotune.core import CATALOGUE, CLOCKS, AutotuneError, TrialStopped, library_file, one_of, user_frame, watchdog
 
 
 class ContextMisuse(AutotuneError):
@@ -33,7 +33,9 @@ class ContextMisuse(AutotuneError):
 
 
 def check_live(stop: TrialStopped | None, what: str) -> None:
-    """Nothing is called on a context whose trial was stopped (the fit caught the stop)."""
+    """Nothing is called on a context whose trial was stopped (the fit caught the stop), or interrupted (the
+    watchdog's interrupt, raised again at every call: watchdog.check)."""
+    watchdog.check()
     if stop is not None:
         raise ContextMisuse(f"{what} after the trial was stopped ({stop}): let the stop exception "
                             "propagate out of your training function instead of catching it")

@@ -25,7 +25,7 @@ from autotune.training.context.collective import collective
 from autotune.training.context.epoch_clock import EpochClock, steady_rate, wait_fraction
 from autotune.training.context.limits import Limits
 from autotune.training.context.records import EpochRecord, OnEpoch, TrainResult
-from autotune.training.context.stepper import Stepper
+from autotune.training.context.stepper import Stepper, post_hook, remove_hooks
 from autotune.training.context.stop_rules import StopRules
 from autotune.training.distributed.devices import Group
 from autotune.training.optimizers import make_optimizer
@@ -108,6 +108,13 @@ class TrialState:
         self.recipe: dict[str, Any] = {}
         self.epochs_planned: int | None = None  # the framework's own epoch count (epochs not chosen)
         self.fused = True  # fused optimizer kernels allowed (not where a framework must clip mixed precision)
+        self.handles: list[Any] = []  # the step hooks on the optimizers autotune built (removed by `close`)
+
+    def close(self) -> None:
+        """The fit returned (or raised): the meters stop, and no optimizer keeps a step hook of this trial."""
+        self.clock.close_meters()
+        remove_hooks(self.handles)
+        remove_hooks(self.stepper.handles)
 
     @property
     def epochs_total(self) -> int:
@@ -131,7 +138,7 @@ class TrialState:
         took -= set(recipe or ())
         # applied once it steps (whoever steps it), not when built; (a weak reference: no cycle through it)
         me = weakref.ref(self)
-        opt.register_step_post_hook(lambda *_: (st := me()) is not None and st.effects.update(took))
+        self.handles += post_hook(opt, lambda _: (st := me()) is not None and st.effects.update(took))
         return opt
 
     def check_fresh(self, model: nn.Module, where: str) -> None:

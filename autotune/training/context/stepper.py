@@ -3,19 +3,31 @@ accumulation over `grad_accum_steps` micro-batches (DDP's all-reduce only where 
 optimizer step and the trial's `lr_schedule` (or none under a torch scheduler of the fit's own).
 
 A searched lr on an optimizer the fit built scales its groups' lrs; a fit that then sets the group lrs itself
-(nanoGPT) overwrites them, which is noted once (the searched lr and lr_schedule did not apply).
+(nanoGPT) overwrites them, which is noted once (the searched lr and lr_schedule did not apply). A scheduler of
+the fit's own moves them from where the context put them (the lr applied, lr_schedule did not): one that marks
+the groups (`initial_lr`: every torch LRScheduler but ReduceLROnPlateau), or one the fit holds
+(`fit_scheduler`: ReduceLROnPlateau marks nothing; found among the fit's variables, no heap scan).
+
+The step hooks (the steps counted, the lr each took) are removed when the trial ends (`remove_hooks`): an
+optimizer that outlives its trial keeps no callback of it. An optimizer whose step needs a closure (LBFGS) is
+one ctx.backward cannot step: the fit steps it (a clear ContextMisuse says so).
 """
 
 from __future__ import annotations
 
+import inspect
 import math
+import sys
+import types
 import weakref
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
 from torch import nn
 
+from autotune.core import library_file
+from autotune.training.context.applied import wrapped
 from autotune.training.context.misuse import ContextMisuse
 from autotune.training.optimizers import SCHEDULES
 
@@ -27,6 +39,64 @@ def group_lrs(opt: torch.optim.Optimizer) -> list[float]:
 def has_scheduler(opt: torch.optim.Optimizer) -> bool:
     """A torch scheduler is on the optimizer (torch's schedulers note each group's `initial_lr`)."""
     return any("initial_lr" in g for g in opt.param_groups)
+
+
+SCHEDULERS = (torch.optim.lr_scheduler.LRScheduler, torch.optim.lr_scheduler.ReduceLROnPlateau)
+
+
+def fit_scheduler(opt: torch.optim.Optimizer) -> bool:
+    """A torch scheduler of the fit's own steps this optimizer's lrs (or the lrs of one it wraps): one that marks its
+    groups, or one held by the fit (a variable of a frame of the user's code on the stack, or an attribute of one:
+    `self.scheduler`). Read where the fit calls the context (ctx.backward), so the fit's frames are there."""
+    if has_scheduler(opt):
+        return True
+    targets = {id(opt), *(id(w) for w in wrapped(opt))}
+    frame = sys._getframe(1)
+    for _ in range(40):
+        if frame is None:
+            break
+        if not library_file(frame.f_code.co_filename):
+            for value in list(frame.f_locals.values()):
+                if any(isinstance(c, SCHEDULERS) and id(getattr(c, "optimizer", None)) in targets
+                       for c in (value, *_attributes(value))):
+                    return True
+        frame = frame.f_back
+    return False
+
+
+def _attributes(obj: Any) -> list[Any]:
+    """An object's attribute values (a trainer's `self.scheduler`), a few dozen at most; none for a module or type."""
+    if isinstance(obj, (type, types.ModuleType)):
+        return []
+    try:
+        return list(vars(obj).values())[:64]
+    except TypeError:
+        return []
+
+
+def post_hook(opt: torch.optim.Optimizer, fn: Callable[[torch.optim.Optimizer], Any]) -> list[Any]:
+    """`fn(optimizer)` after every step of `opt`; the handles, for `remove_hooks`. A wrapper built without
+    Optimizer.__init__ (timm's Lookahead) has no hooks of its own: then on the optimizers it wraps, whose step
+    its step makes."""
+    try:
+        return [opt.register_step_post_hook(lambda o, *_: fn(o))]
+    except (AttributeError, TypeError):
+        return [h for inner in wrapped(opt) for h in post_hook(inner, fn)]
+
+
+def remove_hooks(handles: list[Any]) -> None:
+    for h in handles:
+        h.remove()
+    handles.clear()
+
+
+def needs_closure(opt: torch.optim.Optimizer) -> bool:
+    """The optimizer's step takes a closure it must have (LBFGS re-evaluates the loss inside its step)."""
+    try:
+        p = inspect.signature(opt.step).parameters.get("closure")
+    except (TypeError, ValueError):
+        return False
+    return p is not None and p.default is inspect.Parameter.empty
 
 
 def scale_lrs(opt: torch.optim.Optimizer, factor: float) -> None:
@@ -71,6 +141,8 @@ class Stepper:
         self.lr_sum: Any = 0.0  # group 0's lr at each optimizer step of the epoch (a tensor lr stays on its device)
         self.lr_n = 0
         self.lr_first: Any = None  # the epoch's first step's lr while it has not moved
+        self.handles: list[Any] = []  # the step hooks on the optimizer (removed when the trial ends)
+        self.closure = False  # its step needs a closure (LBFGS): ctx.backward cannot step it
 
     def use(self, opt: torch.optim.Optimizer, scale: float | None, own: bool = False) -> None:
         """The optimizer to step; `scale`: a chosen lr multiplying a fit-built optimizer's group lrs (`own`: the
@@ -83,8 +155,9 @@ class Stepper:
         if self.lr_watch:
             self.lr_set = group_lrs(opt)
         self.opt = opt
+        self.closure = needs_closure(opt)
         seen = weakref.WeakMethod(self._stepped)  # (the optimizer may outlive the trial: it keeps no context alive)
-        opt.register_step_post_hook(lambda o, *_: (m := seen()) is not None and m(o))
+        self.handles += post_hook(opt, lambda o: (m := seen()) is not None and m(o))
 
     def _stepped(self, opt: torch.optim.Optimizer) -> None:
         """After each step of the optimizer (ctx.backward's or the fit's own opt.step()): counted, and the lr it
@@ -136,7 +209,13 @@ class Stepper:
     def step(self) -> None:
         assert self.opt is not None
         s = self.settings
-        if self.lr_set is not None and (self.sched is not None or not has_scheduler(self.opt)):
+        if self.closure:
+            raise ContextMisuse(f"ctx.backward cannot step {type(self.opt).__name__}: its step(closure) re-evaluates "
+                                "the loss itself; step it in your loop instead, opt.step(closure) with a closure that "
+                                "calls opt.zero_grad(), computes the loss and calls loss.backward() (and no "
+                                "ctx.backward)")
+        if self.lr_set is not None and not self.own_scheduler and (self.sched is not None or
+                                                                   not has_scheduler(self.opt)):
             self.lr_overwritten()  # (a torch scheduler of the fit's own moves the lrs as it should: not checked)
         if not self.decided:
             self.decided = self.stepped = True
@@ -165,6 +244,11 @@ class Stepper:
         assert self.opt is not None and self.lr_set is not None
         if group_lrs(self.opt) == self.lr_set:
             return
+        if fit_scheduler(self.opt):  # its own scheduler moved them (ReduceLROnPlateau): from the context's, alone
+            self.own_scheduler = True
+            self.sched = None
+            self.lr_set, self.lr_watch = None, False
+            return
         why = "your fit sets the optimizer's group lrs itself, overwriting what the context set"
         for key in ("lr", "lr_schedule"):
             if key in self.searched:
@@ -176,7 +260,7 @@ class Stepper:
         """The trial's lr_schedule over each group's own lr (None: constant). A torch scheduler of the fit's own
         on the optimizer steps the lr alone: not both."""
         assert self.opt is not None
-        if has_scheduler(self.opt):
+        if fit_scheduler(self.opt):
             self.own_scheduler = True
             return None
         s = self.settings
@@ -191,4 +275,5 @@ class Stepper:
         return builder(self.opt, per_epoch * int(s["epochs"]))
 
 
-__all__ = ["Stepper", "group_lrs", "scale_lrs"]
+__all__ = ["SCHEDULERS", "Stepper", "fit_scheduler", "group_lrs", "needs_closure", "post_hook", "remove_hooks",
+           "scale_lrs"]

@@ -46,7 +46,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from autotune.core import TrialStopped, code_where
+from autotune.core import TrialStopped, code_where, watchdog
 from autotune.spec import Settings
 from autotune.training import accel
 from autotune.training.context import applied as unread
@@ -112,7 +112,7 @@ class TrialContext:
         st.init_asked = init
         st.model = model = _place(model, s, self.device, init, st.not_applied)
         opt = misuse.optimizer_of(self.optimizer_factory if optimizer is None else optimizer, model)
-        own = st.own_optimizer = opt not in st.built
+        own = st.own_optimizer = not unread.wraps(opt, st.built)  # (a Lookahead around ours is ours: not rescaled)
         if own:  # what the fit read and built its optimizer with (a read for logging is not; a default is not chosen)
             st.built_with = {k for k in unread.BUILT_WITH if k in st.chosen and k in st.reads
                              and unread.in_groups(opt, k, s[k])}
@@ -195,6 +195,7 @@ class TrialContext:
         from a training ctx.loader (which counts them); an unreduced loss gives them by its first dimension."""
         st = self._state
         clock, rules = st.clock, st.rules
+        watchdog.check()  # an interrupted trial's interrupt, again (a fit that swallowed it does not train on)
         if st.stop is not None or not (st.in_epoch and clock.running) or st.stepper.opt is None:
             misuse.refuse_backward(st.stop, st.in_epoch, clock.running, st.epoch, st.stepper.opt is not None)
         if rules.deadline != math.inf and st.collective.alone and time.perf_counter() > rules.deadline:
@@ -272,7 +273,7 @@ def run_fit(fit: Callable[[TrialContext], Any], ctx: TrialContext) -> TrainResul
     try:
         returned = fit(ctx)
     finally:
-        ctx._state.clock.close_meters()
+        ctx._state.close()
         ctx._state.trained()
     if ctx._state.stop is not None:  # the function caught a stop and returned: the trial still stopped
         raise ctx._state.stop
