@@ -20,6 +20,7 @@ import optuna
 from optuna.distributions import IntDistribution
 from optuna.trial import FrozenTrial, TrialState
 
+from autotune.core import optuna_compat as compat
 from autotune.spec import TrialRecord
 
 EPOCHS = "epochs"
@@ -53,41 +54,32 @@ def as_shorter(t: FrozenTrial, settings_of: Callable[[dict[str, Any]], dict[str,
     return FrozenTrial(number=t.number, state=TrialState.COMPLETE, value=None, values=values,
                        datetime_start=t.datetime_start, datetime_complete=t.datetime_complete,
                        params={**t.params, EPOCHS: k}, distributions=t.distributions, user_attrs=t.user_attrs,
-                       system_attrs=t.system_attrs, intermediate_values=t.intermediate_values, trial_id=t._trial_id)
+                       system_attrs=t.system_attrs, intermediate_values=t.intermediate_values,
+                       trial_id=compat.trial_id(t))
 
 
-class _SamplerView:
+class _SamplerView(compat.StudyView):
     """The study as the sampler sees it: stopped trials that equal shorter ones shown as those (cached by id: a
     finished trial does not change)."""
 
     def __init__(self, study: optuna.Study, convert: Callable[[FrozenTrial], FrozenTrial | None],
                  cache: dict[tuple[int, int], FrozenTrial | None], n_objectives: int) -> None:
-        self._study, self._convert, self._cache, self._n = study, convert, cache, n_objectives
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._study, name)
+        super().__init__(study)
+        self._convert, self._cache, self._n = convert, cache, n_objectives
 
     def _shown(self, t: FrozenTrial) -> FrozenTrial:
         if t.state != TrialState.PRUNED:
             return t
-        key = (id(self._study._storage), t._trial_id)
+        key = (id(compat.storage_of(self.study)), compat.trial_id(t))
         if key not in self._cache:
             c = self._convert(t)
             self._cache[key] = c if c is not None and len(c.values) == self._n else None
         return self._cache[key] or t
 
-    def _get_trials(self, deepcopy: bool = True, states: Container[TrialState] | None = None,
-                    use_cache: bool = False) -> list[FrozenTrial]:
-        trials = self._study._get_trials(deepcopy=deepcopy, states=None, use_cache=use_cache)
+    def shown_trials(self, deepcopy: bool, states: Container[TrialState] | None, use_cache: bool) -> list[FrozenTrial]:
+        trials = compat.study_trials(self.study, deepcopy=deepcopy, use_cache=use_cache)
         shown = [self._shown(t) for t in trials]
         return shown if states is None else [t for t in shown if t.state in states]
-
-    def get_trials(self, deepcopy: bool = True, states: Container[TrialState] | None = None) -> list[FrozenTrial]:
-        return self._get_trials(deepcopy=deepcopy, states=states)
-
-    @property
-    def trials(self) -> list[FrozenTrial]:
-        return self.get_trials()
 
 
 class Delegating(optuna.samplers.BaseSampler):

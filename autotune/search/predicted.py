@@ -29,6 +29,7 @@ import optuna
 from optuna.distributions import BaseDistribution, CategoricalDistribution
 from optuna.trial import FrozenTrial, TrialState
 
+from autotune.core import optuna_compat as compat
 from autotune.search import space
 from autotune.search.credit import EPOCHS, Delegating
 from autotune.search.pruners import hypervolume_2d
@@ -71,28 +72,20 @@ def hypervolume(points: Sequence[Sequence[float]], ref: Sequence[float]) -> floa
         return 0.0
     if len(ref) == 2:
         return hypervolume_2d(points, (ref[0], ref[1]))
-    from optuna._hypervolume import compute_hypervolume
-
     inside = np.array([p for p in points if all(a < b for a, b in zip(p, ref))], dtype=float)
-    return float(compute_hypervolume(inside, np.array(ref, dtype=float))) if len(inside) else 0.0
+    return compat.hypervolume(inside, np.array(ref, dtype=float)) if len(inside) else 0.0
 
 
-class Snapshot:
+class Snapshot(compat.StudyView):
     """The study with its trials read once: a choice asks the inner sampler K x parameters times, and each ask reads
     the trials (on SQLite or PostgreSQL, a round trip each); within one choice they do not change."""
 
     def __init__(self, study: optuna.Study) -> None:
-        self._study = study
+        super().__init__(study)
         self._trials = study.get_trials(deepcopy=False)
 
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._study, name)
-
-    def _get_trials(self, deepcopy: bool = True, states: Any = None, use_cache: bool = False) -> list[FrozenTrial]:
+    def shown_trials(self, deepcopy: bool, states: Any, use_cache: bool) -> list[FrozenTrial]:
         return [t for t in self._trials if states is None or t.state in states]
-
-    def get_trials(self, deepcopy: bool = True, states: Any = None) -> list[FrozenTrial]:
-        return self._get_trials(deepcopy, states)
 
     @property
     def trials(self) -> list[FrozenTrial]:
