@@ -161,11 +161,6 @@ class StudyRecord:
                 record.probes[k] = v
         return record
 
-    def write(self, study: Any) -> None:
-        """Store this record's fields that are set into `study` (an `optuna.Study`), attr by attr."""
-        for key, value in self.attrs().items():
-            study.set_user_attr(key, value)
-
 
 FIELDS = tuple(f.name for f in dataclasses.fields(TrialRecord))
 STUDY_KEYS = frozenset(f.name for f in dataclasses.fields(StudyRecord)) - {"probes"}
