@@ -53,7 +53,7 @@ class TrainJob:
     read from it where used), one point's resolved settings, the training function (None: built-in), a seed."""
 
     config: RunConfig
-    settings: Mapping[str, Any]  # a Settings once train() has it (a plain mapping is checked into one there)
+    settings: Settings | Mapping[str, Any]  # a Settings once train() has it (a plain mapping is checked there)
     seed: int = 0
     limits: Limits = field(default_factory=Limits)  # the stop rules' limits (a study's `pruning:`, or none)
     measure_inference: bool = True  # size / latency / nonzero metrics even when nothing is compressed

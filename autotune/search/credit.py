@@ -20,8 +20,9 @@ import optuna
 from optuna.distributions import IntDistribution
 from optuna.trial import FrozenTrial, TrialState
 
+from autotune.core import ConfigError
 from autotune.core import optuna_compat as compat
-from autotune.spec import TrialRecord
+from autotune.spec import Settings, TrialRecord
 
 EPOCHS = "epochs"
 # settings whose training differs with the run's length (a truncated run is not the shorter run) or whose final
@@ -30,13 +31,13 @@ _LENGTH_FREE = {"lr_schedule": ("constant",), "prune_method": ("none",), "quanti
                 "finetune_epochs": (0,)}
 
 
-def length_free(settings: dict[str, Any]) -> bool:
+def length_free(settings: Settings) -> bool:
     """True when stopping this run after epoch k gives the run with `epochs: k` (a constant learning rate, no
     compression after training)."""
     return all(settings.get(k, ok[0]) in ok for k, ok in _LENGTH_FREE.items())
 
 
-def as_shorter(t: FrozenTrial, settings_of: Callable[[dict[str, Any]], dict[str, Any]]) -> FrozenTrial | None:
+def as_shorter(t: FrozenTrial, settings_of: Callable[[dict[str, Any]], Settings]) -> FrozenTrial | None:
     """The completed trial a stopped trial `t` equals (epochs = the epochs it ran, its values after the last of
     them), or None where that is not true or not known."""
     curve = TrialRecord.of(t).epoch_values
@@ -49,7 +50,7 @@ def as_shorter(t: FrozenTrial, settings_of: Callable[[dict[str, Any]], dict[str,
     try:
         if not length_free(settings_of(dict(t.params))):
             return None
-    except (KeyError, TypeError, ValueError):
+    except (KeyError, TypeError, ValueError, ConfigError):  # (params the catalogue no longer takes)
         return None
     return FrozenTrial(number=t.number, state=TrialState.COMPLETE, value=None, values=values,
                        datetime_start=t.datetime_start, datetime_complete=t.datetime_complete,
@@ -103,7 +104,7 @@ class StoppedAsShorter(Delegating):
     (`as_shorter`); `settings_of(params)` gives a trial's settings (the fixed ones included)."""
 
     def __init__(self, inner: optuna.samplers.BaseSampler,
-                 settings_of: Callable[[dict[str, Any]], dict[str, Any]]) -> None:
+                 settings_of: Callable[[dict[str, Any]], Settings]) -> None:
         self.inner = inner
         self._settings_of = settings_of
         self._cache: dict[tuple[int, int], FrozenTrial | None] = {}

@@ -18,6 +18,7 @@ import autotune
 from autotune import config
 from autotune.core import contention
 from autotune.core.contention import Share
+from autotune.spec import Settings
 from autotune.spec.settings import merge
 from autotune.training import accel
 
@@ -65,11 +66,11 @@ def test_loader_workers_take_cores_from_torch_threads() -> None:
     old = torch.get_num_threads()
     torch.set_num_threads(4)
     try:
-        with accel.backend_flags(merge({}, {"data_on_device": False, "num_workers": 1})):
+        with accel.backend_flags(Settings(merge({}, {"data_on_device": False, "num_workers": 1}))):
             assert torch.get_num_threads() == 3
-        with accel.backend_flags(merge({}, {"data_on_device": False, "num_workers": 2, "cpu_threads": 4})):
+        with accel.backend_flags(Settings(merge({}, {"data_on_device": False, "num_workers": 2, "cpu_threads": 4}))):
             assert torch.get_num_threads() == 4  # the user's own count wins
-        with accel.backend_flags(merge({}, {"data_on_device": True, "num_workers": 2})):
+        with accel.backend_flags(Settings(merge({}, {"data_on_device": True, "num_workers": 2}))):
             assert torch.get_num_threads() == 4  # no loader processes run
         assert torch.get_num_threads() == 4
     finally:

@@ -15,6 +15,7 @@ import torch
 import autotune
 from autotune import config
 from autotune.core.errors import ConfigError, TrialStopped
+from autotune.spec import Settings
 from autotune.spec.settings import DEFAULTS
 from autotune.study.runner import open_study
 from autotune.training import ContextMisuse, TrialContext, TrialSetup, accel
@@ -259,10 +260,10 @@ def test_compiled_training_loader_drops_the_short_last_batch() -> None:
 def test_compiler_is_reset_around_every_compiled_trial(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     calls: list[int] = []
     monkeypatch.setattr(accel, "reset_compiler", lambda: calls.append(1))
-    with context.trial_session({**DEFAULTS, "compile": True}):
+    with context.trial_session(Settings({**DEFAULTS, "compile": True})):
         pass
     assert len(calls) == 2  # before (a fresh graph, honest compile time) and after (free the graphs)
-    with context.trial_session(dict(DEFAULTS)):
+    with context.trial_session(Settings(DEFAULTS)):
         pass
     assert len(calls) == 2
 

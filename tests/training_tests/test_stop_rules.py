@@ -8,12 +8,13 @@ import time
 from autotune.core import contention
 from autotune.core.contention import Share
 from autotune.core.errors import TrialStopped
+from autotune.spec import Settings
 from autotune.training.context.collective import Alone
 from autotune.training.context.limits import Limits
 from autotune.training.context.records import EpochRecord
 from autotune.training.context.stop_rules import StopRules
 
-SETTINGS = {"early_stopping_patience": 2, "early_stopping_min_delta": 0.0}
+SETTINGS = Settings({"early_stopping_patience": 2, "early_stopping_min_delta": 0.0})
 
 
 def rec(epoch: int, train_loss: float = 1.0, train_time_s: float = 1.0, **metrics: float) -> EpochRecord:
