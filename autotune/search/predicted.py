@@ -32,7 +32,7 @@ from optuna.trial import FrozenTrial, TrialState
 from autotune.core import optuna_compat as compat
 from autotune.search import space
 from autotune.search.credit import EPOCHS, Delegating
-from autotune.search.pruners import hypervolume_2d
+from autotune.search.pareto import hypervolume
 from autotune.spec import ParamSpec, RunConfig, TrialRecord
 
 MIN_TRIALS = 8  # finished trials with a curve before predictions choose: as TPE's random start-up
@@ -65,15 +65,6 @@ class Features:
                 lo, hi, x = math.log(lo), math.log(hi), math.log(max(x, 1e-300))
             out.append((x - lo) / (hi - lo) if hi > lo else 0.0)
         return out
-
-
-def hypervolume(points: Sequence[Sequence[float]], ref: Sequence[float]) -> float:
-    if not points:
-        return 0.0
-    if len(ref) == 2:
-        return hypervolume_2d(points, (ref[0], ref[1]))
-    inside = np.array([p for p in points if all(a < b for a, b in zip(p, ref))], dtype=float)
-    return compat.hypervolume(inside, np.array(ref, dtype=float)) if len(inside) else 0.0
 
 
 class Snapshot(compat.StudyView):

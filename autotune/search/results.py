@@ -13,6 +13,7 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from autotune.core import CATALOGUE, EPOCH_FIELDS, is_fraction
+from autotune.search.pareto import dominates
 from autotune.spec import FastestWithin, MostAccurateUnder, RunConfig, TrialRecord
 
 if TYPE_CHECKING:
@@ -128,17 +129,6 @@ def feasible(t: FrozenTrial) -> bool:
     system attr and a sampler's `constraints_func` as a `constraints` list; `FrozenTrial.constraints`
     gathers both."""
     return all(float(v) <= 0 for v in t.constraints.values())
-
-
-def dominates(a: list[float], b: list[float], directions: list[str]) -> bool:
-    """a is at least as good as b everywhere and better somewhere."""
-    better = False
-    for x, y, d in zip(a, b, directions):
-        x, y = (x, y) if d == "minimize" else (-x, -y)
-        if x > y:
-            return False
-        better = better or x < y
-    return better
 
 
 def pareto_front(trials: list[FrozenTrial], directions: list[str]) -> list[FrozenTrial]:
