@@ -22,8 +22,8 @@ import torch
 from torch import nn
 
 from autotune import compress
-from autotune.core import REPORTED, TrialStopped, is_quality
-from autotune.spec import RunConfig, Settings
+from autotune.core import TrialStopped
+from autotune.spec import REPORTED, RunConfig, Settings, is_quality
 from autotune.training import (
     Batches,
     EpochRecord,

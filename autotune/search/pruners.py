@@ -18,11 +18,11 @@ from typing import Any, Literal, Protocol
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from autotune.core import ConfigError, TrialStopped, is_fraction, is_quality, lookup, per_epoch
+from autotune.core import ConfigError, TrialStopped, lookup
 from autotune.search import curves
 from autotune.search.pareto import dominates, hypervolume_2d, promoted
 from autotune.search.results import pareto_front
-from autotune.spec import RunConfig, TrialRecord
+from autotune.spec import RunConfig, TrialRecord, is_fraction, is_quality, per_epoch
 from autotune.training import projected_time_s
 
 EPOCH_VALUES = "epoch_values"  # TrialRecord.epoch_values's stored key (tests build trials with it)

@@ -14,10 +14,10 @@ from typing import Any, Literal
 
 import optuna
 
-from autotune.core import ConfigError, lookup, per_epoch
+from autotune.core import ConfigError, lookup
 from autotune.search import predicted, space
 from autotune.search.credit import EPOCHS, StoppedAsShorter
-from autotune.spec import RunConfig, Settings
+from autotune.spec import RunConfig, Settings, per_epoch
 
 TPE_STARTUP_TRIALS = 8  # random trials before TPE's model: a study here is tens of trials, not hundreds
 

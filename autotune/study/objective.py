@@ -25,10 +25,10 @@ from typing import Any
 import optuna
 from optuna.trial import TrialState
 
-from autotune.core import TrialStopped, describe_exception, is_quality, per_epoch, user_where, watchdog
+from autotune.core import TrialStopped, describe_exception, user_where, watchdog
 from autotune.fit import REAL, Backend, TrialPlan, fit_name, load_fit, trainer
 from autotune.search import lr_scaling_text, pruners
-from autotune.spec import RunConfig
+from autotune.spec import RunConfig, is_quality, per_epoch
 from autotune.speed import probe, strategy
 from autotune.study import records
 from autotune.study.admit import admit

@@ -13,9 +13,8 @@ import optuna
 import pytest
 
 from autotune import config
-from autotune.core import CATALOGUE, EPOCH_FIELDS
 from autotune.fit import TrialPlan
-from autotune.spec import StudyRecord, TrialRecord
+from autotune.spec import CATALOGUE, EPOCH_FIELDS, StudyRecord, TrialRecord
 from autotune.spec.stored import FIELDS, KEYS
 from autotune.study import runner as study_mod
 from autotune.study import write_study
