@@ -1,5 +1,5 @@
 """What can run where: the inference device, compression settings this torch build or device cannot run
-(a pruned trial, `unsupported`), and fixed settings that cannot work, found before any trial (`preflight`)."""
+(a pruned trial, `unsupported`), and fixed settings that cannot work, found before any trial (`check_config`)."""
 
 from __future__ import annotations
 
@@ -66,8 +66,9 @@ def cast_error(device_str: str, mode: str) -> str | None:
     return None
 
 
-def preflight(cfg: RunConfig) -> None:
-    """Fixed compression settings that cannot work are a ConfigError before any trial runs."""
+def check_config(cfg: RunConfig) -> None:
+    """Fixed compression settings that cannot work are a ConfigError before any trial runs (fit.preflight's
+    compression part)."""
     file = cfg.file
     fixed = cfg.fixed()
     searched = set(cfg.space)

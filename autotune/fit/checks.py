@@ -54,7 +54,7 @@ def preflight(cfg: RunConfig) -> None:
                                      f"{describe_exception(e)}") from None
     from autotune import compress  # fixed compression settings that cannot run here
 
-    compress.preflight(cfg)
+    compress.check_config(cfg)
 
 
 def notes(cfg: RunConfig) -> list[str]:

@@ -198,7 +198,7 @@ def reading(rec: Mapping[str, Any]) -> str:
     return f"speed probe: {rec.get('source') or 'unknown source'}{how}"
 
 
-def projected_time_s(rec: Mapping[str, Any], plan: TrialPlan) -> float | None:
+def time_at_reading_s(rec: Mapping[str, Any], plan: TrialPlan) -> float | None:
     """Training time of a trial with this plan at the recorded samples/s (None: the epoch's size is unknown):
     epochs x samples per epoch (at its data_fraction) / samples/s, plus compile unless time excludes it."""
     sps, full = rec.get("samples_per_s"), rec.get("epoch_samples")
@@ -254,7 +254,7 @@ class Gate:
     def check_projection(self, trial: optuna.Trial, plan: TrialPlan, rec: Mapping[str, Any]) -> None:
         """`max_trial_seconds`, `vs_front` and `min_front_gain` on the projected training time, before the first
         epoch ends. A contended reading decides nothing (`usable`); the message names the reading it used."""
-        proj = projected_time_s(rec, plan) if usable(rec) else None
+        proj = time_at_reading_s(rec, plan) if usable(rec) else None
         if proj is None:
             return
         slow = self.cfg.pruning.slow
@@ -339,4 +339,4 @@ def _summary(rec: Mapping[str, Any]) -> dict[str, Any]:
     return {k: (round(v, 4) if isinstance(v, float) else v) for k, v in out.items()}
 
 __all__ = ["ATTR_PREFIX", "THROUGHPUT", "Cache", "Gate", "WriteStudy", "blame", "code_fingerprint", "combination",
-           "key", "projected_time_s", "reading", "record", "usable"]
+           "key", "reading", "record", "time_at_reading_s", "usable"]

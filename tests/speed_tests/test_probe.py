@@ -149,9 +149,9 @@ def test_the_window_pauses_over_what_is_not_training() -> None:
 
 def test_projected_time() -> None:
     rec = {"samples_per_s": 1000.0, "epoch_samples": 2000.0, "compile_time_s": 3.0}
-    assert probe.projected_time_s(rec, plan_of(epochs=5, data_fraction=0.5)) == pytest.approx(3.0 + 5.0)
-    assert probe.projected_time_s(rec, plan_of(epochs=5, time_excludes_compile=True)) == pytest.approx(10.0)
-    assert probe.projected_time_s({"samples_per_s": 1000.0, "epoch_samples": None}, plan_of(epochs=5)) is None
+    assert probe.time_at_reading_s(rec, plan_of(epochs=5, data_fraction=0.5)) == pytest.approx(3.0 + 5.0)
+    assert probe.time_at_reading_s(rec, plan_of(epochs=5, time_excludes_compile=True)) == pytest.approx(10.0)
+    assert probe.time_at_reading_s({"samples_per_s": 1000.0, "epoch_samples": None}, plan_of(epochs=5)) is None
 
 
 def test_combination_is_what_sets_throughput() -> None:
