@@ -22,7 +22,8 @@ from autotune import config
 from autotune.study import orphans
 from autotune.study import runner as study_mod
 from autotune.study import storage as storage_mod
-from tests.study_tests.test_workers import FINISHED, autotune, finish, load, wait_mid_trial, write_cfg
+from tests.support import FINISHED, finish, load, wait_mid_trial, write_cfg
+from tests.support import start_autotune as autotune
 
 
 def _sleeper() -> subprocess.Popen[bytes]:

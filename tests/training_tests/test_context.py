@@ -24,20 +24,7 @@ from autotune.training.context import trial as context
 from autotune.training.throughput import ProbeWindow
 from tests import user_fits
 from tests.conftest import ROOT
-
-
-def user(tmp_path: Path, fit: str = "fit", **sections: Any) -> config.RunConfig:
-    """A study of a user's training function from tests/user_fits.py, stored in tmp_path."""
-    raw: dict[str, Any] = {
-        "study": {"name": "u", "storage": f"sqlite:///{tmp_path}/u.db", "n_trials": 2, "seed": 0},
-        "trainer": f"tests.user_fits:{fit}",
-        "train": {"epochs": 2, "batch_size": 64, "lr": 2e-2},
-    }
-    for key, value in sections.items():
-        raw[key] = {**raw[key], **value} if isinstance(value, dict) and isinstance(raw.get(key), dict) else value
-    for key in raw.get("space", {}):
-        raw["train"].pop(key, None)
-    return config.from_dict(raw, source=str(tmp_path / "user.yaml"))
+from tests.support import user
 
 
 def ctx_for(**settings: Any) -> TrialContext:

@@ -103,7 +103,7 @@ def test_verdict_in_one_process_is_rank_0s_decision() -> None:
 def test_a_slow_projection_from_epochs_that_waited_for_cores_does_not_stop() -> None:
     """The epochs ran while busy processes held the cores: their time is the machine's, so the projection is looked
     at again next epoch instead of stopping the trial; with the cores its own, the stop says so."""
-    from tests.core_tests.test_contention import busy, spin_share
+    from tests.support import busy, spin_share
 
     slow = rec(1, train_time_s=5.0)  # 5 s per epoch x 4 epochs > 10 s
     with busy(seconds=10, n=2 * contention.cores()):
