@@ -48,7 +48,7 @@ def test_every_stored_attr_in_the_reference(pages: dict[str, str]) -> None:
 
 
 def test_every_metric_in_the_reference(pages: dict[str, str]) -> None:
-    from autotune.core.metrics import CATALOGUE
+    from autotune.spec.metrics import CATALOGUE
 
     missing = [name for name in CATALOGUE if f"| `{name}` |" not in pages["reference/metrics.md"]]
     assert not missing, f"the metrics reference lacks: {missing}"

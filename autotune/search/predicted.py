@@ -36,9 +36,11 @@ import optuna
 from optuna.distributions import BaseDistribution, CategoricalDistribution, FloatDistribution, IntDistribution
 from optuna.trial import FrozenTrial, TrialState
 
+from autotune.core import optuna_compat as compat
 from autotune.search import space
 from autotune.search.credit import EPOCHS, Delegating
-from autotune.search.pruners import CUMULATIVE, hypervolume_2d, nondominated_ranks
+from autotune.search.pareto import hypervolume, nondominated_ranks
+from autotune.search.pruners import CUMULATIVE
 from autotune.spec import ParamSpec, RunConfig, TrialRecord
 
 MIN_TRIALS = 8  # finished trials with a curve before predictions choose: as TPE's random start-up
@@ -111,17 +113,6 @@ def draw(d: BaseDistribution, rng: np.random.Generator, near: Any = None) -> Any
     return from_unit(d, unit(d, near) + float(rng.normal(0.0, LOCAL_STEP)))
 
 
-def hypervolume(points: Sequence[Sequence[float]], ref: Sequence[float]) -> float:
-    if not points:
-        return 0.0
-    if len(ref) == 2:
-        return hypervolume_2d(points, (ref[0], ref[1]))
-    from optuna._hypervolume import compute_hypervolume
-
-    inside = np.array([p for p in points if all(a < b for a, b in zip(p, ref))], dtype=float)
-    return float(compute_hypervolume(inside, np.array(ref, dtype=float))) if len(inside) else 0.0
-
-
 class Model:
     """Each objective (minimized; a time on a log scale) predicted from a feature row: a random forest over every
     objective, whose trees' spread is the uncertainty; a clock that adds up per epoch (`clocks`) first by a
@@ -159,22 +150,16 @@ def gains(front: list[list[float]], points: np.ndarray) -> np.ndarray:
     return np.array([hypervolume(front + [list(p)], ref) - base for p in points])
 
 
-class Snapshot:
-    """The study with its trials read once: a choice reads them several times (the inner sampler, the model), and
-    on SQLite or PostgreSQL each read is a round trip; within one choice they do not change."""
+class Snapshot(compat.StudyView):
+    """The study with its trials read once: a choice asks the inner sampler K x parameters times, and each ask reads
+    the trials (on SQLite or PostgreSQL, a round trip each); within one choice they do not change."""
 
     def __init__(self, study: optuna.Study) -> None:
-        self._study = study
+        super().__init__(study)
         self._trials = study.get_trials(deepcopy=False)
 
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._study, name)
-
-    def _get_trials(self, deepcopy: bool = True, states: Any = None, use_cache: bool = False) -> list[FrozenTrial]:
+    def shown_trials(self, deepcopy: bool, states: Any, use_cache: bool) -> list[FrozenTrial]:
         return [t for t in self._trials if states is None or t.state in states]
-
-    def get_trials(self, deepcopy: bool = True, states: Any = None) -> list[FrozenTrial]:
-        return self._get_trials(deepcopy, states)
 
     @property
     def trials(self) -> list[FrozenTrial]:

@@ -11,7 +11,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
 
-from autotune.core import CATALOGUE, DIRECTIONS, shown, task_metrics, unknown
+from autotune.core import shown, unknown
+from autotune.spec.metrics import CATALOGUE, DIRECTIONS, task_metrics
 from autotune.spec.names import DATASET_NAMES, MODEL_NAMES, PRUNER_NAMES, SAMPLER_NAMES
 from autotune.spec.settings import merge
 
