@@ -249,7 +249,7 @@ class PredictedFront(Delegating):
         """The study's trials, read once per trial: the inner sampler reads them for every parameter (on SQLite or
         PostgreSQL a round trip each), and a trial's parameters are better drawn from one view of the study."""
         snap = self._snapshots.get(trial.number)
-        if snap is None or snap._study is not study:
+        if snap is None or snap.study is not study:
             self._snapshots = {trial.number: Snapshot(study)}
             snap = self._snapshots[trial.number]
         return snap
