@@ -1,4 +1,4 @@
-"""What does on-device augmentation cost per batch? Each augmentation (autotune/augment.py) against no
+"""What does on-device augmentation cost per batch? Each augmentation (autotune/training/data/augment.py) against no
 augmentation, on 3x32x32 uint8 batches (CIFAR-sized), in the same run:
 
   (a) per batch, input side only: `normalize` alone (the baseline) vs `normalize` + each augmentation,

@@ -70,7 +70,7 @@ torch.__version__, '| optuna', optuna.__version__, '| pydantic', pydantic.__vers
     python3 -m autotune speed bench/gpu_check.yaml --budget 180 || echo "== autotune speed FAILED"
   fi
   if [ "$DEVICE" != cpu ] && python3 -c "import pytest" 2>/dev/null; then
-    python3 -m pytest -q -p no:cacheprovider -m gpu tests/test_augment.py || echo "== augmentation GPU test FAILED"
+    python3 -m pytest -q -p no:cacheprovider -m gpu tests/training_tests/test_augment.py || echo "== augmentation GPU test FAILED"
   fi
   # fold SQLite's write-ahead log (autotune opens studies in WAL mode) into gpu-check.db: one file to carry home
   if [ -f "$OUT/gpu-check.db" ]; then

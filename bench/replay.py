@@ -17,9 +17,10 @@ Tune's tuner loop and scheduler) in thread CPU seconds (`--free-strategy`: not c
 every arm that stops trials: a stopped trial's values count toward the front only where they are what the
 configuration with `epochs: k` trains (bench/replay_arms.counted; never on LCBench, whose epochs are fixed).
 
-Measures (`measures`): a fixed reference front per workload and task, independent of the arms: the surrogate's own
-front over the space (LCBench: bench/yahpo_lcbench/fronts.json), or every (recorded curve, epochs in the space's
-range) point of a recording; time reference twice the median training time of a random configuration (or 1.1 x
+Measures (`measures`): a fixed reference front per workload and task, independent of the arms: LCBench, the front
+of 2,000 random configurations of the space trained 52 epochs (LCBench's own design: bench/yahpo_lcbench/fronts.json,
+bench/replay_lcbench.reference_front), or every (recorded curve, epochs in the space's range) point of a recording;
+time reference twice the median training time of a random configuration (or 1.1 x
 the front's slowest time, if later), accuracy reference 0. Per seed, the
 simulated time at which an arm's front (completed and counted trials) reaches 90 % and 95 % of the reference
 hypervolume, on linear time and, as a second view, on log time (which weighs the front's accurate, slow end as
@@ -84,6 +85,8 @@ ARMS: dict[str, tuple[str, dict[str, Any] | None, dict[str, Any]]] = {
     "autotune pareto_asha from epoch 4": ("autotune", {"pruner": "pareto_asha", "pruner_args": {"min_epochs": 4}}, {}),
     "autotune pareto_asha eta 2": ("autotune", {"pruner": "pareto_asha", "pruner_args": {"reduction_factor": 2}}, {}),
 }
+# development variants of the predicted front's constants (autotune/search/predicted.py), set for one run
+CONSTANTS: dict[str, dict[str, Any]] = {}
 DEFAULT_ARMS = ("plain Optuna", "random search", "OptunaHub multi_metric_pruner", "MOASHA as shipped",
                 "MOASHA rank-corrected", "autotune")
 BASELINES = ("plain Optuna", "random search", "OptunaHub multi_metric_pruner", "MOASHA as shipped",
@@ -211,7 +214,16 @@ def one_run(job: Job) -> tuple[Job, Events, float]:
     logging.getLogger("syne_tune").setLevel(logging.ERROR)
     t0 = time.perf_counter()
     run, cfg = runner(arm, SPACES[name])
-    ev = run(cfg, workload(name, task), seed, budget, workers, charge)
+    from autotune.search import predicted
+
+    saved = {k: getattr(predicted, k) for k in CONSTANTS.get(arm, {})}
+    try:
+        for k, v in CONSTANTS.get(arm, {}).items():
+            setattr(predicted, k, v)
+        ev = run(cfg, workload(name, task), seed, budget, workers, charge)
+    finally:
+        for k, v in saved.items():
+            setattr(predicted, k, v)
     return job, ev, time.perf_counter() - t0
 
 
@@ -335,7 +347,9 @@ def fmt_x(x: tuple[float, float, float]) -> str:
 def report(name: str, workers: int, tasks: list[str | None], arms: list[str], ms: dict[tuple[str | None, int, str],
            list[Seed]], budgets: dict[tuple[str | None, int], float], seeds: Sequence[int]) -> dict[str, Any]:
     """Print the tables of one worker count; return their figures (for --json)."""
-    print(f"\n{name}, {workers} worker{'s' if workers > 1 else ''}, seeds {seeds[0]}-{seeds[-1]} ({len(seeds)}), "
+    counts = sorted({len(v) for (t, n, _), v in ms.items() if n == workers and t in tasks})
+    print(f"\n{name}, {workers} worker{'s' if workers > 1 else ''}, seeds {seeds[0]}-{seeds[-1]} "
+          f"({'-'.join(map(str, dict.fromkeys([counts[0], counts[-1]])))} per task), "
           f"{len(tasks)} task{'s' if len(tasks) > 1 else ''}; budget per task "
           + (f"{BUDGET_TRIALS:g} x its median 52-epoch time{' / workers x 2' if workers > 1 else ''}"
              if name == "lcbench" else f"{budgets[(None, workers)]:g} simulated s"))
@@ -433,29 +447,61 @@ def curves(ms: dict[tuple[str | None, int, str], list[Seed]], workers: list[int]
 
 
 def load(paths: Sequence[Path], arms: Sequence[str]) -> tuple[Runs, list[int]]:
-    """Saved runs (--save), merged: the arms among `arms`, and the seeds they ran."""
-    runs: Runs = {}
-    seeds: list[int] = []
+    """Saved runs (--save), merged: the arms among `arms`; files holding other seeds of the same task, worker count
+    and arm add theirs (a long run saved block by block). Within a task and worker count only the seeds every arm
+    ran are kept (the measures pair arms by seed); returns the runs, each arm's events in seed order, and every seed
+    kept anywhere."""
+    by_seed: dict[tuple[str | None, int, str], dict[int, Events]] = {}
     for p in paths:
         saved = json.loads(p.read_text())
-        seeds = saved["seeds"]
         for key, rs in saved["runs"].items():
             task, n, arm = key.split("|")
             if arm in arms:
-                runs[(None if task == "" else task, int(n), arm)] = [[tuple(e) for e in ev] for ev in rs]
-    return runs, seeds
+                got = by_seed.setdefault((None if task == "" else task, int(n), arm), {})
+                got.update({s: [tuple(e) for e in ev] for s, ev in zip(saved["seeds"], rs)})  # type: ignore[misc]
+    runs: Runs = {}
+    kept: set[int] = set()
+    for tn in {(t, n) for t, n, _ in by_seed}:
+        mine = {a: by_seed[(tn[0], tn[1], a)] for t, n, a in by_seed if (t, n) == tn}
+        common = sorted(set.intersection(*(set(v) for v in mine.values())))
+        kept.update(common)
+        for a, v in mine.items():
+            runs[(tn[0], tn[1], a)] = [v[s] for s in common]
+    return runs, sorted(kept)
+
+
+def part_file(folder: Path, task: str | None, workers: int, seeds: Sequence[int]) -> Path:
+    """Where `--save-each` keeps one task's runs at one worker count (a finished part is not run again)."""
+    return folder / f"rep_{task or 'all'}_w{workers}_s{seeds[0]}-{seeds[-1]}.json"
+
+
+def save(path: Path, name: str, seeds: Sequence[int], runs: Runs) -> None:
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps({"workload": name, "seeds": list(seeds), "runs": {
+        f"{t or ''}|{n}|{a}": rs for (t, n, a), rs in runs.items()}}))
+    tmp.replace(path)
 
 
 def run_all(name: str, tasks: list[str | None], arms: list[str], seeds: list[int], workers: list[int], charge: bool,
-            jobs: int, real: dict[str, float], t0: float) -> Runs:
-    """Every (worker count, task, seed, arm) run in a process pool; `real`: each arm's real seconds, added up."""
+            jobs: int, real: dict[str, float], t0: float, each: Path | None = None) -> Runs:
+    """Every (worker count, task, seed, arm) run in a process pool; `real`: each arm's real seconds, added up.
+    `each`: a folder where every (task, worker count) is saved once its runs are done, and skipped if it is there
+    (a long run, resumable; its tables come from `--load` of the folder's files)."""
+    parts = [(n, t) for n in workers for t in tasks
+             if each is None or not part_file(each, t, n, seeds).exists()]
     todo: list[Job] = [(name, t, a, s, n, budget_of(name, t, n), charge)
-                       for n in workers for t in tasks for s in seeds for a in arms]
-    runs: Runs = {(t, n, a): [[] for _ in seeds] for n in workers for t in tasks for a in arms}
+                       for n, t in parts for s in seeds for a in arms]
+    runs: Runs = {(t, n, a): [[] for _ in seeds] for n, t in parts for a in arms}
+    left = {(n, t): len(seeds) * len(arms) for n, t in parts}
     with ProcessPoolExecutor(max_workers=max(1, jobs)) as pool:
-        for i, ((_, t, arm, seed, n, _, _), ev, took) in enumerate(pool.map(one_run, todo, chunksize=4), 1):
+        for i, ((_, t, arm, seed, n, _, _), ev, took) in enumerate(pool.map(one_run, todo, chunksize=1), 1):
             runs[(t, n, arm)][seed - seeds[0]] = ev
             real[arm] += took
+            left[(n, t)] -= 1
+            if each is not None and not left[(n, t)]:
+                save(part_file(each, t, n, seeds), name, seeds, {k: v for k, v in runs.items() if k[:2] == (t, n)})
+                print(f"  saved {part_file(each, t, n, seeds).name}, {time.perf_counter() - t0:.0f}s "
+                      f"(load {os.getloadavg()[0]:.1f})", flush=True)
             if i % max(1, len(todo) // 20) == 0 or i == len(todo):
                 print(f"  {i}/{len(todo)} runs, {time.perf_counter() - t0:.0f}s", flush=True)
     return runs
@@ -476,6 +522,8 @@ def main(argv: list[str] | None = None) -> None:
                                                  f"{', '.join(ARMS)}")
     ap.add_argument("--free-strategy", action="store_true", help="charge only the workload's time, not the arms' own")
     ap.add_argument("--save", type=Path, default=None, help="write every run's events here (JSON)")
+    ap.add_argument("--save-each", type=Path, default=None, help="a folder: each task and worker count saved there as "
+                                                                 "soon as it is done, and not run again if it is")
     ap.add_argument("--load", type=Path, nargs="*", default=[], help="tables from saved runs instead of running")
     ap.add_argument("--curves", type=Path, default=None, help="write the anytime curves here (JSON)")
     ap.add_argument("--json", type=Path, default=None, help="write the tables' figures here (JSON)")
@@ -501,10 +549,16 @@ def main(argv: list[str] | None = None) -> None:
         print(f"replay: {args.workload}, {len(tasks)} task(s), {len(arms)} arms x {len(seeds)} seeds x workers "
               f"{args.workers}, {args.jobs} processes; the arms' own CPU time "
               f"{'not charged' if args.free_strategy else 'charged'}", flush=True)
-        runs = run_all(args.workload, tasks, arms, seeds, args.workers, not args.free_strategy, args.jobs, real, t0)
+        if args.save_each:
+            args.save_each.mkdir(parents=True, exist_ok=True)
+        runs = run_all(args.workload, tasks, arms, seeds, args.workers, not args.free_strategy, args.jobs, real, t0,
+                       args.save_each)
         if args.save:
-            args.save.write_text(json.dumps({"workload": args.workload, "seeds": seeds, "runs": {
-                f"{t or ''}|{n}|{a}": rs for (t, n, a), rs in runs.items()}}))
+            save(args.save, args.workload, seeds, runs)
+        if args.save_each:  # the tables of every part in the folder, the ones run before included
+            runs, seeds = load(sorted(args.save_each.glob("rep_*.json")), arms)
+            tasks = sorted({k[0] for k in runs}, key=lambda t: (t is None, t or ""))
+            args.workers = sorted({k[1] for k in runs})
     budgets = {(t, n): budget_of(args.workload, t, n) for t in tasks for n in args.workers}
     ms = all_measures(args.workload, runs, budgets)
     figures: dict[str, Any] = {}

@@ -4,7 +4,9 @@
 
 Each CURVES.json is `bench/replay.py --curves`'s file: per worker count and arm, the share of the fixed reference
 hypervolume (linear time) the arm's front holds at each share of the budget, median and quartiles over tasks x
-seeds. One panel per file and worker count; a line per arm (its median) and a band (its quartiles).
+seeds. One panel per file and worker count; a line per arm (its median) and a band (its quartiles). The page loads
+plotly.js from a copy beside it (`plotly.min.js`, the one the plotly package ships), never from a network: the
+documentation, like autotune's reports, reads offline.
 """
 
 from __future__ import annotations
@@ -65,7 +67,7 @@ def main() -> None:
     args = ap.parse_args()
     fig = figure([json.loads(p.read_text()) for p in args.curves])
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    fig.write_html(args.out, include_plotlyjs="cdn", full_html=True)
+    fig.write_html(args.out, include_plotlyjs="directory", full_html=True)  # plotly.min.js beside it, offline
     print(f"wrote {args.out}")
 
 

@@ -9,10 +9,10 @@ thread:
   (Optuna cannot prune with several objectives);
 - random search: the same hand-written objective with Optuna's RandomSampler (plain, not autotune: it measures
   the sampler alone);
-- autotune: `autotune.run` with autotune's defaults (pruner auto = pareto_asha, strategy joint, candidates auto: 8
-  proposals per trial while choosing costs at most 2 % of a trial's training time, else one);
+- autotune: `autotune.run` with autotune's defaults (pruner auto = pareto_asha, strategy joint, candidates auto: a
+  pool of 256 candidates per trial while choosing costs at most 2 % of a trial's training time, else one);
 - candidates for the defaults (`--arms` picks): probe_then_tune; pareto_asha; one candidate (pareto_asha with
-  study.candidates 1, the default before issue 42) and predicted front (8 candidates per trial chosen by their
+  study.candidates 1, the default before issue 42) and predicted front (a pool of 8 candidates per trial chosen by their
   predicted objectives: search/predicted.py); forecast (the Pareto pruner judging learning-curve forecasts, plus
   `slow.min_front_gain` before training).
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -45,3 +47,19 @@ def postgres_url() -> str:
             pytest.fail("AUTOTUNE_TEST_POSTGRES is not set but AUTOTUNE_REQUIRE_POSTGRES is")
         pytest.skip("no PostgreSQL server: run `bash .ci/start_postgres.sh` and export AUTOTUNE_TEST_POSTGRES")
     return url
+
+
+@pytest.fixture
+def pg_url(postgres_url: str) -> Iterator[str]:
+    """A fresh database on the test server, dropped afterwards."""
+    base = postgres_url  # the test server (conftest: skipped, or failed under AUTOTUNE_REQUIRE_POSTGRES)
+    import psycopg
+
+    plain = base.replace("postgresql+psycopg://", "postgresql://")
+    db = f"autotune_w_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(plain, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{db}"')
+    head, _, _ = plain.rpartition("/")
+    yield f"{head}/{db}"  # plain postgresql://: make_storage must pick psycopg 3 by itself
+    with psycopg.connect(plain, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{db}" WITH (FORCE)')

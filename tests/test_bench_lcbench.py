@@ -80,3 +80,18 @@ def test_the_space_and_tasks_are_lcbenchs() -> None:
     assert sp["batch_size"] == {"type": "int", "low": 16.0, "high": 512.0, "log": True}
     assert sp["lr"]["log"] and sp["lr"]["low"] == pytest.approx(1e-4)
     assert set(lc.NAMES) == set(sp)
+
+
+def test_the_reference_front_is_that_of_2000_random_configurations() -> None:
+    """The fixed reference every arm is measured against (bench/yahpo_lcbench/fronts.json): the front of the first
+    REFERENCE_RANDOM of the seed-0 random configurations whose median 52-epoch time sets the budget."""
+    import numpy as np
+
+    task = "167161"
+    x = lc.random_configs(10_000, np.random.default_rng(0))[:lc.REFERENCE_RANDOM]
+    front = lc.front_2d(lc.final_points(lc.surrogate(), task, x))
+    saved = lc.fronts()[task]
+    assert saved["random"] == lc.REFERENCE_RANDOM == 2_000
+    assert np.array(saved["front"]) == pytest.approx(front, abs=1e-4)
+    times = [t for t, _ in saved["front"]]
+    assert times == sorted(times) and saved["median_time_s"] > times[0]

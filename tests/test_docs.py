@@ -48,7 +48,7 @@ def test_every_stored_attr_in_the_reference(pages: dict[str, str]) -> None:
 
 
 def test_every_metric_in_the_reference(pages: dict[str, str]) -> None:
-    from autotune.core.metrics import CATALOGUE
+    from autotune.spec.metrics import CATALOGUE
 
     missing = [name for name in CATALOGUE if f"| `{name}` |" not in pages["reference/metrics.md"]]
     assert not missing, f"the metrics reference lacks: {missing}"
@@ -102,3 +102,16 @@ def test_mkdocs_build_strict(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     for page in ("reference/settings", "reference/cli", "reference/api", "design", "guide/own-training"):
         assert (tmp_path / "site" / page / "index.html").is_file(), page
+
+
+def test_no_page_loads_anything_from_a_network() -> None:
+    """The documentation reads offline, as autotune's reports do: a page's scripts, styles and images come from files
+    beside it (a figure's plotly.js too), never from a CDN."""
+    import re
+
+    for page in sorted((ROOT / "docs").rglob("*.html")) + sorted((ROOT / "docs").rglob("*.md")):
+        text = page.read_text(encoding="utf-8")
+        for tag, src in re.findall(r"<(script|link|img|iframe)\b[^>]*?\b(?:src|href)=\"([^\"]+)\"", text):
+            assert not re.match(r"(https?:)?//", src), f"{page.relative_to(ROOT)}: <{tag}> loads {src}"
+            if not src.startswith(("#", "data:")):
+                assert (page.parent / src.split("?")[0]).exists(), f"{page.relative_to(ROOT)}: {src} is not there"

@@ -10,11 +10,8 @@ from pathlib import Path
 
 import numpy as np
 
-import autotune
-from autotune.study.runner import open_study
-from tests.conftest import ROOT
-
-EXAMPLES = ROOT / "examples"
+from tests.support import EXAMPLES
+from tests.support import run_example as run
 
 
 def write_cifar(root: Path, per_batch: int = 16) -> Path:
@@ -29,15 +26,6 @@ def write_cifar(root: Path, per_batch: int = 16) -> Path:
         with open(folder / name, "wb") as f:
             pickle.dump({b"data": x.astype(np.uint8).reshape(per_batch, -1), b"labels": labels.tolist()}, f)
     return folder
-
-
-def run(tmp_path: Path, name: str, n_trials: int, first: list[dict], **overrides: object) -> autotune.TuneResult:
-    cfg = autotune.load_config(str(EXAMPLES / f"{name}.yaml"), overrides={
-        "study.storage": f"sqlite:///{tmp_path}/{name}.db", "study.n_trials": n_trials, **overrides})
-    study = open_study(cfg)
-    for params in first:
-        study.enqueue_trial(params)
-    return autotune.run(cfg)
 
 
 def test_cifar_resnet_example(tmp_path: Path) -> None:

@@ -19,7 +19,7 @@ from optuna.trial import TrialState
 from autotune import config
 from autotune.study import budget
 from autotune.study import storage as storage_mod
-from tests.study_tests.test_workers import FINISHED, pg_url  # noqa: F401  (the fixture)
+from tests.support import FINISHED
 
 ROOT = Path(__file__).resolve().parent.parent
 N, WORKERS, KILL_EVERY_TRIALS = 40, 4, 8  # kills by progress: as many on a fast machine as on a slow one

@@ -8,7 +8,10 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-README = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+README = (ROOT / "README.md").read_text()
 
 
 def test_quick_start_is_two_commands() -> None:
@@ -31,6 +34,29 @@ def test_readme_links_resolve() -> None:
     targets = re.findall(r"\]\(([^)#:]+)(?:#[^)]*)?\)", README)
     missing = [t for t in targets if not (root / t).exists()]
     assert targets and not missing, f"README links to missing files: {missing}"
+
+
+def test_extras_are_pyprojects() -> None:
+    tomllib = pytest.importorskip("tomllib")
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    said = README.split("Extras:", 1)[1].split("(e.g.", 1)[0]
+    assert set(re.findall(r"`([\w-]+)`", said)) == set(extras)
+
+
+def test_error_example_is_todays_error(tmp_path: Path) -> None:
+    """The README's unknown-key line is what a misspelt `study.sampler` in cnn.yaml prints today."""
+    import yaml
+
+    import autotune
+    from autotune.core import ConfigError
+
+    doc = yaml.safe_load((ROOT / "search_spaces" / "cnn.yaml").read_text())
+    doc["study"]["samplr"] = doc["study"].pop("sampler", "tpe")
+    (tmp_path / "cnn.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
+    with pytest.raises(ConfigError) as e:
+        autotune.load_config(tmp_path / "cnn.yaml")
+    shown = next(ln for ln in README.splitlines() if "study.samplr" in ln)
+    assert shown == f"error: cnn.yaml: {str(e.value).split(': ', 1)[1]}"
 
 
 def test_own_training_example_runs(tmp_path: Path) -> None:

@@ -10,9 +10,8 @@ from autotune.cli import common
 
 
 def cmd(args: argparse.Namespace) -> int:
-    from autotune.fit import load_fit
+    from autotune.fit import load_fit, preflight
     from autotune.speed import sweep as speed
-    from autotune.study import preflight
 
     cfg = common.load(args)
     preflight(cfg)  # device, data, model: a mistake is one line before any probe runs

@@ -2,7 +2,7 @@
 
 | module | job |
 |---|---|
-| `support` | what can run where: the inference device, `unsupported` combinations, `preflight` |
+| `support` | what can run where: the inference device, `unsupported` combinations, `check_config` |
 | `transfer` | checkpoints (`model.checkpoint`), `freeze`, the distillation teacher and its loss |
 | `prune` | pruning masks, making them permanent, `shrink` (cutting zeroed channels out) |
 | `quantize` | int8 (dynamic, static, QAT) and bf16/fp16 casts; the `QUANTIZERS` registry |
@@ -17,11 +17,12 @@ from __future__ import annotations
 from autotune.compress import measure, pipeline, prune, quantize, support, transfer
 from autotune.compress.pipeline import FINETUNE_LR_FACTOR, Compressed, calibration_batches, compress_and_measure
 from autotune.compress.quantize import QUANTIZERS
-from autotune.compress.support import preflight, unsupported
+from autotune.compress.support import check_config, unsupported
 from autotune.compress.transfer import distill_loss, load_checkpoint, load_teacher
 
 __all__ = [
-    "Compressed", "FINETUNE_LR_FACTOR", "QUANTIZERS", "calibration_batches", "compress_and_measure", "distill_loss",
-    "load_checkpoint", "load_teacher", "measure", "pipeline", "preflight", "prune", "quantize", "support", "transfer",
+    "Compressed", "FINETUNE_LR_FACTOR", "QUANTIZERS", "calibration_batches", "check_config", "compress_and_measure",
+    "distill_loss",
+    "load_checkpoint", "load_teacher", "measure", "pipeline", "prune", "quantize", "support", "transfer",
     "unsupported",
 ]

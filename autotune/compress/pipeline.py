@@ -21,6 +21,7 @@ from autotune.compress import prune, quantize
 from autotune.compress.measure import latency_ms, model_size_bytes, params_nonzero, val_metrics
 from autotune.compress.support import infer_device
 from autotune.core import TrialStopped
+from autotune.spec import Settings
 from autotune.training import Dataset, accel
 
 CALIBRATION_BATCHES = 8  # training batches the static int8 observers see
@@ -38,7 +39,7 @@ class Compressed:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-def compress_and_measure(model: nn.Module, settings: dict[str, Any], train_dev: torch.device,
+def compress_and_measure(model: nn.Module, settings: Settings, train_dev: torch.device,
                          calibration: quantize.Calibration, ds: Dataset, x_val: torch.Tensor, y_val: torch.Tensor,
                          val_accuracy: float, val_loss: float, finetune: Finetune, epoch: int) -> Compressed:
     """Prune, fine-tune, quantize a copy of the trained model; measure it. The trained model is left as is.

@@ -1,5 +1,5 @@
 """What can run where: the inference device, compression settings this torch build or device cannot run
-(a pruned trial, `unsupported`), and fixed settings that cannot work, found before any trial (`preflight`)."""
+(a pruned trial, `unsupported`), and fixed settings that cannot work, found before any trial (`check_config`)."""
 
 from __future__ import annotations
 
@@ -14,11 +14,11 @@ from torch import nn
 from autotune.compress import quantize, transfer
 from autotune.compress.quantize import CAST_DTYPES, INT8_MODES
 from autotune.core import ConfigError, resolve_path
-from autotune.spec import RunConfig
+from autotune.spec import SETTINGS, RunConfig, Settings
 from autotune.training import accel, data, models
 
 
-def infer_device(settings: dict[str, Any], train_dev: torch.device) -> torch.device:
+def infer_device(settings: Settings, train_dev: torch.device) -> torch.device:
     """`infer_device: auto` is the training device, except int8, whose kernels exist on CPU only."""
     name = settings["infer_device"]
     if name == "auto":
@@ -26,7 +26,7 @@ def infer_device(settings: dict[str, Any], train_dev: torch.device) -> torch.dev
     return accel.resolve_device(name)
 
 
-def unsupported(settings: dict[str, Any], train_dev: torch.device) -> tuple[str, str] | None:
+def unsupported(settings: Settings, train_dev: torch.device) -> tuple[str, str] | None:
     """(setting, why) when this combination of compression settings cannot run here, else None."""
     q, qat, pm = settings["quantize"], settings["qat"], settings["prune_method"]
     if q in INT8_MODES:
@@ -66,8 +66,9 @@ def cast_error(device_str: str, mode: str) -> str | None:
     return None
 
 
-def preflight(cfg: RunConfig) -> None:
-    """Fixed compression settings that cannot work are a ConfigError before any trial runs."""
+def check_config(cfg: RunConfig) -> None:
+    """Fixed compression settings that cannot work are a ConfigError before any trial runs (fit.preflight's
+    compression part)."""
     file = cfg.file
     fixed = cfg.fixed()
     searched = set(cfg.space)
@@ -112,7 +113,8 @@ def _check_combinations(cfg: RunConfig, file: str, fixed: dict[str, Any], search
         spec = cfg.space.get(k)
         options[k] = [fixed[k]] if spec is None else list(spec.choices) if spec.choices is not None else \
             [spec.low, spec.high]
-    problems = [unsupported({**fixed, **dict(zip(options, values))}, dev)
+    base = {k: v for k, v in fixed.items() if k in SETTINGS}  # (less the user's parameters)
+    problems = [unsupported(Settings({**base, **dict(zip(options, values))}), dev)
                 for values in itertools.product(*options.values())]
     if all(p is not None for p in problems):
         name, why = next(p for p in problems if p is not None)

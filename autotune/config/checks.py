@@ -7,9 +7,6 @@ from pathlib import Path
 from typing import Any
 
 from autotune.core import (
-    CLOCKS,
-    DIRECTIONS,
-    INFERENCE,
     AutotuneError,
     ConfigError,
     adapter_mark,
@@ -26,6 +23,9 @@ from autotune.core import (
 )
 from autotune.spec import (
     BUILTIN_ONLY,
+    CLOCKS,
+    DIRECTIONS,
+    INFERENCE,
     MODEL_PREFIX,
     SETTINGS,
     TASK_METRICS,

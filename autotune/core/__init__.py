@@ -1,4 +1,4 @@
-"""The bottom layer: error types and their one-line texts, the metric catalogue, references to a user's code
+"""The bottom layer: error types and their one-line texts, references to a user's code
 (`module:function`, paths next to the run file), the version. Standard library only: everything imports it."""
 
 from __future__ import annotations
@@ -26,23 +26,6 @@ from autotune.core.errors import (
     warn_config,
 )
 from autotune.core.lifetime import exit_text
-from autotune.core.metrics import (
-    CATALOGUE,
-    CLOCKS,
-    DIRECTIONS,
-    EPOCH_FIELDS,
-    INFERENCE,
-    PER_EPOCH,
-    REPORTED,
-    fmt,
-    is_fraction,
-    is_quality,
-    label,
-    per_epoch,
-    short,
-    shown_with,
-    task_metrics,
-)
 from autotune.core.userref import (
     ADAPTER,
     ONE_DEVICE,
@@ -60,12 +43,9 @@ from autotune.core.userref import (
 from autotune.core.version import __version__
 
 __all__ = [
-    "AutotuneError", "CATALOGUE", "CLOCKS", "ConfigError", "ConfigWarning", "DIRECTIONS", "EPOCH_FIELDS", "INFERENCE",
-    "PER_EPOCH", "REPORTED", "STOP_REASONS", "TrialStopped", "__version__", "library_file", "check_fit_signature",
-    "ADAPTER", "ONE_DEVICE", "adapter_mark", "code_where", "config_warnings_as_lines", "describe_exception",
-    "error_signature", "exit_text", "file_stem", "fmt", "importable",
-    "is_fraction", "is_quality", "label", "load_factory", "lookup", "message_and_where", "one_of",
-    "one_device_adapter", "per_epoch", "redact", "resolve_path", "short", "shorten", "shown",
-    "shown_with", "suggest", "task_metrics", "unknown", "user_code_allowed", "user_frame", "user_where", "warn_config",
-    "without_user_code",
+    "AutotuneError", "ConfigError", "ConfigWarning", "STOP_REASONS", "TrialStopped", "__version__", "library_file",
+    "check_fit_signature", "ADAPTER", "ONE_DEVICE", "adapter_mark", "code_where", "config_warnings_as_lines",
+    "describe_exception", "error_signature", "exit_text", "file_stem", "importable", "load_factory", "lookup",
+    "message_and_where", "one_of", "one_device_adapter", "redact", "resolve_path", "shorten", "shown", "suggest",
+    "unknown", "user_code_allowed", "user_frame", "user_where", "warn_config", "without_user_code",
 ]

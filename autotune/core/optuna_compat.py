@@ -10,6 +10,10 @@ Why each is private and not public Optuna API:
 - `storage_of`, `study_id`: a Study has no public accessor of its storage or id (`Trial.storage` is public,
   and used where there is a trial);
 - `trial_id`: neither has a Trial or a FrozenTrial (the id the storage API takes);
+- `study_trials`, `StudyView`: Optuna's samplers read a study's trials through `Study._get_trials` (with the
+  optimize loop's cache), so a view of the study shown to a sampler (search/credit.py, search/predicted.py) must
+  answer it;
+- `hypervolume`: Optuna's exact hypervolume in any number of dimensions has no public name;
 - `cached_frozen_trial`: the copy `Trial.user_attrs` reads in this process (records.BufferedTrial keeps it fresh);
 - `wrapped_storage`, `journal_file_path`: the RDBStorage inside Optuna's `_CachedStorage`, a journal's backend and
   its file (what identifies a storage: locks.storage_key; where records.py writes in one transaction);
@@ -33,11 +37,11 @@ from __future__ import annotations
 import contextlib
 import logging
 import re
-from collections.abc import Iterator
+from collections.abc import Container, Iterator
 from typing import Any
 
 import optuna
-from optuna.trial import FrozenTrial
+from optuna.trial import FrozenTrial, TrialState
 
 OPTIMIZE_LOGGER = "optuna.study._optimize"  # optuna/study/_optimize.py: "Trial N failed ..." (with exc_info)
 
@@ -74,6 +78,52 @@ def wrapped_storage(storage: optuna.storages.BaseStorage) -> Any | None:
 def journal_file_path(backend: Any) -> str | None:
     """The file of a journal file backend (`JournalFileBackend._file_path`); None for anything else."""
     return getattr(backend, "_file_path", None)
+
+
+# ---------------------------------------------------------------- what a sampler reads
+
+
+def study_trials(study: optuna.Study, *, deepcopy: bool = True, states: Container[TrialState] | None = None,
+                 use_cache: bool = False) -> list[FrozenTrial]:
+    """The study's trials as its samplers read them (`Study._get_trials`: `use_cache`, inside `Study.optimize`,
+    reads the trials this process has cached instead of asking the storage again)."""
+    return study._get_trials(deepcopy=deepcopy, states=states, use_cache=use_cache)
+
+
+class StudyView:
+    """A study as a sampler is shown it: every name is the study's, except its trials, which are `shown_trials`.
+
+    Optuna's samplers read a study's trials through the private `Study._get_trials` (TPE, NSGA-II: with
+    `use_cache=True`), so a stand-in must answer that as well as the public `get_trials` and `trials`. A subclass
+    overrides `shown_trials` (default: the study's own)."""
+
+    def __init__(self, study: optuna.Study) -> None:
+        self.study = study
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.study, name)
+
+    def shown_trials(self, deepcopy: bool, states: Container[TrialState] | None, use_cache: bool) -> list[FrozenTrial]:
+        return study_trials(self.study, deepcopy=deepcopy, states=states, use_cache=use_cache)
+
+    def _get_trials(self, deepcopy: bool = True, states: Container[TrialState] | None = None,
+                    use_cache: bool = False) -> list[FrozenTrial]:
+        return self.shown_trials(deepcopy, states, use_cache)
+
+    def get_trials(self, deepcopy: bool = True, states: Container[TrialState] | None = None) -> list[FrozenTrial]:
+        return self.shown_trials(deepcopy, states, False)
+
+    @property
+    def trials(self) -> list[FrozenTrial]:
+        return self.get_trials()
+
+
+def hypervolume(points: Any, reference: Any) -> float:
+    """The hypervolume the points (rows, minimized; each inside the reference point) dominate up to `reference`,
+    in any number of dimensions (`optuna._hypervolume.compute_hypervolume`: exact, WFG)."""
+    from optuna._hypervolume import compute_hypervolume
+
+    return float(compute_hypervolume(points, reference))
 
 
 # ---------------------------------------------------------------- heartbeats and stale trials
@@ -193,6 +243,7 @@ def failed_trial_lines_off() -> contextlib.AbstractContextManager[None]:
     return optimize_log_filter(_FailedTrialLines())
 
 
-__all__ = ["OPTIMIZE_LOGGER", "HookedRDBStorage", "cached_frozen_trial", "failed_trial_lines_off", "find_trial_row",
-           "heartbeat_enabled", "journal_append_user_attrs", "journal_file_path", "optimize_log_filter", "rdb_session",
-           "stale_trial_ids", "storage_of", "study_id", "trial_id", "trial_model", "user_attr_model", "wrapped_storage"]
+__all__ = ["OPTIMIZE_LOGGER", "HookedRDBStorage", "StudyView", "cached_frozen_trial", "failed_trial_lines_off",
+           "find_trial_row", "heartbeat_enabled", "hypervolume", "journal_append_user_attrs", "journal_file_path",
+           "optimize_log_filter", "rdb_session", "stale_trial_ids", "storage_of", "study_id", "study_trials",
+           "trial_id", "trial_model", "user_attr_model", "wrapped_storage"]

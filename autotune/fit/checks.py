@@ -10,7 +10,7 @@ from typing import Any
 
 from autotune.core import AutotuneError, ConfigError, adapter_mark, describe_exception, load_factory, warn_config
 from autotune.search import pruners, samplers, space
-from autotune.spec import RunConfig
+from autotune.spec import RunConfig, Settings
 from autotune.training import accel, augment, data, distributed, models
 
 
@@ -44,7 +44,8 @@ def preflight(cfg: RunConfig) -> None:
     _check_augment(cfg, ds.input_shape, file)
     _check_batch_size(cfg, len(ds.y_train), file)
     try:
-        models.build_for(cfg.model, space.fixed_point(cfg, {}), ds.input_shape, ds.n_outputs, 0.0, "default", file)
+        point = Settings(space.split(space.fixed_point(cfg, {}))[0])
+        models.build_for(cfg.model, point, ds.input_shape, ds.n_outputs, 0.0, "default", file)
     except AutotuneError:
         raise
     except Exception as e:
@@ -53,7 +54,7 @@ def preflight(cfg: RunConfig) -> None:
                                      f"{describe_exception(e)}") from None
     from autotune import compress  # fixed compression settings that cannot run here
 
-    compress.preflight(cfg)
+    compress.check_config(cfg)
 
 
 def notes(cfg: RunConfig) -> list[str]:
@@ -110,7 +111,7 @@ def _check_augment(cfg: RunConfig, input_shape: tuple[int, ...], file: str) -> N
         spec = cfg.space.get(key)
         values = [fixed.get(key)] if spec is None else \
             [max(spec.choices)] if spec.choices is not None else [spec.high]
-        why = augment.check({key: values[0]}, input_shape)
+        why = augment.check(Settings({key: values[0]}), input_shape)
         if why is not None:
             raise ConfigError(file, f"space.{key}" if spec else f"train.{key}", why)
 

@@ -16,9 +16,9 @@ from typing import Any
 
 import torch
 
-from autotune.core import INFERENCE, contention
+from autotune.core import contention
 from autotune.search import space
-from autotune.spec import RunConfig, Settings
+from autotune.spec import INFERENCE, RunConfig, Settings
 from autotune.training import Limits, accel
 
 HALVED = ("batch_size", "eval_batch_size", "infer_batch_size")  # what an out-of-memory retry halves

@@ -22,8 +22,8 @@ import torch
 from torch import nn
 
 from autotune import compress
-from autotune.core import REPORTED, TrialStopped, is_quality
-from autotune.spec import RunConfig, Settings
+from autotune.core import TrialStopped
+from autotune.spec import REPORTED, RunConfig, Settings, is_quality
 from autotune.training import (
     Batches,
     EpochRecord,
@@ -53,7 +53,7 @@ class TrainJob:
     read from it where used), one point's resolved settings, the training function (None: built-in), a seed."""
 
     config: RunConfig
-    settings: Mapping[str, Any]  # a Settings once train() has it (a plain mapping is checked into one there)
+    settings: Settings | Mapping[str, Any]  # a Settings once train() has it (a plain mapping is checked there)
     seed: int = 0
     limits: Limits = field(default_factory=Limits)  # the stop rules' limits (a study's `pruning:`, or none)
     measure_inference: bool = True  # size / latency / nonzero metrics even when nothing is compressed

@@ -21,8 +21,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from autotune.core import CATALOGUE
-from autotune.spec import BUILTIN_ONLY, SETTINGS
+from autotune.spec import BUILTIN_ONLY, CATALOGUE, SETTINGS
 from autotune.training import BY_CONTEXT
 
 YOURS_PARTS = ("loss", "model", "augment")  # the built-in trainer's; a training function's own code reads them

@@ -15,10 +15,10 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from autotune.core import fmt as fmt_metric
-from autotune.core import redact, short, shorten, shown_with
+from autotune.core import redact, shorten
 from autotune.search import feasible
-from autotune.spec import RunConfig, StudyRecord, TrialRecord
+from autotune.spec import RunConfig, StudyRecord, TrialRecord, short, shown_with
+from autotune.spec import fmt as fmt_metric
 from autotune.study import is_surplus
 
 

@@ -11,9 +11,9 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from autotune.core import PER_EPOCH, label, redact
+from autotune.core import redact
 from autotune.search import feasible, results
-from autotune.spec import RunConfig, StudyRecord, TrialRecord
+from autotune.spec import PER_EPOCH, RunConfig, StudyRecord, TrialRecord, label
 
 
 def _finite(x: Any) -> bool:

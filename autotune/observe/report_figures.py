@@ -6,9 +6,8 @@ from typing import Any
 
 import optuna
 
-from autotune.core import label
 from autotune.observe.report_data import pareto_data
-from autotune.spec import RunConfig
+from autotune.spec import RunConfig, label
 
 # Colour per point category / learning-curve group; stop reasons share the pruned hue family.
 COLORS = {

@@ -6,9 +6,9 @@ from __future__ import annotations
 import html
 from typing import Any
 
-from autotune.core import fmt as fmt_metric
-from autotune.core import shown_with
 from autotune.observe.report_figures import _fmt, figures
+from autotune.spec import fmt as fmt_metric
+from autotune.spec import shown_with
 
 _CSS = """
 body { font-family: system-ui, sans-serif; margin: 24px auto; max-width: 1300px; color: #222; }

@@ -28,6 +28,7 @@ from autotune.core import ConfigError, environ, redact
 from autotune.observe import export
 from autotune.search import results
 from autotune.spec import RunConfig, StudyRecord, TrialRecord
+from autotune.study import write_study
 
 PARENT_ATTR = "mlflow_run_id"  # the study user attr of the parent run's id (StudyRecord.mlflow_run_id)
 URI_KEY = "tracking.mlflow.tracking_uri"
@@ -272,7 +273,7 @@ class Tracker:
         run = self.client.create_run(self.experiment_id, run_name=cfg.study.name, tags=tags)
         rid = run.info.run_id
         self.client.log_text(rid, yaml.safe_dump(self._redacted(cfg.to_dict()), sort_keys=False), "config.yaml")
-        StudyRecord(mlflow_run_id=rid).write(study)
+        write_study(study, StudyRecord(mlflow_run_id=rid))
         return rid, backlog
 
     def _redacted(self, doc: dict[str, Any]) -> dict[str, Any]:

@@ -1,17 +1,11 @@
 """The search itself, as Optuna sees it: the space (sample, decode), samplers, pruners (Optuna's and the Pareto ones),
-learning-curve forecasts, and plain views of finished trials (`TrialSummary`, the front, the recommended one)."""
+learning-curve forecasts, the Pareto math on plain points (pareto.py), and plain views of finished trials
+(`TrialSummary`, the front, the recommended one)."""
 
 from __future__ import annotations
 
-from autotune.search.pruners import (
-    EPOCH_VALUES,
-    PRUNERS,
-    check_front_gain_in,
-    front_of,
-    nondominated_ranks,
-    optuna_pruner,
-    pareto_pruner,
-)
+from autotune.search.pareto import nondominated_ranks
+from autotune.search.pruners import EPOCH_VALUES, PRUNERS, check_front_gain_in, front_of, optuna_pruner, pareto_pruner
 from autotune.search.results import TrialSummary, best_trial, feasible, lr_scaling_text, pareto_front, select, summarize
 from autotune.search.samplers import SAMPLERS, SamplerKind, make_sampler
 from autotune.search.space import fixed_point, of_trial

@@ -20,7 +20,9 @@ import optuna
 from optuna.distributions import IntDistribution
 from optuna.trial import FrozenTrial, TrialState
 
-from autotune.spec import TrialRecord
+from autotune.core import ConfigError
+from autotune.core import optuna_compat as compat
+from autotune.spec import Settings, TrialRecord
 
 EPOCHS = "epochs"
 # settings whose training differs with the run's length (a truncated run is not the shorter run) or whose final
@@ -29,13 +31,13 @@ _LENGTH_FREE = {"lr_schedule": ("constant",), "prune_method": ("none",), "quanti
                 "finetune_epochs": (0,)}
 
 
-def length_free(settings: dict[str, Any]) -> bool:
+def length_free(settings: Settings) -> bool:
     """True when stopping this run after epoch k gives the run with `epochs: k` (a constant learning rate, no
     compression after training)."""
     return all(settings.get(k, ok[0]) in ok for k, ok in _LENGTH_FREE.items())
 
 
-def as_shorter(t: FrozenTrial, settings_of: Callable[[dict[str, Any]], dict[str, Any]]) -> FrozenTrial | None:
+def as_shorter(t: FrozenTrial, settings_of: Callable[[dict[str, Any]], Settings]) -> FrozenTrial | None:
     """The completed trial a stopped trial `t` equals (epochs = the epochs it ran, its values after the last of
     them), or None where that is not true or not known."""
     curve = TrialRecord.of(t).epoch_values
@@ -48,46 +50,37 @@ def as_shorter(t: FrozenTrial, settings_of: Callable[[dict[str, Any]], dict[str,
     try:
         if not length_free(settings_of(dict(t.params))):
             return None
-    except (KeyError, TypeError, ValueError):
+    except (KeyError, TypeError, ValueError, ConfigError):  # (params the catalogue no longer takes)
         return None
     return FrozenTrial(number=t.number, state=TrialState.COMPLETE, value=None, values=values,
                        datetime_start=t.datetime_start, datetime_complete=t.datetime_complete,
                        params={**t.params, EPOCHS: k}, distributions=t.distributions, user_attrs=t.user_attrs,
-                       system_attrs=t.system_attrs, intermediate_values=t.intermediate_values, trial_id=t._trial_id)
+                       system_attrs=t.system_attrs, intermediate_values=t.intermediate_values,
+                       trial_id=compat.trial_id(t))
 
 
-class _SamplerView:
+class _SamplerView(compat.StudyView):
     """The study as the sampler sees it: stopped trials that equal shorter ones shown as those (cached by id: a
     finished trial does not change)."""
 
     def __init__(self, study: optuna.Study, convert: Callable[[FrozenTrial], FrozenTrial | None],
                  cache: dict[tuple[int, int], FrozenTrial | None], n_objectives: int) -> None:
-        self._study, self._convert, self._cache, self._n = study, convert, cache, n_objectives
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._study, name)
+        super().__init__(study)
+        self._convert, self._cache, self._n = convert, cache, n_objectives
 
     def _shown(self, t: FrozenTrial) -> FrozenTrial:
         if t.state != TrialState.PRUNED:
             return t
-        key = (id(self._study._storage), t._trial_id)
+        key = (id(compat.storage_of(self.study)), compat.trial_id(t))
         if key not in self._cache:
             c = self._convert(t)
             self._cache[key] = c if c is not None and len(c.values) == self._n else None
         return self._cache[key] or t
 
-    def _get_trials(self, deepcopy: bool = True, states: Container[TrialState] | None = None,
-                    use_cache: bool = False) -> list[FrozenTrial]:
-        trials = self._study._get_trials(deepcopy=deepcopy, states=None, use_cache=use_cache)
+    def shown_trials(self, deepcopy: bool, states: Container[TrialState] | None, use_cache: bool) -> list[FrozenTrial]:
+        trials = compat.study_trials(self.study, deepcopy=deepcopy, use_cache=use_cache)
         shown = [self._shown(t) for t in trials]
         return shown if states is None else [t for t in shown if t.state in states]
-
-    def get_trials(self, deepcopy: bool = True, states: Container[TrialState] | None = None) -> list[FrozenTrial]:
-        return self._get_trials(deepcopy=deepcopy, states=states)
-
-    @property
-    def trials(self) -> list[FrozenTrial]:
-        return self.get_trials()
 
 
 class Delegating(optuna.samplers.BaseSampler):
@@ -111,7 +104,7 @@ class StoppedAsShorter(Delegating):
     (`as_shorter`); `settings_of(params)` gives a trial's settings (the fixed ones included)."""
 
     def __init__(self, inner: optuna.samplers.BaseSampler,
-                 settings_of: Callable[[dict[str, Any]], dict[str, Any]]) -> None:
+                 settings_of: Callable[[dict[str, Any]], Settings]) -> None:
         self.inner = inner
         self._settings_of = settings_of
         self._cache: dict[tuple[int, int], FrozenTrial | None] = {}

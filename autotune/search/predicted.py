@@ -1,20 +1,26 @@
-"""A sampler given each candidate's predicted objectives: `study.candidates: K`.
+"""A sampler that chooses each trial by its predicted objectives: `study.candidates`.
 
 A trial's training time is nearly a function of its settings (the model's size, the batch, the precision, the
 epochs), and the study has already measured it for every trial that ran an epoch, the stopped ones included; its
 accuracy after k epochs is in every trial's recorded curve. Optuna's samplers for several objectives use none of
-that before a trial runs: MO-TPE proposes one point from the trials' parameters and ranks alone. `PredictedFront`
-asks the inner sampler (TPE, shown stopped trials as the shorter trials they equal: search/credit.py) for K
-candidates instead of one, predicts each one's objectives from every epoch of every trial recorded so far (a
-random forest: settings and epochs in, objective values out; the spread of its trees gives an optimistic value),
-and runs the candidate whose optimistic point adds most to the hypervolume of the front so far (none adds: the
-inner sampler's first). The inner sampler still explores; the prediction only chooses among its proposals.
+that before a trial runs: MO-TPE proposes one point from the trials' parameters and ranks alone, and its proposals
+stay near the trials it has seen, so the front's extremes (the smallest, fastest models; the slow, accurate ones)
+are found late or never.
 
-Its price is the sampler's own time, 0.1-0.2 s per trial after a few hundred trials on a 2-core CPU (TPE asked K
-times, the forest refit): on MNIST-1D, whose trials last about 0.3 s, that outweighs the better choice in real
-time; on LCBench's minutes-long trials it is a rounding error and the choice pays (bench/RESULTS.md). So the
-default, `candidates: auto`, decides by what it measures: 8 candidates while one choice's CPU time is at most
-AUTO_SHARE of the median completed trial's training time, the inner sampler's own proposal otherwise.
+`PredictedFront` draws a pool of K whole candidates per trial: the inner sampler's own proposal (TPE, shown stopped
+trials as the shorter trials they equal: search/credit.py), points near the members of the front so far (each
+parameter moved by a small step in its own scale) and points drawn uniformly over the space. It predicts each one's
+objectives from every epoch of every trial recorded so far (`Model`: a random forest, settings and epochs in, values
+out, the spread of its trees its uncertainty; a clock that adds up per epoch, such as the training time, also by a
+log-linear fit in the settings, which extrapolates to the corners of the space that a forest cannot reach), and runs
+the candidate whose optimistic point (mean less one spread) adds most to the hypervolume of the front so far.
+Every EXPLORE_EVERY-th trial runs the inner sampler's proposal as is, so its exploration never stops.
+
+Its price is the sampler's own time (a forest refit and a few hundred predictions per trial: tens of milliseconds
+on a 2-core CPU after a hundred trials): on sub-second trials that outweighs the better choice in real time; on
+trials of minutes it is a rounding error (bench/RESULTS.md). So the default, `candidates: auto`, decides by what it
+measures: AUTO_K candidates while one choice's CPU time is at most AUTO_SHARE of the median completed trial's
+training time, the inner sampler's own proposal otherwise.
 """
 
 from __future__ import annotations
@@ -22,28 +28,37 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import optuna
-from optuna.distributions import BaseDistribution, CategoricalDistribution
+from optuna.distributions import BaseDistribution, CategoricalDistribution, FloatDistribution, IntDistribution
 from optuna.trial import FrozenTrial, TrialState
 
+from autotune.core import optuna_compat as compat
 from autotune.search import space
 from autotune.search.credit import EPOCHS, Delegating
-from autotune.search.pruners import hypervolume_2d
+from autotune.search.pareto import hypervolume, nondominated_ranks
+from autotune.search.pruners import CUMULATIVE
 from autotune.spec import ParamSpec, RunConfig, TrialRecord
 
 MIN_TRIALS = 8  # finished trials with a curve before predictions choose: as TPE's random start-up
 CANDIDATE_SAMPLERS = ("tpe", "random")  # samplers that propose a parameter at a time: candidates are drawn from them
-AUTO_K = 8  # `candidates: auto`: candidates per trial where choosing among them is worth its cost
+AUTO_K = 256  # `candidates: auto`: candidates per trial where choosing among them is worth its cost
 AUTO_SHARE = 0.02  # ... that is, where one choice costs at most this share of a trial's training time
+EXPLORE_EVERY = 2  # every this many trials, the inner sampler's own proposal runs as is
+LOCAL_SHARE = 0.5  # of the candidates not from the inner sampler: near the front's members (the rest: uniform)
+LOCAL_STEP = 0.1  # a local candidate's move per parameter: this share of its range (its own scale: log where log)
+LOCAL_SWITCH = 0.2  # ... a categorical parameter takes another choice with this probability
+OPTIMISM = 1.0  # the optimistic point: the prediction less this many spreads (each objective minimized)
 TREES = 32
-EPOCHS_KEPT = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)  # the epochs of a curve that train the forest (and its last)
+REFIT_GROWTH = 0.0  # the model is refit once the trials with a curve have grown by this share since its last fit
+EPOCHS_KEPT = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)  # the epochs of a curve that train the model (and its last)
 
 
 class Features:
-    """Parameters -> a numeric row: floats and ints scaled to [0, 1] (log where searched so), categoricals one-hot,
+    """Parameters <-> a numeric row: floats and ints scaled to [0, 1] (log where searched so), categoricals one-hot,
     a parameter a trial does not have (its `when` did not hold) -1 / all zeros."""
 
     def __init__(self, dists: dict[str, BaseDistribution]) -> None:
@@ -56,54 +71,118 @@ class Features:
             if isinstance(d, CategoricalDistribution):
                 out.extend(1.0 if v is not None and v == c else 0.0 for c in d.choices)
                 continue
-            if v is None:
-                out.append(-1.0)
-                continue
-            lo, hi, x = float(d.low), float(d.high), float(v)  # type: ignore[attr-defined]
-            if d.log:  # type: ignore[attr-defined]
-                lo, hi, x = math.log(lo), math.log(hi), math.log(max(x, 1e-300))
-            out.append((x - lo) / (hi - lo) if hi > lo else 0.0)
+            out.append(-1.0 if v is None else unit(d, v))
         return out
 
 
-def hypervolume(points: Sequence[Sequence[float]], ref: Sequence[float]) -> float:
-    if not points:
-        return 0.0
-    if len(ref) == 2:
-        return hypervolume_2d(points, (ref[0], ref[1]))
-    from optuna._hypervolume import compute_hypervolume
-
-    inside = np.array([p for p in points if all(a < b for a, b in zip(p, ref))], dtype=float)
-    return float(compute_hypervolume(inside, np.array(ref, dtype=float))) if len(inside) else 0.0
+def _bounds(d: FloatDistribution | IntDistribution) -> tuple[float, float]:
+    lo, hi = float(d.low), float(d.high)
+    return (math.log(lo), math.log(hi)) if d.log else (lo, hi)
 
 
-class Snapshot:
+def unit(d: BaseDistribution, value: Any) -> float:
+    """A number's place in its range, 0 to 1 (on the log scale where the parameter is searched so)."""
+    lo, hi = _bounds(d)  # type: ignore[arg-type]
+    x = math.log(max(float(value), 1e-300)) if d.log else float(value)  # type: ignore[attr-defined]
+    return (x - lo) / (hi - lo) if hi > lo else 0.0
+
+
+def from_unit(d: FloatDistribution | IntDistribution, u: float) -> float | int:
+    """The value at place `u` (0 to 1) of a number's range, on its grid (an int, a step)."""
+    lo, hi = _bounds(d)
+    x = lo + min(1.0, max(0.0, u)) * (hi - lo)
+    v = math.exp(x) if d.log else x
+    step = d.step
+    if step is not None:
+        v = float(d.low) + round((v - float(d.low)) / step) * step
+    v = min(float(d.high), max(float(d.low), v))
+    return int(round(v)) if isinstance(d, IntDistribution) else float(v)
+
+
+def draw(d: BaseDistribution, rng: np.random.Generator, near: Any = None) -> Any:
+    """A value of `d`: uniform over its range (its own scale), or, given `near`, a small step from it."""
+    if isinstance(d, CategoricalDistribution):
+        if near is not None and near in d.choices and rng.random() >= LOCAL_SWITCH:
+            return near
+        return d.choices[int(rng.integers(len(d.choices)))]
+    assert isinstance(d, (FloatDistribution, IntDistribution))
+    if near is None:
+        if isinstance(d, IntDistribution) and not d.log:  # every integer equally likely, the ends included
+            return int(d.low + d.step * rng.integers((d.high - d.low) // d.step + 1))
+        return from_unit(d, float(rng.random()))
+    return from_unit(d, unit(d, near) + float(rng.normal(0.0, LOCAL_STEP)))
+
+
+class Model:
+    """Each objective (minimized; a time on a log scale) predicted from a feature row: a random forest over every
+    objective, whose trees' spread is the uncertainty; a clock that adds up per epoch (`clocks`) first by a
+    least-squares fit, linear in the row (whose last column is the log of the epochs done), the forest on what it
+    leaves, so a clock is extrapolated to corners of the space no trial has reached."""
+
+    def __init__(self, x: np.ndarray, y: np.ndarray, clocks: Sequence[bool], seed: int) -> None:
+        from sklearn.ensemble import RandomForestRegressor
+
+        self.clocks = np.array(clocks, dtype=bool)
+        self.coef = np.zeros((x.shape[1] + 1, y.shape[1]))
+        if self.clocks.any():
+            a = np.column_stack([x, np.ones(len(x))])
+            reg = 1e-3 * np.eye(a.shape[1])
+            reg[-1, -1] = 0.0
+            self.coef[:, self.clocks] = np.linalg.solve(a.T @ a + reg, a.T @ y[:, self.clocks])
+        self.forest = RandomForestRegressor(n_estimators=TREES, min_samples_leaf=2, max_features=0.6,
+                                            random_state=seed).fit(x, y - self._linear(x))
+
+    def _linear(self, x: np.ndarray) -> np.ndarray:
+        return np.column_stack([x, np.ones(len(x))]) @ self.coef
+
+    def predict(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(mean, spread) per row and objective."""
+        per_tree = np.stack([tree.predict(x).reshape(len(x), -1) for tree in self.forest.estimators_])
+        return per_tree.mean(axis=0) + self._linear(x), per_tree.std(axis=0)
+
+
+def gains(front: list[list[float]], points: np.ndarray) -> np.ndarray:
+    """How much each point would add to the hypervolume of `front` (minimized), against a reference just beyond
+    both."""
+    pts = np.array(front + points.tolist())
+    ref = (pts.max(axis=0) + 0.1 * (pts.max(axis=0) - pts.min(axis=0)) + 1e-9).tolist()
+    base = hypervolume(front, ref)
+    return np.array([hypervolume(front + [list(p)], ref) - base for p in points])
+
+
+class Snapshot(compat.StudyView):
     """The study with its trials read once: a choice asks the inner sampler K x parameters times, and each ask reads
     the trials (on SQLite or PostgreSQL, a round trip each); within one choice they do not change."""
 
     def __init__(self, study: optuna.Study) -> None:
-        self._study = study
+        super().__init__(study)
         self._trials = study.get_trials(deepcopy=False)
 
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._study, name)
-
-    def _get_trials(self, deepcopy: bool = True, states: Any = None, use_cache: bool = False) -> list[FrozenTrial]:
+    def shown_trials(self, deepcopy: bool, states: Any, use_cache: bool) -> list[FrozenTrial]:
         return [t for t in self._trials if states is None or t.state in states]
-
-    def get_trials(self, deepcopy: bool = True, states: Any = None) -> list[FrozenTrial]:
-        return self._get_trials(deepcopy, states)
 
     @property
     def trials(self) -> list[FrozenTrial]:
         return list(self._trials)
 
 
+@dataclass(frozen=True)
+class Data:
+    """What a choice learns from: every kept epoch of every trial with a curve (feature rows, minimized values), the
+    completed trials' front (minimized values, parameters), and how many trials had a curve."""
+
+    x: np.ndarray
+    y: np.ndarray
+    front: list[list[float]]
+    parents: list[dict[str, Any]]
+    trials: int
+
+
 class PredictedFront(Delegating):
-    """`inner`, asked for `k` candidates per trial; the one whose predicted objectives add most to the front runs.
+    """`inner` and a pool of `k` candidates per trial; the one whose predicted objectives add most to the front runs.
 
     `cfg` gives the space (every parameter, conditional ones included, is sampled relatively, so a candidate is a
-    whole point) and the objectives' directions and which of them is a time (predicted on a log scale)."""
+    whole point) and the objectives' directions and which of them is a clock (predicted on a log scale)."""
 
     def __init__(self, inner: optuna.samplers.BaseSampler, cfg: RunConfig, k: int,
                  seed: int | None = None, auto: bool = False) -> None:
@@ -118,12 +197,15 @@ class PredictedFront(Delegating):
         self._features = Features(self._dists)
         self._signs = [1.0 if d == "minimize" else -1.0 for d in cfg.directions]  # to minimized
         self._log = [o.metric.endswith("_s") or o.metric.endswith("time") for o in cfg.objectives]
-        self._seed = seed
+        self._clocks = [o.metric in CUMULATIVE for o in cfg.objectives]
+        self._seed = seed or 0
         # epochs fixed (not searched): every epoch of every trial, the stopped ones' too, is a point (settings, share
         # of the run done) -> values, and a candidate is predicted at the run's end (share 1): the curves of trials
         # stopped early still teach which settings learn fast, as on LCBench's 52-epoch cosine runs
         fixed = cfg.fixed().get(EPOCHS) if EPOCHS not in self._dists else None
         self._fixed_epochs = int(fixed) if fixed else None
+        self._snapshots: dict[int, Snapshot] = {}  # trial number -> the study as its sampling read it
+        self._model: tuple[int, Model] | None = None  # (trials with a curve it was fit on, the model)
 
     # ---- Optuna's sampler interface
 
@@ -132,14 +214,14 @@ class PredictedFront(Delegating):
 
     def sample_relative(self, study: optuna.Study, trial: FrozenTrial,
                         search_space: dict[str, BaseDistribution]) -> dict[str, Any]:
-        if not search_space:
-            return {}
+        if not search_space or trial.number % EXPLORE_EVERY == EXPLORE_EVERY - 1:
+            return {}  # the inner sampler's own proposal, parameter by parameter
         t0 = time.thread_time()
-        study = Snapshot(study)  # type: ignore[assignment]  # K x parameters proposals: one storage read
+        study = self._snapshot(study, trial)  # type: ignore[assignment]  # the inner sampler and the model: one read
         data = self._data(study)
         if data is None or (self.auto and not self.worth_it(study)):
             return {}
-        cands = [self._candidate(study, trial) for _ in range(self.k)]
+        cands = self._pool(study, trial, data.parents)
         chosen = cands[self._choose(data, cands)]
         self.choice_s = time.thread_time() - t0
         return chosen
@@ -161,33 +243,52 @@ class PredictedFront(Delegating):
 
     def sample_independent(self, study: optuna.Study, trial: FrozenTrial, param_name: str,
                            param_distribution: BaseDistribution) -> Any:
-        return self.inner.sample_independent(study, trial, param_name, param_distribution)
+        return self.inner.sample_independent(self._snapshot(study, trial), trial, param_name, param_distribution)
+
+    def _snapshot(self, study: optuna.Study, trial: FrozenTrial) -> Snapshot:
+        """The study's trials, read once per trial: the inner sampler reads them for every parameter (on SQLite or
+        PostgreSQL a round trip each), and a trial's parameters are better drawn from one view of the study."""
+        snap = self._snapshots.get(trial.number)
+        if snap is None or snap.study is not study:
+            self._snapshots = {trial.number: Snapshot(study)}
+            snap = self._snapshots[trial.number]
+        return snap
 
     # ---- candidates and their predictions
 
-    def _candidate(self, study: optuna.Study, trial: FrozenTrial) -> dict[str, Any]:
-        """One whole point from the inner sampler: the parameters `space.sample` would suggest (conditional ones
-        only where their `when` holds), as Optuna stores them."""
+    def _pool(self, study: optuna.Study, trial: FrozenTrial, parents: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """The inner sampler's proposal, then points near the front's members (`parents`), then uniform ones."""
+        rng = np.random.default_rng([self._seed, trial.number])
+        out = [self._candidate(lambda name: self.inner.sample_independent(study, trial, name, self._dists[name]))]
+        local = int(round(LOCAL_SHARE * (self.k - 1))) if parents else 0
+        for i in range(self.k - 1):
+            near = parents[int(rng.integers(len(parents)))] if i < local else {}
+            out.append(self._candidate(lambda name, near=near: draw(self._dists[name], rng, near.get(name))))
+        return out
+
+    def _candidate(self, value: Any) -> dict[str, Any]:
+        """One whole point, `value(name)` per parameter: the parameters `space.sample` would suggest (conditional
+        ones only where their `when` holds), as Optuna stores them."""
         params: dict[str, Any] = {}
 
         def pick(name: str, spec: ParamSpec) -> Any:
-            params[name] = self.inner.sample_independent(study, trial, name, self._dists[name])
+            params[name] = value(name)
             return space.decode(spec, params[name])
 
         space.walk(self.cfg, pick)
         return params
 
-    def _data(self, study: optuna.Study) -> tuple[np.ndarray, np.ndarray, list[list[float]]] | None:
-        """(feature rows, minimized targets, the completed trials' minimized values) from every trial's curve, or
-        None while fewer than MIN_TRIALS finished trials have one."""
+    def _data(self, study: optuna.Study) -> Data | None:
+        """(feature rows, minimized targets, the completed trials' front, minimized, and their parameters) from every
+        trial's curve, or None while fewer than MIN_TRIALS finished trials have one."""
         rows: list[list[float]] = []
         ys: list[list[float]] = []
-        front: list[list[float]] = []
+        done: list[tuple[list[float], dict[str, Any]]] = []
         n = 0
         for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED)):
             curve = TrialRecord.of(t).epoch_values or []
             if t.state == TrialState.COMPLETE and t.values is not None:
-                front.append(self._to_min(t.values))
+                done.append((self._to_min(t.values), dict(t.params)))
             if not curve:
                 continue
             n += 1
@@ -205,36 +306,38 @@ class PredictedFront(Delegating):
                     continue
                 rows.append(self._row({**t.params, EPOCHS: e}, e))
                 ys.append(self._to_min(vals))
-        if n < MIN_TRIALS or not front:
+        if n < MIN_TRIALS or not done:
             return None
-        return np.array(rows), np.array(ys), front
+        ranks = nondominated_ranks([v for v, _ in done], ["minimize"] * len(self._signs))
+        front = [done[i] for i, r in enumerate(ranks) if r == 0]
+        return Data(np.array(rows), np.array(ys), [v for v, _ in front], [p for _, p in front], n)
 
     def _row(self, params: dict[str, Any], epoch: int | None = None) -> list[float]:
-        """A point's features; with epochs fixed, the share of the run done after `epoch` (a candidate: its end)."""
+        """A point's features and, last, the log of the epochs done after `epoch` (a candidate: all of its run)."""
         row = self._features.row(params)
-        if self._fixed_epochs:
-            row.append((epoch if epoch is not None else self._fixed_epochs) / self._fixed_epochs)
+        epochs = epoch if epoch is not None else (self._fixed_epochs or int(params.get(EPOCHS) or 1))
+        row.append(math.log(max(1, epochs)))
         return row
 
     def _to_min(self, values: Sequence[float]) -> list[float]:
         return [s * (math.log(max(v, 1e-9)) if lg else v) for s, lg, v in zip(self._signs, self._log, values)]
 
-    def _choose(self, data: tuple[np.ndarray, np.ndarray, list[list[float]]],
-                cands: list[dict[str, Any]]) -> int:
-        from sklearn.ensemble import RandomForestRegressor
+    def _choose(self, data: Data, cands: list[dict[str, Any]]) -> int:
+        model = self._fit(data)
+        mean, spread = model.predict(np.array([self._row(c) for c in cands]))
+        g = gains(data.front, mean - OPTIMISM * spread)
+        best = int(np.argmax(g))
+        return best if g[best] > 0 else 0
 
-        x, y, front = data
-        forest = RandomForestRegressor(n_estimators=TREES, min_samples_leaf=2, random_state=self._seed or 0)
-        forest.fit(x, y)
-        xc = np.array([self._row(c) for c in cands])
-        per_tree = np.stack([tree.predict(xc) for tree in forest.estimators_])  # trees x candidates x objectives
-        optimistic = per_tree.mean(axis=0) - per_tree.std(axis=0)
-        pts = np.array(front + [list(p) for p in optimistic])
-        ref = (pts.max(axis=0) + 0.1 * (pts.max(axis=0) - pts.min(axis=0)) + 1e-9).tolist()
-        base = hypervolume(front, ref)
-        gains = [hypervolume(front + [list(p)], ref) - base for p in optimistic]
-        best = int(np.argmax(gains))
-        return best if gains[best] > 0 else 0
+
+    def _fit(self, data: Data) -> Model:
+        """The model, refit once the trials with a curve have grown by REFIT_GROWTH since its last fit (a forest
+        refit on every epoch of every trial, each trial, costs more than the few new rows would change)."""
+        n = data.trials
+        if self._model is None or n >= max(self._model[0] + 1, (1 + REFIT_GROWTH) * self._model[0]):
+            clocks = [c and lg for c, lg in zip(self._clocks, self._log)]
+            self._model = (n, Model(data.x, data.y, clocks, self._seed))
+        return self._model[1]
 
 
 def applies(cfg: RunConfig) -> bool:
@@ -253,13 +356,12 @@ def n_candidates(cfg: RunConfig) -> int:
 
 
 def wrap(inner: optuna.samplers.BaseSampler, cfg: RunConfig, seed: int | None) -> optuna.samplers.BaseSampler:
-    """`inner` choosing among `n_candidates(cfg)` proposals per trial (as is where that is 1)."""
+    """`inner` choosing among `n_candidates(cfg)` candidates per trial (as is where that is 1)."""
     k = n_candidates(cfg)
     if k <= 1 or not cfg.multi_objective:
         return inner
     return PredictedFront(inner, cfg, k, seed, auto=cfg.study.candidates == "auto")
 
 
-__all__ = ["AUTO_K", "AUTO_SHARE", "CANDIDATE_SAMPLERS", "Features", "PredictedFront", "applies", "hypervolume",
-           "n_candidates", "wrap"]
-
+__all__ = ["AUTO_K", "AUTO_SHARE", "CANDIDATE_SAMPLERS", "Features", "Model", "PredictedFront", "applies", "draw",
+           "gains", "hypervolume", "n_candidates", "wrap"]

@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING, Any
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from autotune.core import CATALOGUE, EPOCH_FIELDS, is_fraction
-from autotune.spec import FastestWithin, MostAccurateUnder, RunConfig, TrialRecord
+from autotune.search.pareto import dominates
+from autotune.spec import CATALOGUE, EPOCH_FIELDS, FastestWithin, MostAccurateUnder, RunConfig, TrialRecord, is_fraction
 
 if TYPE_CHECKING:
     from autotune.training import EpochRecord
@@ -68,7 +68,7 @@ class TrialSummary:
     def records(self) -> list[EpochRecord]:
         """`history` as EpochRecords, the type of `TrainResult.history` (`rec.epoch`, `rec.val_accuracy`); a clock
         an old record lacks is NaN, a meter's reading it lacks (peak_memory_mb, energy_j: a field with a default)
-        None. A stored epoch's keys other than the record's own fields (core.EPOCH_FIELDS) are reported metrics."""
+        None. A stored epoch's keys other than the record's own fields (spec.EPOCH_FIELDS) are reported metrics."""
         import dataclasses
 
         from autotune.training import EpochRecord
@@ -128,17 +128,6 @@ def feasible(t: FrozenTrial) -> bool:
     system attr and a sampler's `constraints_func` as a `constraints` list; `FrozenTrial.constraints`
     gathers both."""
     return all(float(v) <= 0 for v in t.constraints.values())
-
-
-def dominates(a: list[float], b: list[float], directions: list[str]) -> bool:
-    """a is at least as good as b everywhere and better somewhere."""
-    better = False
-    for x, y, d in zip(a, b, directions):
-        x, y = (x, y) if d == "minimize" else (-x, -y)
-        if x > y:
-            return False
-        better = better or x < y
-    return better
 
 
 def pareto_front(trials: list[FrozenTrial], directions: list[str]) -> list[FrozenTrial]:

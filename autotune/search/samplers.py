@@ -14,10 +14,10 @@ from typing import Any, Literal
 
 import optuna
 
-from autotune.core import ConfigError, lookup, per_epoch
+from autotune.core import ConfigError, lookup
 from autotune.search import predicted, space
 from autotune.search.credit import EPOCHS, StoppedAsShorter
-from autotune.spec import RunConfig
+from autotune.spec import RunConfig, Settings, per_epoch
 
 TPE_STARTUP_TRIALS = 8  # random trials before TPE's model: a study here is tens of trials, not hundreds
 
@@ -69,7 +69,7 @@ def make_sampler(cfg: RunConfig, seed: int | None = None) -> optuna.samplers.Bas
     except (TypeError, ValueError, ImportError) as e:
         raise ConfigError(file, "study.sampler_args", f"{cfg.study.sampler}: {e}") from None
     if teaches(cfg):
-        sampler = StoppedAsShorter(sampler, lambda params: space.fixed_point(cfg, params))
+        sampler = StoppedAsShorter(sampler, lambda params: Settings(space.split(space.fixed_point(cfg, params))[0]))
     return predicted.wrap(sampler, cfg, cfg.study.seed if seed is None else seed)
 
 

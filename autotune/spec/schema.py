@@ -11,7 +11,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
 
-from autotune.core import CATALOGUE, DIRECTIONS, shown, task_metrics, unknown
+from autotune.core import shown, unknown
+from autotune.spec.metrics import CATALOGUE, DIRECTIONS, task_metrics
 from autotune.spec.names import DATASET_NAMES, MODEL_NAMES, PRUNER_NAMES, SAMPLER_NAMES
 from autotune.spec.settings import merge
 
@@ -61,9 +62,10 @@ class StudyConfig(_Model):
     grace_period: Int | None = Field(None, ge=1)  # RDB: a trial silent this long is failed (orphaned), retried once
     max_repeated_errors: Int = Field(3, ge=1)  # this many trials in a row failing the same way stop the run
     strategy: str = "joint"  # joint | probe_then_tune: how the search uses the speed probe (strategy.py)
-    # several objectives: points the sampler proposes per trial; the one whose predicted objectives add most to the
-    # front runs (search/predicted.py). 1: the sampler's one proposal, as is; auto (default): 8 while one choice
-    # costs at most 2 % of a trial's training time (minutes-long trials), else 1 (sub-second ones: bench/RESULTS.md)
+    # several objectives: candidates per trial (the sampler's proposal, points near the front, uniform points); the
+    # one whose predicted objectives add most to the front runs (search/predicted.py). 1: the sampler's one proposal,
+    # as is; auto (default): 256 while one choice costs at most 2 % of a trial's training time (minutes-long
+    # trials), else 1 (sub-second ones: bench/RESULTS.md)
     candidates: Annotated[Int, Field(ge=1)] | Literal["auto"] = "auto"
     warm_start: WarmStart | None = None  # start from an earlier study's best trials
 

@@ -156,7 +156,7 @@ SETTINGS: dict[str, Setting] = {
         _s("grad_accum_steps", "int", 1, "micro-batches per optimizer step (effective batch = batch_size x this)",
            low=1, acts="result", by="step"),
         _s("grad_clip", "float", 0.0, "max gradient norm; 0 turns clipping off", low=0, acts="result", by="step"),
-        # Augmentation of training batches on the device (image data; autotune/augment.py)
+        # Augmentation of training batches on the device (image data; training/data/augment.py)
         _s("aug_crop_padding", "int", 0, "random crop: reflect-pad each side by this many pixels, crop back at a "
            "random offset per sample; 0 = off", low=0, acts="result", by="augment"),
         _s("aug_flip", "bool", False, "flip half the training images horizontally, chosen per sample",
@@ -267,7 +267,8 @@ def check_params(params: Mapping[str, Any], file: str, prefix: str = "") -> dict
     return out
 
 
-MODEL_KEY_PREFIX = "model."  # a searched architecture key rides along with the trainer settings (config.MODEL_PREFIX)
+# a searched architecture key rides along with the trainer settings (schema.MODEL_PREFIX: schema.py imports this module)
+MODEL_KEY_PREFIX = "model."
 
 
 def _born(obj: Any, **slots: Any) -> Any:

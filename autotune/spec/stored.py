@@ -1,5 +1,5 @@
 """What a study stores: of each trial, `TrialRecord`, the third catalogue beside the settings (settings.py) and the
-metrics (core/metrics.py); of itself, `StudyRecord`. Every user attr autotune writes is a field of one of them,
+metrics (spec/metrics.py); of itself, `StudyRecord`. Every user attr autotune writes is a field of one of them,
 stored under the field's name; a trial's measured metrics are each stored under their own name (`metrics`), and
 the speed probe's readings each under `probe:<key>` (`probes`). Nothing else reads or writes user attrs by name.
 
@@ -160,11 +160,6 @@ class StudyRecord:
             elif k.startswith(PROBE_PREFIX) and isinstance(v, dict):
                 record.probes[k] = v
         return record
-
-    def write(self, study: Any) -> None:
-        """Store this record's fields that are set into `study` (an `optuna.Study`), attr by attr."""
-        for key, value in self.attrs().items():
-            study.set_user_attr(key, value)
 
 
 FIELDS = tuple(f.name for f in dataclasses.fields(TrialRecord))

@@ -49,7 +49,7 @@ import math
 import os
 import time
 import traceback
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import optuna
@@ -93,11 +93,16 @@ def describe(combo: Mapping[str, Any]) -> str:
 REREAD_S = 5.0  # a miss reads the study's records again at most this often (another worker may have measured)
 
 
-class Cache:
-    """The study's probe records, read from its user attrs on a miss (another worker may have measured it)."""
+WriteStudy = Callable[[optuna.Study, StudyRecord], None]  # stores a study record (study/records.py's write_study)
 
-    def __init__(self, study: optuna.Study | None) -> None:
+
+class Cache:
+    """The study's probe records, read from its user attrs on a miss (another worker may have measured it), and
+    stored there by `write`."""
+
+    def __init__(self, study: optuna.Study | None, write: WriteStudy) -> None:
         self.study = study
+        self.write = write
         self.records: dict[str, dict[str, Any]] = {}
         self._read_at = -math.inf
 
@@ -111,7 +116,7 @@ class Cache:
     def put(self, k: str, record: dict[str, Any]) -> None:
         self.records[k] = record
         if self.study is not None:
-            StudyRecord(probes={k: record}).write(self.study)
+            self.write(self.study, StudyRecord(probes={k: record}))
 
 
 def record(combo: Mapping[str, Any], device: str, measurement: Measurement | None = None, error: str | None = None,
@@ -193,7 +198,7 @@ def reading(rec: Mapping[str, Any]) -> str:
     return f"speed probe: {rec.get('source') or 'unknown source'}{how}"
 
 
-def projected_time_s(rec: Mapping[str, Any], plan: TrialPlan) -> float | None:
+def time_at_reading_s(rec: Mapping[str, Any], plan: TrialPlan) -> float | None:
     """Training time of a trial with this plan at the recorded samples/s (None: the epoch's size is unknown):
     epochs x samples per epoch (at its data_fraction) / samples/s, plus compile unless time excludes it."""
     sps, full = rec.get("samples_per_s"), rec.get("epoch_samples")
@@ -207,8 +212,9 @@ def projected_time_s(rec: Mapping[str, Any], plan: TrialPlan) -> float | None:
 class Gate:
     """What the study's probes say about a trial, before and while it trains (see the module's doc)."""
 
-    def __init__(self, cfg: RunConfig, fit: Any = None) -> None:
+    def __init__(self, cfg: RunConfig, fit: Any = None, *, write: WriteStudy) -> None:
         self.cfg = cfg
+        self.write = write  # how a probe record is stored in the study
         self.code = code_fingerprint(fit)  # an error record is trusted only for the code it was written for
         self.caches: dict[int, Cache] = {}  # per study (one objective serves one study; tests reuse objectives)
 
@@ -216,7 +222,7 @@ class Gate:
         study = trial.study
         cache = self.caches.get(id(study))
         if cache is None or cache.study is not study:
-            cache = self.caches[id(study)] = Cache(study)
+            cache = self.caches[id(study)] = Cache(study, self.write)
         return cache
 
     @staticmethod
@@ -248,7 +254,7 @@ class Gate:
     def check_projection(self, trial: optuna.Trial, plan: TrialPlan, rec: Mapping[str, Any]) -> None:
         """`max_trial_seconds`, `vs_front` and `min_front_gain` on the projected training time, before the first
         epoch ends. A contended reading decides nothing (`usable`); the message names the reading it used."""
-        proj = projected_time_s(rec, plan) if usable(rec) else None
+        proj = time_at_reading_s(rec, plan) if usable(rec) else None
         if proj is None:
             return
         slow = self.cfg.pruning.slow
@@ -332,5 +338,5 @@ def _summary(rec: Mapping[str, Any]) -> dict[str, Any]:
            if rec.get(k) is not None}
     return {k: (round(v, 4) if isinstance(v, float) else v) for k, v in out.items()}
 
-__all__ = ["ATTR_PREFIX", "THROUGHPUT", "Cache", "Gate", "blame", "code_fingerprint", "combination", "key",
-           "projected_time_s", "reading", "record", "usable"]
+__all__ = ["ATTR_PREFIX", "THROUGHPUT", "Cache", "Gate", "WriteStudy", "blame", "code_fingerprint", "combination",
+           "key", "reading", "record", "time_at_reading_s", "usable"]

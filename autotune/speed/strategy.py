@@ -123,9 +123,10 @@ def pins(plan: Mapping[str, Any], values: Mapping[str, Any]) -> dict[str, Any] |
 class Search:
     """Samples a trial's values for the study's strategy (the objective's one call for it)."""
 
-    def __init__(self, cfg: RunConfig, fit: trainer.Fit | None) -> None:
+    def __init__(self, cfg: RunConfig, fit: trainer.Fit | None, *, write: probe.WriteStudy) -> None:
         self.cfg = cfg
         self.fit = fit
+        self.write = write  # how the plan and the probes' records are stored in the study
         self.active = cfg.study.strategy == "probe_then_tune" and bool(speed.searched(cfg))
         self.plan: dict[str, Any] | None = None
         self.cfg_narrowed: RunConfig | None = None
@@ -134,7 +135,7 @@ class Search:
         if not self.active:
             return space.sample(trial, self.cfg)
         if self.plan is None:
-            self.plan = plan_for(trial.study, self.cfg, self.fit)
+            self.plan = plan_for(trial.study, self.cfg, self.fit, self.write)
             self.cfg_narrowed = narrowed(self.cfg, self.plan)
         assert self.cfg_narrowed is not None
         values = space.sample(trial, self.cfg_narrowed)
@@ -152,8 +153,8 @@ class Search:
             raise TrialStopped("slow", 0, f"probe_then_tune dropped {probe.describe(combo)}: {why}")
 
 
-def plan_for(study: optuna.Study, cfg: RunConfig, fit: trainer.Fit | None) -> dict[str, Any]:
-    """The study's stored plan; the first process (of this host) to need it probes and stores it."""
+def plan_for(study: optuna.Study, cfg: RunConfig, fit: trainer.Fit | None, write: probe.WriteStudy) -> dict[str, Any]:
+    """The study's stored plan; the first process (of this host) to need it probes and stores it (by `write`)."""
     stored = StudyRecord.of(study).strategy_plan
     if stored is not None:
         return stored
@@ -161,17 +162,18 @@ def plan_for(study: optuna.Study, cfg: RunConfig, fit: trainer.Fit | None) -> di
         stored = StudyRecord.of(study).strategy_plan  # (read from the storage again: another process may have planned)
         if stored is not None:
             return stored
-        plan = make_plan(cfg, probe_all(study, cfg, fit))
-        StudyRecord(strategy_plan=plan).write(study)
+        plan = make_plan(cfg, probe_all(study, cfg, fit, write))
+        write(study, StudyRecord(strategy_plan=plan))
         return plan
 
 
-def probe_all(study: optuna.Study | None, cfg: RunConfig, fit: trainer.Fit | None) -> list[speed.Row]:
+def probe_all(study: optuna.Study | None, cfg: RunConfig, fit: trainer.Fit | None,
+              write: probe.WriteStudy) -> list[speed.Row]:
     """A speed row for every combination: from the study's probe records where it has them, else probed now
-    (and recorded there)."""
+    (and recorded there, by `write`)."""
     from autotune.training import Measurement
 
-    cache = probe.Cache(study)
+    cache = probe.Cache(study, write)
     code = probe.code_fingerprint(fit)
     rows = []
     for combo in speed.combinations(cfg):

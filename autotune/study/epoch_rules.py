@@ -10,9 +10,9 @@ from collections.abc import Callable
 import optuna
 from optuna.trial import TrialState
 
-from autotune.core import TrialStopped, per_epoch
+from autotune.core import TrialStopped
 from autotune.search import pruners
-from autotune.spec import RunConfig, TrialRecord
+from autotune.spec import RunConfig, TrialRecord, per_epoch
 from autotune.training import EpochRecord, TrainResult
 
 

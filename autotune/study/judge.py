@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import math
 
-from autotune.core import CATALOGUE, ConfigError, code_where, suggest
+from autotune.core import ConfigError, code_where, suggest
 from autotune.fit import trainer
-from autotune.spec import RunConfig, TrialRecord
+from autotune.spec import CATALOGUE, RunConfig, TrialRecord
 from autotune.study import outcome
 from autotune.study.epoch_rules import StudyRules
 from autotune.study.records import BufferedTrial

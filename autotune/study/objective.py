@@ -25,10 +25,10 @@ from typing import Any
 import optuna
 from optuna.trial import TrialState
 
-from autotune.core import TrialStopped, describe_exception, is_quality, lifetime, per_epoch, user_where, watchdog
+from autotune.core import TrialStopped, describe_exception, lifetime, user_where, watchdog
 from autotune.fit import REAL, Backend, TrialPlan, fit_name, load_fit, trainer
 from autotune.search import lr_scaling_text, pruners
-from autotune.spec import RunConfig
+from autotune.spec import RunConfig, is_quality, per_epoch
 from autotune.speed import probe, strategy
 from autotune.study import records
 from autotune.study.admit import admit
@@ -58,8 +58,10 @@ class Objective:
         self.quality = (quality[0].metric, str(quality[0].direction)) if quality else ("val_accuracy", "maximize")
         self._said: set[str] = set()  # warnings logged in this run (once each)
         self.failures = Failures(self.name, cfg.study.max_repeated_errors)  # and their streak
-        self.gate = probe.Gate(cfg, self.fit)  # the speed probe: what the study knows of each throughput combination
-        self.search = strategy.Search(cfg, self.fit)  # study.strategy: the space joint, or narrowed by probes
+        # the speed probe: what the study knows of each throughput combination
+        self.gate = probe.Gate(cfg, self.fit, write=records.write_study)
+        # study.strategy: the space joint, or narrowed by probes
+        self.search = strategy.Search(cfg, self.fit, write=records.write_study)
         self.rules = StudyRules(cfg, self.metrics, self.epoch_metrics, self.pareto, self.quality, self._say)
         self.attempts = Attempts(cfg, self.fit, backend, self.gate, self.rules, self.failures, self._watched,
                                  self._say)

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 import optuna
 
 from autotune.core import optuna_compat as compat
-from autotune.spec import TrialRecord
+from autotune.spec import StudyRecord, TrialRecord
 
 if TYPE_CHECKING:
     from autotune.fit import TrialPlan
@@ -102,6 +102,13 @@ def write(trial: optuna.Trial, record: TrialRecord) -> None:
     buffered = BufferedTrial(trial)
     buffered.record = record
     buffered.flush()
+
+
+def write_study(study: optuna.Study, record: StudyRecord) -> None:
+    """Store a study record's fields that are set into `study`, attr by attr (the layers below, which cannot import
+    this module, are handed this function: speed's probe records and plan)."""
+    for key, value in record.attrs().items():
+        study.set_user_attr(key, value)
 
 
 def put(storage: optuna.storages.BaseStorage, trial_id: int, record: TrialRecord) -> None:
@@ -220,4 +227,4 @@ def _upserts(storage: optuna.storages.RDBStorage) -> bool:
     return name in ("postgresql", "mysql") or (name == "sqlite" and sqlite3.sqlite_version_info >= (3, 24, 0))
 
 
-__all__ = ["BufferedTrial", "attach", "planned", "put", "stage", "trained", "write", "write_user_attrs"]
+__all__ = ["BufferedTrial", "attach", "planned", "put", "stage", "trained", "write", "write_study", "write_user_attrs"]

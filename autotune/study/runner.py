@@ -22,7 +22,7 @@ from autotune.fit import Fit, fit_name, preflight
 from autotune.fit import notes as preflight_notes
 from autotune.search import pruners, results, samplers, space
 from autotune.spec import RunConfig, StudyRecord
-from autotune.study import orphans, warm
+from autotune.study import orphans, records, warm
 from autotune.study import storage as storage_mod
 from autotune.study.budget import is_surplus
 from autotune.study.objective import Objective, watching
@@ -124,16 +124,17 @@ def open_study(cfg: RunConfig, fresh: bool = False, create: bool = True,
         directions=cfg.directions, load_if_exists=True,
     )
     if name in existing and create and stored_metrics(existing[name]) is None:
-        StudyRecord(metrics=[o.metric for o in cfg.objectives]).write(study)  # made without them: these from now on
+        records.write_study(study, StudyRecord(metrics=[o.metric for o in cfg.objectives]))  # made without: from now on
     if name not in existing:
         import torch
 
-        StudyRecord(config=storage_mod.stored_config(cfg), source=redact(cfg.source), versions=versions(),
-                    device=device_name or device_label(cfg), metrics=[o.metric for o in cfg.objectives]).write(study)
+        records.write_study(study, StudyRecord(
+            config=storage_mod.stored_config(cfg), source=redact(cfg.source), versions=versions(),
+            device=device_name or device_label(cfg), metrics=[o.metric for o in cfg.objectives]))
         with warnings.catch_warnings():  # experimental in Optuna, and stable enough for a label
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
             study.set_metric_names([o.metric for o in cfg.objectives])  # optuna-dashboard labels axes with them
-        StudyRecord(torch_threads=torch.get_num_threads()).write(study)
+        records.write_study(study, StudyRecord(torch_threads=torch.get_num_threads()))
         if earlier is not None:  # a new study starts from the earlier one's best configurations
             for line in warm.enqueue(study, cfg, earlier):
                 print(f"note: {line}", file=sys.stderr, flush=True)

@@ -20,6 +20,7 @@ from optuna.trial import FrozenTrial, TrialState
 from autotune.core import ConfigError
 from autotune.search import feasible, space
 from autotune.spec import ParamSpec, RunConfig, StudyRecord, TrialRecord
+from autotune.study import records
 from autotune.study.storage import find_study, make_storage
 
 ATTR = "warm_start"  # the stored key of TrialRecord.warm_start (and of the study's notes): "STUDY#NUMBER"
@@ -102,7 +103,7 @@ def enqueue(study: optuna.Study, cfg: RunConfig, src: optuna.Study) -> list[str]
     found = len(best(src, ws.top_k))
     notes.insert(0, f"warm start: {len(queued)} of {ws.study}'s {found} best trial(s) queued first"
                     + (f" (trials {', '.join(map(str, queued))})" if queued else ""))
-    StudyRecord(warm_start={"study": ws.study, "trials": queued, "notes": notes[1:]}).write(study)
+    records.write_study(study, StudyRecord(warm_start={"study": ws.study, "trials": queued, "notes": notes[1:]}))
     return notes
 
 

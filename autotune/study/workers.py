@@ -292,7 +292,7 @@ def _child(cfg_dict: dict[str, Any], source: str, slot: Slot) -> None:
 
 
 def checked_in_child(cfg_dict: dict[str, Any], source: str, slot: Slot) -> str:
-    """`study.preflight` and the distillation teacher, run in a spawned process pinned like `slot`: the checks
+    """`fit.preflight` and the distillation teacher, run in a spawned process pinned like `slot`: the checks
     that touch the device (precision, casts, the device's name) create a CUDA context, and one made in the
     driver would keep its memory for the whole study. Returns the device's name; the child's ConfigError or
     AutotuneError is raised here as the same one-line error."""

@@ -12,6 +12,7 @@ import torch
 from torch import nn
 
 from autotune.core import AutotuneError, contention
+from autotune.spec import Settings
 
 DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
 
@@ -87,7 +88,7 @@ def grad_scaler(dev: torch.device, precision: str) -> torch.amp.GradScaler | Non
 
 
 @contextlib.contextmanager
-def backend_flags(settings: dict[str, Any]) -> Iterator[None]:
+def backend_flags(settings: Settings) -> Iterator[None]:
     """Apply per-trial backend settings and put the previous ones back afterwards."""
     old_bench = torch.backends.cudnn.benchmark
     old_matmul = torch.get_float32_matmul_precision()

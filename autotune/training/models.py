@@ -11,14 +11,14 @@ from __future__ import annotations
 
 import inspect
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any
 
 import torch
 from torch import nn
 
 from autotune.core import ConfigError, load_factory, lookup, suggest
-from autotune.spec import MODEL_PREFIX, ModelConfig
+from autotune.spec import MODEL_PREFIX, ModelConfig, Settings
 from autotune.training.data.registry import factory_kwargs
 
 # Keys of the model section that describe the architecture (fixed in `model:` or searched as `model.KEY`).
@@ -332,7 +332,7 @@ def build(cfg: ModelConfig, input_shape: tuple[int, ...], n_classes: int, dropou
     return model
 
 
-def overrides(settings: Mapping[str, Any]) -> dict[str, Any]:
+def overrides(settings: Settings) -> dict[str, Any]:
     """The `model.KEY` values of a sampled point, without the prefix (channels as a tuple)."""
     out = {k[len(MODEL_PREFIX):]: v for k, v in settings.items() if k.startswith(MODEL_PREFIX)}
     if isinstance(out.get("channels"), list):
@@ -340,7 +340,7 @@ def overrides(settings: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def build_for(cfg: ModelConfig, settings: Mapping[str, Any], input_shape: tuple[int, ...], n_outputs: int,
+def build_for(cfg: ModelConfig, settings: Settings, input_shape: tuple[int, ...], n_outputs: int,
               dropout: float, init: str, file: str = "<config>") -> nn.Module:
     """The model for one sampled point: `cfg` with the point's `model.KEY` values applied, then `build`.
     A factory model gets searched keys outside MODEL_KEYS as keyword arguments."""

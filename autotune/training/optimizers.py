@@ -12,6 +12,7 @@ from typing import Any
 import torch
 
 from autotune.core import lookup
+from autotune.spec import Settings
 
 
 def _sgd(params: Any, s: Mapping[str, Any], fast: dict[str, Any]) -> torch.optim.Optimizer:
@@ -52,7 +53,7 @@ def fast_kwargs(name: str, dev: torch.device, fused: bool = True) -> dict[str, A
     return {"foreach": True} if dev.type != "cpu" else {}
 
 
-def make_optimizer(name: str, params: Any, settings: Mapping[str, Any], dev: torch.device,
+def make_optimizer(name: str, params: Any, settings: Settings, dev: torch.device,
                    fused: bool = True) -> torch.optim.Optimizer:
     """The optimizer `name` over `params`, with lr, momentum, weight_decay from the settings and the fastest
     kernels torch has for it on `dev` (`fused` False: no fused kernels)."""

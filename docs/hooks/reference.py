@@ -2,7 +2,7 @@
 
 Each page is built from the one source of truth it documents: the YAML schema from the pydantic models
 (autotune/spec/schema.py), the settings catalogue (autotune/spec/settings.py `SETTINGS`), the metrics catalogue
-(autotune/core/metrics.py `CATALOGUE`), what a study stores (autotune/spec/stored.py `TrialRecord`,
+(autotune/spec/metrics.py `CATALOGUE`), what a study stores (autotune/spec/stored.py `TrialRecord`,
 `StudyRecord`), the command line from the argparse parser (autotune/cli/app.py
 `build_parser`), the public Python API from docstrings (`inspect`), and bench/RESULTS.md copied as it is.
 None of them is committed: `on_files` adds them to the build. tests/test_docs.py calls `PAGES` directly. The
@@ -198,12 +198,12 @@ def _catalogue_value(value: Any) -> str:
 
 
 def metrics_page() -> str:
-    from autotune.core.metrics import CATALOGUE
+    from autotune.spec.metrics import CATALOGUE
 
     rows = [[_code(m.name), m.direction or "-", m.label, "every epoch" if m.per_epoch else "once, at the end",
              m.source, "yes" if m.objective else "no", m.task or "both"] for m in CATALOGUE.values()]
     return ("# Metrics\n\n"
-            "Generated from the metrics catalogue (`autotune/core/metrics.py`, `CATALOGUE`) at build time. "
+            "Generated from the metrics catalogue (`autotune/spec/metrics.py`, `CATALOGUE`) at build time. "
             "`objective: yes` metrics may be named under `objectives:` (a direction left out takes the one "
             "shown); a training function of your own may report further metrics of its own names (declare "
             "those that are not objectives under `metrics:`). Sources: `reported` by the training function, "

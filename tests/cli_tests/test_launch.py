@@ -16,7 +16,7 @@ import yaml
 from autotune.cli import app as cli
 from autotune.cli import launch
 from autotune.core.errors import ConfigError
-from tests.study_tests.test_workers import assert_exact, load, write_cfg
+from tests.support import assert_exact, load, write_cfg
 
 
 def test_two_local_jobs_finish_a_six_trial_study_exactly(tmp_path: Path, capsys: Any) -> None:

@@ -14,11 +14,10 @@ import yaml
 from torch import nn
 
 import autotune
-from autotune import config
+from autotune import config, fit
 from autotune.compress import measure, prune, quantize, support, transfer
 from autotune.core.errors import ConfigError
 from autotune.search import results
-from autotune.study import runner as study
 from autotune.training import models, tasks
 from autotune.training.data import registry as data
 
@@ -64,22 +63,22 @@ def _weights(model: nn.Module) -> list[torch.Tensor]:
 
 def test_unsupported_fixed_combinations_are_config_errors(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     with pytest.raises(ConfigError, match=r"train\.qat: .*needs quantize static_int8"):
-        study.preflight(_cfg(tmp_path, train={"qat": True}))
+        fit.preflight(_cfg(tmp_path, train={"qat": True}))
     with pytest.raises(ConfigError, match=r"train\.freeze: freeze needs model\.checkpoint"):
-        study.preflight(_cfg(tmp_path, train={"freeze": "all_but_head"}))
+        fit.preflight(_cfg(tmp_path, train={"freeze": "all_but_head"}))
     with pytest.raises(ConfigError, match=r"train\.qat: qat with l1_unstructured"):
-        study.preflight(_cfg(tmp_path, train={"qat": True, "quantize": "static_int8", "prune_method": "l1_unstructured",
+        fit.preflight(_cfg(tmp_path, train={"qat": True, "quantize": "static_int8", "prune_method": "l1_unstructured",
                                               "prune_amount": 0.5}))
     monkeypatch.setattr(quantize, "quantized_engine", lambda: None)
     with pytest.raises(ConfigError, match=r"train\.quantize: static_int8 needs a quantized engine"):
-        study.preflight(_cfg(tmp_path, train={"quantize": "static_int8"}))
+        fit.preflight(_cfg(tmp_path, train={"quantize": "static_int8"}))
 
 
 def test_unsupported_sampled_combination_is_a_pruned_trial(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"space\.qat: .*needs quantize static_int8"):  # nothing could run
-        study.preflight(_cfg(tmp_path, space={"qat": {"type": "categorical", "choices": [True]}}))
+        fit.preflight(_cfg(tmp_path, space={"qat": {"type": "categorical", "choices": [True]}}))
     cfg = _cfg(tmp_path, space={"qat": {"type": "bool"}})
-    study.preflight(cfg)  # qat false can run: not an error up front
+    fit.preflight(cfg)  # qat false can run: not an error up front
     res = autotune.run(cfg)
     by_qat = {t.params["qat"]: t for t in res.study.trials}
     assert by_qat[False].state == optuna.trial.TrialState.COMPLETE

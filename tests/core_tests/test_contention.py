@@ -3,12 +3,7 @@
 from __future__ import annotations
 
 import logging
-import subprocess
-import sys
-import time
 import warnings
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -18,39 +13,10 @@ import autotune
 from autotune import config
 from autotune.core import contention
 from autotune.core.contention import Share
+from autotune.spec import Settings
 from autotune.spec.settings import merge
 from autotune.training import accel
-
-SPIN = "import time\nt = time.time()\nwhile time.time() - t < {s}: pass\n"
-
-
-@contextmanager
-def busy(seconds: float = 30.0, n: int | None = None) -> Iterator[None]:
-    """`n` (default: one per core) Python processes spinning on the cores, bounded in time, always killed."""
-    procs = [subprocess.Popen([sys.executable, "-c", SPIN.format(s=seconds)]) for _ in range(n or contention.cores())]
-    try:
-        time.sleep(0.3)  # scheduled and spinning
-        yield
-    finally:
-        for p in procs:
-            p.kill()
-        for p in procs:
-            p.wait()
-
-
-def spin_share(seconds: float = 1.0, threads: int = 2) -> Share:
-    """The share of the CPU a matmul loop on `threads` torch threads gets for `seconds`."""
-    old = torch.get_num_threads()
-    torch.set_num_threads(threads)
-    try:
-        w = contention.Window(threads)
-        a = torch.randn(192, 192)
-        t0 = time.perf_counter()
-        while time.perf_counter() - t0 < seconds:
-            a @ a
-        return w.share()
-    finally:
-        torch.set_num_threads(old)
+from tests.support import busy, spin_share
 
 
 def test_default_threads_divide_the_cores_among_workers_and_loader_processes() -> None:
@@ -65,11 +31,11 @@ def test_loader_workers_take_cores_from_torch_threads() -> None:
     old = torch.get_num_threads()
     torch.set_num_threads(4)
     try:
-        with accel.backend_flags(merge({}, {"data_on_device": False, "num_workers": 1})):
+        with accel.backend_flags(Settings(merge({}, {"data_on_device": False, "num_workers": 1}))):
             assert torch.get_num_threads() == 3
-        with accel.backend_flags(merge({}, {"data_on_device": False, "num_workers": 2, "cpu_threads": 4})):
+        with accel.backend_flags(Settings(merge({}, {"data_on_device": False, "num_workers": 2, "cpu_threads": 4}))):
             assert torch.get_num_threads() == 4  # the user's own count wins
-        with accel.backend_flags(merge({}, {"data_on_device": True, "num_workers": 2})):
+        with accel.backend_flags(Settings(merge({}, {"data_on_device": True, "num_workers": 2}))):
             assert torch.get_num_threads() == 4  # no loader processes run
         assert torch.get_num_threads() == 4
     finally:

@@ -94,6 +94,64 @@ def test_wrapped_storage_and_journal_file_path(tmp_path: Path) -> None:
     assert compat.journal_file_path(inner) is None
 
 
+# ---------------------------------------------------------------- what a sampler reads
+
+
+def _finished(study: optuna.Study) -> None:
+    study.optimize(lambda t: t.suggest_float("x", 0, 1), n_trials=3)
+    pruned = study.ask()
+    pruned.suggest_float("x", 0, 1)
+    study.tell(pruned, state=TrialState.PRUNED)
+
+
+def test_study_trials_is_what_samplers_read(tmp_path: Path) -> None:
+    study = sqlite_study(tmp_path)
+    _finished(study)
+    with relied_on("Study._get_trials", "study_trials"):
+        everything = compat.study_trials(study, deepcopy=False, use_cache=True)
+        assert [t.number for t in everything] == [t.number for t in study.get_trials(deepcopy=False)]
+        pruned = compat.study_trials(study, states=(TrialState.PRUNED,))
+        assert [t.number for t in pruned] == [3]
+
+
+class _Halved(compat.StudyView):
+    """Shows the sampler only the even-numbered trials, counting how often it was asked."""
+
+    def __init__(self, study: optuna.Study) -> None:
+        super().__init__(study)
+        self.asked: list[bool] = []
+
+    def shown_trials(self, deepcopy: bool, states: Any, use_cache: bool) -> list[FrozenTrial]:
+        self.asked.append(use_cache)
+        return [t for t in super().shown_trials(deepcopy, states, use_cache) if t.number % 2 == 0]
+
+
+def test_a_study_view_is_what_tpe_reads_the_trials_from(tmp_path: Path) -> None:
+    study = sqlite_study(tmp_path)
+    _finished(study)
+    view = _Halved(study)
+    with relied_on("Study._get_trials (as TPESampler calls it)", "StudyView"):
+        assert view.study_name == study.study_name and view.directions == study.directions  # the rest: the study's
+        assert [t.number for t in view.trials] == [0, 2]
+        assert [t.number for t in view.get_trials(states=(TrialState.COMPLETE,))] == [0, 2]
+        sampler = optuna.samplers.TPESampler(n_startup_trials=1, seed=0)
+        trial = study.ask()
+        view.asked.clear()
+        frozen = compat.storage_of(study).get_trial(compat.trial_id(trial))
+        sampler.sample_independent(view, frozen, "x", optuna.distributions.FloatDistribution(0, 1))
+        assert True in view.asked  # TPE reads the trials through `_get_trials(..., use_cache=True)`
+
+
+def test_hypervolume_in_two_and_three_dimensions() -> None:
+    import numpy as np
+
+    with relied_on("optuna._hypervolume.compute_hypervolume", "hypervolume"):
+        two = compat.hypervolume(np.array([[1.0, 2.0], [2.0, 1.0]]), np.array([3.0, 3.0]))
+        assert two == pytest.approx(3.0)  # 2x1 + 1x2 - the shared 1x1
+        three = compat.hypervolume(np.array([[0.0, 0.0, 0.0]]), np.array([1.0, 2.0, 3.0]))
+        assert three == pytest.approx(6.0)
+
+
 # ---------------------------------------------------------------- heartbeats and stale trials
 
 

@@ -35,7 +35,7 @@ def test_the_default_batch_size_past_a_tiny_training_set_warns_and_trains_the_wh
     """An image folder of 48 pictures (36 to train on) with the default batch size 64: a warning, not a refusal
     (today: `train.batch_size: 64 is larger than the training set`, exit 2), and each epoch trains on all 36."""
     from autotune.cli import app as cli
-    from tests.training_tests.test_data import write_folder
+    from tests.support import write_folder
 
     root = write_folder(tmp_path / "pics", n=16)  # 3 classes x 16
     path = tmp_path / "pics.yaml"
@@ -58,9 +58,9 @@ def test_a_batch_larger_than_the_data_keeps_its_one_batch_with_drop_last() -> No
     """A compiled trial's training loader drops its last short batch: not when it is the only one."""
     import torch
 
+    from autotune.spec.settings import DEFAULTS
     from autotune.training.context.collective import Alone
     from autotune.training.context.loaders import build
-    from tests.training_tests.test_context import DEFAULTS
 
     data = torch.utils.data.TensorDataset(torch.randn(36, 4), torch.zeros(36, dtype=torch.long))
     batches = build(data, 64, True, True, True, {}, {**DEFAULTS, "data_on_device": False, "device": "cpu"},

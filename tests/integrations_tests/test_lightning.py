@@ -203,7 +203,7 @@ def test_several_devices_are_refused_at_validation(tmp_path: Path, capsys: pytes
                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     """devices > 1 with a fit that calls tune_lightning.fit: one line, exit 2, before any trial runs."""
     from autotune.cli import main
-    from tests.test_examples import EXAMPLES
+    from tests.support import EXAMPLES
 
     monkeypatch.syspath_prepend(str(EXAMPLES))
     text = (EXAMPLES / "digits_lightning.yaml").read_text(encoding="utf-8")
@@ -268,7 +268,7 @@ def test_a_missing_lightning_names_the_extra(monkeypatch: pytest.MonkeyPatch) ->
 
 
 def test_the_lightning_example_runs_a_study_with_pruning_front_and_export(tmp_path: Path) -> None:
-    from tests.test_examples import run
+    from tests.support import run_example as run
 
     first = {"lr": 0.01, "optimizer": "adam", "batch_size": 64, "precision": "fp32", "grad_accum_steps": 1,
              "lr_schedule": "constant", "user.width": 8}
@@ -301,7 +301,7 @@ def test_the_lightning_example_runs_a_study_with_pruning_front_and_export(tmp_pa
 
 def test_a_diverging_lightning_trial_ends_pruned_with_its_reason(tmp_path: Path) -> None:
     """A multi-objective study (accuracy vs training time): the stop rules end the trial out of trainer.fit."""
-    from tests.test_examples import run
+    from tests.support import run_example as run
 
     wild = {"lr": 1e9, "optimizer": "sgd_nesterov", "batch_size": 128, "precision": "fp32",
             "grad_accum_steps": 1, "lr_schedule": "constant", "user.width": 8}
@@ -321,7 +321,7 @@ def test_the_studys_pruner_stops_a_lightning_trial(multi: bool, tmp_path: Path) 
 
     from autotune.search.pruners import EPOCH_VALUES
     from autotune.study.runner import open_study
-    from tests.test_examples import EXAMPLES
+    from tests.support import EXAMPLES
 
     overrides: dict[str, Any] = {
         "study.storage": f"sqlite:///{tmp_path}/l.db", "study.n_trials": 2, "train.epochs": 3,
@@ -350,7 +350,7 @@ def test_the_lightning_example_with_two_workers_on_a_journal(tmp_path: Path) -> 
     import subprocess
     import sys
 
-    from tests.test_examples import EXAMPLES
+    from tests.support import EXAMPLES
 
     yaml_text = (EXAMPLES / "digits_lightning.yaml").read_text().replace("epochs: 4", "epochs: 2")
     (tmp_path / "w.yaml").write_text(yaml_text.replace("choices: [fp32, bf16]", "choices: [fp32]"))
@@ -377,8 +377,9 @@ def test_the_dashboard_lists_a_lightning_study_with_its_records(tmp_path: Path) 
 
     import requests
 
-    from tests.observe_tests.test_dashboard import _attrs, _start_dashboard
-    from tests.test_examples import run
+    from tests.support import attrs_of as _attrs
+    from tests.support import run_example as run
+    from tests.support import start_dashboard as _start_dashboard
 
     first = {"lr": 0.01, "optimizer": "adam", "batch_size": 128, "precision": "fp32", "grad_accum_steps": 1,
              "lr_schedule": "constant", "user.width": 8}

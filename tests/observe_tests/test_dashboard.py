@@ -2,17 +2,11 @@
 
 from __future__ import annotations
 
-import os
-import queue
 import re
-import signal
 import socket
-import subprocess
-import sys
-import threading
 import time
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import pytest
 import requests
@@ -20,65 +14,11 @@ import requests
 import autotune
 from autotune.cli import app as cli
 from autotune.study import storage as storage_mod
+from tests.support import TINY, Proc
+from tests.support import attrs_of as _attrs
+from tests.support import start_dashboard as _start_dashboard
 
 ROOT = Path(__file__).resolve().parents[2]
-TINY = ROOT / "tests" / "studies" / "tiny_study.yaml"
-ENV = {**os.environ, "PYTHONUNBUFFERED": "1"}
-
-
-class Proc:
-    """A subprocess whose stdout and stderr are collected by threads (so pipes never fill up)."""
-
-    def __init__(self, *args: str) -> None:
-        self.p = subprocess.Popen([sys.executable, "-m", "autotune", *args], cwd=ROOT, env=ENV, text=True,
-                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-        self.out: list[str] = []
-        self.err: list[str] = []
-        self.lines: queue.Queue[str] = queue.Queue()
-        for stream, sink in ((self.p.stdout, self.out), (self.p.stderr, self.err)):
-            threading.Thread(target=self._pump, args=(stream, sink), daemon=True).start()
-
-    def _pump(self, stream: IO[str] | None, sink: list[str]) -> None:
-        assert stream is not None
-        for line in stream:
-            sink.append(line)
-            self.lines.put(line)
-
-    def wait_for(self, pattern: str, timeout: float) -> re.Match[str]:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            try:
-                m = re.search(pattern, self.lines.get(timeout=0.5))
-            except queue.Empty:
-                if self.p.poll() is not None:
-                    break
-                continue
-            if m:
-                return m
-        raise AssertionError(f"no {pattern!r} in time; stdout: {''.join(self.out)}\nstderr: {''.join(self.err)}")
-
-    def stop(self) -> None:
-        if self.p.poll() is None:
-            self.p.send_signal(signal.SIGINT)
-            try:
-                self.p.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                self.p.kill()
-                self.p.wait()
-
-    @property
-    def text(self) -> str:
-        return "".join(self.out) + "".join(self.err)
-
-
-def _attrs(items: list[dict[str, str]]) -> dict[str, str]:
-    return {a["key"]: a["value"] for a in items}
-
-
-def _start_dashboard(url: str) -> tuple[Proc, str]:
-    dash = Proc("dashboard", str(TINY), "--storage", url, "--port", "0")
-    m = dash.wait_for(r"optuna-dashboard at (http://127\.0\.0\.1:\d+)(/\S*)", timeout=90)
-    return dash, m.group(1)
 
 
 def test_dashboard_serves_a_study_while_it_runs(tmp_path: Path) -> None:

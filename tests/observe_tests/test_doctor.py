@@ -11,7 +11,7 @@ import torch
 from autotune.observe import doctor
 from autotune.spec.settings import PRECISIONS
 from autotune.training import accel, energy_unavailable
-from tests.cli_tests.test_cli import autotune
+from tests.support import run_autotune as autotune
 
 
 def test_doctor_prints_the_device_and_one_row_per_precision(tmp_path: Path) -> None:

@@ -76,7 +76,7 @@ def runs(tmp_path: Path) -> tuple[Any, list[Any], MlflowClient]:
 
 
 def listing(client: MlflowClient, parent: Any, children: list[Any]) -> str:
-    """The runs as a table (printed by the tests: `pytest tests/test_tracking.py -s`)."""
+    """The runs as a table (printed by the tests: `pytest tests/observe_tests/test_tracking.py -s`)."""
     rows = [f"{'run':<10} {'parent':<10} {'status':<9} {'val_accuracy steps':<19} {'final/val_accuracy':>18}  params"]
     for r in [parent, *children]:
         hist = client.get_metric_history(r.info.run_id, "val_accuracy")

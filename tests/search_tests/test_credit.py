@@ -14,6 +14,7 @@ from autotune import config
 from autotune.search import EPOCH_VALUES, samplers
 from autotune.search.credit import StoppedAsShorter, as_shorter, length_free
 from autotune.search.predicted import PredictedFront
+from autotune.spec import Settings
 
 DISTS = {"epochs": IntDistribution(2, 30), "lr": FloatDistribution(1e-4, 1e-1, log=True),
          "lr_schedule": CategoricalDistribution(["constant", "cosine"])}
@@ -55,10 +56,10 @@ def test_a_completed_trial_is_left_alone() -> None:
 
 
 def test_compression_after_training_is_not_length_free() -> None:
-    assert length_free({"lr_schedule": "constant"})
-    assert not length_free({"prune_method": "l1_unstructured"})
-    assert not length_free({"quantize": "int8"})
-    assert not length_free({"finetune_epochs": 2})
+    assert length_free(Settings({"lr_schedule": "constant"}))
+    assert not length_free(Settings({"prune_method": "l1_unstructured"}))
+    assert not length_free(Settings({"quantize": "dynamic_int8"}))
+    assert not length_free(Settings({"finetune_epochs": 2}))
 
 
 class _Spy(optuna.samplers.RandomSampler):

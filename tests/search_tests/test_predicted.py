@@ -1,6 +1,7 @@
-"""The predicted front (search/predicted.py): K proposals per trial, the one predicted to add most to the front runs;
-its proposals are whole points of the space, what it predicts is learned from the trials' curves, and the config
-says where it applies."""
+"""The predicted front (search/predicted.py): a pool of K candidates per trial (the inner sampler's proposal, points
+near the front's members, uniform points), the one predicted to add most to the front runs, every EXPLORE_EVERY-th
+trial the inner sampler's own; candidates are whole points of the space, what it predicts is learned from the trials'
+curves (a clock extrapolated log-linearly), and the config says where it applies."""
 
 from __future__ import annotations
 
@@ -16,8 +17,8 @@ from optuna.trial import TrialState, create_trial
 
 from autotune import config
 from autotune.core.errors import ConfigError
-from autotune.search import EPOCH_VALUES, samplers, space
-from autotune.search.predicted import MIN_TRIALS, PredictedFront, n_candidates
+from autotune.search import EPOCH_VALUES, predicted, samplers, space
+from autotune.search.predicted import AUTO_K, EXPLORE_EVERY, MIN_TRIALS, Model, PredictedFront, draw, n_candidates
 from autotune.search.space import distribution
 
 SPACE = {
@@ -68,14 +69,15 @@ class Spy(PredictedFront):
         return i
 
 
-def test_after_its_start_every_trial_runs_the_chosen_whole_candidate(tmp_path: Path) -> None:
+def test_after_its_start_trials_run_the_chosen_whole_candidate_or_the_inner_samplers_own(tmp_path: Path) -> None:
     cfg = _cfg(tmp_path)
     inner = optuna.samplers.TPESampler(seed=1, n_startup_trials=samplers.TPE_STARTUP_TRIALS)
     spy = Spy(inner, cfg, 6, seed=1)
     study = optuna.create_study(directions=cfg.directions, sampler=spy)
     study.optimize(_objective(cfg), n_trials=MIN_TRIALS + 6)
-    assert len(spy.seen) == 6  # one choice per trial after the first MIN_TRIALS with a curve
-    for t, (cands, i) in zip(study.trials[MIN_TRIALS:], spy.seen):
+    chosen = [t for t in study.trials[MIN_TRIALS:] if t.number % EXPLORE_EVERY != EXPLORE_EVERY - 1]
+    assert len(spy.seen) == len(chosen) == 6 - 6 // EXPLORE_EVERY  # a choice per trial but every EXPLORE_EVERY-th
+    for t, (cands, i) in zip(chosen, spy.seen):
         assert len(cands) == 6
         assert t.params == cands[i]  # every parameter of the trial is the chosen candidate's
         assert ("momentum" in t.params) == (t.params["optimizer"] == "sgd")  # a `when` holds in a candidate too
@@ -114,8 +116,8 @@ def test_no_choice_before_enough_trials_have_a_curve(tmp_path: Path) -> None:
 
 
 def test_the_default_and_where_it_applies(tmp_path: Path) -> None:
-    # auto by default: chosen among 8 while worth its cost (test_auto_chooses_while_a_choice_costs_little...)
-    assert _cfg(tmp_path).study.candidates == "auto" and n_candidates(_cfg(tmp_path)) == 8
+    # auto by default: chosen among AUTO_K while worth its cost (test_auto_chooses_while_a_choice_costs_little...)
+    assert _cfg(tmp_path).study.candidates == "auto" and n_candidates(_cfg(tmp_path)) == AUTO_K
     assert samplers.make_sampler(_cfg(tmp_path)).auto  # type: ignore[attr-defined]
     assert n_candidates(_cfg(tmp_path, {"candidates": 1})) == 1  # the sampler's own proposal, as before
     assert not isinstance(samplers.make_sampler(_cfg(tmp_path, {"candidates": 1})), PredictedFront)
@@ -152,9 +154,9 @@ def test_distributions_are_the_ones_the_space_suggests(tmp_path: Path) -> None:
 
 
 def test_auto_chooses_while_a_choice_costs_little_beside_a_trial(tmp_path: Path) -> None:
-    """`candidates: auto`: 8 candidates where they apply, chosen while one choice's measured CPU time is at most
+    """`candidates: auto`: AUTO_K candidates where they apply, chosen while one choice's measured CPU time is at most
     AUTO_SHARE of the median trial's training time (the trials' train_time_s), the inner sampler's proposal after."""
-    from autotune.search.predicted import AUTO_K, AUTO_SHARE
+    from autotune.search.predicted import AUTO_SHARE
 
     auto = _cfg(tmp_path, {"candidates": "auto"})
     assert n_candidates(auto) == AUTO_K and isinstance(samplers.make_sampler(auto), PredictedFront)
@@ -175,7 +177,8 @@ def test_auto_chooses_while_a_choice_costs_little_beside_a_trial(tmp_path: Path)
         return spy
 
     long = run(3600.0)  # trials of an hour: every choice is worth its cost
-    assert len(long.seen) == 4 and long.choice_s is not None and long.choice_s <= AUTO_SHARE * 3600.0
+    assert len(long.seen) == 4 - 4 // EXPLORE_EVERY and long.choice_s is not None
+    assert long.choice_s <= AUTO_SHARE * 3600.0
     short = run(1e-6)  # trials shorter than any choice: measured once, then never again
     assert len(short.seen) == 1
 
@@ -199,10 +202,9 @@ def test_with_epochs_fixed_stopped_trials_curves_teach_the_prediction(tmp_path: 
     sampler = PredictedFront(optuna.samplers.RandomSampler(), cfg, 3, seed=0)
     data = sampler._data(study)
     assert data is not None
-    x, y, front = data
-    assert len(front) == 4  # the completed trials' values make the front
-    assert len(x) == 4 * len({1, 2, 3, 4, 6, 8, 12}) + 8 * 3  # every kept epoch of every trial, stopped ones too
-    assert x[:, -1].max() == 1.0 and x[:, -1].min() == pytest.approx(1 / 12)  # the share of the 12-epoch run done
+    assert 1 <= len(data.front) <= 4 and data.trials == 12  # the completed trials' front; every trial with a curve
+    assert len(data.x) == 4 * len({1, 2, 3, 4, 6, 8, 12}) + 8 * 3  # every kept epoch of every trial, stopped ones too
+    assert data.x[:, -1].max() == pytest.approx(math.log(12)) and data.x[:, -1].min() == 0.0  # log of epochs done
 
 
 def test_a_choice_reads_the_studys_trials_once(tmp_path: Path) -> None:
@@ -219,6 +221,69 @@ def test_a_choice_reads_the_studys_trials_once(tmp_path: Path) -> None:
         return storage_get(*a, **k)
 
     study._storage.get_all_trials = counting  # type: ignore[method-assign]
-    study.optimize(_objective(cfg), n_trials=1)
-    # 6 candidates x 6 parameters proposed by TPE from one snapshot; the rest is Optuna's own bookkeeping
-    assert reads < 10
+    study.optimize(_objective(cfg), n_trials=EXPLORE_EVERY)  # a chosen trial, and one the inner sampler proposes
+    # each trial's parameters (every candidate's and every parameter TPE proposes) from one snapshot; the rest is
+    # Optuna's own bookkeeping
+    assert reads < 5 * EXPLORE_EVERY
+
+
+def test_the_pool_holds_the_inner_proposal_points_near_the_front_and_uniform_points(tmp_path: Path) -> None:
+    cfg = _cfg(tmp_path)
+    sampler = PredictedFront(optuna.samplers.RandomSampler(seed=0), cfg, 41, seed=0)
+    study = optuna.create_study(directions=cfg.directions)
+    trial = study.ask()
+    parent = {"epochs": 10, "lr": 1e-2, "optimizer": "sgd", "momentum": 0.5, "batch_size": 128,
+              "model.channels": '[8, 16]'}
+    pool = sampler._pool(study, study._storage.get_trial(trial._trial_id), [parent])
+    assert len(pool) == 41
+    near = pool[1:1 + round(predicted.LOCAL_SHARE * 40)]
+    far = pool[1 + len(near):]
+    for c in pool:  # whole points of the space, each `when` holding, list choices as the space stores them
+        assert ("momentum" in c) == (c["optimizer"] == "sgd")
+        assert c["model.channels"] in ('[8, 16]', '[16, 32]') and c["batch_size"] in (32, 128, 512)
+        assert 2 <= c["epochs"] <= 20 and isinstance(c["epochs"], int) and 1e-4 <= c["lr"] <= 1e-1
+    # near the front's member: within a few steps of its log learning rate (its range: 3 decades)
+    assert all(abs(math.log10(c["lr"]) + 2) < 3 * 4 * predicted.LOCAL_STEP for c in near)
+    assert sum(c["optimizer"] == "sgd" for c in near) > len(near) / 2  # a categorical mostly kept
+    lrs = sorted(math.log10(c["lr"]) for c in far)  # uniform over the log range
+    assert lrs[0] < -3.2 and lrs[-1] > -1.8
+
+
+def test_a_drawn_value_stays_on_its_parameters_grid() -> None:
+    rng = __import__("numpy").random.default_rng(0)
+    ints = [draw(IntDistribution(1, 5), rng) for _ in range(300)]
+    assert set(ints) == {1, 2, 3, 4, 5}  # every integer, the ends included
+    stepped = [draw(FloatDistribution(0.0, 1.0, step=0.25), rng, near=0.5) for _ in range(100)]
+    assert set(stepped) <= {0.0, 0.25, 0.5, 0.75, 1.0}
+    logs = [draw(IntDistribution(16, 512, log=True), rng) for _ in range(300)]
+    assert min(logs) >= 16 and max(logs) <= 512 and sum(v < 64 for v in logs) > 50  # log-uniform: a third below 64
+
+
+def test_a_clock_is_extrapolated_to_corners_no_trial_reached() -> None:
+    """Time per epoch halves as the batch (one feature, 0 to 1) doubles; trials saw batches up to the middle of the
+    range. The model's clock follows the law to the largest batch, below every time it saw; a forest alone would
+    stop at the fastest trial it saw."""
+    np_ = __import__("numpy")
+    rng = np_.random.default_rng(0)
+    batch = rng.uniform(0.0, 0.5, 60)
+    epochs = rng.integers(1, 20, 60).astype(float)
+    log_time = -3.0 * batch + np_.log(epochs) + rng.normal(0, 0.01, 60)
+    acc = 0.9 - 0.1 * batch
+    x = np_.column_stack([batch, np_.log(epochs)])
+    model = Model(x, np_.column_stack([-acc, log_time]), clocks=[False, True], seed=0)
+    mean, spread = model.predict(np_.array([[1.0, math.log(10)]]))
+    assert mean[0, 1] == pytest.approx(-3.0 + math.log(10), abs=0.1)
+    assert mean[0, 1] < (log_time - np_.log(epochs)).min() + math.log(10) - 1.0  # faster than any trial seen, at 10
+    assert spread.shape == (1, 2) and (spread >= 0).all()
+
+
+def test_the_model_is_refit_only_once_the_trials_have_grown(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(predicted, "REFIT_GROWTH", 0.5)
+    cfg = _cfg(tmp_path)
+    sampler = PredictedFront(optuna.samplers.RandomSampler(seed=0), cfg, 4, seed=0)
+    np_ = __import__("numpy")
+    data = predicted.Data(np_.random.default_rng(0).random((40, 13)), np_.random.default_rng(1).random((40, 2)),
+                          [[0.0, 0.0]], [], 10)
+    first = sampler._fit(data)
+    assert sampler._fit(predicted.Data(data.x, data.y, data.front, [], 14)) is first  # 14 < 1.5 x 10
+    assert sampler._fit(predicted.Data(data.x, data.y, data.front, [], 15)) is not first

@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import math
-import random
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import optuna
 import pytest
 from optuna.trial import TrialState, create_trial
@@ -17,7 +15,6 @@ from autotune import config
 from autotune.core.errors import ConfigError, TrialStopped
 from autotune.search import pruners
 from autotune.search.pruners import EPOCH_VALUES
-from autotune.search.results import dominates
 from autotune.study.runner import open_study
 from tests.conftest import tiny
 
@@ -299,27 +296,6 @@ RUNG = {"A": [0.95, 5.0], "B": [0.90, 2.0], "C": [0.80, 1.0],  # front 0
 MO = ["maximize", "minimize"]
 
 
-def test_nondominated_ranks_peel_the_known_fronts() -> None:
-    ranks = pruners.nondominated_ranks(list(RUNG.values()), MO)
-    assert dict(zip(RUNG, ranks)) == {"A": 0, "B": 0, "C": 0, "D": 1, "E": 1, "F": 1, "G": 2, "H": 2, "I": 2}
-
-
-def test_promoted_is_exactly_the_non_dominated_top_share() -> None:
-    names = list(RUNG)
-    assert sorted(names[i] for i in pruners.promoted(list(RUNG.values()), MO, 3)) == ["A", "B", "C"]
-    # eta 2: ceil(9 / 2) = 5: front 0 whole, then the two ends of front 1 (crowding distance: infinite) over E
-    assert sorted(names[i] for i in pruners.promoted(list(RUNG.values()), MO, 2)) == ["A", "B", "C", "D", "F"]
-
-
-def test_promoted_breaks_the_last_front_by_crowding_distance() -> None:
-    # P dominates all; Q..T one front; U behind R. Six, eta 2: three go on: P and front 1's two ends
-    pts = {"P": [0.99, 1.0], "Q": [0.94, 6.0], "R": [0.90, 4.0], "S": [0.85, 3.5], "T": [0.70, 2.0], "U": [0.6, 5.0]}
-    names = list(pts)
-    assert sorted(names[i] for i in pruners.promoted(list(pts.values()), MO, 2)) == ["P", "Q", "T"]
-    cd = pruners.crowding_distances(list(pts.values()), [1, 2, 3, 4])
-    assert cd[1] == cd[4] == float("inf") and 0 < cd[2] < cd[3]  # R sits closer to its neighbours than S
-
-
 def test_pareto_asha_judges_each_trial_against_the_rung_so_far_and_keeps_exactly_the_top_third() -> None:
     p = pruners.ParetoASHAPruner(MO, min_epochs=1, reduction_factor=3, n_startup_trials=3)
     assert p.rungs(10) == [1, 3, 9] and p.rungs(3) == [1]
@@ -439,37 +415,3 @@ def test_front_gain_waits_for_enough_completed_trials(tmp_path: Path) -> None:
     study.add_trial(_front_trial(0.9, 1.0))
     with pytest.raises(TrialStopped, match="behind the front"):
         pruners.check_front_gain_in(study, cfg, 50.0, "x")
-
-
-def test_nondominated_ranks_two_objectives_match_peeling_ties_included() -> None:
-    """The 2-D fast path (sorted sweep) against pairwise peeling, on points with many ties."""
-    rng = random.Random(2)
-
-    def peeled(points: list[list[float]], directions: list[str]) -> list[int]:
-        ranks, left, r = [-1] * len(points), set(range(len(points))), 0
-        while left:
-            front = {i for i in left if not any(dominates(points[j], points[i], directions) for j in left if j != i)}
-            for i in front:
-                ranks[i] = r
-            left -= front
-            r += 1
-        return ranks
-
-    for _ in range(200):
-        pts = [[rng.choice([0.1, 0.2, round(rng.random(), 1)]), rng.choice([1.0, 2.0, round(rng.random(), 1)])]
-               for _ in range(rng.randint(0, 30))]
-        for d in (["maximize", "minimize"], ["minimize", "minimize"]):
-            assert pruners.nondominated_ranks(pts, d) == peeled(pts, d)
-
-
-def test_hypervolume_2d_is_the_hypervolume() -> None:
-    from optuna._hypervolume import compute_hypervolume
-
-    rng = np.random.default_rng(0)
-    for _ in range(20):
-        pts = rng.uniform(0, 1, size=(int(rng.integers(1, 12)), 2))
-        ref = (1.1, 1.2)
-        want = float(compute_hypervolume(pts, np.array(ref)))
-        assert pruners.hypervolume_2d(pts.tolist(), ref) == pytest.approx(want)
-    assert pruners.hypervolume_2d([], (1, 1)) == 0.0
-    assert pruners.hypervolume_2d([[2.0, 0.0]], (1, 1)) == 0.0  # outside the reference adds nothing

@@ -13,11 +13,11 @@ import optuna
 import pytest
 
 from autotune import config
-from autotune.core import CATALOGUE, EPOCH_FIELDS
 from autotune.fit import TrialPlan
-from autotune.spec import StudyRecord, TrialRecord
+from autotune.spec import CATALOGUE, EPOCH_FIELDS, StudyRecord, TrialRecord
 from autotune.spec.stored import FIELDS, KEYS
 from autotune.study import runner as study_mod
+from autotune.study import write_study
 from autotune.training import TrainResult
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -118,7 +118,7 @@ def test_only_the_records_modules_write_or_read_attrs_by_name(pattern: str) -> N
 
 def test_a_studys_record() -> None:
     study = optuna.create_study()
-    StudyRecord(device="cpu", metrics=["val_accuracy"], probes={"probe:ab": {"samples_per_s": 1.0}}).write(study)
+    write_study(study, StudyRecord(device="cpu", metrics=["val_accuracy"], probes={"probe:ab": {"samples_per_s": 1.0}}))
     study.set_user_attr("someone_elses", 1)
     record = StudyRecord.of(study)
     assert (record.device, record.metrics, record.probes) == ("cpu", ["val_accuracy"], {"probe:ab": {"samples_per_s":

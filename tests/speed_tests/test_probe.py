@@ -24,6 +24,7 @@ from autotune.spec.settings import DEFAULTS
 from autotune.speed import probe
 from autotune.study import runner as study_mod
 from autotune.study import storage as storage_mod
+from autotune.study import write_study
 from autotune.training.throughput import ProbeDone, ProbeWindow, RepeatedWindow
 from tests import user_fits
 
@@ -86,7 +87,7 @@ def test_an_uncompiled_trial_has_no_compile_time(tmp_path: Path) -> None:
     trial = study.ask()
     values = {**DEFAULTS, "device": "cpu", "epochs": 1, "compile": False}
     record = TrialRecord()
-    window = probe.Gate(cfg).window(trial, TrialPlan.of(cfg, values, 0, number=trial.number), record)
+    window = probe.Gate(cfg, write=write_study).window(trial, TrialPlan.of(cfg, values, 0, number=trial.number), record)
     assert window is not None
     context.run_fit(sleepy_steps(0.02, 0.3), context.TrialContext(values, setup=context.TrialSetup(probe=window)))
     m = window.measurement
@@ -148,9 +149,9 @@ def test_the_window_pauses_over_what_is_not_training() -> None:
 
 def test_projected_time() -> None:
     rec = {"samples_per_s": 1000.0, "epoch_samples": 2000.0, "compile_time_s": 3.0}
-    assert probe.projected_time_s(rec, plan_of(epochs=5, data_fraction=0.5)) == pytest.approx(3.0 + 5.0)
-    assert probe.projected_time_s(rec, plan_of(epochs=5, time_excludes_compile=True)) == pytest.approx(10.0)
-    assert probe.projected_time_s({"samples_per_s": 1000.0, "epoch_samples": None}, plan_of(epochs=5)) is None
+    assert probe.time_at_reading_s(rec, plan_of(epochs=5, data_fraction=0.5)) == pytest.approx(3.0 + 5.0)
+    assert probe.time_at_reading_s(rec, plan_of(epochs=5, time_excludes_compile=True)) == pytest.approx(10.0)
+    assert probe.time_at_reading_s({"samples_per_s": 1000.0, "epoch_samples": None}, plan_of(epochs=5)) is None
 
 
 def test_combination_is_what_sets_throughput() -> None:
@@ -249,7 +250,7 @@ def test_an_untrusted_error_record_does_not_stop_trials(tmp_path: Path) -> None:
     res = study_mod.run(cfg)
     assert [t.state for t in res.trials] == [TrialState.COMPLETE] * 2
     assert res.user_attrs[k]["samples_per_s"] > 0  # measured again, over the stale record
-    gate = probe.Gate(cfg, user_fits.fit)
+    gate = probe.Gate(cfg, user_fits.fit, write=write_study)
     other = probe.record(combo, "cpu", error="InductorError: x", blame="compile", code="another file")
     assert gate.trusted(other) is None
     assert gate.trusted({**other, "code": gate.code}) is not None

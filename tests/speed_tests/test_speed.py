@@ -137,7 +137,7 @@ def test_rows_timed_on_busy_cores_are_taken_again_then_flagged_apart_with_one_wa
     """29.2: at 2 threads with busy processes on every core, a row's windows wait for cores: it is taken again (at
     most RETAKES more times) and, still contended or noisy, marked in the table, listed after the clean rows with no
     `vs best`, and one warning line says what to do."""
-    from tests.core_tests.test_contention import busy
+    from tests.support import busy
 
     path = user_file(tmp_path, {"batch_size": {"type": "categorical", "choices": [32, 64]}})
     with busy(seconds=60, n=2 * contention.cores()):

@@ -6,27 +6,15 @@ from __future__ import annotations
 import os
 import signal
 import socket
-import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
 
 from autotune.study import journal_lock
 from autotune.study.journal_lock import OwnedJournalLock
+from tests.support import hold_in_child
 
 ROOT = Path(__file__).resolve().parents[2]
-HOLD = ("import sys, time; from autotune.study.journal_lock import OwnedJournalLock; "
-        "OwnedJournalLock(sys.argv[1]).acquire(); print('held', flush=True); time.sleep(120)")
-
-
-def hold_in_child(path: Path) -> subprocess.Popen[str]:
-    """A process that takes the journal's lock and keeps it (until it is killed)."""
-    child = subprocess.Popen([sys.executable, "-c", HOLD, str(path)], stdout=subprocess.PIPE, text=True, cwd=ROOT)
-    assert child.stdout is not None and child.stdout.readline().strip() == "held"
-    return child
-
-
 def test_a_killed_holders_lock_is_broken_at_once_a_live_holders_never(tmp_path: Path) -> None:
     path = tmp_path / "j.log"
     child = hold_in_child(path)

@@ -103,7 +103,7 @@ def test_energy_without_a_counter_is_one_validation_error(tmp_path: Path, monkey
 
 def test_constraint_caps_are_catalogued_metrics() -> None:
     """Each `max_METRIC` constraint names a catalogued metric (derived from the schema, not a copied list)."""
-    from autotune.core import CATALOGUE
+    from autotune.spec import CATALOGUE
     from autotune.spec.schema import Constraints
 
     caps = Constraints(max_peak_memory_mb=1, max_energy_j=2, max_accuracy_drop=0.1).caps()

@@ -22,7 +22,8 @@ from autotune import config
 from autotune.study import orphans
 from autotune.study import runner as study_mod
 from autotune.study import storage as storage_mod
-from tests.study_tests.test_workers import FINISHED, autotune, finish, load, wait_mid_trial, write_cfg
+from tests.support import FINISHED, finish, journal_study, load, wait_mid_trial, write_cfg
+from tests.support import start_autotune as autotune
 
 
 def _sleeper() -> subprocess.Popen[bytes]:
@@ -78,11 +79,6 @@ def test_the_storage_stamps_a_trial_in_the_write_that_creates_or_takes_it(storag
     assert orphans.OWNER_ATTR not in other.get_trials(states=(TrialState.WAITING,))[0].user_attrs
 
 
-def _journal_study(tmp_path: Path) -> optuna.Study:
-    cfg = config.load(write_cfg(tmp_path, f"journal:///{tmp_path}/o.log", 3, name="o", single=True))
-    return study_mod.open_study(cfg)
-
-
 def _ask(study: optuna.Study, owner: str) -> optuna.Trial:
     t = study.ask()
     t.suggest_float("lr", 1e-3, 1e-1, log=True)
@@ -92,7 +88,7 @@ def _ask(study: optuna.Study, owner: str) -> optuna.Trial:
 
 
 def test_reap_fails_only_provably_dead_owners_and_retries_them_once(tmp_path: Path) -> None:
-    study = _journal_study(tmp_path)
+    study = journal_study(tmp_path)
     here = socket.gethostname()
     p = _sleeper()
     stat = orphans._proc_stat(p.pid)
@@ -128,7 +124,7 @@ def test_reap_fails_only_provably_dead_owners_and_retries_them_once(tmp_path: Pa
 
 
 def test_a_retry_that_dies_too_is_not_retried_again(tmp_path: Path) -> None:
-    study = _journal_study(tmp_path)
+    study = journal_study(tmp_path)
     first = _ask(study, "gone-host:1:1")
     orphans.reap(study, everywhere=True)
     retry = study.ask()  # pops the queued retry
@@ -145,9 +141,9 @@ def test_a_retry_that_dies_too_is_not_retried_again(tmp_path: Path) -> None:
 CONTAINER = """
 import sys, time
 from autotune.study import orphans
-from tests.study_tests.test_orphans import _journal_study
+from tests.support import journal_study
 from pathlib import Path
-study = _journal_study(Path(sys.argv[1]))
+study = journal_study(Path(sys.argv[1]))
 t = study.ask()  # stamped by the storage, in this container's pid namespace
 print(t.number, orphans.owner_id(), flush=True)
 time.sleep(120)
@@ -174,7 +170,7 @@ def test_a_trial_of_another_container_with_the_same_hostname_is_not_reaped(tmp_p
     if cmd is None:
         pytest.skip("no pid namespace can be made here (test_a_stamp_from_another_pid_namespace_is_not_reaped "
                     "simulates one)")
-    study = _journal_study(tmp_path)
+    study = journal_study(tmp_path)
     root = str(Path(__file__).resolve().parents[2])
     other = subprocess.Popen([*cmd, sys.executable, "-c", CONTAINER, str(tmp_path)], cwd=root, text=True,
                              stdout=subprocess.PIPE, env={**os.environ, "PYTHONPATH": root})
@@ -194,7 +190,7 @@ def test_a_trial_of_another_container_with_the_same_hostname_is_not_reaped(tmp_p
 def test_a_stamp_from_another_pid_namespace_is_not_reaped(tmp_path: Path) -> None:
     """The same, simulated: a stamp with this hostname, a pid that is dead here, and another namespace's scope is
     left RUNNING; the same stamp in this namespace is proven dead and reaped."""
-    study = _journal_study(tmp_path)
+    study = journal_study(tmp_path)
     here, dead = socket.gethostname(), _sleeper()
     dead.kill()
     dead.wait()

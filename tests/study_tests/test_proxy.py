@@ -23,7 +23,8 @@ from autotune.core.errors import ConfigError
 from autotune.study import orphans, proxy
 from autotune.study import runner as study_mod
 from autotune.study import storage as storage_mod
-from tests.study_tests.test_workers import assert_exact, autotune, env, finish, load, write_cfg
+from tests.support import assert_exact, env, finish, load, write_cfg
+from tests.support import start_autotune as autotune
 
 
 def free_port() -> int:

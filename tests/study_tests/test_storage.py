@@ -239,7 +239,7 @@ def test_a_journal_append_after_a_worker_was_killed_holding_the_lock(tmp_path: P
     import signal
     import time
 
-    from tests.study_tests.test_journal_lock import hold_in_child
+    from tests.support import hold_in_child
 
     cfg = bare(f"journal:///{tmp_path}/j.log")
     study = optuna.create_study(study_name="j", storage=storage.make_storage(cfg))

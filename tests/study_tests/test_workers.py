@@ -13,15 +13,12 @@ import socket
 import subprocess
 import sys
 import time
-import uuid
-from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import optuna
 import pytest
-import yaml
 from optuna.trial import TrialState
 
 from autotune import config
@@ -31,98 +28,21 @@ from autotune.study import budget, orphans, workers
 from autotune.study import runner as study_mod
 from autotune.study import storage as storage_mod
 from tests.conftest import tiny
+from tests.support import FINISHED, assert_exact, env, finish, load, wait_mid_trial, write_cfg
+from tests.support import fake_gpus as _fake_gpus
+from tests.support import start_autotune as autotune
 
 ROOT = Path(__file__).resolve().parents[2]
 optuna.logging.set_verbosity(optuna.logging.WARNING)
-FINISHED = (TrialState.COMPLETE, TrialState.PRUNED)
 
 
 # ---------------------------------------------------------------- helpers
-
-
-def write_cfg(tmp_path: Path, storage: str, n_trials: int, name: str = "w", epochs: int = 1,
-              study_extra: dict[str, Any] | None = None, single: bool = False, **train: Any) -> Path:
-    """A tiny digits MLP study as a YAML file. `single`: one objective, no pruner (trials run to the end)."""
-    raw: dict[str, Any] = {
-        "study": {"name": name, "storage": storage, "n_trials": n_trials, "seed": 0, **(study_extra or {})},
-        "data": {"name": "digits", "val_fraction": 0.2},
-        "model": {"name": "mlp", "hidden": 32},
-        "train": {"device": "cpu", "epochs": epochs, "data_fraction": 0.3, "batch_size": 64, **train},
-        "space": {"lr": {"type": "float", "low": 1e-3, "high": 1e-1, "log": True},
-                  "optimizer": {"type": "categorical", "choices": ["sgd", "adam"]}},
-    }
-    if single:
-        raw["objectives"] = [{"metric": "val_accuracy"}]
-        raw["pruning"] = {"pruner": "none"}
-    path = tmp_path / f"{name}.yaml"
-    path.write_text(yaml.safe_dump(raw))
-    return path
-
-
-def env() -> dict[str, str]:
-    e = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    e.pop("AUTOTUNE_WORKER_INDEX", None)
-    return e
-
-
-def autotune(*args: str, cwd: Path) -> subprocess.Popen[str]:
-    return subprocess.Popen([sys.executable, "-m", "autotune", *args], cwd=cwd, env=env(), text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-
-
-def finish(p: subprocess.Popen[str], timeout: float = 480) -> tuple[int, str, str]:
-    out, err = p.communicate(timeout=timeout)
-    return p.returncode, out, err
-
-
-def load(cfg_path: Path) -> optuna.Study:
-    cfg = config.load(cfg_path)
-    return optuna.load_study(study_name=cfg.study.name, storage=storage_mod.make_storage(cfg))
-
-
-def wait_mid_trial(study: optuna.Study, epochs: int, timeout: float = 90) -> optuna.trial.FrozenTrial:
-    """A RUNNING trial that has reported an epoch but not its last: the moment to kill its worker. (A running
-    trial's user attrs are written when it ends; a one-objective study reports each epoch to Optuna.)"""
-    t0 = time.monotonic()
-    while time.monotonic() - t0 < timeout:
-        for t in study.get_trials(states=(TrialState.RUNNING,)):
-            if 1 <= len(t.intermediate_values) < epochs - 1 and workers.WORKER_ATTR in t.user_attrs:
-                return t
-        time.sleep(0.05)
-    raise AssertionError("no trial was seen mid-way")
 
 
 def pid_of(t: optuna.trial.FrozenTrial) -> int:
     owner = orphans.owner_of(t)
     assert owner is not None and owner.host == socket.gethostname()
     return owner.pid
-
-
-def assert_exact(study: optuna.Study, n: int) -> list[optuna.trial.FrozenTrial]:
-    trials = study.get_trials()
-    done = [t for t in trials if t.state in FINISHED and not t.user_attrs.get("surplus")]  # (a lost race: PRUNED)
-    assert len(done) == n, [(t.number, t.state.name, t.user_attrs.get("surplus")) for t in trials]
-    numbers = [t.number for t in trials]
-    assert len(set(numbers)) == len(numbers)
-    # Any FAIL is accounted for (a retried/killed trial; a lost race ends PRUNED as surplus); nothing stays RUNNING.
-    assert not [t for t in trials if t.state in (TrialState.RUNNING, TrialState.WAITING)]
-    return done
-
-
-@pytest.fixture
-def pg_url(postgres_url: str) -> Iterator[str]:
-    """A fresh database on the test server, dropped afterwards."""
-    base = postgres_url  # the test server (conftest: skipped, or failed under AUTOTUNE_REQUIRE_POSTGRES)
-    import psycopg
-
-    plain = base.replace("postgresql+psycopg://", "postgresql://")
-    db = f"autotune_w_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(plain, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{db}"')
-    head, _, _ = plain.rpartition("/")
-    yield f"{head}/{db}"  # plain postgresql://: make_storage must pick psycopg 3 by itself
-    with psycopg.connect(plain, autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{db}" WITH (FORCE)')
 
 
 # ---------------------------------------------------------------- refusals and planning
@@ -223,28 +143,6 @@ def test_plan_splits_the_cores_over_gpu_workers(tmp_path: Path, monkeypatch: pyt
     with pytest.raises(ConfigError, match=r"--workers: 4 workers x devices 2 need 8 GPUs but 6 visible"):
         workers.plan(cfg, 4, None)
     assert calls == []
-
-
-def _fake_gpus(monkeypatch: pytest.MonkeyPatch, visible: str) -> list[str]:
-    """This process believes it sees the GPUs of CUDA_VISIBLE_DEVICES=`visible`; any CUDA initialisation in it
-    (torch.cuda.init, and _lazy_init, which moving a tensor to cuda also calls) is recorded and refused."""
-    import torch
-
-    ids = visible.split(",")
-    calls: list[str] = []
-
-    def refuse(name: str) -> Any:
-        def call(*args: Any, **kwargs: Any) -> None:
-            calls.append(name)
-            raise RuntimeError(f"test: {name} called in the driver")
-        return call
-
-    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    monkeypatch.setattr(torch.cuda, "device_count", lambda: len(ids))
-    monkeypatch.setattr(torch.cuda, "_lazy_init", refuse("torch.cuda._lazy_init"))
-    monkeypatch.setattr(torch.cuda, "init", refuse("torch.cuda.init"))
-    return calls
 
 
 def test_cuda_n_is_mapped_to_cuda_0_in_its_pinned_worker(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -15,6 +15,7 @@ import torch
 import autotune
 from autotune import config
 from autotune.core.errors import ConfigError, TrialStopped
+from autotune.spec import Settings
 from autotune.spec.settings import DEFAULTS
 from autotune.study.runner import open_study
 from autotune.training import ContextMisuse, TrialContext, TrialSetup, accel
@@ -23,20 +24,7 @@ from autotune.training.context import trial as context
 from autotune.training.throughput import ProbeWindow
 from tests import user_fits
 from tests.conftest import ROOT
-
-
-def user(tmp_path: Path, fit: str = "fit", **sections: Any) -> config.RunConfig:
-    """A study of a user's training function from tests/user_fits.py, stored in tmp_path."""
-    raw: dict[str, Any] = {
-        "study": {"name": "u", "storage": f"sqlite:///{tmp_path}/u.db", "n_trials": 2, "seed": 0},
-        "trainer": f"tests.user_fits:{fit}",
-        "train": {"epochs": 2, "batch_size": 64, "lr": 2e-2},
-    }
-    for key, value in sections.items():
-        raw[key] = {**raw[key], **value} if isinstance(value, dict) and isinstance(raw.get(key), dict) else value
-    for key in raw.get("space", {}):
-        raw["train"].pop(key, None)
-    return config.from_dict(raw, source=str(tmp_path / "user.yaml"))
+from tests.support import user
 
 
 def ctx_for(**settings: Any) -> TrialContext:
@@ -259,10 +247,10 @@ def test_compiled_training_loader_drops_the_short_last_batch() -> None:
 def test_compiler_is_reset_around_every_compiled_trial(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     calls: list[int] = []
     monkeypatch.setattr(accel, "reset_compiler", lambda: calls.append(1))
-    with context.trial_session({**DEFAULTS, "compile": True}):
+    with context.trial_session(Settings({**DEFAULTS, "compile": True})):
         pass
     assert len(calls) == 2  # before (a fresh graph, honest compile time) and after (free the graphs)
-    with context.trial_session(dict(DEFAULTS)):
+    with context.trial_session(Settings(DEFAULTS)):
         pass
     assert len(calls) == 2
 

@@ -16,23 +16,7 @@ from autotune import config
 from autotune.core.errors import ConfigError
 from autotune.training.data import images, sources
 from autotune.training.data import registry as data
-
-COLOURS = {"red": (220, 30, 30), "green": (30, 200, 40), "blue": (40, 50, 210)}
-
-
-def write_folder(root: Path, n: int = 8, size: tuple[int, int] = (12, 12), gray: bool = False) -> Path:
-    """One sub-folder per class of PNG files: a class colour plus noise (learnable, not trivial)."""
-    from PIL import Image
-
-    rng = np.random.default_rng(0)
-    for cls, rgb in COLOURS.items():
-        (root / cls).mkdir(parents=True, exist_ok=True)
-        for i in range(n):
-            px = np.clip(np.array(rgb) + rng.normal(0, 40, (*size[::-1], 3)), 0, 255).astype(np.uint8)
-            img = Image.fromarray(px).convert("L") if gray else Image.fromarray(px)
-            img.save(root / cls / f"{i:03d}.png")
-    (root / "red" / "notes.txt").write_text("not an image: skipped")
-    return root
+from tests.support import write_cifar10, write_folder
 
 
 def folder_cfg(root: Path, cache: Path, **kw: object) -> config.DataConfig:
@@ -115,22 +99,6 @@ def test_image_folder_layout_errors(tmp_path: Path) -> None:
 
 
 # ---------------------------------------------------------------- CIFAR python batches
-
-
-def write_cifar10(root: Path, per_batch: int = 12) -> Path:
-    """A CIFAR-10-format folder: five training batches of `per_batch` images and batches.meta."""
-    folder = root / "cifar-10-batches-py"
-    folder.mkdir(parents=True)
-    rng = np.random.default_rng(1)
-    for b in range(1, 6):
-        labels = [int(v) for v in np.arange(per_batch) % 10]
-        x = rng.integers(0, 256, (per_batch, 3072), dtype=np.uint8)
-        with open(folder / f"data_batch_{b}", "wb") as f:
-            pickle.dump({b"batch_label": b"training batch", b"labels": labels, b"data": x}, f)
-    names = [b"airplane", b"automobile", b"bird", b"cat", b"deer", b"dog", b"frog", b"horse", b"ship", b"truck"]
-    with open(folder / "batches.meta", "wb") as f:
-        pickle.dump({b"label_names": names, b"num_vis": 3072}, f)
-    return folder
 
 
 def cifar_cfg(name: str, path: Path) -> config.DataConfig:

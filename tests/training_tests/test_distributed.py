@@ -19,7 +19,7 @@ from autotune.study.runner import open_study
 from autotune.training.distributed import devices as distributed
 from autotune.training.distributed.devices import RankFailed, ShardedBatches
 from tests.conftest import tiny
-from tests.training_tests.test_context import user
+from tests.support import user
 
 pytestmark = pytest.mark.skipif(not torch.distributed.is_available() or not torch.distributed.is_gloo_available(),
                                 reason="this torch build has no gloo")
@@ -210,7 +210,7 @@ def test_a_function_other_processes_cannot_import_is_a_clear_error(tmp_path: Pat
 
 
 def test_devices_on_gpus(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from tests.study_tests.test_workers import _fake_gpus
+    from tests.support import fake_gpus as _fake_gpus
 
     _fake_gpus(monkeypatch, "0,1")
     monkeypatch.setattr(torch.distributed, "is_nccl_available", lambda: True)
@@ -227,7 +227,7 @@ def _journal(tmp_path: Path, **train: Any) -> config.RunConfig:
 
 
 def test_workers_times_devices_never_exceeds_what_is_visible(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from tests.study_tests.test_workers import _fake_gpus
+    from tests.support import fake_gpus as _fake_gpus
 
     _fake_gpus(monkeypatch, "3,4,5,6,7")
     cfg = _journal(tmp_path, device="cuda", devices=2)
@@ -266,7 +266,7 @@ def test_the_worker_dying_takes_its_ranks_along(tmp_path: Path) -> None:
     script = tmp_path / "run.py"
     script.write_text(
         "import sys\nsys.path.insert(0, sys.argv[1])\nimport torch\ntorch.set_num_threads(1)\n"
-        "import autotune\nfrom tests.training_tests.test_context import user\nfrom pathlib import Path\n"
+        "import autotune\nfrom tests.support import user\nfrom pathlib import Path\n"
         "if __name__ == '__main__':\n"
         "    p = Path(sys.argv[2])\n"
         "    autotune.train(user(p, 'fit_ranks', train={'epochs': 1000, 'devices': 2, 'user.log_dir': str(p)}))\n")

@@ -12,13 +12,13 @@ import pytest
 import torch
 
 from autotune.core import TrialStopped
+from autotune.spec.settings import DEFAULTS
 from autotune.training import Limits, TrialContext, TrialSetup, run_fit
 from autotune.training.context import energy
 from autotune.training.context.collective import Alone
 from autotune.training.context.memory import MemoryMeter
 from autotune.training.context.stop_rules import StopRules
 from tests import user_fits
-from tests.training_tests.test_context import DEFAULTS
 
 # ---------------------------------------------------------------- peak memory
 

@@ -11,6 +11,7 @@ import torch
 
 from autotune import compress, config
 from autotune.core.errors import ConfigError
+from autotune.spec import Settings
 from autotune.training import models
 
 
@@ -143,32 +144,35 @@ def test_unknown_model_is_one_line_with_close_match() -> None:
 
 def test_build_for_applies_model_keys() -> None:
     cfg = config.from_dict({"model": {"name": "resnet", "depth": 8}}).model
-    small = models.build_for(cfg, {"lr": 0.1, "model.width": 8}, (3, 16, 16), 10, 0.0, "default")
-    big = models.build_for(cfg, {"model.width": 32}, (3, 16, 16), 10, 0.0, "default")
+    small = models.build_for(cfg, Settings({"lr": 0.1, "model.width": 8}), (3, 16, 16), 10, 0.0, "default")
+    big = models.build_for(cfg, Settings({"model.width": 32}), (3, 16, 16), 10, 0.0, "default")
     assert n_params(big) > 10 * n_params(small)
     mlp = config.from_dict({"model": {"name": "mlp", "kwargs": {"depth": 3}}}).model
-    lin = [m for m in models.build_for(mlp, {}, (4,), 2, 0.0, "default").modules() if isinstance(m, torch.nn.Linear)]
+    lin = [m for m in models.build_for(mlp, Settings({}), (4,), 2, 0.0, "default").modules()
+           if isinstance(m, torch.nn.Linear)]
     assert len(lin) == 4  # kwargs still reach the builder
-    lin = [m for m in models.build_for(mlp, {"model.depth": 1, "model.hidden": 7}, (4,), 2, 0.0, "default").modules()
+    deep = Settings({"model.depth": 1, "model.hidden": 7})
+    lin = [m for m in models.build_for(mlp, deep, (4,), 2, 0.0, "default").modules()
            if isinstance(m, torch.nn.Linear)]
     assert len(lin) == 2 and lin[0].out_features == 7  # a named key wins over kwargs
     cnn = config.from_dict({"model": {"name": "cnn"}}).model
-    m = models.build_for(cnn, {"model.channels": [4, 6]}, (1, 8, 8), 3, 0.0, "default")
+    m = models.build_for(cnn, Settings({"model.channels": [4, 6]}), (1, 8, 8), 3, 0.0, "default")
     assert [c.out_channels for c in m.modules() if isinstance(c, torch.nn.Conv2d)] == [4, 6]
 
 
 def test_build_for_rejects_keys_given_by_hand() -> None:
     cfg = config.from_dict({"model": {"name": "resnet"}}).model
     with pytest.raises(ConfigError, match=r"model\.widht: resnet does not take widht \(did you mean 'width'\?\)"):
-        models.build_for(cfg, {"model.widht": 8}, (3, 16, 16), 10, 0.0, "default")
+        models.build_for(cfg, Settings({"model.widht": 8}), (3, 16, 16), 10, 0.0, "default")
     with pytest.raises(ConfigError, match=r"model\.depth: resnet depth must be 6n\+2.*got 10"):
-        models.build_for(cfg, {"model.depth": 10}, (3, 16, 16), 10, 0.0, "default")
+        models.build_for(cfg, Settings({"model.depth": 10}), (3, 16, 16), 10, 0.0, "default")
 
 
 def test_factory_model_takes_its_own_searched_arguments() -> None:
     cfg = config.from_dict({"model": {"factory": "tests.factories:small_net", "name": None},
                             "space": {"model.width": {"type": "categorical", "choices": [4, 64]}}})
-    m4, m64 = (models.build_for(cfg.model, {"model.width": w}, (1, 8, 8), 10, 0.0, "default") for w in (4, 64))
+    m4, m64 = (models.build_for(cfg.model, Settings({"model.width": w}), (1, 8, 8), 10, 0.0, "default")
+               for w in (4, 64))
     assert n_params(m64) > 10 * n_params(m4)
     with pytest.raises(ConfigError, match=r"space\.model\.depth: tests\.factories:small_net does not take depth; "
                                           r"it takes width"):
@@ -280,11 +284,11 @@ def test_searched_model_name_builds_each_architecture() -> None:
         "model.width": {"type": "categorical", "choices": [4, 8], "when": {"model.name": "cnn1d"}},
         "model.hidden": {"type": "categorical", "choices": [16, 32], "when": {"model.name": "mlp"}},
         "model.depth": {"type": "int", "low": 1, "high": 3}}})
-    cnn = models.build_for(cfg.model, {"model.name": "cnn1d", "model.width": 8, "model.depth": 2}, (40,), 10, 0.0,
-                           "default")
+    cnn = models.build_for(cfg.model, Settings({"model.name": "cnn1d", "model.width": 8, "model.depth": 2}), (40,),
+                           10, 0.0, "default")
     assert [c.out_channels for c in cnn.modules() if isinstance(c, torch.nn.Conv1d)] == [8, 8]
-    mlp = models.build_for(cfg.model, {"model.name": "mlp", "model.hidden": 16, "model.depth": 3}, (40,), 10, 0.0,
-                           "default")
+    mlp = models.build_for(cfg.model, Settings({"model.name": "mlp", "model.hidden": 16, "model.depth": 3}), (40,),
+                           10, 0.0, "default")
     assert [m.out_features for m in mlp.modules() if isinstance(m, torch.nn.Linear)] == [16, 16, 16, 10]
     with pytest.raises(ConfigError, match=r"model\.width: mlp does not take width"):
-        models.build_for(cfg.model, {"model.name": "mlp", "model.width": 8}, (40,), 10, 0.0, "default")
+        models.build_for(cfg.model, Settings({"model.name": "mlp", "model.width": 8}), (40,), 10, 0.0, "default")

@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from autotune.core.errors import ConfigError
+from autotune.spec import Settings
 from autotune.spec.settings import DEFAULTS, SETTINGS
 from autotune.training import optimizers
 from autotune.training.context.trial import TrialContext
@@ -42,7 +43,7 @@ def test_every_optimizer_class_and_flags(name: str) -> None:
 
 def test_nesterov_without_momentum_is_plain_sgd() -> None:
     opt = optimizers.make_optimizer("sgd_nesterov", [torch.nn.Parameter(torch.zeros(2))],
-                                    {**DEFAULTS, "momentum": 0.0}, torch.device("cpu"))
+                                    Settings({**DEFAULTS, "momentum": 0.0}), torch.device("cpu"))
     assert opt.param_groups[0]["nesterov"] is False  # torch refuses nesterov with momentum 0
 
 
@@ -51,8 +52,8 @@ def test_weight_decay_reaches_the_update() -> None:
     moved = {}
     for wd in (0.0, 0.1):
         p = torch.nn.Parameter(torch.ones(3))
-        opt = optimizers.make_optimizer("sgd", [p], {**DEFAULTS, "lr": 0.5, "momentum": 0.0, "weight_decay": wd},
-                                        torch.device("cpu"))
+        s = Settings({**DEFAULTS, "lr": 0.5, "momentum": 0.0, "weight_decay": wd})
+        opt = optimizers.make_optimizer("sgd", [p], s, torch.device("cpu"))
         p.grad = torch.zeros(3)
         opt.step()
         moved[wd] = float((1 - p.detach()).abs().max())
@@ -85,7 +86,7 @@ def test_every_schedule_shapes_the_lr(name: str) -> None:
 
 def test_unknown_optimizer_is_one_line_with_close_match() -> None:
     with pytest.raises(ConfigError) as info:
-        optimizers.make_optimizer("adamm", [torch.nn.Parameter(torch.zeros(2))], DEFAULTS, torch.device("cpu"))
+        optimizers.make_optimizer("adamm", [torch.nn.Parameter(torch.zeros(2))], Settings(), torch.device("cpu"))
     msg = str(info.value)
     assert "\n" not in msg
     assert msg == "<config>: optimizer: unknown optimizer 'adamm' (did you mean 'adam'?); allowed: adam, adamw, " \

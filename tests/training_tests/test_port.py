@@ -7,9 +7,9 @@ import pytest
 import torch
 
 from autotune.core import TrialStopped
+from autotune.spec.settings import DEFAULTS
 from autotune.training import Limits, TrialContext, TrialPort, TrialSetup
 from autotune.training.context.epoch_clock import FINITE_CHECK_EVERY
-from tests.training_tests.test_context import DEFAULTS
 
 
 def _port(limits: Limits) -> TrialPort:

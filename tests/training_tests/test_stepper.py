@@ -8,6 +8,7 @@ import pytest
 import torch
 from torch import nn
 
+from autotune.spec import Settings
 from autotune.training.context.misuse import ContextMisuse
 from autotune.training.context.stepper import Stepper, scale_lrs
 
@@ -16,7 +17,7 @@ SETTINGS = {"grad_clip": 0.0, "lr_schedule": "constant", "grad_accum_steps": 1, 
 
 def stepper(accum: int = 1, searched: tuple[str, ...] = (), **settings: Any) -> tuple[Stepper, nn.Linear]:
     model = nn.Linear(3, 1)
-    s = Stepper({**SETTINGS, "grad_accum_steps": accum, **settings}, set(), searched, None, accum, {})
+    s = Stepper(Settings({**SETTINGS, "grad_accum_steps": accum, **settings}), set(), searched, None, accum, {})
     s.use(torch.optim.SGD(model.parameters(), lr=0.1), None)
     return s, model
 
@@ -72,7 +73,7 @@ def test_a_scheduler_of_the_fits_own_steps_the_lr_alone() -> None:
 def test_a_searched_lr_scales_each_group_and_an_overwrite_is_noted_once() -> None:
     model = nn.Linear(3, 1)
     opt = torch.optim.SGD([{"params": [model.weight], "lr": 0.1}, {"params": [model.bias], "lr": 1.0}])
-    s = Stepper(dict(SETTINGS), set(), ("lr",), None, 1, {})
+    s = Stepper(Settings(SETTINGS), set(), ("lr",), None, 1, {})
     s.use(opt, 2.0)
     assert [g["lr"] for g in opt.param_groups] == [0.2, 2.0]
     opt.param_groups[0]["lr"] = 0.5  # the fit sets its own lr (nanoGPT)

@@ -8,12 +8,13 @@ import time
 from autotune.core import contention
 from autotune.core.contention import Share
 from autotune.core.errors import TrialStopped
+from autotune.spec import Settings
 from autotune.training.context.collective import Alone
 from autotune.training.context.limits import Limits
 from autotune.training.context.records import EpochRecord
 from autotune.training.context.stop_rules import StopRules
 
-SETTINGS = {"early_stopping_patience": 2, "early_stopping_min_delta": 0.0}
+SETTINGS = Settings({"early_stopping_patience": 2, "early_stopping_min_delta": 0.0})
 
 
 def rec(epoch: int, train_loss: float = 1.0, train_time_s: float = 1.0, **metrics: float) -> EpochRecord:
@@ -102,7 +103,7 @@ def test_verdict_in_one_process_is_rank_0s_decision() -> None:
 def test_a_slow_projection_from_epochs_that_waited_for_cores_does_not_stop() -> None:
     """The epochs ran while busy processes held the cores: their time is the machine's, so the projection is looked
     at again next epoch instead of stopping the trial; with the cores its own, the stop says so."""
-    from tests.core_tests.test_contention import busy, spin_share
+    from tests.support import busy, spin_share
 
     slow = rec(1, train_time_s=5.0)  # 5 s per epoch x 4 epochs > 10 s
     with busy(seconds=10, n=2 * contention.cores()):

@@ -17,7 +17,7 @@ from autotune.study.runner import open_study
 from autotune.training import models, tasks
 from autotune.training.data import augment
 from autotune.training.data import registry as data
-from tests.training_tests.test_data import write_cifar10, write_folder
+from tests.support import write_cifar10, write_folder
 
 CPU = torch.device("cpu")
 

@@ -1,4 +1,5 @@
-"""unread.py: a searched setting nothing in the trial used is `not_applied`, and left out of the recommendation."""
+"""context/applied.py (imported as `unread`): a searched setting nothing in the trial used is `not_applied`, and
+left out of the recommendation."""
 
 from __future__ import annotations
 

@@ -24,7 +24,7 @@ import torch
 
 from autotune.spec import SETTINGS, Settings, applied_by
 
-USER_PREFIX = "user."  # a training function's own parameter, `user.NAME` (config.USER_PREFIX)
+USER_PREFIX = "user."  # a training function's own parameter, `user.NAME` (spec.USER_PREFIX)
 
 # Each group is the settings catalogue's `applied_by` part (spec.APPLIERS).
 # Applied around every trial, whatever the training function does (trainer.train, trial_session).

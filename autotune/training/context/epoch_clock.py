@@ -16,12 +16,13 @@ from __future__ import annotations
 import contextlib
 import math
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 import torch
 
 from autotune.core import TrialStopped
+from autotune.spec import Settings
 from autotune.training import accel
 from autotune.training.context import energy
 from autotune.training.context.collective import Alone
@@ -38,7 +39,7 @@ class EpochClock:
     """One trial's epoch clocks. `settings`: the trial's (watched) settings; `collective` reads the clock once
     every rank got there and sums the counts; `probe` (one process only) sees epochs and steps."""
 
-    def __init__(self, dev: torch.device, settings: Mapping[str, Any], collective: Alone,
+    def __init__(self, dev: torch.device, settings: Settings, collective: Alone,
                  probe: ProbeWindow | None = None, data_fraction: float = 1.0) -> None:
         self.dev = dev
         self.settings = settings

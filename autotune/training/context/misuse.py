@@ -14,7 +14,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from autotune.core import CATALOGUE, CLOCKS, AutotuneError, TrialStopped, library_file, one_of, user_frame, watchdog
+from autotune.core import AutotuneError, TrialStopped, library_file, one_of, user_frame, watchdog
+from autotune.spec import CATALOGUE, CLOCKS
 
 
 class ContextMisuse(AutotuneError):

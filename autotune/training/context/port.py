@@ -26,8 +26,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from autotune.core import CATALOGUE, ConfigError, suggest
-from autotune.spec import Settings
+from autotune.core import ConfigError, suggest
+from autotune.spec import CATALOGUE, Settings
 from autotune.training.context.misuse import ContextMisuse
 from autotune.training.context.records import TrainResult
 from autotune.training.context.trial import TrialContext

@@ -9,13 +9,13 @@ from typing import Any
 
 from torch import nn
 
-from autotune.core import EPOCH_FIELDS
+from autotune.spec import EPOCH_FIELDS
 
 
 @dataclass
 class EpochRecord:
     """One epoch as the context measured it, with the metrics the training function reported. Its measured fields
-    are the metric catalogue's `record` ones (core.EPOCH_FIELDS; tests/core_tests/test_metrics.py keeps them equal)."""
+    are the metric catalogue's `record` ones (spec.EPOCH_FIELDS; tests/spec_tests/test_metrics.py keeps them equal)."""
 
     epoch: int
     train_loss: float  # mean training loss (reported `train_loss`, else measured from ctx.backward); NaN if none

@@ -20,13 +20,14 @@ import math
 import sys
 import types
 import weakref
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any
 
 import torch
 from torch import nn
 
 from autotune.core import library_file
+from autotune.spec import Settings
 from autotune.training.context.applied import wrapped
 from autotune.training.context.misuse import ContextMisuse
 from autotune.training.optimizers import SCHEDULES
@@ -116,7 +117,7 @@ class Stepper:
     """One trial's optimizer steps. `settings`: the trial's (watched) settings; `reads`: what the trial read
     (grad_accum_steps counts as applied once the context steps); `searched`: the searched keys."""
 
-    def __init__(self, settings: Mapping[str, Any], reads: set[str], searched: tuple[str, ...],
+    def __init__(self, settings: Settings, reads: set[str], searched: tuple[str, ...],
                  scaler: Any, accum: int, not_applied: dict[str, str]) -> None:
         self.settings = settings
         self.reads = reads

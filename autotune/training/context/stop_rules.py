@@ -19,9 +19,9 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
 
 from autotune.core import TrialStopped, contention
+from autotune.spec import Settings
 from autotune.training.context.collective import Alone
 from autotune.training.context.limits import Limits, check_divergence, check_memory, check_slow, projected_time_s
 from autotune.training.context.records import EpochRecord, OnEpoch
@@ -34,7 +34,7 @@ CONTENDED_SLACK = 10.0
 class StopRules:
     """One trial's rules. `settings`: the trial's (watched) settings, read where a rule applies them."""
 
-    def __init__(self, settings: Mapping[str, Any], limits: Limits, on_record: OnEpoch | None = None,
+    def __init__(self, settings: Settings, limits: Limits, on_record: OnEpoch | None = None,
                  on_epoch: OnEpoch | None = None,
                  early_stopping_on: Sequence[tuple[str, str]] = (("val_loss", "minimize"),),
                  cpu: Callable[[], contention.Share] | None = None, objectives: Sequence[str] = ()) -> None:

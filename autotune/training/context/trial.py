@@ -72,7 +72,7 @@ class TrialContext:
     probe); autotune's code outside the context reaches it through port.TrialPort.
     """
 
-    def __init__(self, settings: Mapping[str, Any], *, user_params: Mapping[str, Any] | None = None,
+    def __init__(self, settings: Settings | Mapping[str, Any], *, user_params: Mapping[str, Any] | None = None,
                  seed: int = 0, setup: TrialSetup | None = None) -> None:
         st = self._state = TrialState(Settings(settings), setup or TrialSetup())
         self.settings = st.settings
@@ -242,7 +242,7 @@ def _place(model: nn.Module, s: Mapping[str, Any], dev: torch.device, init: bool
 
 
 @contextlib.contextmanager
-def trial_session(settings: Mapping[str, Any]) -> Iterator[None]:
+def trial_session(settings: Settings) -> Iterator[None]:
     """Around one trial: backend flags set and restored, the compiler's caches reset before and after a
     compiled trial (a new model must compile afresh and report its compile time; graphs and CUDA-graph
     pools must not outlive their trial)."""
@@ -257,7 +257,7 @@ def trial_session(settings: Mapping[str, Any]) -> Iterator[None]:
             accel.reset_compiler()
 
 
-def unsupported_combination(settings: Mapping[str, Any]) -> str | None:
+def unsupported_combination(settings: Settings) -> str | None:
     """Why this combination of acceleration settings cannot run as asked, before anything trains (else None)."""
     if settings["compile"] and settings["compile_mode"] in CUDA_GRAPH_MODES and settings["grad_accum_steps"] > 1:
         return (f"compile_mode {settings['compile_mode']} records CUDA graphs, whose gradients are overwritten on "

@@ -15,17 +15,14 @@ Crop and flip move pixels only (reflect padding adds no value), so they mean the
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
-
 import torch
 
-from autotune.spec import applied_by
+from autotune.spec import Settings, applied_by
 
 SETTINGS = applied_by("augment")  # the settings catalogue's augmentation rows
 
 
-def enabled(settings: Mapping[str, Any]) -> bool:
+def enabled(settings: Settings) -> bool:
     return any(settings.get(k) for k in SETTINGS)
 
 
@@ -34,7 +31,7 @@ def generator(device: torch.device, seed: int) -> torch.Generator:
     return torch.Generator(device=device).manual_seed(seed + 7919)  # apart from the batch order's stream
 
 
-def apply(xb: torch.Tensor, settings: Mapping[str, Any], gen: torch.Generator) -> torch.Tensor:
+def apply(xb: torch.Tensor, settings: Settings, gen: torch.Generator) -> torch.Tensor:
     """`xb` with the augmentations `settings` turn on (aug_crop_padding, aug_flip, aug_cutout); `xb`
     itself when none is on. One random draw per sample and augmentation, from `gen`."""
     pad, flip, size = int(settings.get("aug_crop_padding", 0)), bool(settings.get("aug_flip", False)), \
@@ -88,7 +85,7 @@ def cutout(xb: torch.Tensor, size: int, gen: torch.Generator) -> torch.Tensor:
     return torch.where(inside[:, None], torch.zeros((), dtype=xb.dtype, device=dev), xb)
 
 
-def check(settings: Mapping[str, Any], input_shape: tuple[int, ...]) -> str | None:
+def check(settings: Settings, input_shape: tuple[int, ...]) -> str | None:
     """Why these augmentation settings cannot apply to inputs of `input_shape` (None: they can)."""
     if not enabled(settings):
         return None

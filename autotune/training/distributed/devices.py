@@ -53,7 +53,7 @@ def devices_wanted(cfg: RunConfig) -> int:
 
 
 def check(cfg: RunConfig) -> None:
-    """`devices` this machine cannot give, as a ConfigError before anything runs (part of study.preflight)."""
+    """`devices` this machine cannot give, as a ConfigError before anything runs (part of fit.preflight)."""
     from autotune.training import accel
 
     n = devices_wanted(cfg)

@@ -5,7 +5,7 @@ whether it is known after every epoch or only once training is over, and who pro
 - `reported`: what a training function passes to `ctx.report` (the built-in one: `tasks.evaluate`);
 - `clock`: measured by the trial context; a training function never reports these;
 - `inference`: measured on the built-in trainer's model after `fit` (size, latency, non-zero weights);
-- `compression`: what compressing that model cost and changed (compress.py);
+- `compression`: what compressing that model cost and changed (compress/);
 - `model`: read from the trained model (its parameter count).
 `record` marks the fields of each epoch's record (EpochRecord: train_loss and the per-epoch clocks), every other
 key of a stored epoch being a reported metric.

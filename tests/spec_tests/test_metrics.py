@@ -10,9 +10,9 @@ import pytest
 
 import autotune
 from autotune import config
-from autotune.core import metrics
 from autotune.core.errors import ConfigError
 from autotune.search import results
+from autotune.spec import metrics
 from autotune.training import EpochRecord
 from tests.conftest import tiny
 
