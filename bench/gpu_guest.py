@@ -9,7 +9,8 @@ b. the step hooks (what counts an optimizer's steps and makes its settings "appl
    once its trial ends;
 c. the Hugging Face and Lightning examples (examples/hf_text.yaml, examples/digits_lightning.yaml) in bf16.
 
-On `--device cpu` the same code runs on small sizes (a single long matmul stands in for the synchronize): a test
+On `--device cpu` the same code runs on small sizes (a wait on a pthread mutex, which no signal interrupts, stands in
+for the synchronize: it lasts its seconds whatever the load, where a matmul sized by a calibration did not): a test
 of the sections (tests/test_gpu_check.py), not a measurement.
 """
 
@@ -27,7 +28,7 @@ from autotune.core import AutotuneError, watchdog
 from autotune.training import TrialContext, TrialPort, TrialSetup, run_fit
 from autotune.training.optimizers import fast_kwargs
 
-_RATE: dict[str, float] = {}  # calibrated: GPU sleep cycles per second, CPU matmul side for one second
+_RATE: dict[str, float] = {}  # calibrated: GPU sleep cycles per second
 
 
 def block(dev: torch.device, seconds: float) -> None:
@@ -43,14 +44,33 @@ def block(dev: torch.device, seconds: float) -> None:
         torch.cuda._sleep(int(_RATE["cuda"] * seconds))
         torch.cuda.synchronize(dev)
         return
-    if "cpu" not in _RATE:
-        a = torch.randn(768, 768)
-        t0 = time.perf_counter()
-        a @ a
-        _RATE["cpu"] = 768 / (time.perf_counter() - t0) ** (1 / 3)
-    n = min(6000, int(_RATE["cpu"] * seconds ** (1 / 3)))
-    a = torch.randn(n, n)
-    a @ a
+    _native_wait(seconds)
+
+
+def _native_wait(seconds: float) -> None:
+    """One native call of `seconds` that no signal ends early: the main thread waits on a pthread mutex another
+    thread holds that long (pthread_mutex_lock resumes its wait after a signal handler: POSIX never gives EINTR)."""
+    import ctypes
+    import ctypes.util
+    import threading
+
+    libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
+    mutex = ctypes.create_string_buffer(128)  # larger than any pthread_mutex_t
+    libc.pthread_mutex_init(mutex, None)
+    held = threading.Event()
+
+    def hold() -> None:
+        libc.pthread_mutex_lock(mutex)
+        held.set()
+        time.sleep(seconds)
+        libc.pthread_mutex_unlock(mutex)
+
+    holder = threading.Thread(target=hold, daemon=True)
+    holder.start()
+    held.wait()
+    # (ctypes lets go of the GIL: the holder's sleep goes on.) Once it returns, a pending interrupt is raised right
+    # here; the mutex is left locked and dropped with its buffer (nothing else ever waits on it).
+    libc.pthread_mutex_lock(mutex)
 
 
 def fit_blocks(ctx: TrialContext) -> None:
@@ -68,7 +88,7 @@ def fit_blocks(ctx: TrialContext) -> None:
 def hang_in_sync(chk: Any, device: str) -> None:
     """Section 4a (see the module's docstring)."""
     hang_s = 1.5
-    chk.say(f"== a hang inside a {'CUDA synchronize' if chk.cuda else 'native call (CPU: one matmul)'} under "
+    chk.say(f"== a hang inside a {'CUDA synchronize' if chk.cuda else 'native call (CPU: a mutex wait)'} under "
             f"hang_seconds {hang_s:g}: the trial stops once the call returns; past the grace, the watch records it "
             "and this process goes on")
     chk.say(f"  {'case':<44} {'state':<8} {'stop':<6} {'wall s':>6}  run")
