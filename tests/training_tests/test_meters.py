@@ -109,12 +109,16 @@ def test_rapl_reads_packages_and_wraps_around(tmp_path: Path) -> None:
     (tmp_path / "intel-rapl:2").mkdir()  # a package whose counter cannot be read: left out
     assert energy.rapl_packages(tmp_path) == [pkg0, pkg1]
     src = energy.source_for(torch.device("cpu"), tmp_path)
-    assert isinstance(src, energy.Rapl) and src.name == "rapl" and src.read() == 0.0
-    (pkg0 / "energy_uj").write_text("1500000\n")
-    (pkg1 / "energy_uj").write_text("7000000\n")
-    assert src.read() == pytest.approx(2.5)  # 0.5 J + 2 J
-    (pkg0 / "energy_uj").write_text("200000\n")  # wrapped past 2_000_000: 500_000 + 1 + 200_000 µJ
-    assert src.read() == pytest.approx(2.5 + 0.700001)
+    try:
+        assert isinstance(src, energy.Rapl) and src.name == "rapl" and src.read() == 0.0
+        (pkg0 / "energy_uj").write_text("1500000\n")
+        (pkg1 / "energy_uj").write_text("7000000\n")
+        assert src.read() == pytest.approx(2.5)  # 0.5 J + 2 J
+        (pkg0 / "energy_uj").write_text("200000\n")  # wrapped past 2_000_000: 500_000 + 1 + 200_000 µJ
+        assert src.read() == pytest.approx(2.5 + 0.700001)
+    finally:
+        if isinstance(src, energy.Rapl):
+            src.close()  # (its poller thread would outlive the test)
 
 
 def test_energy_absent_where_no_counter_is_readable(tmp_path: Path) -> None:
