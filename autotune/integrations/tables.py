@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from autotune.spec import BUILTIN_ONLY, CATALOGUE, SETTINGS
+from autotune.spec import BUILTIN_ONLY, SETTINGS, is_quality
 from autotune.training import BY_CONTEXT
 
 YOURS_PARTS = ("loss", "model", "augment")  # the built-in trainer's; a training function's own code reads them
@@ -146,8 +146,7 @@ HF_SPEED_KEYS = ("runtime", "samples_per_second", "steps_per_second")
 def hf_metric(metric: str) -> str | None:
     """The Trainer reports its evaluation's `eval_X` as `val_X` (eval_loss: val_loss) and its logged loss as
     train_loss: a reported objective of another name is never there."""
-    m = CATALOGUE.get(metric)
-    if m is not None and m.source != "reported":
+    if not is_quality(metric):
         return None  # measured by autotune (a clock, a size)
     if metric == "train_loss" or (metric.startswith("val_") and metric[4:] not in HF_SPEED_KEYS):
         return None

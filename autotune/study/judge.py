@@ -10,7 +10,7 @@ import math
 
 from autotune.core import ConfigError, code_where, suggest
 from autotune.fit import trainer
-from autotune.spec import CATALOGUE, RunConfig, TrialRecord
+from autotune.spec import RunConfig, TrialRecord, is_quality
 from autotune.study import outcome
 from autotune.study.epoch_rules import StudyRules
 from autotune.study.records import BufferedTrial
@@ -58,8 +58,7 @@ class Judge:
     def misspelt(self, record: TrialRecord, result: TrainResult, missing: list[str], reported: bool) -> None:
         """The run's first trial reported metrics but not an objective: every trial of the same code will do the
         same, so the run stops now (not after `limit` trials) with one line naming what the fit reported."""
-        m = CATALOGUE.get(missing[0])
-        if not reported or (m is not None and m.source != "reported"):  # (a clock or a model's measure: not a name)
+        if not reported or not is_quality(missing[0]):  # (a clock or a model's measure: not a name)
             return
         names = sorted({k for r in result.history for k in r.metrics})
         i = next(i for i, o in enumerate(self.cfg.objectives) if o.metric == missing[0])

@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 from autotune.core import AutotuneError, TrialStopped, library_file, one_of, user_frame, watchdog
-from autotune.spec import CATALOGUE, CLOCKS
+from autotune.spec import CLOCKS, is_quality
 
 
 class ContextMisuse(AutotuneError):
@@ -122,7 +122,7 @@ def reportable(config: Any, known: Iterable[str] | None) -> set[str]:
     else:
         names = {o.metric for o in config.objectives} | set(config.metrics)
     # a user's own metric, or one of ours that a training function reports (not a clock, not measured on a model)
-    evaluated = {n for n in names if (m := CATALOGUE.get(n)) is None or m.source == "reported"}
+    evaluated = {n for n in names if is_quality(n)}
     return evaluated | {"train_loss", "val_loss"}
 
 

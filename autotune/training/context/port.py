@@ -27,7 +27,7 @@ import torch
 from torch import nn
 
 from autotune.core import ConfigError, suggest
-from autotune.spec import CATALOGUE, Settings
+from autotune.spec import Settings, is_quality
 from autotune.training.context.misuse import ContextMisuse
 from autotune.training.context.records import TrainResult
 from autotune.training.context.trial import TrialContext
@@ -220,8 +220,7 @@ class TrialPort:
             return
         names = sorted(metrics)
         for i, o in enumerate(config.objectives):
-            m = CATALOGUE.get(o.metric)
-            if (m is None or m.source == "reported") and o.metric not in metrics:
+            if is_quality(o.metric) and o.metric not in metrics:
                 shown = logged or (", ".join(names) or "nothing")
                 raise ConfigError(config.file, f"objectives.{i}.metric",
                                   f"{self._st.framework or 'the training function'} logged no {o.metric} in the "
