@@ -126,9 +126,19 @@ def hang_in_sync(chk: Any, device: str) -> None:
         t = (study or optuna.load_study(study_name=cfg.study.name, storage=cfg.study.storage)).trials[0]
         row.update(state=t.state.name, stop_reason=t.user_attrs.get("stop_reason"),
                    stop_detail=t.user_attrs.get("stop_detail"))
-        chk.figures.setdefault("guest", []).append(row)
-        chk.save()
+        _keep(chk, row)
         chk.say(f"  {name:<44} {row['state']:<8} {str(row['stop_reason']):<6} {row['wall_s']:>6.1f}  {row['run']}")
+
+
+def _keep(chk: Any, row: dict[str, Any], shown: str = "") -> bool:
+    """The row saved with the check's figures at once (an unattended run keeps what it measured); False when it
+    failed, said as `shown FAILED error`."""
+    chk.figures.setdefault("guest", []).append(row)
+    chk.save()
+    if "error" in row:
+        chk.say(f"{shown} FAILED {row['error']}")
+        return False
+    return True
 
 
 def step_hooks(chk: Any, device: str) -> None:
@@ -172,10 +182,7 @@ def step_hooks(chk: Any, device: str) -> None:
                        hooks_left=len(opt._optimizer_step_post_hooks))
         except Exception as e:  # one failing row must not end an unattended check
             row["error"] = f"{type(e).__name__}: {e}"[:300]
-        chk.figures.setdefault("guest", []).append(row)
-        chk.save()
-        if "error" in row:
-            chk.say(f"  {label:<36} FAILED {row['error']}")
+        if not _keep(chk, row, f"  {label:<36}"):
             continue
         applied = "yes" if not set(row["not_applied"]) & set(row["searched"]) else "NO"
         chk.say(f"  {label:<36} {row['kernel']:<8} {row['steps']:>4} of {row['expected_steps']:>4} {applied:<8} "
@@ -203,10 +210,7 @@ def frameworks_bf16(chk: Any, device: str) -> None:
                        not_applied=r.not_applied)
         except Exception as e:  # a missing extra (transformers, lightning) or a failing example: said, not fatal
             row["error"] = f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"[:300]
-        chk.figures.setdefault("guest", []).append(row)
-        chk.save()
-        if "error" in row:
-            chk.say(f"  {example:<28} FAILED {row['error']}")
+        if not _keep(chk, row, f"  {example:<28}"):
             continue
         chk.say(f"  {example:<28} {row['precision']:<9} {row['samples_per_s']:>10,.0f} {row['train_time_s']:>8.2f} "
                 f"{row['val_accuracy']:>7.3f}  {', '.join(row['not_applied']) or '-'}")
