@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import threading
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,6 +22,24 @@ optuna.logging.set_verbosity(optuna.logging.WARNING)
 # and on a 2-core machine shared with other processes, spinning OpenMP threads make them 5-10x slower.
 torch.set_num_threads(1)
 os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+
+TRIAL_THREADS = ("autotune-rss", "autotune-rapl", "autotune-power")  # a trial's meters: they end with it
+
+
+@pytest.fixture(autouse=True)
+def no_meter_outlives_its_test() -> Iterator[None]:
+    """A trial's meter thread left polling after its test fails that test: a few hundred of them once made the
+    whole run 3x slower (and its timing tests wrong) through the GIL."""
+    before = {t for t in threading.enumerate() if t.name in TRIAL_THREADS}
+    yield
+    deadline = time.monotonic() + 2.0
+    while True:
+        left = [t.name for t in threading.enumerate() if t.name in TRIAL_THREADS and t not in before and t.is_alive()]
+        if not left or time.monotonic() > deadline:
+            break
+        time.sleep(0.02)
+    assert not left, f"meter threads left running after the test: {left}"
 
 
 def tiny(tmp_path: Path, **sections: Any) -> config.RunConfig:

@@ -3,7 +3,9 @@ files (a fake powercap tree that counts up and wraps), the memory cap as a stop 
 
 from __future__ import annotations
 
+import gc
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -335,3 +337,31 @@ def test_a_child_process_the_host_had_before_the_trial_is_not_the_trials() -> No
         child.wait()
     assert small.meters["peak_memory_mb"] in ("vmhwm", "vmrss_sampled") and small.peak_memory_mb is not None
     assert small.peak_memory_mb < 60, small.peak_memory_mb
+
+
+# ---------------------------------------------------------------- no thread outlives its trial
+
+
+def _meter_threads() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name.startswith("autotune-") and t.is_alive()]
+
+
+def test_a_context_nobody_closes_stops_its_meters_when_its_epochs_end() -> None:
+    """A bare TrialContext in a notebook (no run_fit to close it), ended by its last epoch, by a break out of the
+    loop, or dropped mid-epoch: its memory sampler stops (each one left polling /proc every 0.1 s, a few hundred of
+    them made a whole test run 3x slower)."""
+    before = set(_meter_threads())
+    ends = {"last epoch": lambda ctx: [None for _ in ctx.epochs()],
+            "break": lambda ctx: next(iter(ctx.epochs())),
+            "dropped": lambda ctx: ctx.epochs().__next__()}
+    for how, end in ends.items():
+        ctx = _trial(0, epochs=3)
+        ctx.prepare(user_fits.MLP())
+        end(ctx)
+        if how == "dropped":
+            del ctx
+            gc.collect()
+        deadline = time.monotonic() + 5
+        while set(_meter_threads()) - before and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not set(_meter_threads()) - before, how

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import re
 import threading
+import weakref
 from pathlib import Path
 
 import torch
@@ -148,6 +149,7 @@ class MemoryMeter:
             hwm = _clear_hwm(self.proc) and "VmHWM" in _status_mb(self.proc)
             self.method = "vmhwm" if hwm else "vmrss_sampled"
             self._sampler = _Sampler(self.proc, own=not hwm, before=self.children_before)
+            weakref.finalize(self, self._sampler._stop.set)  # a meter nobody closed: its thread ends with it
 
     def peak_mb(self) -> float | None:
         """The peak since `start()`, in MB (2**20 bytes)."""

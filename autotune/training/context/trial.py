@@ -170,20 +170,23 @@ class TrialContext:
         if steps_per_epoch is not None:
             st.clock.steps_given = True
             st.clock.loader_len = st.stepper.steps_per_epoch = steps_per_epoch
-        for epoch in range(1, st.epochs_total + 1):
-            st.in_epoch = True
-            st.clock.open(epoch)
-            st.stepper.epoch_lr()  # (the lr count starts with the epoch)
-            yield epoch
-            try:
-                if st.stop is not None:
-                    raise st.stop
-                if st.clock.running:  # the body reported nothing: the epoch's clocks are its record
-                    self.report()
-            finally:
-                st.in_epoch = False
-            if st.stopped_early_at is not None:
-                return
+        try:
+            for epoch in range(1, st.epochs_total + 1):
+                st.in_epoch = True
+                st.clock.open(epoch)
+                st.stepper.epoch_lr()  # (the lr count starts with the epoch)
+                yield epoch
+                try:
+                    if st.stop is not None:
+                        raise st.stop
+                    if st.clock.running:  # the body reported nothing: the epoch's clocks are its record
+                        self.report()
+                finally:
+                    st.in_epoch = False
+                if st.stopped_early_at is not None:
+                    return
+        finally:  # training is over, however the loop ended: the meters' threads stop (a context nobody closes:
+            st.clock.close_meters()  # a bare one in a notebook, a fine-tune's; each would poll /proc for good)
 
     def backward(self, loss: torch.Tensor, n_samples: int | None = None) -> None:
         """Backward for one micro-batch: loss scaling (fp16), then every `grad_accum_steps` micro-batches (and
