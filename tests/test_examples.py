@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from tests.support import EXAMPLES
 from tests.support import run_example as run
@@ -49,6 +50,7 @@ def test_char_gru_example_reports_perplexity(tmp_path: Path) -> None:
         assert t.values[0] == ppl[-1] and ppl[-1] < 56  # better than a uniform guess over the 56 characters
 
 
+@pytest.mark.slow
 def test_diabetes_example_from_the_command_line_elsewhere(tmp_path: Path) -> None:
     """`autotune run examples/diabetes_mae.yaml` from another folder: the module next to the YAML is found."""
     proc = subprocess.run([sys.executable, "-m", "autotune", "run", str(EXAMPLES / "diabetes_mae.yaml"), "--plain",

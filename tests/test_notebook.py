@@ -106,6 +106,7 @@ def test_an_interrupt_mid_trial_leaves_the_kernel_alive_and_the_trial_recorded(t
     assert "('FAIL', 'interrupted')" in states and "RUNNING" not in states, states
 
 
+@pytest.mark.slow
 def test_a_fit_that_swallows_the_interrupt_does_not_kill_the_kernel(tmp_path: Path, no_sigchld_handler: None) -> None:
     """hang_seconds passes while the fit skips batches with a bare `except:`: today the watchdog's last resort
     os._exit-ed the kernel (every variable lost); now the trial is recorded, the run stops, the kernel lives."""

@@ -163,6 +163,7 @@ def test_device_auto_on_a_machine_without_gpus_launches_cpu_workers(tmp_path: Pa
     assert load(tmp_path / "a.yaml").user_attrs["device"].startswith("cpu")  # not "auto: 1 GPU(s) per local job"
 
 
+@pytest.mark.slow
 def test_two_local_cpu_jobs_with_device_auto_finish_the_study(tmp_path: Path, capsys: Any) -> None:
     pytest.importorskip("submitit")
     import torch

@@ -116,6 +116,7 @@ def test_a_worker_runs_stored_code_only_when_it_is_what_was_launched(code: Path,
     assert mark.exists() and "ran 1 trial(s)" in r.stdout
 
 
+@pytest.mark.slow
 def test_trusting_the_storage_runs_stored_code_and_a_study_without_user_code_needs_nothing(
         code: Path, tmp_path: Path) -> None:
     mark = tmp_path / "IMPORTED"

@@ -277,6 +277,7 @@ def test_the_dataloader_takes_the_worker_settings(tmp_path: Path) -> None:
     assert (loader.num_workers, loader.prefetch_factor, loader.persistent_workers) == (1, 3, True)
 
 
+@pytest.mark.slow
 def test_early_stopping_ends_the_trainers_training_cleanly(tmp_path: Path) -> None:
     # (min_delta 10: no epoch improves val_loss by that much, so patience 1 stops after the second epoch)
     res = _trial(tmp_path, {"batch_size": 64}, epochs=4, early_stopping_patience=1, early_stopping_min_delta=10.0)

@@ -512,6 +512,7 @@ def test_the_lr_note_only_when_lr_multiplies_the_modules_own_optimizer(tmp_path:
     assert notes(_study(tmp_path, space={"lr": lr, "optimizer": {"type": "categorical", "choices": ["adam"]}})) == []
 
 
+@pytest.mark.slow
 def test_a_study_prints_no_framework_chatter(tmp_path: Path) -> None:
     """Lightning's per-trial lines (device summary, tips, "max_epochs reached") are left out; the run's own lines
     stay, and warnings that matter (fp16 on a CPU) too."""

@@ -135,6 +135,7 @@ def test_study_logs_a_parent_and_a_nested_run_per_trial_and_a_resume_appends(tmp
           listing(client, parent2, children2))
 
 
+@pytest.mark.slow
 def test_workers_driver_and_a_joining_worker_log_each_trial_once(tmp_path: Path) -> None:
     """`--workers 2`: the driver logs what its workers finish; `autotune worker` logs its own trials."""
     cfg = tracked(tmp_path, study={"storage": f"journal:///{tmp_path}/w.log", "n_trials": 2},

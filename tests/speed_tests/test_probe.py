@@ -277,6 +277,7 @@ def env() -> dict[str, str]:
     return e
 
 
+@pytest.mark.slow
 def test_cache_shared_by_two_workers_and_a_resumed_run(tmp_path: Path) -> None:
     """Process 1 creates the study and measures the one combination; process 2 (`autotune worker`) and a resumed
     run in this process use that measurement: one record in the study, no trial of theirs measures again."""

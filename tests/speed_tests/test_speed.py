@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
 from autotune import config
@@ -91,6 +92,7 @@ def test_failing_combination_is_marked_with_its_error(tmp_path: Path) -> None:
     assert "RuntimeError: no channels_last kernel for this operator" in out.stdout
 
 
+@pytest.mark.slow
 def test_compile_rows_come_last_within_the_budget_or_left_out(tmp_path: Path) -> None:
     """Compiling takes 15-60 s a combination on a CPU: --no-compile leaves them out, a spent budget skips them."""
     path = user_file(tmp_path, {"compile": {"type": "bool"},
@@ -133,6 +135,7 @@ def test_a_config_mistake_is_one_line(tmp_path: Path) -> None:
         "allowed: bf16, fp16, fp32"]
 
 
+@pytest.mark.slow
 def test_rows_timed_on_busy_cores_are_taken_again_then_flagged_apart_with_one_warning(tmp_path: Path) -> None:
     """29.2: at 2 threads with busy processes on every core, a row's windows wait for cores: it is taken again (at
     most RETAKES more times) and, still contended or noisy, marked in the table, listed after the clean rows with no

@@ -232,7 +232,7 @@ def test_sqlite_heartbeats_find_a_dead_owner_on_another_host(tmp_path: Path) -> 
 # ---------------------------------------------------------------- a real `autotune run`, SIGKILL-ed mid-trial
 
 
-@pytest.mark.parametrize("storage", ["sqlite", "journal"])
+@pytest.mark.parametrize("storage", [pytest.param("sqlite", marks=pytest.mark.slow), "journal"])
 def test_sigkilled_run_leaves_no_zombie_after_resume(storage: str, tmp_path: Path) -> None:
     epochs, n = 10, 3
     url = f"sqlite:///{tmp_path}/k.db" if storage == "sqlite" else f"journal:///{tmp_path}/k.log"

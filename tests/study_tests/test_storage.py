@@ -83,6 +83,7 @@ def _open_together(url: str, n: int = 4) -> list[tuple[int, str]]:
     return [(p.wait(60), p.communicate()[1]) for p in procs]
 
 
+@pytest.mark.slow
 def test_workers_that_create_one_new_sqlite_file_at_once_all_open_it(tmp_path: Path) -> None:
     for rc, err in _open_together(f"sqlite:///{tmp_path}/new.db"):
         assert rc == 0, err

@@ -170,6 +170,7 @@ def test_cuda_n_is_mapped_to_cuda_0_in_its_pinned_worker(tmp_path: Path, monkeyp
     assert workers.worker_config(plain.to_dict(), slots[1]) == plain.to_dict()  # plain cuda needs no mapping
 
 
+@pytest.mark.slow
 def test_the_driver_of_gpu_workers_never_initialises_cuda(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                           capsys: Any) -> None:
     """The checks that touch the device (a fixed bf16 tries autocast on it; the device's name) run in a spawned
@@ -258,6 +259,7 @@ def test_a_worker_loop_leaves_the_process_as_it_was(tmp_path: Path) -> None:
 
 
 @pytest.mark.postgres
+@pytest.mark.slow
 def test_four_workers_on_postgres_finish_exactly_forty_trials(tmp_path: Path, pg_url: str) -> None:
     path = write_cfg(tmp_path, pg_url, 40, name="forty")
     t0 = time.perf_counter()
@@ -362,6 +364,7 @@ def _wait_no_running_pids(study: optuna.Study, timeout: float = 30) -> None:
 # ---------------------------------------------------------------- journal (no heartbeats)
 
 
+@pytest.mark.slow
 def test_journal_sigkilled_worker_is_seen_by_its_sibling_on_this_host(tmp_path: Path) -> None:
     epochs = 10
     path = write_cfg(tmp_path, f"journal:///{tmp_path}/k.log", 3, name="jk", epochs=epochs, single=True,
