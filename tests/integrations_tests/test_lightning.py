@@ -370,6 +370,7 @@ def test_the_lightning_example_with_two_workers_on_a_journal(tmp_path: Path) -> 
     assert len(done) >= 4 and len({t.user_attrs["worker"] for t in done}) == 2
 
 
+@pytest.mark.slow
 def test_the_dashboard_lists_a_lightning_study_with_its_records(tmp_path: Path) -> None:
     """Two trials of the Lightning example (the second with fp16, which Lightning turns into bf16 on a CPU: not
     applied), served by the real optuna-dashboard: /api/studies lists the study, its trials and their user attrs."""

@@ -36,6 +36,7 @@ def user_file(tmp_path: Path, space: dict[str, Any], fit: str = "fit") -> Path:
     return path
 
 
+@pytest.mark.slow
 def test_cnn_yaml_table_on_cpu() -> None:
     # the timeout only catches a hang: how fast a shared CPU runs is not asserted, the work each row did is
     out = speed_cli("search_spaces/cnn.yaml", "--threads", "1", timeout=300)
