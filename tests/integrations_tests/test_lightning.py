@@ -357,7 +357,7 @@ def test_the_lightning_example_with_two_workers_on_a_journal(tmp_path: Path) -> 
     (tmp_path / "digits_lightning.py").write_text((EXAMPLES / "digits_lightning.py").read_text())
     (tmp_path / "digits_data.py").write_text((EXAMPLES / "digits_data.py").read_text())
     proc = subprocess.run([sys.executable, "-m", "autotune", "run", str(tmp_path / "w.yaml"), "--plain", "--n-trials",
-                           "4", "--workers", "2", "--storage", f"journal:///{tmp_path}/w.log"],
+                           "8", "--workers", "2", "--storage", f"journal:///{tmp_path}/w.log"],
                           capture_output=True, text=True, cwd=tmp_path, timeout=600)
     assert proc.returncode == 0, proc.stderr[-2000:]
     import optuna
@@ -366,8 +366,10 @@ def test_the_lightning_example_with_two_workers_on_a_journal(tmp_path: Path) -> 
 
     study = optuna.load_study(study_name="digits-lightning",
                               storage=JournalStorage(JournalFileBackend(str(tmp_path / "w.log"))))
-    done = [t for t in study.trials if t.state.name == "COMPLETE"]
-    assert len(done) >= 4 and len({t.user_attrs["worker"] for t in done}) == 2
+    done = [t for t in study.trials if t.state.name in ("COMPLETE", "PRUNED")]
+    # (8 trials: with 4, one worker once finished them all while the other was still importing Lightning)
+    assert len(done) == len(study.trials) == 8 and len({t.user_attrs["worker"] for t in done}) == 2
+    assert any(t.state.name == "COMPLETE" for t in done)
 
 
 @pytest.mark.slow
