@@ -350,7 +350,7 @@ def test_the_lightning_example_with_two_workers_on_a_journal(tmp_path: Path) -> 
     import subprocess
     import sys
 
-    from tests.support import EXAMPLES
+    from tests.support import EXAMPLES, assert_exact
 
     yaml_text = (EXAMPLES / "digits_lightning.yaml").read_text().replace("epochs: 4", "epochs: 2")
     (tmp_path / "w.yaml").write_text(yaml_text.replace("choices: [fp32, bf16]", "choices: [fp32]"))
@@ -366,10 +366,9 @@ def test_the_lightning_example_with_two_workers_on_a_journal(tmp_path: Path) -> 
 
     study = optuna.load_study(study_name="digits-lightning",
                               storage=JournalStorage(JournalFileBackend(str(tmp_path / "w.log"))))
-    done = [t for t in study.trials if t.state.name in ("COMPLETE", "PRUNED")]
     # (8 trials: with 4, one worker once finished them all while the other was still importing Lightning)
-    assert len(done) == len(study.trials) == 8 and len({t.user_attrs["worker"] for t in done}) == 2
-    assert any(t.state.name == "COMPLETE" for t in done)
+    done = assert_exact(study, 8)
+    assert len({t.user_attrs["worker"] for t in done}) == 2 and any(t.state.name == "COMPLETE" for t in done)
 
 
 @pytest.mark.slow
