@@ -253,10 +253,18 @@ class _Fit:
                                          "momentum from autotune: search optimizer too")
         callback = AutotuneCallback(port, wanted)
         trainer.add_callback(callback)
+        # The Trainer caches its evaluation loaders when their workers persist: a trial evaluates on its own (not an
+        # earlier trial's batch size), and its workers end with it (not left running in the host's process).
+        held = trainer.__dict__.pop("_eval_dataloaders", None)
         try:
             with quiet_frameworks():
                 trainer.train()
         finally:
+            handler = trainer.callback_handler  # (it keeps the loaders train() used last)
+            _end_workers([*(trainer.__dict__.pop("_eval_dataloaders", None) or {}).values(),
+                          handler.train_dataloader, handler.eval_dataloader])
+            if held is not None:
+                trainer._eval_dataloaders = held
             trainer.remove_callback(callback)
             for c in removed:  # (the user's Trainer object outlives the study: its callbacks as they were)
                 trainer.add_callback(c)
@@ -308,6 +316,15 @@ class _BuiltPerTrial(_Fit):
         port.fresh(trainer.model, "make_trainer's Trainer")
         self._train(port, trainer, wanted)
         self._yours(port, self.table)
+
+
+def _end_workers(loaders: list[Any]) -> None:
+    """The persistent worker processes of a trial's loaders stop now (not whenever the loaders are collected)."""
+    for loader in loaders:
+        iterator = getattr(loader, "_iterator", None)
+        if iterator is not None and hasattr(iterator, "_shutdown_workers"):
+            iterator._shutdown_workers()
+            loader._iterator = None
 
 
 class _ReusedTrainer(_Fit):

@@ -10,6 +10,7 @@ import math
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -381,6 +382,39 @@ def test_the_users_trainer_object_is_given_back_as_it_was_after_each_trial(tmp_p
     assert trainer.args.to_dict() == args.to_dict() and trainer.args.learning_rate == 3e-3
     assert trainer.accelerator.mixed_precision == "no"
     assert [type(c) for c in trainer.callback_handler.callbacks] == callbacks
+
+
+def test_a_trials_persistent_eval_workers_end_with_it_on_the_users_trainer(tmp_path: Path) -> None:
+    """A trial that chose persistent DataLoader workers left its evaluation loader cached on the user's Trainer: the
+    next trial evaluated with it (the earlier trial's eval batch size), and its worker processes outlived the study
+    in the host (a notebook). Each trial's loaders end with it; the Trainer holds none it did not hold before."""
+    import multiprocessing
+
+    from transformers import Trainer, TrainingArguments
+
+    args = TrainingArguments(output_dir=str(tmp_path / "mine"), num_train_epochs=1, save_strategy="no",
+                             report_to="none", use_cpu=True)
+    trainer = Trainer(model=hf_scripts.new_model(), args=args, train_dataset=hf_scripts.VAL,
+                      eval_dataset=hf_scripts.VAL, compute_metrics=hf_scripts.accuracy)
+    sizes: list[int] = []  # the batch size of the loader each evaluation ran on
+    loader_of = trainer.get_eval_dataloader
+
+    def seen(*a: Any, **k: Any) -> Any:
+        loader = loader_of(*a, **k)
+        sizes.append(loader.total_batch_size)
+        return loader
+
+    trainer.get_eval_dataloader = seen  # type: ignore[method-assign]
+    fit = hf.trainer_fit(trainer)
+    for eval_batch in (16, 64):
+        _trial(tmp_path, {"num_workers": 1, "persistent_workers": True, "eval_batch_size": eval_batch}, fit=fit,
+               epochs=None)
+        assert not hasattr(trainer, "_eval_dataloaders")
+        deadline = time.monotonic() + 10
+        while multiprocessing.active_children() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not multiprocessing.active_children()
+    assert set(sizes) == {16, 64} and sizes == sorted(sizes)  # each trial evaluated at its own batch size
 
 
 @pytest.mark.parametrize("space,message", [
