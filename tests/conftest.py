@@ -46,6 +46,16 @@ def no_meter_outlives_its_test() -> Iterator[None]:
     assert not left, f"meter threads left running after the test: {left}"
 
 
+@pytest.fixture
+def quiet_cores(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The contention check reads this process as never waiting for a core: a test of the slow rules alone, whose
+    trials sleep to be slow, gets the same verdicts on a busy CI machine (there the rules rightly hold back a
+    verdict on a time that is the machine's). Contention has its own tests, with real busy processes."""
+    from autotune.core import contention
+
+    monkeypatch.setattr(contention, "_schedstat", lambda: (time.process_time(), 0.0))
+
+
 def tiny(tmp_path: Path, **sections: Any) -> config.RunConfig:
     """A 2-objective digits study of a few 2-epoch trials, stored in tmp_path."""
     raw: dict[str, Any] = {

@@ -163,7 +163,7 @@ def test_combination_is_what_sets_throughput() -> None:
     assert probe.key(combo, "cpu") != probe.key(combo, "cuda")
 
 
-def test_too_slow_combination_stops_before_its_first_epoch(tmp_path: Path) -> None:
+def test_too_slow_combination_stops_before_its_first_epoch(tmp_path: Path, quiet_cores: None) -> None:
     """The first trial measures its first steps and stops (slow, epoch 0); later ones never start training."""
     user_fits.CALLS.clear()
     cfg = user(tmp_path, "fit_picky", train={"epochs": 10, "user.sleep_ms": 20},
@@ -256,7 +256,7 @@ def test_an_untrusted_error_record_does_not_stop_trials(tmp_path: Path) -> None:
     assert gate.trusted({**other, "code": gate.code}) is not None
 
 
-def test_vs_front_stops_a_projected_slow_trial_before_it_trains(tmp_path: Path) -> None:
+def test_vs_front_stops_a_projected_slow_trial_before_it_trains(tmp_path: Path, quiet_cores: None) -> None:
     """A combination measured 4x slower than the only (fast) front trial, with vs_front 2: stopped at epoch 0."""
     cfg = user(tmp_path, "fit_sleepy", study={"n_trials": 2}, space={
         "user.sleep_ms": {"type": "categorical", "choices": [0, 8]}}, pruning={"slow": {"vs_front": 2.0}},

@@ -525,7 +525,7 @@ def test_an_unknown_metric_is_offered_only_what_the_study_takes(tmp_path: Path) 
         autotune.train(cfg)  # neither the clocks nor the built-in trainer's metrics (val_accuracy, val_mae...)
 
 
-def test_catching_a_stop_still_stops_the_trial(tmp_path: Path) -> None:
+def test_catching_a_stop_still_stops_the_trial(tmp_path: Path, quiet_cores: None) -> None:
     cfg = user(tmp_path, "fit_catches_stop", train={"epochs": 3}, study={"n_trials": 1},
                pruning={"slow": {"max_trial_seconds": 1e-6}})
     t = autotune.run(cfg).study.trials[0]
