@@ -30,8 +30,8 @@ TRIAL_THREADS = ("autotune-rss", "autotune-rapl", "autotune-power")  # a trial's
 
 @pytest.fixture(autouse=True)
 def no_meter_outlives_its_test() -> Iterator[None]:
-    """A trial's meter thread left polling after its test fails that test: a few hundred of them once made the
-    whole run 3x slower (and its timing tests wrong) through the GIL."""
+    """A trial's meter thread left polling after its test fails that test: 43 of them by mid-run once made the
+    whole run about twice as slow (and its timing tests wrong) through the GIL."""
     before = {t for t in threading.enumerate() if t.name in TRIAL_THREADS}
     yield
     deadline, collected = time.monotonic() + 2.0, False

@@ -348,8 +348,8 @@ def _meter_threads() -> list[threading.Thread]:
 
 def test_a_context_nobody_closes_stops_its_meters_when_its_epochs_end() -> None:
     """A bare TrialContext in a notebook (no run_fit to close it), ended by its last epoch, by a break out of the
-    loop, or dropped mid-epoch: its memory sampler stops (each one left polling /proc every 0.1 s, a few hundred of
-    them made a whole test run 3x slower)."""
+    loop, or dropped mid-epoch: its memory sampler stops (each one left polling /proc every 0.1 s: 43 of them by
+    mid-run made the whole test run about twice as slow)."""
     before = set(_meter_threads())
     ends = {"last epoch": lambda ctx: [None for _ in ctx.epochs()],
             "break": lambda ctx: next(iter(ctx.epochs())),
