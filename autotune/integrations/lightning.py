@@ -9,9 +9,11 @@ are, `max_epochs`), and the trial records what each held (`recipe`).
     def fit(ctx):                                  # trainer: my_script:fit in the YAML
         tune_lightning.fit(ctx, MyModule(width=ctx.params["width"]), MyDataModule(), max_epochs=10)
 
-What maps where is the table: precision, accumulation, clipping, `benchmark` and the epochs become `Trainer`
-arguments; batch size, data fraction and the DataLoader's settings rebuild the training DataLoader over the user's
-dataset (its sampling kept), eval_batch_size the validation one; init, channels_last and compile are
+The DataModule itself is handed to `trainer.fit` (its hooks run, `trainer.datamodule` is set); for the trial its
+`*_dataloader` methods are wrapped on the instance so that the loader settings shape what they return. What maps
+where is the table: precision, accumulation, clipping, `benchmark` and the epochs become `Trainer` arguments; batch
+size, data fraction and the DataLoader's settings rebuild the training DataLoader over the user's dataset (its
+sampling kept), eval_batch_size the validation one; init, channels_last and compile are
 `ctx.prepare(module)`'s; a chosen `optimizer` is autotune's (configure_optimizers returns it, at the module's own
 lr, momentum and weight decay unless those are chosen too), else the module's own, whose group lrs a chosen `lr`
 multiplies; a chosen `lr_schedule` is a per-step scheduler. A Trainer argument is applied when the built Trainer
@@ -38,6 +40,7 @@ import torch
 
 from autotune.core import ADAPTER, ONE_DEVICE, ConfigError
 from autotune.integrations.common import quiet_frameworks, record_cannot
+from autotune.integrations.lightning_cli import as_callbacks, train_cli
 from autotune.integrations.tables import LIGHTNING
 from autotune.training import ContextMisuse, TrialContext, TrialPort, refuse_devices
 
@@ -95,7 +98,7 @@ def fit(ctx: TrialContext, module: Any, datamodule: Any = None, *, train_dataloa
     kwargs = {"logger": False, "enable_checkpointing": False, "enable_progress_bar": False,
               "enable_model_summary": False, **given, "accelerator": _accelerator(ctx.device),
               "devices": [ctx.device.index or 0] if ctx.device.type == "cuda" else 1}
-    kwargs["callbacks"] = [*_callbacks(pl, trainer_kwargs.get("callbacks")), bridge]
+    kwargs["callbacks"] = [*as_callbacks(pl, trainer_kwargs.get("callbacks")), bridge]
     with quiet_frameworks():
         trainer = pl.Trainer(**kwargs)
     _record_received(port, args, trainer)
@@ -109,13 +112,6 @@ def fit(ctx: TrialContext, module: Any, datamodule: Any = None, *, train_dataloa
         with quiet_frameworks():
             trainer.fit(model, train_dataloaders=train, val_dataloaders=_eval_loader(port, val_dataloaders))
     bridge.finish()
-
-
-def _callbacks(pl: Any, given: Any) -> list[Any]:
-    """The user's callbacks as a list (Lightning takes one Callback or a list of them)."""
-    if given is None:
-        return []
-    return [given] if isinstance(given, pl.Callback) else list(given)
 
 
 @contextmanager
@@ -151,6 +147,18 @@ def _trial_loaders(pl: Any, port: TrialPort, bridge: Any, trainer: Any, datamodu
 
 setattr(fit, ONE_DEVICE, LIGHTNING.integration)  # (a fit calling it with devices > 1: refused at validation)
 setattr(fit, ADAPTER, LIGHTNING)  # validation reads what Lightning cannot apply
+
+
+def cli(ctx: TrialContext, model_class: Any = None, datamodule_class: Any = None, *, args: Any = None,
+        own_optimizer: bool | None = None, **cli_kwargs: Any) -> None:
+    """Train a LightningCLI program: `LightningCLI(model_class, datamodule_class, **cli_kwargs)`'s module, DataModule
+    and Trainer arguments (its trainer_defaults, its seed) through `fit` (see autotune.integrations.lightning_cli)."""
+    train_cli(_lightning(), fit, ctx, model_class, datamodule_class, args=args, own_optimizer=own_optimizer,
+              **cli_kwargs)
+
+
+setattr(cli, ONE_DEVICE, LIGHTNING.integration)
+setattr(cli, ADAPTER, LIGHTNING)
 
 
 def _accelerator(dev: torch.device) -> str:
@@ -438,4 +446,5 @@ def _scalar(v: Any) -> bool:
     return isinstance(v, (int, float)) or (isinstance(v, torch.Tensor) and v.numel() == 1)
 
 
-__all__ = ["DEVICE_ARGS", "LIGHTNING", "TrialContext", "fit"]
+__all__ = ["DEVICE_ARGS", "LIGHTNING", "TrialContext", "cli", "fit"]
+

@@ -75,3 +75,33 @@ def fit_datamodule(ctx: tune_lightning.TrialContext) -> None:
 def fit_one_callback(ctx: tune_lightning.TrialContext) -> None:
     SEEN.clear()
     tune_lightning.fit(ctx, Blobs(), CountingData(), callbacks=ReadsDataModule())  # (Lightning takes one or a list)
+
+
+class CountingBlobs(Blobs):
+    """Blobs whose weights the seed decides (a LightningCLI program's model: built by the CLI)."""
+
+    def __init__(self, width: int = 16) -> None:
+        super().__init__(width)
+        SEEN["first_weight"] = float(self.net[0].weight[0, 0])
+
+
+CLI_DEFAULTS = {"seed_everything_default": 1234,
+                "trainer_defaults": {"max_epochs": 3, "callbacks": ReadsDataModule(), "limit_val_batches": 1}}
+
+
+def fit_cli(ctx: tune_lightning.TrialContext) -> None:
+    """Lightning's autoencoder example's shape: LightningCLI(Model, DataModule, seed_everything_default=1234,
+    trainer_defaults={"callbacks": ImageSampler(), "max_epochs": 10}) -- here through autotune."""
+    SEEN.clear()
+    tune_lightning.cli(ctx, CountingBlobs, CountingData, **CLI_DEFAULTS)
+
+
+def plain_cli() -> None:
+    """The same program with Lightning alone (run=False, as the example)."""
+    from lightning.pytorch.cli import LightningCLI
+
+    SEEN.clear()
+    made = LightningCLI(CountingBlobs, CountingData, run=False, args=["--trainer.logger=false",
+                                                                       "--trainer.enable_progress_bar=false"],
+                        save_config_callback=None, **CLI_DEFAULTS)
+    made.trainer.fit(made.model, datamodule=made.datamodule)

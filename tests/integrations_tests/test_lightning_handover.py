@@ -66,3 +66,38 @@ def test_an_optimizer_setting_without_optimizer_is_refused_at_validate_in_one_li
     path.write_text(text.replace("  batch_size:", f"  {key}: {{type: float, low: 0.0, high: 0.5}}\n  batch_size:"),
                     encoding="utf-8")
     assert main(["validate", str(path)]) == 0  # (with optimizer searched: autotune's optimizer takes it)
+
+
+# ---------------------------------------------------------------- LightningCLI's own defaults
+
+
+def test_lightningcli_defaults_are_read_recorded_and_used() -> None:
+    """trainer_defaults' max_epochs (3) and its one callback, and seed_everything_default: the trial trains 3 epochs
+    with the callback (not autotune's epochs, not re-typed), the recipe says so; the CLI's seed is recorded and
+    the trial trains its own (as any trial), through Lightning's seed_everything as the CLI would call it."""
+    pytest.importorskip("jsonargparse")
+    from autotune.spec.settings import DEFAULTS
+    from autotune.training import TrialContext, TrialSetup, run_fit, trial_session
+
+    lh.plain_cli()
+    assert lh.SEEN["val_sizes"] == [200, 200, 200]
+    plain_weight = lh.SEEN["first_weight"]
+    values = {**DEFAULTS, "device": "cpu"}
+    ctx = TrialContext(values, setup=TrialSetup(searched=(), fixed=()), seed=1234)
+    with trial_session(values):
+        res = run_fit(lh.fit_cli, ctx)
+    assert lh.SEEN["val_sizes"] == [200, 200, 200]  # 3 epochs, the one callback object, trainer.datamodule
+    assert lh.SEEN["first_weight"] == plain_weight  # (seed 1234 both ways: the same first weights)
+    assert res.recipe["epochs"] == 3 and res.recipe["seed_everything"] == 1234
+    assert res.recipe["callbacks"] == ["ReadsDataModule"]
+    assert res.recipe["cli_trainer"] == {"limit_val_batches": "1", "max_epochs": "3"}
+    assert len(res.history) == 3
+
+
+def test_validation_sees_a_lightningcli_fit_as_lightning() -> None:
+    """What validation refuses for lightning.fit (several devices, weight_decay without optimizer) it refuses for a
+    fit calling tune_lightning.cli."""
+    from autotune.core import adapter_mark, one_device_adapter
+    from autotune.integrations.tables import LIGHTNING
+
+    assert adapter_mark(lh.fit_cli) is LIGHTNING and one_device_adapter(lh.fit_cli) == LIGHTNING.integration
