@@ -103,8 +103,9 @@ def fit(ctx: TrialContext, module: Any, datamodule: Any = None, *, train_dataloa
         trainer = pl.Trainer(**kwargs)
     _record_received(port, args, trainer)
     _install_optimizers(port, module, opt, mine[1] if keep else None, bridge, trainer)
-    if datamodule is not None:  # the DataModule itself runs (its hooks, trainer.datamodule), its loaders the trial's
-        with _trial_loaders(pl, port, bridge, trainer, datamodule), quiet_frameworks():
+    holder = datamodule if datamodule is not None else module if train_dataloaders is None else None
+    if holder is not None:  # the DataModule (or the module's own data hooks) runs as it is, its loaders the trial's
+        with _trial_loaders(pl, port, bridge, trainer, holder), quiet_frameworks():
             trainer.fit(model, datamodule=datamodule)
     else:
         train = _train_loader(port, _checked(train_dataloaders))
@@ -115,10 +116,14 @@ def fit(ctx: TrialContext, module: Any, datamodule: Any = None, *, train_dataloa
 
 
 @contextmanager
-def _trial_loaders(pl: Any, port: TrialPort, bridge: Any, trainer: Any, datamodule: Any) -> Iterator[None]:
-    """The DataModule's train_dataloader / val_dataloader, for this trial, return the trial's loaders: each wrapped
-    on the instance (Lightning calls them after its own prepare_data and setup, as it would), the user's class
-    untouched and the instance's own attributes restored after."""
+def _trial_loaders(pl: Any, port: TrialPort, bridge: Any, trainer: Any, holder: Any) -> Iterator[None]:
+    """The DataModule's (or, without one, the LightningModule's own) train_dataloader / val_dataloader, for this
+    trial, return the trial's loaders: each wrapped on the instance (Lightning calls them after its own prepare_data
+    and setup, as it would), the user's class untouched and the instance's own attributes restored after."""
+    base = pl.LightningDataModule if isinstance(holder, pl.LightningDataModule) else pl.LightningModule
+    if type(holder).train_dataloader is base.train_dataloader:
+        raise ContextMisuse("autotune.integrations.lightning.fit needs training data: a LightningDataModule, "
+                            "train_dataloaders=, or a LightningModule that defines train_dataloader")
 
     def train() -> Any:
         loader = _train_loader(port, _checked(own_train()))
@@ -128,21 +133,21 @@ def _trial_loaders(pl: Any, port: TrialPort, bridge: Any, trainer: Any, datamodu
     def val() -> Any:
         return _eval_loader(port, own_val())
 
-    own_train, own_val = datamodule.train_dataloader, datamodule.val_dataloader
+    own_train, own_val = holder.train_dataloader, holder.val_dataloader
     wrapped = {"train_dataloader": train}
-    if type(datamodule).val_dataloader is not pl.LightningDataModule.val_dataloader:  # (Lightning's own raises)
+    if type(holder).val_dataloader is not base.val_dataloader:  # (Lightning's own raises)
         wrapped["val_dataloader"] = val
-    before = {name: vars(datamodule)[name] for name in wrapped if name in vars(datamodule)}
+    before = {name: vars(holder)[name] for name in wrapped if name in vars(holder)}
     for name, fn in wrapped.items():
-        setattr(datamodule, name, fn)
+        setattr(holder, name, fn)
     try:
         yield
     finally:
         for name in wrapped:
             if name in before:
-                setattr(datamodule, name, before[name])
+                setattr(holder, name, before[name])
             else:
-                delattr(datamodule, name)
+                delattr(holder, name)
 
 
 setattr(fit, ONE_DEVICE, LIGHTNING.integration)  # (a fit calling it with devices > 1: refused at validation)
