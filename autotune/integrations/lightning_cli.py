@@ -60,7 +60,11 @@ def train_cli(pl: Any, fit: Callable[..., None], ctx: TrialContext, model_class:
             return None
 
     try:
-        made = TrialCLI(model_class, datamodule_class, args=[] if args is None else args, run=False, **cli_kwargs)
+        try:
+            made = TrialCLI(model_class, datamodule_class, args=[] if args is None else args, run=False, **cli_kwargs)
+        except SystemExit as e:  # (its parser exits on a bad argument, having printed why: the trial fails instead)
+            raise ContextMisuse(f"LightningCLI could not parse its arguments (it exited with status {e.code}; its "
+                                "message is above)") from None
         trainer_kwargs = _trainer_kwargs(pl, made.trainer_config)
         callbacks = [*as_callbacks(pl, trainer_kwargs.pop("callbacks", None)), *made.extra_callbacks]
         port = TrialPort(ctx, "Lightning")

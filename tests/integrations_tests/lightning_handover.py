@@ -105,3 +105,7 @@ def plain_cli() -> None:
                                                                        "--trainer.enable_progress_bar=false"],
                         save_config_callback=None, **CLI_DEFAULTS)
     made.trainer.fit(made.model, datamodule=made.datamodule)
+
+
+def fit_cli_bad_argument(ctx: tune_lightning.TrialContext) -> None:
+    tune_lightning.cli(ctx, CountingBlobs, CountingData, args=["--trainer.max_epochs=three"], **CLI_DEFAULTS)

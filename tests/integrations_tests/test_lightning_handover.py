@@ -101,3 +101,12 @@ def test_validation_sees_a_lightningcli_fit_as_lightning() -> None:
     from autotune.integrations.tables import LIGHTNING
 
     assert adapter_mark(lh.fit_cli) is LIGHTNING and one_device_adapter(lh.fit_cli) == LIGHTNING.integration
+
+
+def test_a_lightningcli_argument_it_cannot_parse_fails_the_trial_not_the_process() -> None:
+    """jsonargparse exits the process on a bad argument: through autotune the trial fails with a ContextMisuse."""
+    pytest.importorskip("jsonargparse")
+    from autotune.training import ContextMisuse
+
+    with pytest.raises(ContextMisuse, match=r"LightningCLI could not parse its arguments \(it exited with status 2"):
+        train(lh.fit_cli_bad_argument)
