@@ -102,7 +102,8 @@ def plain_cli() -> None:
 
     SEEN.clear()
     made = LightningCLI(CountingBlobs, CountingData, run=False, args=["--trainer.logger=false",
-                                                                       "--trainer.enable_progress_bar=false"],
+                                                                       "--trainer.enable_progress_bar=false",
+                                                                       "--trainer.enable_checkpointing=false"],
                         save_config_callback=None, **CLI_DEFAULTS)
     made.trainer.fit(made.model, datamodule=made.datamodule)
 
