@@ -1,9 +1,11 @@
 """Does a script tuned through autotune train as it does on its own, with the same settings? (issue 41)
 
-Two ports of public examples, each a plain script plus the lines marked `# autotune`:
+Three ports of public examples, each a plain script plus the lines marked `# autotune`:
 - examples/hf_seqcls.py: the Transformers guide's text classification (a 2-layer BERT from a config, the guide's
   TrainingArguments: AdamW 3e-3, linear schedule with warmup, 3 epochs, eval batch 16);
-- examples/lightning_backbone.py: Lightning's backbone image classifier on digits (Adam 1e-4, 20 epochs).
+- examples/lightning_backbone.py: Lightning's backbone image classifier on digits (Adam 1e-4, 20 epochs);
+- examples/lightning_litmnist.py: the LitMNIST module of Lightning's hello-world tutorial on digits (its own data
+  hooks, no DataModule; Adam 2e-4, 3 epochs), its plain arm the script's own main() (CSVLogger, checkpoints).
 
 For each seed, arm (a) runs the script as it is (`trainer.train()` / `Trainer.fit`, seeded as the script seeds),
 arm (b) runs it through autotune: `autotune run` of a study that searches nothing (every setting the script's
@@ -11,7 +13,7 @@ own), one trial with `study.trial_seed` that seed. Each run is its own process (
 Printed per seed: the final validation accuracy of each arm and (b) - (a); then the mean difference with a paired
 t interval (95%), and the lines each port adds or changes (its `# autotune` marks).
 
-    python bench/recipe_parity.py [--seeds 3] [--only hf|lightning]
+    python bench/recipe_parity.py [--seeds 3] [--only hf|lightning|litmnist]
 
 Accuracy is not a timing: other processes on the cores slow the runs but do not move the figures.
 """
@@ -43,10 +45,14 @@ PLAIN = {
                   "enable_checkpointing=False, enable_model_summary=False); "
                   "t.fit(s.LitClassifier(s.Backbone()), datamodule=s.MyDataModule()); "
                   "print(float(t.callback_metrics['valid_acc']))"),
+    "litmnist": ("import lightning as L, lightning_litmnist as s, logging; "
+                 "logging.getLogger('lightning.pytorch').setLevel(logging.WARNING); L.seed_everything({seed}); "
+                 "t = s.main(); print(float(t.callback_metrics['val_acc']))"),
 }
 STUDY = {
     "hf": ("hf_seqcls:fit", "val_accuracy"),
     "lightning": ("lightning_backbone:fit", "valid_acc"),
+    "litmnist": ("lightning_litmnist:fit", "val_acc"),
 }
 
 
@@ -107,7 +113,7 @@ def main() -> None:
                 print(f"{name:9s} seed {seed}: plain {a:.4f}  through autotune {b:.4f}  (b)-(a) {b - a:+.4f}",
                       flush=True)
         rows[name] = interval(diffs)
-    example = {"hf": "hf_seqcls", "lightning": "lightning_backbone"}
+    example = {"hf": "hf_seqcls", "lightning": "lightning_backbone", "litmnist": "lightning_litmnist"}
     for name, text in rows.items():
         print(f"{name:9s} mean (b)-(a) {text}; lines the port adds or changes: {marked(example[name])}")
     print(json.dumps({"load": os.getloadavg()[0]}))

@@ -9,9 +9,11 @@ are, `max_epochs`), and the trial records what each held (`recipe`).
     def fit(ctx):                                  # trainer: my_script:fit in the YAML
         tune_lightning.fit(ctx, MyModule(width=ctx.params["width"]), MyDataModule(), max_epochs=10)
 
-What maps where is the table: precision, accumulation, clipping, `benchmark` and the epochs become `Trainer`
-arguments; batch size, data fraction and the DataLoader's settings rebuild the training DataLoader over the user's
-dataset (its sampling kept), eval_batch_size the validation one; init, channels_last and compile are
+The DataModule itself is handed to `trainer.fit` (its hooks run, `trainer.datamodule` is set); for the trial its
+`*_dataloader` methods are wrapped on the instance so that the loader settings shape what they return. What maps
+where is the table: precision, accumulation, clipping, `benchmark` and the epochs become `Trainer` arguments; batch
+size, data fraction and the DataLoader's settings rebuild the training DataLoader over the user's dataset (its
+sampling kept), eval_batch_size the validation one; init, channels_last and compile are
 `ctx.prepare(module)`'s; a chosen `optimizer` is autotune's (configure_optimizers returns it, at the module's own
 lr, momentum and weight decay unless those are chosen too), else the module's own, whose group lrs a chosen `lr`
 multiplies; a chosen `lr_schedule` is a per-step scheduler. A Trainer argument is applied when the built Trainer
@@ -30,13 +32,15 @@ multi-objective too), early stopping sets `trainer.should_stop`. Lightning is an
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from typing import Any
 
 import torch
 
 from autotune.core import ADAPTER, ONE_DEVICE, ConfigError
 from autotune.integrations.common import quiet_frameworks, record_cannot
+from autotune.integrations.lightning_cli import as_callbacks, train_cli
 from autotune.integrations.tables import LIGHTNING
 from autotune.training import ContextMisuse, TrialContext, TrialPort, refuse_devices
 
@@ -70,9 +74,6 @@ def fit(ctx: TrialContext, module: Any, datamodule: Any = None, *, train_dataloa
     port = TrialPort(ctx, "Lightning")
     port.fresh(module, "autotune.integrations.lightning.fit")  # (a module an earlier trial trained: said here)
     record_cannot(port, LIGHTNING)
-    train, val = _user_loaders(pl, datamodule, train_dataloaders, val_dataloaders)
-    train = _train_loader(port, train)
-    val = _eval_loader(port, val)
     args = _trainer_args(port, trainer_kwargs)
     given = {**trainer_kwargs, **args}
     if str(given.get("precision", "32-true")) in map(str, MIXED) and float(given.get("gradient_clip_val") or 0) > 0:
@@ -97,20 +98,72 @@ def fit(ctx: TrialContext, module: Any, datamodule: Any = None, *, train_dataloa
     kwargs = {"logger": False, "enable_checkpointing": False, "enable_progress_bar": False,
               "enable_model_summary": False, **given, "accelerator": _accelerator(ctx.device),
               "devices": [ctx.device.index or 0] if ctx.device.type == "cuda" else 1}
-    kwargs["callbacks"] = [*(trainer_kwargs.get("callbacks") or []), bridge]
+    kwargs["callbacks"] = [*as_callbacks(pl, trainer_kwargs.get("callbacks")), bridge]
     with quiet_frameworks():
         trainer = pl.Trainer(**kwargs)
     _record_received(port, args, trainer)
-    bridge.steps_per_epoch = _batches(len(train), trainer.limit_train_batches)  # (the schedule's length, the probe's)
-    bridge.epochs = _epochs(trainer, bridge.steps_per_epoch)
-    _install_optimizers(port, module, opt, mine[1] if keep else None, bridge.steps_per_epoch)
-    with quiet_frameworks():
-        trainer.fit(model, train_dataloaders=train, val_dataloaders=val)
+    _install_optimizers(port, module, opt, mine[1] if keep else None, bridge, trainer)
+    holder = datamodule if datamodule is not None else module if train_dataloaders is None else None
+    if holder is not None:  # the DataModule (or the module's own data hooks) runs as it is, its loaders the trial's
+        with _trial_loaders(pl, port, bridge, trainer, holder), quiet_frameworks():
+            trainer.fit(model, datamodule=datamodule)
+    else:
+        train = _train_loader(port, _checked(train_dataloaders))
+        bridge.loaded(trainer, train)
+        with quiet_frameworks():
+            trainer.fit(model, train_dataloaders=train, val_dataloaders=_eval_loader(port, val_dataloaders))
     bridge.finish()
+
+
+@contextmanager
+def _trial_loaders(pl: Any, port: TrialPort, bridge: Any, trainer: Any, holder: Any) -> Iterator[None]:
+    """The DataModule's (or, without one, the LightningModule's own) train_dataloader / val_dataloader, for this
+    trial, return the trial's loaders: each wrapped on the instance (Lightning calls them after its own prepare_data
+    and setup, as it would), the user's class untouched and the instance's own attributes restored after."""
+    base = pl.LightningDataModule if isinstance(holder, pl.LightningDataModule) else pl.LightningModule
+    if type(holder).train_dataloader is base.train_dataloader:
+        raise ContextMisuse("autotune.integrations.lightning.fit needs training data: a LightningDataModule, "
+                            "train_dataloaders=, or a LightningModule that defines train_dataloader")
+
+    def train() -> Any:
+        loader = _train_loader(port, _checked(own_train()))
+        bridge.loaded(trainer, loader)
+        return loader
+
+    def val() -> Any:
+        return _eval_loader(port, own_val())
+
+    own_train, own_val = holder.train_dataloader, holder.val_dataloader
+    wrapped = {"train_dataloader": train}
+    if type(holder).val_dataloader is not base.val_dataloader:  # (Lightning's own raises)
+        wrapped["val_dataloader"] = val
+    before = {name: vars(holder)[name] for name in wrapped if name in vars(holder)}
+    for name, fn in wrapped.items():
+        setattr(holder, name, fn)
+    try:
+        yield
+    finally:
+        for name in wrapped:
+            if name in before:
+                setattr(holder, name, before[name])
+            else:
+                delattr(holder, name)
 
 
 setattr(fit, ONE_DEVICE, LIGHTNING.integration)  # (a fit calling it with devices > 1: refused at validation)
 setattr(fit, ADAPTER, LIGHTNING)  # validation reads what Lightning cannot apply
+
+
+def cli(ctx: TrialContext, model_class: Any = None, datamodule_class: Any = None, *, args: Any = None,
+        own_optimizer: bool | None = None, **cli_kwargs: Any) -> None:
+    """Train a LightningCLI program: `LightningCLI(model_class, datamodule_class, **cli_kwargs)`'s module, DataModule
+    and Trainer arguments (its trainer_defaults, its seed) through `fit` (see autotune.integrations.lightning_cli)."""
+    train_cli(_lightning(), fit, ctx, model_class, datamodule_class, args=args, own_optimizer=own_optimizer,
+              **cli_kwargs)
+
+
+setattr(cli, ONE_DEVICE, LIGHTNING.integration)
+setattr(cli, ADAPTER, LIGHTNING)
 
 
 def _accelerator(dev: torch.device) -> str:
@@ -134,19 +187,12 @@ def _epochs(trainer: Any, steps_per_epoch: int) -> int:
     return max(1, epochs)
 
 
-def _user_loaders(pl: Any, datamodule: Any, train: Any, val: Any) -> tuple[Any, Any]:
-    """The user's training and validation DataLoaders: the datamodule's (set up for fit), or those given."""
-    if datamodule is not None:
-        datamodule.prepare_data()
-        datamodule.setup("fit")
-        train = datamodule.train_dataloader()
-        # (Lightning's own val_dataloader raises: a datamodule that does not define one has no validation data)
-        own_val = type(datamodule).val_dataloader is not pl.LightningDataModule.val_dataloader
-        val = datamodule.val_dataloader() if own_val else None
+def _checked(train: Any) -> torch.utils.data.DataLoader:
+    """The user's training data: a DataLoader (from the DataModule's train_dataloader, or train_dataloaders=)."""
     if not isinstance(train, torch.utils.data.DataLoader):
         raise ContextMisuse("autotune.integrations.lightning.fit needs the training data as a DataLoader (from "
                             f"a LightningDataModule's train_dataloader, or train_dataloaders=); got {type(train)}")
-    return train, val
+    return train
 
 
 def _train_loader(port: TrialPort, loader: torch.utils.data.DataLoader) -> torch.utils.data.DataLoader:
@@ -252,17 +298,23 @@ def _record_own(port: TrialPort, opt: torch.optim.Optimizer, sched: Any) -> None
                 "none (your configure_optimizers)")
 
 
-def _install_optimizers(port: TrialPort, module: Any, opt: torch.optim.Optimizer, mine: Any,
-                        steps_per_epoch: int) -> None:
+def _install_optimizers(port: TrialPort, module: Any, opt: torch.optim.Optimizer, mine: Any, bridge: Any,
+                        trainer: Any) -> None:
     """configure_optimizers returns what ctx.prepare settled: the module's own as it returned them (a chosen
     lr_schedule replacing its scheduler), or autotune's optimizer with the trial's lr schedule (a scheduler
-    Lightning steps after each optimizer step)."""
-    if mine is not None and not port.chosen("lr_schedule"):
-        out = mine
-    else:
-        sched = port.schedule(steps_per_epoch)  # (None: constant)
-        out = opt if sched is None else {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
-    module.configure_optimizers = lambda: out  # (on the instance: the user's class is untouched)
+    Lightning steps after each optimizer step, spanning the batches the training loader gives: Lightning calls
+    configure_optimizers before it loads the training data, so the schedule loads it first, as Lightning's own
+    `trainer.estimated_stepping_batches` does)."""
+
+    def configure() -> Any:
+        if mine is not None and not port.chosen("lr_schedule"):
+            return mine
+        if bridge.steps_per_epoch is None:
+            _ = trainer.estimated_stepping_batches  # (loads the training DataLoader: bridge.loaded)
+        sched = port.schedule(bridge.steps_per_epoch)  # (None: constant)
+        return opt if sched is None else {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
+
+    module.configure_optimizers = configure  # (on the instance: the user's class is untouched)
 
 
 def _trainer_args(port: TrialPort, user: Mapping[str, Any]) -> dict[str, Any]:
@@ -317,13 +369,19 @@ class _Bridge:
 
     def __init__(self, port: TrialPort) -> None:
         self.port = port
-        self.steps_per_epoch = 1  # (set once the Trainer says how many batches an epoch trains)
+        self.steps_per_epoch: int | None = None  # (set once the training DataLoader is loaded)
         self.epochs = 1  # (the Trainer's own count: the trial's when it did not choose epochs)
         self.validated = False  # the epoch's validation ran (reported at the epoch's end)
 
+    def loaded(self, trainer: Any, train: torch.utils.data.DataLoader) -> None:
+        """The training DataLoader the Trainer gets: the batches an epoch trains (the schedule's length, the
+        probe's) and so the epochs."""
+        self.steps_per_epoch = _batches(len(train), trainer.limit_train_batches)
+        self.epochs = _epochs(trainer, self.steps_per_epoch)
+
     def on_train_epoch_start(self, trainer: Any, pl_module: Any) -> None:
         if not self.port.started:
-            self.port.start(self.steps_per_epoch, epochs=self.epochs)  # (ctx.prepare built the model and optimizer)
+            self.port.start(self.steps_per_epoch or 1, epochs=self.epochs)  # (ctx.prepare built model and optimizer)
         if not self.port.epoch_begin():  # early stopping ended the context's epochs
             trainer.should_stop = True
 
@@ -393,4 +451,5 @@ def _scalar(v: Any) -> bool:
     return isinstance(v, (int, float)) or (isinstance(v, torch.Tensor) and v.numel() == 1)
 
 
-__all__ = ["DEVICE_ARGS", "LIGHTNING", "TrialContext", "fit"]
+__all__ = ["DEVICE_ARGS", "LIGHTNING", "TrialContext", "cli", "fit"]
+

@@ -138,6 +138,15 @@ def uncovered(fw: Framework) -> list[str]:
     return sorted(set(named) - set(SETTINGS))
 
 
+def through_optimizer(own: str, *keys: str) -> dict[str, tuple[str, str]]:
+    """The `needs` rule every framework shares: a setting of autotune's optimizer (momentum, weight_decay) that the
+    framework's own optimizer (`own`, what trains unless `optimizer` is chosen) takes nothing of is applied only with
+    `optimizer` chosen too, else refused at validation saying what to add."""
+    names = {"momentum": "sgd, sgd_nesterov or rmsprop"}
+    return {key: ("optimizer", f"{own} takes no {key} from autotune; search or fix optimizer too (add it to space: "
+                               f"or train:, e.g. {names.get(key, 'adamw')})") for key in keys}
+
+
 # ---------------------------------------------------------------- Hugging Face Trainer
 
 HF_SPEED_KEYS = ("runtime", "samples_per_second", "steps_per_second")
@@ -225,8 +234,7 @@ HF = Framework(
     inherent={"channels_last": False, "data_on_device": False},
     values={"lr_schedule": {"onecycle": "the Trainer has no one-cycle schedule (lr_scheduler_type: use constant or "
                                         "cosine)"}},
-    needs={"momentum": ("optimizer", "the Trainer's own optim takes no momentum from autotune; search or fix "
-                                     "optimizer (sgd, sgd_nesterov, rmsprop) too")},
+    needs=through_optimizer("the Trainer's own optim", "momentum"),  # (its weight_decay is the Trainer's argument)
     unmapped="the Trainer has no argument for it",
     metric_rule=hf_metric,
 )
@@ -280,6 +288,7 @@ LIGHTNING = Framework(
     },
     cannot={"data_on_device": "Lightning's loop moves each batch to the device itself"},
     inherent={"data_on_device": False},
+    needs=through_optimizer("your module's own optimizer (configure_optimizers)", "momentum", "weight_decay"),
     unmapped="Lightning's Trainer has no argument for it",
     lr_is_rate=False,
 )
@@ -287,4 +296,4 @@ LIGHTNING = Framework(
 FRAMEWORKS = {"hf": HF, "lightning": LIGHTNING}
 
 __all__ = ["Arg", "FRAMEWORKS", "Framework", "HF", "HF_OBJECT", "LIGHTNING", "LIGHTNING_PRECISIONS",
-           "arg", "enum_value", "hf_metric", "uncovered"]
+           "arg", "enum_value", "hf_metric", "through_optimizer", "uncovered"]
