@@ -259,7 +259,8 @@ class _Fit:
         try:
             with quiet_frameworks():
                 trainer.train()
-        finally:
+        finally:  # (a stopped or failed trial records what shaped it too: `_effects` runs however train() ended)
+            self._effects(port, trainer, callback.optimizer, own)
             handler = trainer.callback_handler  # (it keeps the loaders train() used last)
             _end_workers([*(trainer.__dict__.pop("_eval_dataloaders", None) or {}).values(),
                           handler.train_dataloader, handler.eval_dataloader])
@@ -268,7 +269,6 @@ class _Fit:
             trainer.remove_callback(callback)
             for c in removed:  # (the user's Trainer object outlives the study: its callbacks as they were)
                 trainer.add_callback(c)
-        self._effects(port, trainer, callback.optimizer, own)
 
     @staticmethod
     def _effects(port: TrialPort, trainer: Trainer, stepped: Any, own: bool) -> None:
@@ -314,8 +314,10 @@ class _BuiltPerTrial(_Fit):
         if not isinstance(trainer, Trainer):
             raise ContextMisuse(f"make_trainer returned {type(trainer).__name__}, not a transformers.Trainer")
         port.fresh(trainer.model, "make_trainer's Trainer")
-        self._train(port, trainer, wanted)
-        self._yours(port, self.table)
+        try:
+            self._train(port, trainer, wanted)
+        finally:  # (a stopped or failed trial's record says the same)
+            self._yours(port, self.table)
 
 
 def _end_workers(loaders: list[Any]) -> None:
@@ -362,7 +364,7 @@ class _ReusedTrainer(_Fit):
             # the Trainer outlives the study (a notebook trains it after): the user's arguments again, built anew
             # (accelerate's state is set by the newest TrainingArguments built)
             self._set_arguments(dataclasses.replace(self.base))
-        self._yours(port, self.table)
+            self._yours(port, self.table)  # (a stopped or failed trial's record says the same)
 
     def _fresh_model(self, port: TrialPort) -> None:
         """The model starts every trial from the weights it had when the first trial began."""

@@ -21,10 +21,10 @@ from autotune.core import ConfigError, TrialStopped, contention, describe_except
 from autotune.fit import Backend, TrialPlan, job_for, trainer
 from autotune.spec import RunConfig, TrialRecord
 from autotune.speed import probe
-from autotune.study import outcome
+from autotune.study import outcome, records
 from autotune.study.epoch_rules import StudyRules
 from autotune.study.records import BufferedTrial
-from autotune.training import EpochRecord, ProbeWindow, TrainResult, accel
+from autotune.training import EpochRecord, ProbeWindow, TrainResult, accel, shaped_by
 
 # `watched(trial, train, epochs_so_far, devices)`: `train()` under the run's watchdog (Objective._watched)
 Watched = Callable[[optuna.Trial, Callable[[], TrainResult], Callable[[], int], int], TrainResult]
@@ -84,9 +84,11 @@ class Attempts:
             return self._run(trial, plan, window, on_epoch, on_record, lambda: len(history))
         except TrialStopped as e:
             stop = TrialStopped(e.reason, e.epoch, e.detail)  # a fresh one: no traceback, no frames
+            records.shaped(record, plan, shaped_by(e))  # what trained, as a finished trial stores it
         except ConfigError:
             raise  # the configuration itself is wrong: no trial can run
         except (Exception, SystemExit) as e:  # sys.exit() or exit() in the fit: that trial fails, the study goes on
+            records.shaped(record, plan, shaped_by(e))
             if accel.is_oom(e):
                 oom = f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"
             else:

@@ -128,8 +128,8 @@ def test_a_study_whose_own_fit_reports_f1_recommends_what_val_accuracy_would(tmp
     """Through `select` with a real config: a training function's own `val_f1` objective (outside the catalogue)."""
     front = [trial(i, q, s) for i, (q, s) in enumerate(ZERO_FRONT)]
     (tmp_path / "own_f1.py").write_text("def fit(ctx):\n    pass\n")
-    f1 = config.from_dict({"objectives": [{"metric": "val_f1", "direction": "maximize"}, "train_time_s"], "trainer": "own_f1:fit"},
-                          source=str(tmp_path / "run.yaml"))
+    f1 = config.from_dict({"objectives": [{"metric": "val_f1", "direction": "maximize"}, "train_time_s"],
+                           "trainer": "own_f1:fit"}, source=str(tmp_path / "run.yaml"))
     assert results.select(front, f1).number == results.select(front, cfg_with()).number == 2
 
 
