@@ -71,7 +71,7 @@ def make_trainer(args):
 
 
 fit = hf.trainer_fit(make_trainer, output_dir="runs", num_train_epochs=2, lr_scheduler_type="linear",
-                     optim="adamw_torch", per_device_train_batch_size=16, per_device_eval_batch_size=32)
+                     optim="adamw_torch", per_device_train_batch_size=16, per_device_eval_batch_size=32, seed=7)
 '''.replace("FAIL_LR", repr(FAIL_LR))
 
 LIGHTNING_SCRIPT = '''
@@ -176,6 +176,7 @@ def test_a_pruned_and_a_failed_hf_trial_store_the_arguments_the_trainer_trained_
         assert stored["batch_size"] == seen["per_device_train_batch_size"] == 16
         assert stored["eval_batch_size"] == seen["per_device_eval_batch_size"] == 32  # not 1024
         assert stored["grad_clip"] == seen["max_grad_norm"] and stored["grad_accum_steps"] == 1
+        assert stored["seed"] == seen["seed"] == 7 and "seed" in recipe  # the user's seed trained, and says so
         assert set(r["not_applied"]) == {"pin_memory"}, r["not_applied"]
         assert "pin_memory" not in settings
 
