@@ -108,10 +108,12 @@ def _threads(settings: Settings, device: torch.device, cap: int | None) -> Threa
 
 
 def trial_seed(cfg: RunConfig, number: int) -> int:
-    """The training seed of trial `number`: `study.trial_seed` + number when set (an exported trial's own seed:
-    its one trial trains exactly as the original did), else study.seed x 100003 + number."""
+    """The training seed of trial `number`: `study.trial_seed` + number when set, else study.seed x 100003 + number.
+    A study of one trial (`n_trials: 1`, what `best --export` writes) with `trial_seed` trains that seed whatever
+    the trial's number: the exported trial's own seed, even when an earlier attempt of the file failed (a failed
+    trial is no finished one, so the study goes on with its trial 1, which would train trial_seed + 1)."""
     if cfg.study.trial_seed is not None:
-        return cfg.study.trial_seed + number
+        return cfg.study.trial_seed + (0 if cfg.study.n_trials == 1 else number)
     return (cfg.study.seed or 0) * 100_003 + number
 
 

@@ -19,7 +19,8 @@ first trial began), builds a fresh optimizer, and gives the Trainer the trial's 
 own hyper-parameter search does). A setting the trial did not choose keeps the user's value (or the Trainer's
 default: AdamW stays AdamW, lr_scheduler_type linear stays, the warmup, max_grad_norm 1.0); the trial records
 what the Trainer held for each (`recipe`). Each epoch is evaluated and logged (`eval_strategy` and
-`logging_strategy` "epoch"); `eval_X` metrics are reported as `val_X` (`eval_loss` is `val_loss`), the epoch's
+`logging_strategy` "epoch"); a `seed` the user set trains (the recipe's, recorded there), else the trial's seed;
+`eval_X` metrics are reported as `val_X` (`eval_loss` is `val_loss`), the epoch's
 logged `loss` as `train_loss`. An epoch's training clock runs from the Trainer's epoch start to its last
 optimizer step: evaluation, logging and checkpoint saving (`save_strategy` "no" unless given; "steps" becomes
 "epoch") are not training. Each trial writes under its own `output_dir/seed-N` (N: the trial's seed). A stop
@@ -72,7 +73,8 @@ def trial_arguments(port: TrialPort, base: TrainingArguments, given: set[str] | 
                     ) -> tuple[TrainingArguments, dict[str, dict[str, Any]]]:
     """The trial's TrainingArguments: the user's (`base`; `given`: the names the user set, None: those that differ
     from TrainingArguments' defaults), the settings the trial chose mapped onto theirs, then what autotune's
-    records need (each epoch evaluated and logged, the trial's seed, its own output folder). Also setting ->
+    records need (each epoch evaluated and logged, the trial's seed unless the user set one, its own output folder).
+    Also setting ->
     {argument: value} for each chosen setting."""
     s = port.settings
     changes: dict[str, Any] = {}
@@ -85,9 +87,13 @@ def trial_arguments(port: TrialPort, base: TrainingArguments, given: set[str] | 
         changes["torch_compile_mode"] = None  # (HF turns compile on for a mode: compile_mode acts with compile)
     given = _given(base) if given is None else given
     # (push_to_hub off: a trial's checkpoints are not the user's model, and every trial would push to one repository)
-    changes.update(eval_strategy="epoch", logging_strategy="epoch", seed=port.ctx.seed, push_to_hub=False,
+    changes.update(eval_strategy="epoch", logging_strategy="epoch", push_to_hub=False,
                    use_cpu=port.ctx.device.type == "cpu",
                    output_dir=os.path.join(str(base.output_dir or "trainer_output"), f"seed-{port.ctx.seed}"))
+    if "seed" in given:  # the user's seed is the recipe's: the Trainer trains with it, and the record says so
+        port.recipe("seed", base.seed)
+    else:  # left to the Trainer's default: the trial's own seed (its record's `seed`)
+        changes["seed"] = port.ctx.seed
     # a checkpoint saved mid-epoch would be inside the training clock: "steps" saves each epoch instead, and the
     # Trainer's default (every 500 steps) saves nothing (unless the best model is loaded at the end)
     if str(enum_value(base.save_strategy)) == "steps":
@@ -259,7 +265,8 @@ class _Fit:
         try:
             with quiet_frameworks():
                 trainer.train()
-        finally:
+        finally:  # (a stopped or failed trial records what shaped it too: `_effects` runs however train() ended)
+            self._effects(port, trainer, callback.optimizer, own)
             handler = trainer.callback_handler  # (it keeps the loaders train() used last)
             _end_workers([*(trainer.__dict__.pop("_eval_dataloaders", None) or {}).values(),
                           handler.train_dataloader, handler.eval_dataloader])
@@ -268,7 +275,6 @@ class _Fit:
             trainer.remove_callback(callback)
             for c in removed:  # (the user's Trainer object outlives the study: its callbacks as they were)
                 trainer.add_callback(c)
-        self._effects(port, trainer, callback.optimizer, own)
 
     @staticmethod
     def _effects(port: TrialPort, trainer: Trainer, stepped: Any, own: bool) -> None:
@@ -314,8 +320,10 @@ class _BuiltPerTrial(_Fit):
         if not isinstance(trainer, Trainer):
             raise ContextMisuse(f"make_trainer returned {type(trainer).__name__}, not a transformers.Trainer")
         port.fresh(trainer.model, "make_trainer's Trainer")
-        self._train(port, trainer, wanted)
-        self._yours(port, self.table)
+        try:
+            self._train(port, trainer, wanted)
+        finally:  # (a stopped or failed trial's record says the same)
+            self._yours(port, self.table)
 
 
 def _end_workers(loaders: list[Any]) -> None:
@@ -362,7 +370,7 @@ class _ReusedTrainer(_Fit):
             # the Trainer outlives the study (a notebook trains it after): the user's arguments again, built anew
             # (accelerate's state is set by the newest TrainingArguments built)
             self._set_arguments(dataclasses.replace(self.base))
-        self._yours(port, self.table)
+            self._yours(port, self.table)  # (a stopped or failed trial's record says the same)
 
     def _fresh_model(self, port: TrialPort) -> None:
         """The model starts every trial from the weights it had when the first trial began."""

@@ -175,15 +175,17 @@ def knee(front: list[FrozenTrial], directions: list[str], metrics: list[str] | N
     """The front point closest to the ideal point, each objective compared as a ratio to its best.
 
     Accuracy is compared as error rate, time as seconds: halving the error weighs the same as
-    halving the time, so a trial 1.1x slower but with a third of the errors wins. Objectives
-    that are not positive fall back to the front's range scaled to [0, 1].
+    halving the time, so a trial 1.1x slower but with a third of the errors wins. A maximized metric the
+    catalogue does not know (a training function's `val_f1`) is read by its values as accuracy is: within [0, 1]
+    it is a share, compared by its error rate, whatever its name (read as a raw value, its 0 on the front sent it
+    alone to range scaling). Objectives that are not positive fall back to the front's range scaled to [0, 1].
     """
     metrics = metrics or [""] * len(directions)
     vals = [list(t.values) for t in front]
     columns = []
     for i, (d, m) in enumerate(zip(directions, metrics)):
         col = [v[i] for v in vals]
-        if d == "maximize" and all(0 <= x <= 1 for x in col) and (m == "" or is_fraction(m)):
+        if d == "maximize" and all(0 <= x <= 1 for x in col) and (m not in CATALOGUE or is_fraction(m)):
             col, d = [max(1 - x, 1e-4) for x in col], "minimize"  # accuracy -> error rate
         if all(x > 0 for x in col):
             best = min(col) if d == "minimize" else max(col)

@@ -57,7 +57,9 @@ class StudyConfig(_Model):
     n_trials: Int | None = Field(30, ge=1)  # finished (complete or pruned) trials the study should hold
     timeout: Float | None = Field(None, gt=0)  # seconds for one run
     seed: Int | None = 0  # sampler seed; trial n trains with seed x 100003 + n
-    trial_seed: Int | None = None  # trial n trains with trial_seed + n (unset: seed x 100003 + n); set by export
+    # trial n trains with trial_seed + n (unset: seed x 100003 + n); with n_trials 1 (an export), every attempt
+    # trains trial_seed itself (a failed one does not move it); set by export
+    trial_seed: Int | None = None
     heartbeat_interval: Int | None = Field(None, ge=1)  # RDB storages: seconds between a running trial's heartbeats
     grace_period: Int | None = Field(None, ge=1)  # RDB: a trial silent this long is failed (orphaned), retried once
     max_repeated_errors: Int = Field(3, ge=1)  # this many trials in a row failing the same way stop the run

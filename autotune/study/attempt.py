@@ -21,10 +21,10 @@ from autotune.core import ConfigError, TrialStopped, contention, describe_except
 from autotune.fit import Backend, TrialPlan, job_for, trainer
 from autotune.spec import RunConfig, TrialRecord
 from autotune.speed import probe
-from autotune.study import outcome
+from autotune.study import outcome, records
 from autotune.study.epoch_rules import StudyRules
 from autotune.study.records import BufferedTrial
-from autotune.training import EpochRecord, ProbeWindow, TrainResult, accel
+from autotune.training import EpochRecord, ProbeWindow, TrainResult, accel, shaped_by
 
 # `watched(trial, train, epochs_so_far, devices)`: `train()` under the run's watchdog (Objective._watched)
 Watched = Callable[[optuna.Trial, Callable[[], TrainResult], Callable[[], int], int], TrainResult]
@@ -44,9 +44,9 @@ class Attempts:
     def train(self, trial: BufferedTrial, plan: TrialPlan) -> TrainResult:
         """Train; on out-of-memory, with `oom: retry_smaller_batch`, once more at half the batch sizes. Every
         failed attempt is left (its exception and frames dropped) before memory is released and the retry starts."""
-        retried = False
+        retried, sampled = False, plan
         while True:
-            tried = self.attempt(trial, plan)
+            tried = self.attempt(trial, plan, sampled)
             if isinstance(tried, TrainResult):
                 return tried
             self.backend.tidy(accel.release_memory)  # nothing of the failed attempt is referenced any more
@@ -57,9 +57,11 @@ class Attempts:
             retried, plan = True, smaller
             trial.record.oom_retried, trial.record.batch_size_used = True, plan.settings.batch_size
 
-    def attempt(self, trial: BufferedTrial, plan: TrialPlan) -> TrainResult | tuple[str, int]:
+    def attempt(self, trial: BufferedTrial, plan: TrialPlan, sampled: TrialPlan) -> TrainResult | tuple[str, int]:
         """One training run: its result, or (what ran out of memory, epoch). Stops and failures are raised only
-        after leaving the `except` block, so no traceback keeps the run's tensors alive."""
+        after leaving the `except` block, so no traceback keeps the run's tensors alive. `sampled`: the trial's
+        plan before an out-of-memory retry halved it (its settings are stored as sampled, as a trained one's are;
+        `batch_size_used` says the batch the retry trained)."""
         record = trial.record
         history: list[dict[str, Any]] = []
         epoch_values: list[list[float]] = []
@@ -84,9 +86,11 @@ class Attempts:
             return self._run(trial, plan, window, on_epoch, on_record, lambda: len(history))
         except TrialStopped as e:
             stop = TrialStopped(e.reason, e.epoch, e.detail)  # a fresh one: no traceback, no frames
+            records.shaped(record, sampled, shaped_by(e))  # what trained, as a finished trial stores it
         except ConfigError:
             raise  # the configuration itself is wrong: no trial can run
         except (Exception, SystemExit) as e:  # sys.exit() or exit() in the fit: that trial fails, the study goes on
+            records.shaped(record, sampled, shaped_by(e))
             if accel.is_oom(e):
                 oom = f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"
             else:

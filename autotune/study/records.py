@@ -32,6 +32,7 @@ import optuna
 
 from autotune.core import optuna_compat as compat
 from autotune.spec import StudyRecord, TrialRecord
+from autotune.training import Shaped
 
 if TYPE_CHECKING:
     from autotune.fit import TrialPlan
@@ -79,22 +80,29 @@ def planned(record: TrialRecord, plan: TrialPlan) -> None:
 
 
 def trained(record: TrialRecord, plan: TrialPlan, result: TrainResult) -> None:
-    """What a trained trial stores: its final metrics and epochs; what shaped it (its searched settings that did not
-    are `not_applied`, and its settings are stored without any that did not: a default optimizer adam nothing
-    stepped); the rates a chosen lr gave the fit's own optimizer's groups; an early stop; its meters."""
+    """What a trained trial stores: its final metrics and epochs; what shaped it (`shaped`); an early stop; its
+    meters."""
     record.metrics.update(result.metrics())
     record.epochs_run = result.epochs_run
-    if result.not_applied:
-        record.not_applied = result.not_applied
-    if result.unused:
-        record.settings = {k: v for k, v in plan.point.items() if k not in result.unused}
-    if result.recipe:  # settings left to the user's code or the framework's defaults, with what they held
-        record.recipe = result.recipe
-    if result.effective_lrs is not None:
-        record.own_group_lrs, record.effective_lrs = result.effective_lrs
+    shaped(record, plan, Shaped(not_applied=result.not_applied, unused=result.unused, recipe=result.recipe,
+                                effective_lrs=result.effective_lrs))
     if result.stopped_early_at is not None:  # a finished trial: values are its last epoch's
         record.stopped("early_stopped", result.stopped_early_at)
     record.meters = result.meters  # what measured peak_memory_mb and energy_j, or why not
+
+
+def shaped(record: TrialRecord, plan: TrialPlan, what: Shaped | None) -> None:
+    """What shaped a trial, trained, stopped or failed alike: its searched settings that did not are `not_applied`,
+    and its settings are stored without any that did not (a default optimizer adam nothing stepped, the catalogue's
+    epochs 10 where the Trainer trained its own 2); the values the user's recipe held for those (`recipe`); the rates
+    a chosen lr gave the fit's own optimizer's groups. None (it stopped before training began): the plan stays."""
+    if what is None:
+        return
+    # (set, not merged: an out-of-memory retry's attempt replaces the first one's)
+    record.settings = {k: v for k, v in plan.point.items() if k not in what.unused}
+    record.not_applied = dict(what.not_applied) or None
+    record.recipe = dict(what.recipe) or None  # settings left to the user's code or the framework's defaults
+    record.own_group_lrs, record.effective_lrs = what.effective_lrs if what.effective_lrs is not None else (None, None)
 
 
 def write(trial: optuna.Trial, record: TrialRecord) -> None:
@@ -227,4 +235,5 @@ def _upserts(storage: optuna.storages.RDBStorage) -> bool:
     return name in ("postgresql", "mysql") or (name == "sqlite" and sqlite3.sqlite_version_info >= (3, 24, 0))
 
 
-__all__ = ["BufferedTrial", "attach", "planned", "put", "stage", "trained", "write", "write_study", "write_user_attrs"]
+__all__ = ["BufferedTrial", "attach", "planned", "put", "shaped", "stage", "trained", "write", "write_study",
+           "write_user_attrs"]

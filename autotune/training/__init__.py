@@ -14,7 +14,7 @@ from autotune.training.context.loaders import Batches
 from autotune.training.context.memory import unavailable as memory_unavailable
 from autotune.training.context.misuse import ContextMisuse
 from autotune.training.context.port import TrialPort, refuse_devices
-from autotune.training.context.records import EpochRecord, OnEpoch, TrainResult
+from autotune.training.context.records import EpochRecord, OnEpoch, Shaped, TrainResult, shaped_by
 from autotune.training.context.state import BY_CONTEXT, TrialSetup
 from autotune.training.context.trial import TrialContext, run_fit, trial_session, unsupported_combination
 from autotune.training.data import DATASETS, Dataset, augment
@@ -24,7 +24,8 @@ from autotune.training.throughput import Measurement, ProbeDone, ProbeWindow, Re
 
 __all__ = [
     "BY_CONTEXT", "Batches", "ContextMisuse", "DATASETS", "Dataset", "EpochRecord", "Limits", "MODELS", "Measurement",
-    "OnEpoch", "ProbeDone", "ProbeWindow", "RepeatedWindow", "TrainResult", "TrialContext", "TrialPort", "TrialSetup",
+    "OnEpoch", "ProbeDone", "ProbeWindow", "RepeatedWindow", "Shaped", "TrainResult", "TrialContext", "TrialPort",
+    "TrialSetup",
     "augment", "cpu_cores", "devices_wanted", "energy_unavailable", "memory_unavailable", "projected_time_s",
-    "refuse_devices", "run_fit", "trial_session", "unsupported_combination",
+    "refuse_devices", "run_fit", "shaped_by", "trial_session", "unsupported_combination",
 ]

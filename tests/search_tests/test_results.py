@@ -109,3 +109,32 @@ def test_a_summarys_history_reads_as_the_epoch_records_a_train_result_holds() ->
     old, again = s.records()
     assert again == rec and again.val_accuracy == 0.9  # the same record back
     assert old.epoch == 1 and old.metrics == {"val_accuracy": 0.5} and old.lr != old.lr  # a clock it lacks: NaN
+
+
+# A front with a 0 on a [0, 1] quality metric: f1 0 @ 2.06 s, 0.135 @ 3.08 s, 0.902 @ 6.14 s (issue 49)
+ZERO_FRONT = [(0.0, 2.06), (0.135, 3.08), (0.902, 6.14)]
+
+
+@pytest.mark.parametrize("name", ["val_f1", "val_iou", "my_score", "val_accuracy", ""])
+def test_knee_scales_a_quality_metric_the_same_way_whatever_its_name(name: str) -> None:
+    """A [0, 1] quality metric the catalogue does not know is read as val_accuracy is (by its error rate): the
+    zero on the front does not send it alone to range scaling while the time stays in log ratios (which picked
+    f1 0.135 @ 3.08 s)."""
+    front = [trial(i, q, s) for i, (q, s) in enumerate(ZERO_FRONT)]
+    assert results.knee(front, ["maximize", "minimize"], [name, "train_time_s"]).number == 2
+
+
+def test_a_study_whose_own_fit_reports_f1_recommends_what_val_accuracy_would(tmp_path: Any) -> None:
+    """Through `select` with a real config: a training function's own `val_f1` objective (outside the catalogue)."""
+    front = [trial(i, q, s) for i, (q, s) in enumerate(ZERO_FRONT)]
+    (tmp_path / "own_f1.py").write_text("def fit(ctx):\n    pass\n")
+    f1 = config.from_dict({"objectives": [{"metric": "val_f1", "direction": "maximize"}, "train_time_s"],
+                           "trainer": "own_f1:fit"}, source=str(tmp_path / "run.yaml"))
+    assert results.select(front, f1).number == results.select(front, cfg_with()).number == 2
+
+
+def test_a_catalogue_metric_that_is_not_a_share_keeps_its_ratio() -> None:
+    """Only a metric the catalogue does not know is read by its values: samples_per_s in [0, 1] is no accuracy."""
+    front = [trial(0, 0.1, 1.0), trial(1, 0.2, 1.9)]  # (twice the samples/s for 1.9x the time)
+    picked = results.knee(front, ["maximize", "minimize"], ["samples_per_s", "train_time_s"]).number
+    assert picked == 1  # as ratios (0.693 vs 0.642); as error rates (0.9 vs 0.8) the ratio 0.118 would pick 0

@@ -47,6 +47,28 @@ class EpochRecord:
 OnEpoch = Callable[[EpochRecord], None]
 
 
+@dataclass(frozen=True)
+class Shaped:
+    """What shaped a run that stopped or failed after it began training (a trained run's `TrainResult` holds the
+    same): the settings that took no effect (`not_applied`, `unused`), what the user's recipe held for those it
+    left to it, the rates a chosen lr gave the fit's own optimizer. A stopped or failed trial stores these as a
+    finished one does (its settings are what trained, not the plan's catalogue defaults)."""
+
+    not_applied: dict[str, str]
+    unused: list[str]
+    recipe: dict[str, Any]
+    effective_lrs: tuple[list[float], list[float]] | None = None
+
+
+SHAPED = "_autotune_shaped"  # the attribute of a fit's exception that carries its run's `Shaped`
+
+
+def shaped_by(exc: BaseException) -> Shaped | None:
+    """The `Shaped` a run that raised `exc` left on it (None: it had not begun training, or it is not known)."""
+    found = getattr(exc, SHAPED, None)
+    return found if isinstance(found, Shaped) else None
+
+
 @dataclass
 class TrainResult:
     """What one training run measured: final metrics, clocks, per-epoch history, the trained model."""

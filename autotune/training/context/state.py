@@ -24,7 +24,7 @@ from autotune.training.context import misuse
 from autotune.training.context.collective import collective
 from autotune.training.context.epoch_clock import EpochClock, steady_rate, wait_fraction
 from autotune.training.context.limits import Limits
-from autotune.training.context.records import EpochRecord, OnEpoch, TrainResult
+from autotune.training.context.records import EpochRecord, OnEpoch, Shaped, TrainResult
 from autotune.training.context.stepper import Stepper, post_hook, remove_hooks
 from autotune.training.context.stop_rules import StopRules
 from autotune.training.distributed.devices import Group
@@ -250,6 +250,14 @@ class TrialState:
         """(the fit's optimizer's own group lrs, what a chosen lr scaled them to), when that took effect."""
         scaled = self.stepper.scaled
         return None if scaled is None or "lr" not in self.effects_now() else (scaled[1], scaled[2])
+
+    def shaped(self) -> Shaped | None:
+        """What shaped the run so far, once it began training (an optimizer step, an epoch, or a framework's recipe
+        read): for a trial that stops or fails, stored as a trained one's is. None before that: nothing trained."""
+        if not (self.history or self.stepper.opt_steps or self.recipe):
+            return None
+        return Shaped(not_applied=self.unapplied(), unused=self.unused(), recipe=dict(self.recipe),
+                      effective_lrs=self.effective_lrs())
 
     def result(self, returned: Any = None) -> TrainResult:
         """The run's result once `fit` returned: the last epoch's metrics, then whatever fit returned (a dict)."""

@@ -53,7 +53,7 @@ from autotune.training.context import applied as unread
 from autotune.training.context import misuse
 from autotune.training.context.loaders import Batches, DeviceBatches, build
 from autotune.training.context.misuse import ContextMisuse
-from autotune.training.context.records import TrainResult
+from autotune.training.context.records import SHAPED, TrainResult
 from autotune.training.context.state import TrialSetup, TrialState
 
 CUDA_GRAPH_MODES = ("reduce-overhead", "max-autotune")
@@ -275,16 +275,30 @@ def run_fit(fit: Callable[[TrialContext], Any], ctx: TrialContext) -> TrainResul
     """Run a training function on a context (inside `trial_session`) and return what it measured."""
     try:
         returned = fit(ctx)
+    except BaseException as e:  # a stop or a failure: what shaped the run so far goes with it (the trial's record)
+        _carry_shaped(e, ctx._state)
+        raise
     finally:
         ctx._state.close()
         ctx._state.trained()
     if ctx._state.stop is not None:  # the function caught a stop and returned: the trial still stopped
+        _carry_shaped(ctx._state.stop, ctx._state)
         raise ctx._state.stop
     try:
         return ctx._state.result(returned)
     except ContextMisuse as e:  # found once fit returned (no epoch, a bad return value): the fit is the place
         e._autotune_where = code_where(fit)
         raise
+
+
+def _carry_shaped(exc: BaseException, state: TrialState) -> None:
+    """Put the run's `Shaped` on the exception that ends it (never raising: the fit's own error comes first)."""
+    try:
+        shaped = state.shaped()
+        if shaped is not None:
+            setattr(exc, SHAPED, shaped)
+    except Exception:  # (an exception type without attributes, or a state the failure left half-built)
+        pass
 
 
 __all__ = ["TrialContext", "run_fit", "trial_session", "unsupported_combination"]
