@@ -2,6 +2,7 @@
 
     python bench/replay.py --workload lcbench --tasks report --seeds 50 --workers 1 8 [--jobs 2]
     python bench/replay.py --workload mnist1d --seeds 50 --workers 1 8
+    python bench/replay.py --workload lcbench --report     # the report's tables, resumable (bench/replay_report.py)
 
 Workloads: `lcbench` (YAHPO Gym's LCBench surrogate, bench/replay_lcbench.py: 34 OpenML tasks, split into
 DEV_TASKS, on which defaults were chosen, and the rest, REPORT, on which results are only reported; report seeds
@@ -515,6 +516,12 @@ def run_all(name: str, tasks: list[str | None], arms: list[str], seeds: list[int
 
 def main(argv: list[str] | None = None) -> None:
     global BUDGET_TRIALS
+    argv = sys.argv[1:] if argv is None else argv
+    if "--report" in argv:  # the sized, resumable report command (bench/replay_report.py)
+        from bench import replay_report
+
+        replay_report.main(argv)
+        return
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--workload", default="lcbench", choices=sorted(SPACES))
     ap.add_argument("--tasks", default="dev", help="LCBench: dev, report, all, or comma-separated task ids")
