@@ -6,8 +6,9 @@
 Blocks (REPORT tasks, seeds from REPORT_SEED: nothing was chosen on them): a budget of 20 median full-training
 times at 1 worker on all 26 report tasks x 3 seeds; at 8 workers (budget / 8 x 2), and with a budget of 60 at 1
 worker, every other report task (13) x 1 seed (60 at 8 workers: --full only). `--full`: every block on all 26
-tasks x 50 seeds, and 60 at 8 workers too (about 160,000 CPU seconds measured per cell below: some 3 hours on 16 cores). Arms: plain Optuna
-MO-TPE, the OptunaHub rule, rank-corrected MOASHA (the goals' baselines) and autotune; `--arms` for others.
+tasks x 50 seeds, and 60 at 8 workers too (CPU seconds per cell measured: bench/RESULTS.md; some hours on 16
+cores). Arms: plain Optuna MO-TPE, the OptunaHub rule, rank-corrected MOASHA (the goals' baselines) and autotune;
+`--arms` adds others.
 
 Each (block, task, seed, arm) cell is a file in the cache folder (`--cache`, default
 studies/replay-report/<fingerprint>/, the fingerprint a hash of the code every arm runs: autotune/, bench/replay*.py,
