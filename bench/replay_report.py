@@ -30,7 +30,7 @@ import json
 import os
 import re
 import time
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
@@ -124,7 +124,8 @@ def run_missing(folder: Path, blocks: list[Block], arms: list[str], jobs: int, t
     if not todo:
         return cpu
     with ProcessPoolExecutor(max_workers=max(1, jobs)) as pool:
-        for i, (cell, c) in enumerate(pool.map(run_cell, todo, chunksize=1), 1):
+        for i, done in enumerate(as_completed([pool.submit(run_cell, c) for c in todo]), 1):
+            cell, c = done.result()
             cpu[cell[1]] += c
             if i % max(1, len(todo) // 20) == 0 or i == len(todo):
                 print(f"  {i}/{len(todo)} cells, {time.perf_counter() - t0:.0f}s (load {os.getloadavg()[0]:.1f})",
