@@ -4,11 +4,11 @@
     python bench/replay.py --workload lcbench --report --full --jobs 16  # 50 seeds everywhere (a 16-core machine)
 
 Blocks (REPORT tasks, seeds from REPORT_SEED: nothing was chosen on them): a budget of 20 median full-training
-times at 1 worker on all 26 report tasks x 3 seeds; at 8 workers (budget / 8 x 2), and with a budget of 60 at 1
-worker, every other report task (13) x 1 seed (60 at 8 workers: --full only). `--full`: every block on all 26
-tasks x 50 seeds, and 60 at 8 workers too (CPU seconds per cell measured: bench/RESULTS.md; some hours on 16
-cores). Arms: plain Optuna MO-TPE, the OptunaHub rule, rank-corrected MOASHA (the goals' baselines) and autotune;
-`--arms` adds others.
+times at 1 worker on all 26 report tasks x 3 seeds; at 8 workers (budget / 8 x 2) every other report task (13) x
+1 seed; with a budget of 60 at 1 worker every fourth report task (7) x 1 seed (60 at 8 workers: --full only).
+`--full`: every block, 60 at 8 workers too, on all 26 tasks x 50 seeds (CPU seconds per cell measured:
+bench/RESULTS.md; hours on 16 cores). Arms: plain Optuna MO-TPE, the OptunaHub rule, rank-corrected MOASHA (the
+goals' baselines) and autotune; `--arms` adds others.
 
 Each (block, task, seed, arm) cell is a file in the cache folder (`--cache`, default
 studies/replay-report/<fingerprint>/, the fingerprint a hash of the code every arm runs: autotune/, bench/replay*.py,
@@ -54,21 +54,27 @@ class Block:
         return f"{self.workers} worker{'s' if self.workers > 1 else ''}, budget {self.budget_trials:g}"
 
 
-def plan(full: bool, seeds: int, seeds_small: int, tasks_small: int, budgets: list[float],
+def plan(full: bool, seeds: int, seeds_small: int, tasks_small: int, tasks_budget: int, budgets: list[float],
          workers: list[int]) -> list[Block]:
     """The blocks: (the first worker count, the first budget) on every report task x `seeds`; the other worker
-    counts at the first budget and the other budgets at the first worker count on every other report task,
-    `tasks_small` of them, x `seeds_small`; `full`: every (workers, budget) on all 26 tasks x 50 seeds."""
+    counts at the first budget on every other report task (`tasks_small` of them), the other budgets at the first
+    worker count on every fourth (`tasks_budget`), x `seeds_small`; `full`: every (workers, budget) on all 26 tasks
+    x 50 seeds. Every other and every fourth: spread over the list, chosen before any result."""
     every = tuple(str(t) for t in R.task_list("lcbench", "report"))
-    small = every if full else every[::2][:tasks_small]
     out = []
     for b in budgets:
         for n in workers:
             first = (n, b) == (workers[0], budgets[0])
-            if not full and n != workers[0] and b != budgets[0]:
+            if full or first:
+                tasks = every
+            elif b == budgets[0]:
+                tasks = every[::2][:tasks_small]
+            elif n == workers[0]:
+                tasks = every[::4][:tasks_budget]
+            else:
                 continue  # several workers at a larger budget: only in the full report
             k = 50 if full else (seeds if first else seeds_small)
-            out.append(Block(n, b, every if first or full else small, tuple(range(R.REPORT_SEED, R.REPORT_SEED + k))))
+            out.append(Block(n, b, tasks, tuple(range(R.REPORT_SEED, R.REPORT_SEED + k))))
     return out
 
 
@@ -179,7 +185,9 @@ def main(argv: list[str]) -> None:
     ap.add_argument("--full", action="store_true", help="every block on all 26 report tasks x 50 seeds")
     ap.add_argument("--seeds", type=int, default=3, help="seeds of the first block (1 worker, budget 20)")
     ap.add_argument("--seeds-small", type=int, default=1, help="seeds of the other blocks")
-    ap.add_argument("--tasks-small", type=int, default=13, help="report tasks of the other blocks (every other one)")
+    ap.add_argument("--tasks-small", type=int, default=13, help="report tasks at the other worker counts (every "
+                                                                "other one)")
+    ap.add_argument("--tasks-budget", type=int, default=7, help="report tasks at the other budgets (every fourth)")
     ap.add_argument("--budgets", type=float, nargs="+", default=[20.0, 60.0],
                     help="1-worker budgets in median full-training times of the task")
     ap.add_argument("--workers", type=int, nargs="+", default=[1, 8])
@@ -195,7 +203,8 @@ def main(argv: list[str]) -> None:
     unknown = [a for a in arms if a not in R.ARMS]
     if unknown:
         raise SystemExit(f"replay.py: --arms: unknown {', '.join(unknown)}; known: {', '.join(R.ARMS)}")
-    blocks = plan(args.full, args.seeds, args.seeds_small, args.tasks_small, args.budgets, args.workers)
+    blocks = plan(args.full, args.seeds, args.seeds_small, args.tasks_small, args.tasks_budget, args.budgets,
+                  args.workers)
     if args.only:
         keep = set(args.only.split(","))
         blocks = [Block(b.workers, b.budget_trials, tuple(t for t in b.tasks if t in keep), b.seeds) for b in blocks]
