@@ -29,6 +29,7 @@ import hashlib
 import json
 import os
 import re
+import sys
 import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
@@ -202,7 +203,8 @@ def main(argv: list[str]) -> None:
     arms = [a for a in args.arms.split(",") if a] if args.arms else list(REPORT_ARMS)
     unknown = [a for a in arms if a not in R.ARMS]
     if unknown:
-        raise SystemExit(f"replay.py: --arms: unknown {', '.join(unknown)}; known: {', '.join(R.ARMS)}")
+        print(f"replay.py: --arms: unknown {', '.join(unknown)}; known: {', '.join(R.ARMS)}", file=sys.stderr)
+        raise SystemExit(2)  # a user's mistake: one line, exit 2
     blocks = plan(args.full, args.seeds, args.seeds_small, args.tasks_small, args.tasks_budget, args.budgets,
                   args.workers)
     if args.only:

@@ -49,3 +49,11 @@ def test_the_cache_folder_changes_with_the_code(tmp_path, monkeypatch) -> None:
     with (tmp_path / "autotune" / "__init__.py").open("a") as f:
         f.write("\n# a change to autotune's code\n")
     assert rr.fingerprint() != before
+
+
+def test_an_unknown_arm_is_one_line_and_exit_2(capsys) -> None:
+    with pytest.raises(SystemExit) as e:
+        rr.main(["--report", "--arms", "plain Optuna,nope"])
+    assert e.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("replay.py: --arms: unknown nope; known: plain Optuna, ")
