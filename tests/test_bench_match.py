@@ -39,6 +39,11 @@ def test_time_to_match_on_a_hand_made_pair_of_runs() -> None:
     assert rm.match_ratio(arm.steps, (), BUDGET) == pytest.approx(100 / 10)
     assert rm.match_ratio((), arm.steps, BUDGET) == pytest.approx(10 / 100)
     assert rm.match_ratio((), (), BUDGET) == 1.0
+    # strict: the baseline's own time to its end (20 s) instead of the budget; the reverse, the arm's (30 s)
+    assert rm.match_ratio(arm.steps, base.steps, BUDGET, strict=True) == pytest.approx(20 / 30)
+    assert rm.match_ratio(base.steps, arm.steps, BUDGET, strict=True) == pytest.approx(30 / 20)  # the reciprocal
+    assert rm.match_ratio(arm.steps, arm.steps, BUDGET, strict=True) == 1.0  # an identical run: exactly 1
+    assert rm.match_ratio(arm.steps, (), BUDGET, strict=True) == pytest.approx(100 / 10)  # nothing: the budget
 
 
 def test_the_anytime_hypervolume_is_the_area_under_the_curve_over_the_budget() -> None:
@@ -69,7 +74,8 @@ def test_a_goal_is_met_only_where_the_intervals_lower_end_clears_it() -> None:
           ("t2", 1, "autotune"): fast, ("t2", 1, "plain Optuna"): slow}
     budgets = {("t1", 1): BUDGET, ("t2", 1): BUDGET}
     lines = rm.goals(ms, ["t1", "t2"], 1, "autotune", budgets, "1 worker")
-    assert lines[0] == "| 1 worker | time to match plain Optuna >= 2x | 3.33x [3.33, 3.33] | met |"
+    assert lines[0] == ("| 1 worker | time to match plain Optuna >= 2x | 3.33x [3.33, 3.33] "
+                        "(strict 0.67x [0.67, 0.67]) | met |")
     assert lines[1].endswith("| 100% of 2 [100%, 100%] | met |")
     ms[("t2", 1, "autotune")] = [seed(ARM[:1])] * 3  # on t2 the arm stops at 0.5: never matches, lower accuracy
     lines = rm.goals(ms, ["t1", "t2"], 1, "autotune", budgets, "1 worker")
