@@ -2,6 +2,7 @@
 
     python bench/replay.py --workload lcbench --tasks report --seeds 50 --workers 1 8 [--jobs 2]
     python bench/replay.py --workload mnist1d --seeds 50 --workers 1 8
+    python bench/replay.py --workload lcbench --report     # the report's tables, resumable (bench/replay_report.py)
 
 Workloads: `lcbench` (YAHPO Gym's LCBench surrogate, bench/replay_lcbench.py: 34 OpenML tasks, split into
 DEV_TASKS, on which defaults were chosen, and the rest, REPORT, on which results are only reported; report seeds
@@ -55,7 +56,7 @@ sys.path.insert(0, str(ROOT))
 
 import optuna  # noqa: E402
 
-from bench import replay_arms, replay_syne  # noqa: E402
+from bench import replay_arms, replay_match, replay_syne  # noqa: E402
 from bench import time_to_target as ttt  # noqa: E402
 from bench.replay_workload import RECORDINGS, Workload  # noqa: E402
 
@@ -233,7 +234,8 @@ def one_run(job: Job) -> tuple[Job, Events, float]:
 @dataclass(frozen=True)
 class Seed:
     """One run's measures: time to each target (inf: never) per view, the end's hypervolume shares, best accuracy
-    (of counted points), trials, stopped, and the anytime hypervolume share (linear) on the budget grid."""
+    (of counted points), trials, stopped, the anytime hypervolume share (linear) on the budget grid, and `steps`:
+    (simulated seconds, that share) at each of its rises (bench/replay_match.py: time to match, its area)."""
 
     to: dict[tuple[str, float], float]
     hv_end: dict[str, float]
@@ -241,6 +243,7 @@ class Seed:
     trials: int
     stopped: int
     anytime: tuple[float, ...]
+    steps: tuple[tuple[float, float], ...] = ()
 
 
 def measures(ev: Events, front: Sequence[tuple[float, float]], t_ref: float, budget: float) -> Seed:
@@ -251,6 +254,7 @@ def measures(ev: Events, front: Sequence[tuple[float, float]], t_ref: float, bud
     anytime = [0.0] * GRID
     gi = 0
     hv_lin = 0.0
+    steps: list[tuple[float, float]] = []
     for at, acc, tt, _ in ev:
         while gi < GRID and grid[gi] < at:
             anytime[gi] = hv_lin / refs["lin"]
@@ -261,6 +265,8 @@ def measures(ev: Events, front: Sequence[tuple[float, float]], t_ref: float, bud
         for v in HV:
             share = HV[v](pts, t_ref) / refs[v]
             if v == "lin":
+                if share > hv_lin / refs["lin"] and at <= budget:
+                    steps.append((at, share))
                 hv_lin = share * refs["lin"]
             for q in TARGETS:
                 if share >= q and math.isinf(to[(v, q)]):
@@ -270,7 +276,7 @@ def measures(ev: Events, front: Sequence[tuple[float, float]], t_ref: float, bud
         gi += 1
     return Seed(to, {v: HV[v](pts, t_ref) / refs[v] if pts else 0.0 for v in HV},
                 max((a for _, a in pts), default=0.0), len(ev), sum(1 for e in ev if e[3] == "PRUNED"),
-                tuple(anytime))
+                tuple(anytime), tuple(steps))
 
 
 def rmst(ts: Sequence[float], budget: float) -> float:
@@ -358,6 +364,7 @@ def report(name: str, workers: int, tasks: list[str | None], arms: list[str], ms
     summary(workers, tasks, arms, ms, budgets)
     out: dict[str, Any] = {}
     bases = [b for b in BASELINES if b in arms]
+    replay_match.tables(ms, tasks, workers, arms, bases, budgets, SHORT, out)
     for v in HV:
         for q in TARGETS:
             print(f"\nspeed-up to {int(100 * q)} % ({v} time): RMST(baseline) / RMST(arm), "
@@ -509,6 +516,12 @@ def run_all(name: str, tasks: list[str | None], arms: list[str], seeds: list[int
 
 def main(argv: list[str] | None = None) -> None:
     global BUDGET_TRIALS
+    argv = sys.argv[1:] if argv is None else argv
+    if "--report" in argv:  # the sized, resumable report command (bench/replay_report.py)
+        from bench import replay_report
+
+        replay_report.main(argv)
+        return
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--workload", default="lcbench", choices=sorted(SPACES))
     ap.add_argument("--tasks", default="dev", help="LCBench: dev, report, all, or comma-separated task ids")

@@ -6,7 +6,8 @@ code's are both "autotune").
 
 Prints, per version and the baseline (taken from the --new files), the summary of `bench/replay.py`, then new vs
 baseline, old vs baseline and new vs old: RMST speed-ups to 90 % / 95 % (linear time; median over tasks, its 95 %
-interval, tasks whose paired interval is above / below 1) and the mean paired differences in best accuracy and end
+interval, tasks whose paired interval is above / below 1), time to match and the anytime hypervolume
+(bench/replay_match.py) and the mean paired differences in best accuracy and end
 hypervolume (median over tasks, tasks whose interval is above / below 0). One worker count at a time (the first).
 """
 
@@ -22,6 +23,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench import replay as R  # noqa: E402
+from bench import replay_match as rm  # noqa: E402
 
 
 def runs_of(files: list[Path], rename: dict[str, str]) -> dict[tuple[str, int, str], dict[int, Any]]:
@@ -67,6 +69,9 @@ def main() -> None:
             print(f"  to {int(100 * q)} %: {R.fmt_x(R.median_ratio(per))}; per task "
                   + " ".join(f"{x[0]:.2f}" for x in each)
                   + f" (interval above 1: {sum(x[1] > 1 for x in each)}, below 1: {sum(x[2] < 1 for x in each)})")
+        for what, get in rm.MEASURES.items():  # time to match, anytime hypervolume: tasks and seeds resampled
+            per_t = rm.per_task(ms, tasks, n, mine, base, get, budgets)
+            print(f"  {what}: {rm.fmt(rm.ratio_boot(per_t))} (geometric mean over tasks x seeds)")
         for what, get in (("best accuracy", lambda s: s.best_acc), ("HV end (lin)", lambda s: s.hv_end["lin"]),
                           ("HV end (log)", lambda s: s.hv_end["log"])):
             ds = [R.paired_diff([get(s) for s in ms[(t, n, base)]], [get(s) for s in ms[(t, n, mine)]])

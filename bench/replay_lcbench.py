@@ -1,6 +1,13 @@
 """YAHPO Gym's LCBench surrogate as a replay workload: any configuration of LCBench's space, on any of its 34
-OpenML tasks, answers with a 52-epoch learning curve (validation accuracy, cumulative seconds) from the ONNX
-surrogate in bench/yahpo_lcbench/ (its README: source, licenses, citation, encoding).
+OpenML tasks, answers with a learning curve (validation accuracy, cumulative seconds) from the ONNX surrogate in
+bench/yahpo_lcbench/ (its README: source, licenses, citation, encoding).
+
+LCBench's epoch 1 is an untrained network: YAHPO Gym's FAQ says the first epoch of the lcbench data is the model
+"only being initialized (i.e., not trained)" and advises starting multi-fidelity HPO at epoch 2. Every arm's
+workload therefore starts there: the replay's epoch k is the surrogate's epoch k + 1 (FIRST_EPOCH), so a
+configuration has EPOCHS = 51 fidelities, the first one trained, and its end (the surrogate's epoch 52, the
+reference fronts' epoch) unchanged. The untrained epoch's seconds stay in the cumulative time (the surrogate's time
+at epoch 2 is what the first replayed epoch costs).
 
 `Surrogate` reads the model with onnxruntime (one thread), encoding a configuration as YAHPO Gym's
 `BenchmarkSet.objective_function` does: the task's integer code (encoding.json) as `x_cat`; epoch, batch_size,
@@ -38,7 +45,9 @@ from bench.replay_workload import Curve  # noqa: E402
 
 DIR = Path(__file__).resolve().parent / "yahpo_lcbench"
 SPACE_FILE = "bench/yahpo_lcbench/lcbench.yaml"
-EPOCHS = 52
+SURROGATE_EPOCHS = 52  # the surrogate answers epochs 1-52
+FIRST_EPOCH = 2  # epoch 1 is the untrained network (YAHPO Gym's FAQ): every arm's first fidelity is epoch 2
+EPOCHS = SURROGATE_EPOCHS - FIRST_EPOCH + 1  # the replay's epochs: 51, the last one the surrogate's 52
 # autotune's setting -> YAHPO Gym's name (bench/yahpo_lcbench/lcbench.yaml's space)
 NAMES = {"batch_size": "batch_size", "lr": "learning_rate", "momentum": "momentum", "weight_decay": "weight_decay",
          "model.depth": "num_layers", "model.hidden": "max_units", "dropout": "max_dropout"}
@@ -100,8 +109,9 @@ class Surrogate:
         return np.asarray(self.session.run(None, {self.inputs[0]: x_cat, self.inputs[1]: x_cont})[0], dtype=float)
 
     def curve(self, config: Mapping[str, float], task: str) -> np.ndarray:
-        """All EPOCHS epochs of a configuration (YAHPO names, no epoch): rows of OUTPUTS, one call."""
-        return self.query([{**config, "epoch": e} for e in range(1, EPOCHS + 1)], task)
+        """All SURROGATE_EPOCHS epochs of a configuration (YAHPO names, no epoch), the untrained first one
+        included: rows of OUTPUTS, one call."""
+        return self.query([{**config, "epoch": e} for e in range(1, SURROGATE_EPOCHS + 1)], task)
 
 
 @cache
@@ -120,10 +130,11 @@ def yahpo_config(point: Mapping[str, Any]) -> dict[str, float]:
 
 
 def curve_of(raw: np.ndarray, config: Mapping[str, Any]) -> Curve:
-    """The surrogate's rows -> a replay `Curve`: cumulative time made non-decreasing, accuracy a fraction."""
+    """The surrogate's rows (epochs 1-52) -> a replay `Curve` of epochs FIRST_EPOCH-52 (the untrained epoch 1
+    dropped, its seconds kept in the cumulative time): time made non-decreasing, accuracy a fraction."""
     times = np.maximum.accumulate(np.maximum(raw[:, 0], 0.0))
     epochs = []
-    for e in range(len(raw)):
+    for e in range(FIRST_EPOCH - 1, len(raw)):
         step = times[e] - (times[e - 1] if e else 0.0)
         epochs.append({"val_accuracy": float(raw[e, 1]) / 100.0, "val_loss": float(raw[e, 2]),
                        "train_time_s": float(times[e]), "end_s": float(times[e]),
@@ -185,9 +196,10 @@ def final_points(sur: Surrogate, task: str, x: np.ndarray) -> np.ndarray:
     (the running maximum of time needs every epoch: computed in chunks)."""
     out = []
     for chunk in np.array_split(x, max(1, len(x) // 2000)):
-        rows = np.concatenate([np.column_stack([np.full(len(chunk), e), chunk]) for e in range(1, EPOCHS + 1)])
+        rows = np.concatenate([np.column_stack([np.full(len(chunk), e), chunk])
+                               for e in range(1, SURROGATE_EPOCHS + 1)])
         raw = sur.query_x(np.full((len(rows), 1), sur.codes[task], dtype=np.int32), rows.astype(np.float32))
-        raw = raw.reshape(EPOCHS, len(chunk), len(OUTPUTS))
+        raw = raw.reshape(SURROGATE_EPOCHS, len(chunk), len(OUTPUTS))
         t = np.maximum.accumulate(np.maximum(raw[:, :, 0], 0.0), axis=0)[-1]
         out.append(np.column_stack([t, raw[-1, :, 1] / 100.0]))
     return np.concatenate(out)
@@ -267,5 +279,6 @@ if __name__ == "__main__":
     main()
 
 
-__all__ = ["EPOCHS", "LCBench", "NAMES", "REFERENCE_RANDOM", "Surrogate", "curve_of", "fronts", "reference_front",
+__all__ = ["EPOCHS", "FIRST_EPOCH", "LCBench", "NAMES", "REFERENCE_RANDOM", "SURROGATE_EPOCHS", "Surrogate", "curve_of",
+           "fronts", "reference_front",
            "space", "surrogate", "tasks", "yahpo_config"]

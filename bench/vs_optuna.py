@@ -24,7 +24,15 @@ the end, the best accuracy, trials run and stopped early; and the speed-up as DE
 2021): how much sooner this arm reached what the baseline reached at the end of its budget, budget / this arm's
 time to the baseline's final hypervolume, per seed ("never": it did not get there in its own budget).
 
-    python bench/vs_optuna.py [--budget 120] [--seeds 5] [--tasks digits,image,mnist1d] [--arms ...]
+    python bench/vs_optuna.py [--budget 120] [--seeds 5] [--tasks mnist1d] [--arms "plain Optuna,autotune"]
+
+The default is the real wall-clock cross-check of the replay (issue 48): MNIST-1D (search_spaces/mnist1d.yaml),
+plain Optuna MO-TPE against autotune's default, 5 seeds x 120 s x 2 arms (about 22 minutes with the warm-up and
+each run's start): run it alone on the machine (the load average is printed before and after). Per seed, each
+arm's best accuracy and time to 90 % of the reference; then time to 90 % as a ratio, RMST(baseline) / RMST(arm)
+with a 95 % paired bootstrap interval over seeds (a seed that never got there counts the budget: bench/replay.py's
+paired_ratio), and the goals: >= 2x to 90 % (met only where the interval's lower end clears 2), best accuracy no
+lower than plain Optuna's in the median over seeds.
 
 A task is one of time_to_target's (digits, image, hard) or any search_spaces/NAME.yaml (its data and model
 sections, e.g. mnist1d when that file exists).
@@ -127,8 +135,10 @@ def summarize(runs: dict[str, list[list[Event]]], budget: float) -> dict[str, An
             ts = [ttt.time_to(c, q * ref) for c in cs] if ref > 0 else [math.inf for _ in cs]
             row[f"to_{int(100 * q)}"] = median(ts) if ts else math.inf
             row[f"hits_{int(100 * q)}"] = sum(1 for t in ts if math.isfinite(t))
+            row[f"ts_{int(100 * q)}"] = ts  # per seed (inf: never), for the paired ratio
         row["hv_end"] = median([final_hv(c) / ref for c in cs]) if ref > 0 else math.nan
-        row["best_acc"] = median([max((e[1] for e in ev if e[1] is not None), default=0.0) for ev in rs])
+        row["best_accs"] = [max((e[1] for e in ev if e[1] is not None), default=0.0) for ev in rs]
+        row["best_acc"] = median(row["best_accs"])
         row["trials"] = median([len(ev) for ev in rs])
         row["stopped"] = median([sum(1 for e in ev if e[3] == "PRUNED") for ev in rs])
         for base in BASELINES:
@@ -178,6 +188,35 @@ def report(task: str, summary: dict[str, Any], budget: float, seeds: int) -> Non
           "(DEHB's speed-up; never: not within the budget); HV end: median final hypervolume / reference")
 
 
+def per_seed(task: str, summary: dict[str, Any], budget: float, first_seed: int = 0) -> list[str]:
+    """Per seed, each arm's best accuracy and time to 90 %; then time to 90 % as a paired ratio against each
+    baseline, with its interval; returns the goals' lines (autotune against plain Optuna)."""
+    from bench.replay import paired_ratio
+
+    rows = summary["rows"]
+    arms = list(rows)
+    n = len(next(iter(rows.values()))["best_accs"])
+    print(f"\nper seed ({task}): best accuracy / time to 90 % of the reference (never: > {budget:g}s)\n")
+    print("| seed | " + " | ".join(arms) + " |\n|---|" + "---|" * len(arms))
+    for i in range(n):
+        cells = [f"{rows[a]['best_accs'][i]:.4f} / "
+                 + (f"{rows[a]['ts_90'][i]:.0f}s" if math.isfinite(rows[a]['ts_90'][i]) else "never") for a in arms]
+        print(f"| {first_seed + i} | " + " | ".join(cells) + " |")
+    goals: list[str] = []
+    for base in [b for b in BASELINES if b in rows]:
+        for arm in [a for a in arms if a != base]:
+            x = paired_ratio(rows[base]["ts_90"], rows[arm]["ts_90"], budget)
+            print(f"\ntime to 90 %, {arm} vs {base}: RMST(baseline) / RMST(arm) {x[0]:.2f}x "
+                  f"[{x[1]:.2f}, {x[2]:.2f}] (95 % paired bootstrap over {n} seeds; never: the budget)")
+            if (arm, base) == ("autotune", "plain Optuna"):
+                goals.append(f"| {task} | >= 2x to 90 % of the front | {x[0]:.2f}x [{x[1]:.2f}, {x[2]:.2f}] | "
+                             f"{'met' if x[1] >= 2 else 'not met'} |")
+                mine, theirs = median(rows[arm]["best_accs"]), median(rows[base]["best_accs"])
+                goals.append(f"| {task} | best accuracy no lower (median over seeds) | {mine:.4f} vs {theirs:.4f} | "
+                             f"{'met' if mine >= theirs else 'not met'} |")
+    return goals
+
+
 def loadavg() -> str:
     return " ".join(f"{x:.1f}" for x in os.getloadavg()) if hasattr(os, "getloadavg") else "?"
 
@@ -186,9 +225,11 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--budget", type=float, default=120.0, help="wall seconds per arm and seed")
     ap.add_argument("--seeds", type=int, default=5)
-    default_tasks = "digits,image" + (",mnist1d" if (ROOT / "search_spaces" / "mnist1d.yaml").exists() else "")
-    ap.add_argument("--tasks", default=default_tasks, help=f"comma-separated (default: {default_tasks})")
-    ap.add_argument("--arms", default=",".join(ARMS), help=f"comma-separated, of: {', '.join(ARMS)}")
+    ap.add_argument("--seed-start", type=int, default=1000, help="first seed (report seeds start at 1000, as the "
+                                                                  "replay's: nothing was chosen on them)")
+    ap.add_argument("--tasks", default="mnist1d", help="comma-separated (default: mnist1d; also digits, image, "
+                                                       "any search_spaces/NAME)")
+    ap.add_argument("--arms", default="plain Optuna,autotune", help=f"comma-separated, of: {', '.join(ARMS)}")
     args = ap.parse_args()
     arms = [a for a in args.arms.split(",") if a]
     unknown = [a for a in arms if a not in ARMS]
@@ -200,6 +241,8 @@ def main() -> None:
     torch.set_num_threads(1)
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     total = args.budget * args.seeds * len(arms) * len(tasks)
+    t_start = time.time()
+    goals: list[str] = []
     print(f"vs_optuna: budget {args.budget:g}s x {args.seeds} seeds x {len(arms)} arms x {len(tasks)} tasks "
           f"(about {total / 60:.0f} min), torch 1 thread; load average at start {loadavg()}", flush=True)
     for task in tasks:
@@ -211,7 +254,7 @@ def main() -> None:
                 warm["model.name"] = sections["space"]["model.name"]["choices"][0]
             ttt.autotune.train(ttt.make_cfg(task, "warm", f"sqlite:///{tmp}/w.db", 0, 1.0, sections=sections),
                                params=warm)
-            for seed in range(args.seeds):
+            for seed in range(args.seed_start, args.seed_start + args.seeds):
                 order = arms[seed % len(arms):] + arms[:seed % len(arms)]
                 for arm in order:
                     t0 = time.time()
@@ -221,8 +264,12 @@ def main() -> None:
                     print(f"  {task} seed {seed} {arm}: {len(ev)} trials ({len(done)} complete) in "
                           f"{time.time() - t0:.0f}s, best accuracy "
                           f"{max((e[1] for e in done), default=float('nan')):.4f}", flush=True)
-        report(task, summarize(runs, args.budget), args.budget, args.seeds)
-    print(f"\nload average at end {loadavg()}")
+        summary = summarize(runs, args.budget)
+        report(task, summary, args.budget, args.seeds)
+        goals += per_seed(task, summary, args.budget, args.seed_start)
+    if goals:
+        print("\n| task | goal (autotune vs plain Optuna) | measured | |\n|---|---|---|---|\n" + "\n".join(goals))
+    print(f"\nelapsed {time.time() - t_start:.0f}s; load average at end {loadavg()}")
 
 
 if __name__ == "__main__":

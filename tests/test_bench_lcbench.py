@@ -56,22 +56,29 @@ def test_the_surrogate_agrees_with_yahpo_gym_where_it_is_installed(tmp_path, mon
         assert ours == pytest.approx({k: float(v) for k, v in theirs.items()}, rel=1e-5)
 
 
-def test_a_replayed_lcbench_trial_reports_the_surrogates_curve() -> None:
+def test_a_replayed_lcbench_trial_reports_the_surrogates_curve_from_epoch_2() -> None:
+    """Epoch 1 of LCBench is the untrained network (YAHPO Gym's FAQ): the replay's epoch 1 is the surrogate's epoch
+    2, for every arm (they all read `LCBench.nearest`), its seconds kept in the cumulative time; the end is epoch 52."""
     work = lc.LCBench("146212")
     point = {"batch_size": 91, "lr": 0.0031622777, "momentum": 0.545, "weight_decay": 0.050005, "model.depth": 5,
              "model.hidden": 1024, "dropout": 0.5}
     raw = lc.surrogate().curve(lc.yahpo_config(point), "146212")  # epochs 1-52, one batched call
+    assert len(raw) == 52 and lc.EPOCHS == work.max_epochs == 51 and lc.FIRST_EPOCH == 2
     clock = SimClock(1, budget_s=1e9, charge_cpu=False)
     clock.enter(0)
     records = []
-    result = replay_train(work, clock)(SimpleNamespace(settings={**point, "epochs": 52}, probe=None),
+    result = replay_train(work, clock)(SimpleNamespace(settings={**point, "epochs": 51}, probe=None),
                                        on_record=records.append)
-    assert [r.val_accuracy for r in records] == pytest.approx((raw[:, 1] / 100).tolist())
+    assert [r.val_accuracy for r in records] == pytest.approx((raw[1:, 1] / 100).tolist())
     times = [float(max(raw[: e + 1, 0].max(), 0.0)) for e in range(52)]  # the running maximum (see the module)
-    assert [r.train_time_s for r in records] == pytest.approx(times)
-    assert result.epochs_run == 52 and result.val_accuracy == pytest.approx(raw[-1, 1] / 100)
+    assert [r.train_time_s for r in records] == pytest.approx(times[1:])
+    assert result.epochs_run == 51 and result.val_accuracy == pytest.approx(raw[-1, 1] / 100)
     assert clock.now() == pytest.approx(times[-1])  # the clock charged each epoch its time, nothing else
     assert work.nearest(point) is work.nearest(dict(point))  # cached
+    from bench.replay import SPACES
+    from bench.replay_arms import variant
+
+    assert variant(SPACES["lcbench"]).train["epochs"] == 51  # the study trains the replay's 51 epochs
 
 
 def test_the_space_and_tasks_are_lcbenchs() -> None:

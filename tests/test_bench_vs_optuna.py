@@ -57,3 +57,15 @@ def test_tasks_come_from_the_bench_or_search_spaces() -> None:
     assert vs.task_sections("cnn")["model"]["name"] == "cnn"  # search_spaces/cnn.yaml
     with pytest.raises(SystemExit, match=r"--tasks: unknown task 'nope'; known: .*digits.*image"):
         vs.task_sections("nope")
+
+
+def test_per_seed_prints_best_accuracy_and_reads_the_goals_off_the_paired_interval(capsys) -> None:
+    runs = {"plain Optuna": [PLAIN, PLAIN], "autotune": [AUTOTUNE, PLAIN]}
+    goals = vs.per_seed("t", vs.summarize(runs, budget=10.0), 10.0, first_seed=1000)
+    out = capsys.readouterr().out
+    # the union front is (0.5, 0.8), (1, 0.9), (2, 0.95): plain reaches 90 % of it at 6 s, autotune's first seed never
+    assert "| 1000 | 0.9000 / 6s | 0.9500 / never |" in out and "| 1001 | 0.9000 / 6s | 0.9000 / 6s |" in out
+    # RMST: plain (6 + 6) / 2, autotune (10 + 6) / 2 -> 0.75x; the goal needs the interval's lower end at 2
+    assert "autotune vs plain Optuna: RMST(baseline) / RMST(arm) 0.75x" in out
+    assert goals[0].startswith("| t | >= 2x to 90 % of the front | 0.75x [") and goals[0].endswith("| not met |")
+    assert goals[1] == "| t | best accuracy no lower (median over seeds) | 0.9250 vs 0.9000 | met |"
