@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import importlib
+import importlib.util
 import os
 import re
 import sys
@@ -141,8 +142,13 @@ def load_factory(ref: str, file: str = "<config>", key: str = "factory", near: s
     if near is not None and near != "<config>":
         extra.append(str(Path(near).resolve().parent))
     try:
-        with _on_path(extra) as added:
+        with _on_path(extra) as added, _own_argv(mod_name) as argv0:
             module = importlib.import_module(mod_name)
+    except SystemExit as e:  # (a script that parses its command line at import and found it wanting)
+        raise ConfigError(file, key, f"importing {mod_name!r} ended the process (exit status {e.code}): "
+                                     f"{os.path.basename(argv0[0])} parses its command line at import, and while "
+                                     f"autotune imports it that holds no arguments: give each argument a default, "
+                                     f"or parse inside `if __name__ == '__main__':`") from None
     except ConfigError as e:  # (autotune's own, from the module's imports: a missing extra)
         raise ConfigError(file, key, e.message) from None
     except Exception as e:  # ImportError, or the user's module raising on import
@@ -156,6 +162,24 @@ def load_factory(ref: str, file: str = "<config>", key: str = "factory", near: s
     if fn is None or not callable(fn):
         raise ConfigError(file, key, f"module {mod_name!r} has no callable {attr!r}")
     return fn
+
+
+@contextlib.contextmanager
+def _own_argv(mod_name: str) -> Iterator[list[str]]:
+    """While the user's module is imported, `sys.argv` is `[<its file>]`: a script that parses its command line at
+    import (`args = parser.parse_args()`, pytorch/examples' pattern) sees its own defaults, not autotune's command
+    line, and its usage names its file. Restored after. Yields the argv it saw."""
+    try:
+        spec = importlib.util.find_spec(mod_name)
+        origin = spec.origin if spec is not None and spec.origin else mod_name
+    except Exception:  # (a parent package that fails to import: the import itself reports it)
+        origin = mod_name
+    saved = sys.argv
+    sys.argv = [origin]  # (a new list: a module that keeps a reference to it keeps what it saw)
+    try:
+        yield [origin]
+    finally:
+        sys.argv = saved
 
 
 @contextlib.contextmanager

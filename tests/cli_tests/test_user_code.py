@@ -105,3 +105,75 @@ def test_a_fit_that_will_not_stop_is_recorded_and_its_process_ends(tmp_path: Pat
     (t,) = trials(tmp_path)
     assert t.state.name == "PRUNED" and t.user_attrs["stop_reason"] == "hang" and t.user_attrs["stop_epoch"] == 0
     assert "settings" in t.user_attrs  # what was buffered for the trial was written too
+
+
+# pytorch/examples' shape: the arguments parsed at import, at module level, and read by the training code
+ARGV_SCRIPT = '''import argparse
+import sys
+
+import torch
+from torch import nn
+
+parser = argparse.ArgumentParser(description="an example")
+parser.add_argument("--batch-size", type=int, default=64, metavar="N")
+parser.add_argument("--seed", type=int, {seed})
+args = parser.parse_args()
+SEEN = list(sys.argv)
+
+
+def fit(ctx):
+    assert SEEN == [__file__], SEEN
+    torch.manual_seed(args.seed)
+    x = torch.randn(128, 4)
+    y = (x.sum(1) > 0).long()
+    model, _ = ctx.prepare(nn.Linear(4, 2))
+    loader = ctx.loader(torch.utils.data.TensorDataset(x, y), train=True)
+    for _ in ctx.epochs():
+        for xb, yb in loader:
+            ctx.backward(nn.functional.cross_entropy(model(xb), yb))
+        with torch.no_grad():
+            ctx.report(val_accuracy=(model(x).argmax(1) == y).float().mean().item())
+'''
+
+
+def write_argv_script(tmp_path: Path, seed: str) -> Path:
+    (tmp_path / "argv_script.py").write_text(ARGV_SCRIPT.format(seed=seed))
+    src = tmp_path / "argv.yaml"
+    src.write_text(f"study: {{name: u, storage: 'sqlite:///{tmp_path}/u.db', n_trials: 2}}\n"
+                   "trainer: argv_script:fit\ntrain: {epochs: 1, batch_size: 64}\n")
+    return src
+
+
+def test_a_script_that_parses_its_arguments_at_import_sees_only_its_own_file(tmp_path: Path) -> None:
+    """`args = parser.parse_args()` at import: the module sees `[its file]` (its defaults), not autotune's command
+    line, through `validate` and `run` (a worker process imports it again)."""
+    src = write_argv_script(tmp_path, "default=1")
+    r = run("-m", "autotune", "validate", str(src), cwd=tmp_path)
+    assert r.returncode == 0 and r.stdout.startswith(f"{src}: ok"), r.stdout + r.stderr
+    r = run("-m", "autotune", "run", str(src), "--plain", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "unrecognized arguments" not in r.stderr
+    assert [t.state.name for t in trials(tmp_path)] == ["COMPLETE", "COMPLETE"]
+
+
+def test_a_script_whose_import_parse_needs_an_argument_is_one_line_naming_its_file(tmp_path: Path) -> None:
+    src = write_argv_script(tmp_path, "required=True")
+    for cmd in ("validate", "run"):
+        r = run("-m", "autotune", cmd, str(src), cwd=tmp_path)
+        assert r.returncode == 2, r.stderr
+        assert "Traceback" not in r.stderr
+        # argparse's own usage (under the script's name, not autotune's), then autotune's one line
+        assert "usage: argv_script.py" in r.stderr and "usage: autotune" not in r.stderr
+        assert r.stderr.splitlines()[-1] == (
+            "error: argv.yaml: trainer: importing 'argv_script' ended the process (exit status 2): argv_script.py "
+            "parses its command line at import, and while autotune imports it that holds no arguments: give each "
+            "argument a default, or parse inside `if __name__ == '__main__':`")
+
+
+def test_importing_the_users_module_restores_sys_argv() -> None:
+    from autotune.core import userref
+
+    before = sys.argv
+    with userref._own_argv("tests.user_fits") as seen:
+        assert sys.argv == seen == [user_fits.__file__]
+    assert sys.argv is before
