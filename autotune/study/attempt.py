@@ -84,8 +84,9 @@ class Attempts:
             return self._run(trial, plan, window, on_epoch, on_record, lambda: len(history))
         except TrialStopped as e:
             stop = TrialStopped(e.reason, e.epoch, e.detail)  # a fresh one: no traceback, no frames
-        except ConfigError:
-            raise  # the configuration itself is wrong: no trial can run
+        except ConfigError as e:  # the configuration itself is wrong (or the code it names): no trial can run
+            self.failures.record(record, e.message, len(history))  # (the trial is stored failing with that line)
+            raise
         except (Exception, SystemExit) as e:  # sys.exit() or exit() in the fit: that trial fails, the study goes on
             if accel.is_oom(e):
                 oom = f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"

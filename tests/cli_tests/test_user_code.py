@@ -177,3 +177,18 @@ def test_importing_the_users_module_restores_sys_argv() -> None:
     with userref._own_argv("tests.user_fits") as seen:
         assert sys.argv == seen == [user_fits.__file__]
     assert sys.argv is before
+
+
+def test_an_own_fits_misspelt_objective_stops_the_run_at_its_first_report(tmp_path: Path) -> None:
+    """As the integrations stop at their first evaluation: one trial, one epoch, exit 2, a did-you-mean with the
+    objective's key path; not three failed trials with advice (declare it under `metrics:`) that would not fix it."""
+    src = write(tmp_path, "fit_reports_misspelt", "{epochs: 3, batch_size: 64}")
+    r = run("-m", "autotune", "run", str(src), "--plain", cwd=ROOT)
+    assert r.returncode == 2, r.stderr
+    line = next(i for i, s in enumerate(Path(user_fits.__file__).read_text().splitlines(), 1) if "val_acc=" in s)
+    text = (f"ctx.report(val_acc=...) at user_fits.py:{line} in fit_reports_misspelt: 'val_acc' is not an objective "
+            "or a declared metric (did you mean 'val_accuracy'?); allowed: train_loss, val_accuracy, val_loss")
+    assert [ln for ln in r.stderr.splitlines() if ln.strip()] == [f"error: u.yaml: objectives.0.metric: {text}"]
+    (t,) = trials(tmp_path)
+    assert t.state.name == "FAIL" and t.user_attrs["error"] == text
+    assert t.user_attrs["stop_epoch"] == 0  # (its first report: no epoch recorded)
