@@ -77,7 +77,7 @@ def test_a_thread_left_running_by_the_fit_does_not_keep_the_command_alive(tmp_pa
 
 def test_sys_exit_in_the_fit_fails_the_trial_and_the_run_goes_on(tmp_path: Path) -> None:
     r = run("-m", "autotune", "run", str(write(tmp_path, "fit_exits")), "--plain", cwd=ROOT)
-    assert r.returncode == 0, r.stderr
+    assert r.returncode == 1, r.stderr  # (both trials failed: the command says so, below)
     assert "Traceback" not in r.stderr
     lines = Path(user_fits.__file__).read_text().splitlines()
     line = next(i for i, s in enumerate(lines, 1) if "lambda: sys.exit(3)" in s)
@@ -192,3 +192,21 @@ def test_an_own_fits_misspelt_objective_stops_the_run_at_its_first_report(tmp_pa
     (t,) = trials(tmp_path)
     assert t.state.name == "FAIL" and t.user_attrs["error"] == text
     assert t.user_attrs["stop_epoch"] == 0  # (its first report: no epoch recorded)
+
+
+def test_a_run_whose_every_trial_failed_exits_non_zero_with_one_line(tmp_path: Path) -> None:
+    """Two trials, both failing, fewer than max_repeated_errors (3): the run goes on to its end, then the command
+    says that nothing of this run completed and exits 1 (a script or CI step must not read it as a success)."""
+    r = run("-m", "autotune", "run", str(write(tmp_path, "fit_raises")), "--plain", cwd=ROOT)
+    assert r.returncode == 1, r.stderr
+    line = next(i for i, s in enumerate(Path(user_fits.__file__).read_text().splitlines(), 1) if '["depth"]' in s)
+    assert [ln for ln in r.stderr.splitlines() if ln.strip()] == [
+        "error: every trial this run ran failed (2 of 2); the last: KeyError: 'depth' "
+        f"(at user_fits.py:{line} in fit_raises)"]
+    assert "2 trials in the study (0 complete, 0 pruned, 2 failed)" in r.stdout  # the summary came first
+    # one trial that trained is enough: exit 0 (fit_fails_once fails its first trial only)
+    (tmp_path / "u.db").unlink()
+    src = write(tmp_path, "fit_fails_once", "{epochs: 1, batch_size: 64, user.marker: %s}" % (tmp_path / "m"))
+    r = run("-m", "autotune", "run", str(src), "--plain", cwd=ROOT)
+    assert r.returncode == 0, r.stderr
+    assert [t.state.name for t in trials(tmp_path)] == ["FAIL", "COMPLETE"]
