@@ -173,7 +173,7 @@ def print_best(result: Any, console: Console | None = None) -> None:
     for k, v in best.params.items():
         print(f"  {k}: {fmt_value(v) if not isinstance(v, float) else repr(v)}")
     if best.cpu_threads_used is not None:  # autotune chose its threads: said, and exported
-        why = "capped after an oversubscribed trial" if best.cpu_threads_capped else "one less per DataLoader worker"
+        why = "capped: the cores were busy" if best.cpu_threads_capped else "one less per DataLoader worker"
         print(f"  cpu_threads: {best.cpu_threads_used} (trained on {best.cpu_threads_used} torch thread(s): {why})")
     note = best.lr_note()
     if note is not None:  # a searched lr on the fit's own optimizer: the rates it trained at
