@@ -97,6 +97,9 @@ def code_where(fn: Any) -> str:
 # (DDP ranks) import it by name, so they get these on their path (`importable`); this process's sys.path does not.
 _FOLDERS: list[str] = []
 
+# sys.argv while the last user module `load_factory` imported was imported (`[its file]`; empty before any).
+_ARGV0: list[str] = []
+
 # Inside `without_user_code()`: a read-only command (report, best, dashboard), which never imports or calls the code a
 # run file or a study names (whoever can write a shared study could make it run theirs on the reader's machine).
 _READ_ONLY: contextvars.ContextVar[bool] = contextvars.ContextVar("autotune_read_only", default=False)
@@ -158,6 +161,7 @@ def load_factory(ref: str, file: str = "<config>", key: str = "factory", near: s
                                          f"pip install 'autotune[{EXTRAS[missing]}]'") from None
         raise ConfigError(file, key, f"cannot import {mod_name!r}: {describe_exception(e)}") from None
     _FOLDERS.extend(f for f in added if f not in _FOLDERS)
+    _ARGV0[:] = argv0  # (processes that import it by name see the same command line: `importable`)
     fn = module.__dict__.get(attr)
     if fn is None or not callable(fn):
         raise ConfigError(file, key, f"module {mod_name!r} has no callable {attr!r}")
@@ -199,9 +203,16 @@ def _on_path(folders: list[str]) -> Iterator[list[str]]:
 @contextlib.contextmanager
 def importable() -> Iterator[None]:
     """While processes that import the user's modules by name are started (multiprocessing hands them this
-    process's sys.path): the folders `load_factory` found them in are on sys.path."""
-    with _on_path(_FOLDERS):
-        yield
+    process's sys.path and sys.argv): the folders `load_factory` found them in are on sys.path, and sys.argv is what
+    the last module it imported saw (`[its file]`: a script that parses its arguments at import, in a DDP rank)."""
+    saved = sys.argv
+    if _ARGV0:
+        sys.argv = list(_ARGV0)
+    try:
+        with _on_path(_FOLDERS):
+            yield
+    finally:
+        sys.argv = saved
 
 
 def resolve_path(p: str, source: str) -> Path:

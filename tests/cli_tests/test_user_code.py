@@ -210,3 +210,16 @@ def test_a_run_whose_every_trial_failed_exits_non_zero_with_one_line(tmp_path: P
     r = run("-m", "autotune", "run", str(src), "--plain", cwd=ROOT)
     assert r.returncode == 0, r.stderr
     assert [t.state.name for t in trials(tmp_path)] == ["FAIL", "COMPLETE"]
+
+
+def test_a_script_that_parses_its_arguments_at_import_trains_on_two_ranks(tmp_path: Path) -> None:
+    """devices 2: each rank is a new process that imports the module by name, with the command line it was started
+    with: the module's own file there too (not `autotune run ...`)."""
+    src = write_argv_script(tmp_path, "default=1")
+    src.write_text(src.read_text().replace("train: {epochs: 1, batch_size: 64}",
+                                           "train: {epochs: 1, batch_size: 64, devices: 2, device: cpu}"))
+    r = run("-m", "autotune", "run", str(src), "--plain", cwd=tmp_path, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "unrecognized arguments" not in r.stderr
+    done = trials(tmp_path)
+    assert [t.state.name for t in done] == ["COMPLETE", "COMPLETE"], [t.user_attrs for t in done]
