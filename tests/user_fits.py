@@ -388,6 +388,16 @@ def fit_reports_loss_only(ctx: autotune.TrialContext) -> None:
         ctx.report(val_loss=accuracy(ctx.model, ctx)[1])
 
 
+def fit_reports_misspelt(ctx: autotune.TrialContext) -> None:
+    """Reports the study's objective (val_accuracy) under a misspelt name, val_acc."""
+    model, _ = ctx.prepare(MLP())
+    train = ctx.loader((X, Y))
+    for _ in ctx.epochs():
+        for x, y in train:
+            ctx.backward(nn.functional.cross_entropy(model(x), y))
+        ctx.report(val_acc=accuracy(ctx.model, ctx)[0])
+
+
 def fit_reports_at_the_end(ctx: autotune.TrialContext) -> None:
     """nanoGPT's shape: the objective (val_bpb) is evaluated at the last epoch only; the loss each epoch."""
     model, _ = ctx.prepare(MLP())

@@ -60,6 +60,10 @@ def _show_run(cfg: Any, view: Any, start: Callable[[], Any]) -> int:
     line = describe(study, cfg)
     if line:
         print(line)
+    failed = view.all_failed()
+    if failed is not None:  # (a script or CI that runs a study learns it produced nothing)
+        print(f"error: {failed}", file=sys.stderr)
+        return 1
     return 0
 
 

@@ -13,7 +13,10 @@ instead of 0.3 s). That is the machine's state, not the configuration's speed. T
   leave cores free do not count);
 - `verdict`: a trial is oversubscribed when its samples/s fell well below the probe's figure for the same
   combination while its threads waited for cores; the objective records it, warns once, and (`lower_cap`) gives
-  its next trials half the threads (`torch_threads`; user attr `cpu_threads_capped`).
+  its next trials half the threads (`torch_threads`; user attr `cpu_threads_capped`);
+- `busy_now`: the same reading, taken before a run's first CPU trial: on cores already busy it starts at the
+  thread count an oversubscribed first trial would have left (`lower_cap`), not at all of them (on 2 shared cores
+  a first digits trial took 15-100 s at 2 threads, its successors 0.4-6 s at 1).
 """
 
 from __future__ import annotations
@@ -123,6 +126,25 @@ def verdict(samples_per_s: float, probe_samples_per_s: float | None, share: Shar
         return None
     return {"ratio": round(ratio, 3) if ratio is not None else None, "threads": threads, "cores": cores(),
             "load": round(_load(), 2), **share.as_dict()}
+
+
+CHECK_S = 0.3  # the check before a run's first CPU trial: this long a matmul loop on the trial's threads
+
+
+def busy_now(threads: int, seconds: float = CHECK_S) -> Share | None:
+    """Before a run's first CPU trial (no trial yet to say the cores are shared): a short matmul loop on `threads`
+    torch threads; its Share when they waited for cores (`contended`), else None. Nothing is measured for one
+    thread (no fewer to choose) or without schedstat (the coarse guess would read an idle thread as waiting)."""
+    if threads <= 1 or _schedstat() is None:
+        return None
+    with torch_threads(threads):
+        w = Window(threads)
+        a = torch.randn(192, 192)
+        t0 = time.perf_counter()
+        while time.perf_counter() - t0 < seconds:
+            a @ a
+        share = w.share()
+    return share if contended(share) else None
 
 
 def contended(share: Share) -> bool:

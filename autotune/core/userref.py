@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import importlib
+import importlib.util
 import os
 import re
 import sys
@@ -96,6 +97,9 @@ def code_where(fn: Any) -> str:
 # (DDP ranks) import it by name, so they get these on their path (`importable`); this process's sys.path does not.
 _FOLDERS: list[str] = []
 
+# sys.argv while the last user module `load_factory` imported was imported (`[its file]`; empty before any).
+_ARGV0: list[str] = []
+
 # Inside `without_user_code()`: a read-only command (report, best, dashboard), which never imports or calls the code a
 # run file or a study names (whoever can write a shared study could make it run theirs on the reader's machine).
 _READ_ONLY: contextvars.ContextVar[bool] = contextvars.ContextVar("autotune_read_only", default=False)
@@ -141,8 +145,13 @@ def load_factory(ref: str, file: str = "<config>", key: str = "factory", near: s
     if near is not None and near != "<config>":
         extra.append(str(Path(near).resolve().parent))
     try:
-        with _on_path(extra) as added:
+        with _on_path(extra) as added, _own_argv(mod_name) as argv0:
             module = importlib.import_module(mod_name)
+    except SystemExit as e:  # (a script that parses its command line at import and found it wanting)
+        raise ConfigError(file, key, f"importing {mod_name!r} ended the process (exit status {e.code}): "
+                                     f"{os.path.basename(argv0[0])} parses its command line at import, and while "
+                                     f"autotune imports it that holds no arguments: give each argument a default, "
+                                     f"or parse inside `if __name__ == '__main__':`") from None
     except ConfigError as e:  # (autotune's own, from the module's imports: a missing extra)
         raise ConfigError(file, key, e.message) from None
     except Exception as e:  # ImportError, or the user's module raising on import
@@ -152,10 +161,29 @@ def load_factory(ref: str, file: str = "<config>", key: str = "factory", near: s
                                          f"pip install 'autotune[{EXTRAS[missing]}]'") from None
         raise ConfigError(file, key, f"cannot import {mod_name!r}: {describe_exception(e)}") from None
     _FOLDERS.extend(f for f in added if f not in _FOLDERS)
+    _ARGV0[:] = argv0  # (processes that import it by name see the same command line: `importable`)
     fn = module.__dict__.get(attr)
     if fn is None or not callable(fn):
         raise ConfigError(file, key, f"module {mod_name!r} has no callable {attr!r}")
     return fn
+
+
+@contextlib.contextmanager
+def _own_argv(mod_name: str) -> Iterator[list[str]]:
+    """While the user's module is imported, `sys.argv` is `[<its file>]`: a script that parses its command line at
+    import (`args = parser.parse_args()`, pytorch/examples' pattern) sees its own defaults, not autotune's command
+    line, and its usage names its file. Restored after. Yields the argv it saw."""
+    try:
+        spec = importlib.util.find_spec(mod_name)
+        origin = spec.origin if spec is not None and spec.origin else mod_name
+    except Exception:  # (a parent package that fails to import: the import itself reports it)
+        origin = mod_name
+    saved = sys.argv
+    sys.argv = [origin]  # (a new list: a module that keeps a reference to it keeps what it saw)
+    try:
+        yield [origin]
+    finally:
+        sys.argv = saved
 
 
 @contextlib.contextmanager
@@ -175,9 +203,16 @@ def _on_path(folders: list[str]) -> Iterator[list[str]]:
 @contextlib.contextmanager
 def importable() -> Iterator[None]:
     """While processes that import the user's modules by name are started (multiprocessing hands them this
-    process's sys.path): the folders `load_factory` found them in are on sys.path."""
-    with _on_path(_FOLDERS):
-        yield
+    process's sys.path and sys.argv): the folders `load_factory` found them in are on sys.path, and sys.argv is what
+    the last module it imported saw (`[its file]`: a script that parses its arguments at import, in a DDP rank)."""
+    saved = sys.argv
+    if _ARGV0:
+        sys.argv = list(_ARGV0)
+    try:
+        with _on_path(_FOLDERS):
+            yield
+    finally:
+        sys.argv = saved
 
 
 def resolve_path(p: str, source: str) -> Path:

@@ -59,6 +59,7 @@ class RunView:
         self.progress: Progress | None = None
         self.task: Any = None
         self.metrics = [o.metric for o in cfg.objectives]
+        self.ended: list[FrozenTrial] = []  # this run's trials, as they ended (a surplus one never ran: not kept)
 
     def on_start(self, study: optuna.Study, todo: int) -> None:
         done = sum(1 for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED))
@@ -80,6 +81,8 @@ class RunView:
             self.task = self.progress.add_task("", total=todo if todo > 0 else None)
 
     def on_trial(self, study: optuna.Study, t: FrozenTrial) -> None:
+        if not is_surplus(t):
+            self.ended.append(t)
         r = TrialRecord.of(t)
         state = t.state.name
         if state == "PRUNED" or r.stop_reason == "early_stopped":
@@ -113,6 +116,14 @@ class RunView:
                     f"{counts['FAIL']} failed); this run took {wall_s:.1f}s")
         print_pareto(result, self.console, self.plain)
         print_best(result, self.console)
+
+    def all_failed(self) -> str | None:
+        """One line when every trial this run ran failed (none completed or was pruned), else None: the command
+        then exits non-zero, even when fewer than `max_repeated_errors` ran (that rule stops the run on its own)."""
+        if not self.ended or any(t.state.name != "FAIL" for t in self.ended):
+            return None
+        last = clip(str(_or(TrialRecord.of(self.ended[-1]).error, "no error stored")))
+        return f"every trial this run ran failed ({len(self.ended)} of {len(self.ended)}); the last: {last}"
 
     def _print(self, text: str) -> None:
         if self.plain:
@@ -162,7 +173,7 @@ def print_best(result: Any, console: Console | None = None) -> None:
     for k, v in best.params.items():
         print(f"  {k}: {fmt_value(v) if not isinstance(v, float) else repr(v)}")
     if best.cpu_threads_used is not None:  # autotune chose its threads: said, and exported
-        why = "capped after an oversubscribed trial" if best.cpu_threads_capped else "one less per DataLoader worker"
+        why = "capped: the cores were busy" if best.cpu_threads_capped else "one less per DataLoader worker"
         print(f"  cpu_threads: {best.cpu_threads_used} (trained on {best.cpu_threads_used} torch thread(s): {why})")
     note = best.lr_note()
     if note is not None:  # a searched lr on the fit's own optimizer: the rates it trained at

@@ -40,6 +40,25 @@ class Attempts:
         self.rules, self.failures, self.watched, self.say = rules, failures, watched, say
         self.epoch_metrics = rules.epoch_metrics
         self.cap: int | None = None  # torch threads for the next CPU trials, once one ran oversubscribed
+        self.checked = False  # the cores were checked before this run's first CPU trial (`start_cap`)
+
+    def start_cap(self, plan: TrialPlan) -> int | None:
+        """Before this run's first CPU trial that autotune chooses the threads of: when its threads wait for cores
+        already (contention.busy_now), the cap an oversubscribed trial would leave, said once; else None. A user's
+        cpu_threads is theirs; a later trial is judged by the trial before it (`_oversubscribed`)."""
+        if self.checked or plan.threads is None or plan.threads.cap is not None or plan.settings.cpu_threads \
+                or not self.backend.real:
+            return None
+        self.checked = True
+        share = contention.busy_now(plan.threads.used)
+        if share is None:
+            return None
+        self.cap = contention.lower_cap(None, plan.threads.used)
+        self.say(f"the cores are busy: {plan.threads.used} torch threads waited for a core {share.waiting:.0%} of "
+                 f"a {share.wall_s:.1f} s check before the first trial (other processes on these "
+                 f"{contention.cores()} cores); trials start at {self.cap} thread(s) (user attr cpu_threads_capped)",
+                 once="busy_at_start")
+        return self.cap
 
     def train(self, trial: BufferedTrial, plan: TrialPlan) -> TrainResult:
         """Train; on out-of-memory, with `oom: retry_smaller_batch`, once more at half the batch sizes. Every
@@ -87,8 +106,9 @@ class Attempts:
         except TrialStopped as e:
             stop = TrialStopped(e.reason, e.epoch, e.detail)  # a fresh one: no traceback, no frames
             records.shaped(record, sampled, shaped_by(e))  # what trained, as a finished trial stores it
-        except ConfigError:
-            raise  # the configuration itself is wrong: no trial can run
+        except ConfigError as e:  # the configuration itself is wrong (or the code it names): no trial can run
+            self.failures.record(record, e.message, len(history))  # (the trial is stored failing with that line)
+            raise
         except (Exception, SystemExit) as e:  # sys.exit() or exit() in the fit: that trial fails, the study goes on
             records.shaped(record, sampled, shaped_by(e))
             if accel.is_oom(e):

@@ -111,7 +111,10 @@ class Objective:
     def _run(self, trial: records.BufferedTrial) -> float | list[float]:
         """The trial's stages: plan, admit, train, judge, record (the module's doc)."""
         self.backend.tidy(accel.freeze_survivors)
-        plan = TrialPlan.for_trial(self.cfg, self.search.sample(trial), trial.number, cap=self.cpu_cap)
+        point = self.search.sample(trial)
+        plan = TrialPlan.for_trial(self.cfg, point, trial.number, cap=self.cpu_cap)
+        if self.attempts.start_cap(plan) is not None:  # busy cores before the first trial: it starts capped
+            plan = TrialPlan.for_trial(self.cfg, point, trial.number, cap=self.cpu_cap)
         records.planned(trial.record, plan)
         admit(trial, plan, self.search, self.gate, self.failures)
         try:

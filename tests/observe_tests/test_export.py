@@ -128,7 +128,7 @@ def test_a_capped_trials_threads_are_recorded_shown_and_exported(tmp_path: Path,
     cfg = _two_trials(tmp_path, builtin=True)
     result = TuneResult(study=open_study(cfg, create=False), config=cfg)
     progress.print_best(result)
-    assert "  cpu_threads: 1 (trained on 1 torch thread(s): capped after an oversubscribed trial)" in \
+    assert "  cpu_threads: 1 (trained on 1 torch thread(s): capped: the cores were busy)" in \
         capsys.readouterr().out
     again = config.load(export.export_best(cfg, result.best, tmp_path / "best.yaml"))
     assert again.train["cpu_threads"] == 1 and again.study.trial_seed == trial.user_attrs["seed"]

@@ -52,3 +52,32 @@ def test_a_timm_checkpoint_on_disk_warm_starts_the_trial(tmp_path: Path) -> None
 def test_unknown_arch_names_close_timm_models() -> None:
     with pytest.raises(autotune.ConfigError, match=r"model\.arch: unknown timm arch 'resnet10x' \(did you mean"):
         config.from_dict({"model": {"name": "timm", "arch": "resnet10x"}})
+
+
+def test_the_shipped_timm_config_validates_and_runs_two_tiny_trials(tmp_path: Path) -> None:
+    """search_spaces/timm_resnet.yaml: `autotune validate` as shipped; then its model and space, cut to 2 trials of
+    1-2 epochs on the CPU, through `autotune run`, as a user would."""
+    import subprocess
+    import sys
+
+    import optuna
+    import yaml
+
+    src = Path(__file__).resolve().parents[2] / "search_spaces" / "timm_resnet.yaml"
+
+    def autotune_cli(*args: str) -> None:
+        r = subprocess.run([sys.executable, "-m", "autotune", *args], capture_output=True, text=True, cwd=tmp_path,
+                           timeout=600)
+        assert r.returncode == 0, r.stdout + r.stderr
+
+    autotune_cli("validate", str(src), "--storage", f"sqlite:///{tmp_path}/shipped.db")
+    doc = yaml.safe_load(src.read_text())
+    doc["study"].update(n_trials=2, storage=f"sqlite:///{tmp_path}/t.db")
+    doc["space"]["epochs"].update(low=1, high=2)
+    doc["train"]["device"] = "cpu"
+    (tmp_path / "tiny.yaml").write_text(yaml.safe_dump(doc))
+    autotune_cli("run", str(tmp_path / "tiny.yaml"), "--plain")
+    trials = optuna.load_study(study_name=doc["study"]["name"], storage=doc["study"]["storage"]).trials
+    assert len(trials) == 2 and any(t.state.name == "COMPLETE" for t in trials), [t.user_attrs for t in trials]
+    n = sum(p.numel() for p in timm.create_model("resnet10t", num_classes=10, in_chans=1).parameters())
+    assert all(t.user_attrs["model_params"] == n for t in trials if t.state.name == "COMPLETE")  # timm's resnet10t

@@ -5,6 +5,7 @@ Pure checks on what the context was given (and its state, passed in): nothing he
 
 from __future__ import annotations
 
+import difflib
 import numbers
 import os
 from collections.abc import Callable, Iterable, Mapping
@@ -14,7 +15,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from autotune.core import AutotuneError, TrialStopped, library_file, one_of, user_frame, watchdog
+from autotune.core import AutotuneError, ConfigError, TrialStopped, library_file, one_of, suggest, user_frame, watchdog
 from autotune.spec import CLOCKS, is_quality
 
 
@@ -124,6 +125,26 @@ def reportable(config: Any, known: Iterable[str] | None) -> set[str]:
     # a user's own metric, or one of ours that a training function reports (not a clock, not measured on a model)
     evaluated = {n for n in names if is_quality(n)}
     return evaluated | {"train_loss", "val_loss"}
+
+
+def check_names(metrics: Mapping[str, Any], known: set[str] | None, config: Any, where: str) -> None:
+    """In a study, a reported name that is not an objective or a declared metric is the code's, the same in every
+    trial: a ConfigError that stops the run at this report (as the integrations stop at their first evaluation),
+    with a did-you-mean; its key path is the objective it is close to, else `metrics` (declare it there)."""
+    objectives = [o.metric for o in getattr(config, "objectives", ())]
+    if known is None or not objectives:
+        return
+    for key in metrics:
+        if key in known or key == "train_loss" or key in CLOCKS:
+            continue
+        offered = reportable(config, known)
+        close = suggest(key, offered)
+        near = difflib.get_close_matches(key, objectives, n=1, cutoff=0.6)
+        path = f"objectives.{objectives.index(near[0])}.metric" if near else "metrics"
+        hint = "" if near else " (a metric of your own: declare it under `metrics:` in the YAML)"
+        raise ConfigError(getattr(config, "file", None), path,
+                          f"{where.format(key=key)} at {user_frame()}: {key!r} is not an objective or a declared "
+                          f"metric{close}; {one_of(offered)}{hint}")
 
 
 def check_metrics(metrics: Mapping[str, Any], known: set[str] | None, offered: Callable[[], set[str]],

@@ -214,6 +214,7 @@ class TrialContext:
         st = self._state
         misuse.check_live(st.stop, "ctx.report")
         misuse.check_report(st.in_epoch, not st.clock.running, st.epoch)
+        misuse.check_names(metrics, st.known, st.setup.config, "ctx.report({key}=...)")
         values = st.metrics(metrics)
         clock = st.clock
         seconds, stop = clock.end(clock.epoch >= st.epochs_total)
