@@ -10,14 +10,18 @@ CAP_SYS_ADMIN) these tests skip, saying so.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import subprocess
 import sys
+import tempfile
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import optuna
 import pytest
@@ -30,23 +34,35 @@ PAGE = 4096
 
 @dataclass
 class Mount:
-    """A tmpfs mounted in a private mount namespace: `path` reaches it from any process of this machine."""
+    """A tmpfs mounted in a private mount namespace: the `autotune` commands run inside it (`autotune`); this test
+    reads its files through `/proc/HOLDER/root` (`outside`). (SQLite resolves that magic link to the machine's own
+    root, so a database must be opened from inside.)"""
     holder: subprocess.Popen[str]
-    inside: str  # its mount point as the holder sees it
+    inside: Path  # its mount point as the processes in the namespace see it
 
     @property
-    def path(self) -> Path:
+    def outside(self) -> Path:
         return Path(f"/proc/{self.holder.pid}/root{self.inside}")
+
+    def enter(self) -> list[str]:
+        return ["nsenter", "-t", str(self.holder.pid), "-m", "--"]
 
     def run(self, *cmd: str) -> None:
         """A command inside the namespace (mount -o remount,ro ...)."""
-        subprocess.run(["nsenter", "-t", str(self.holder.pid), "-m", "--", *cmd], check=True, capture_output=True,
-                       text=True, timeout=30)
+        subprocess.run([*self.enter(), *cmd], check=True, capture_output=True, text=True, timeout=30)
+
+    def autotune(self, *args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+        return autotune(*args, cwd=cwd, prefix=self.enter())
+
+    def copy(self, to: Path) -> Path:
+        """The file system's files, copied out (to read them here: a SQLite file with its -wal)."""
+        shutil.copytree(self.outside, to)
+        return to
 
     def fill(self, leave: int) -> Path:
         """Fill the file system to the last byte, then free `leave` bytes (whole pages): what a write may still add
         is `leave` plus what is left in the last page of each file."""
-        filler = self.path / "filler"
+        filler = self.outside / "filler"
         with open(filler, "wb", buffering=0) as f:
             try:
                 while f.write(b"\0" * PAGE):
@@ -60,8 +76,8 @@ class Mount:
 
 @contextmanager
 def private_tmpfs(tmp_path: Path, size: str) -> Iterator[Mount]:
-    inside = str(tmp_path / "mnt")
-    os.makedirs(inside, exist_ok=True)
+    inside = tmp_path / "mnt"
+    inside.mkdir()
     if shutil.which("unshare") is None or shutil.which("nsenter") is None:
         pytest.skip("needs unshare and nsenter (util-linux) to mount a file system in a private namespace")
     holder = subprocess.Popen(
@@ -81,19 +97,30 @@ def private_tmpfs(tmp_path: Path, size: str) -> Iterator[Mount]:
         holder.wait(10)
 
 
-def autotune(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+def autotune(*args: str, cwd: Path, prefix: list[str] | None = None) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
-    return subprocess.run([sys.executable, "-m", "autotune", *args], cwd=cwd, env=env, capture_output=True,
-                          text=True, timeout=300)
+    return subprocess.run([*(prefix or []), sys.executable, "-m", "autotune", *args], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=300)
 
 
 def set_trials(cfg: Path, n: int) -> None:
     cfg.write_text(cfg.read_text().replace("n_trials: 1\n", f"n_trials: {n}\n"))
 
 
-def journal_trials(path: Path) -> list[optuna.trial.FrozenTrial]:
-    storage = optuna.storages.JournalStorage(optuna.storages.journal.JournalFileBackend(str(path)))
+def stored_trials(url: str) -> list[optuna.trial.FrozenTrial]:
+    """The trials of study `w` at `url` (a journal:/// or sqlite:/// path here), read with plain Optuna."""
+    if url.startswith("journal://"):
+        storage: Any = optuna.storages.JournalStorage(
+            optuna.storages.journal.JournalFileBackend(url[len("journal://"):]))
+    else:
+        storage = url
     return optuna.load_study(study_name="w", storage=storage).get_trials()
+
+
+def trials_in(mount: Mount, url: str, to: Path) -> list[optuna.trial.FrozenTrial]:
+    """The trials stored on the mount at `url` (its path as seen inside), read from a copy."""
+    copy = mount.copy(to)
+    return stored_trials(url.replace(str(mount.inside), str(copy)))
 
 
 def one_line_error(r: subprocess.CompletedProcess[str]) -> str:
@@ -127,38 +154,131 @@ def test_a_cut_off_journal_record_is_truncated_on_open_and_never_poisons_later_a
     assert log.read_bytes().startswith(whole) and log.read_bytes().endswith(b"\n")
     r = autotune("best", str(cfg), cwd=tmp_path)
     assert r.returncode == 0, r.stderr[-3000:]
-    assert [t.state for t in journal_trials(log)] == [TrialState.COMPLETE] * 2
+    assert [t.state for t in stored_trials(f"journal://{log}")] == [TrialState.COMPLETE] * 2
 
 
 # ---------------------------------------------------------------- a full disk mid-run
 
 
-def fill_mid_run(tmp_path: Path, mount: Mount, url: str) -> tuple[Path, Path]:
-    """One trial stored, then the file system filled but for two pages, and a run of four: the second trial fits,
-    the third meets the full disk mid-run. Returns (the run file, the filler)."""
+def fill_mid_run(tmp_path: Path, mount: Mount, url: str, pages: int) -> tuple[Path, Path]:
+    """One trial stored, then the file system filled but for `pages`, and a run of four: the disk fills mid-run
+    (a journal with two pages: the second trial fits, the third does not). Returns (the run file, the filler)."""
     cfg = write_cfg(tmp_path, url, 1, single=True)
-    r = autotune("run", str(cfg), cwd=tmp_path)
+    r = mount.autotune("run", str(cfg), cwd=tmp_path)
     assert r.returncode == 0, r.stderr[-3000:]
-    filler = mount.fill(leave=2 * PAGE)
+    filler = mount.fill(leave=pages * PAGE)
     set_trials(cfg, 4)
     return cfg, filler
 
 
-def test_a_full_disk_under_a_journal_mid_run_is_one_line_and_loses_nothing(tmp_path: Path) -> None:
-    with private_tmpfs(tmp_path, "256k") as mount:
-        log = mount.path / "w.log"
-        cfg, filler = fill_mid_run(tmp_path, mount, f"journal://{log}")
-        r = autotune("run", str(cfg), cwd=tmp_path)
+@pytest.mark.parametrize(("kind", "pages"), [("journal", 2), ("sqlite", 16)])  # (SQLite's -shm alone takes 8)
+def test_a_full_disk_mid_run_is_one_line_and_loses_nothing(tmp_path: Path, kind: str, pages: int) -> None:
+    """Today: a ~97-line traceback ending in Optuna's `Should not reach` (a journal), a driver's traceback (SQLite)."""
+    with private_tmpfs(tmp_path, "1m") as mount:
+        url = f"journal://{mount.inside}/w.log" if kind == "journal" else f"sqlite:///{mount.inside}/w.db"
+        cfg, filler = fill_mid_run(tmp_path, mount, url, pages)
+        r = mount.autotune("run", str(cfg), cwd=tmp_path)
+        assert "1 finished, running 3 more" in r.stdout, r.stdout[-3000:]
         line = one_line_error(r)
-        assert f"journal://{log}" in line and "No space left on device" in line and "resume" in line, line
-        done = [t for t in journal_trials(log) if t.state == TrialState.COMPLETE]
-        assert len(done) >= 2, r.stderr[-3000:]  # the trial stored before, and at least one of this run
-        r = autotune("best", str(cfg), cwd=tmp_path)  # read on the full disk
-        assert r.returncode == 0, r.stderr[-3000:]
+        assert line.startswith(f"error: {cfg.name}: study.storage: {url}: the disk is full") and \
+            "free space on it, then run the same command again to resume" in line, line
+        done = [t for t in trials_in(mount, url, tmp_path / "full") if t.state == TrialState.COMPLETE]
+        assert len(done) >= 1, r.stderr[-3000:]  # the trial stored before (and those of this run that fit)
+        r = mount.autotune("best", str(cfg), cwd=tmp_path)  # read on the full disk
+        assert r.returncode == 0 and "Recommended configuration" in r.stdout, r.stdout + r.stderr[-3000:]
         filler.unlink()  # space again: the study resumes where it stopped
+        r = mount.autotune("run", str(cfg), cwd=tmp_path)
+        assert r.returncode == 0, r.stderr[-3000:]
+        trials = trials_in(mount, url, tmp_path / "after")
+        assert len([t for t in trials if t.state == TrialState.COMPLETE]) == 4, [t.state for t in trials]
+        assert not [t for t in trials if t.state == TrialState.RUNNING]
+        assert mount.autotune("best", str(cfg), cwd=tmp_path).returncode == 0
+
+
+# ---------------------------------------------------------------- a database server gone mid-run
+
+
+@dataclass
+class Server:
+    """A PostgreSQL server of this test's own (never the shared test server), stopped and started at will."""
+    bin: Path
+    data: Path
+    port: int
+
+    def pg(self, *args: str) -> None:
+        cmd = " ".join([str(self.bin / args[0]), *args[1:]])
+        as_postgres = ["su", "postgres", "-s", "/bin/sh", "-c", cmd] if os.getuid() == 0 else ["sh", "-c", cmd]
+        subprocess.run(as_postgres, check=True, capture_output=True, text=True, timeout=120)
+
+    def start(self) -> None:
+        self.pg("pg_ctl", "-D", str(self.data), "-l", str(self.data / "server.log"), "-w", "-o",
+                f"'-c listen_addresses=127.0.0.1 -p {self.port} -c fsync=off'", "start")
+
+    def stop(self) -> None:
+        self.pg("pg_ctl", "-D", str(self.data), "-m", "fast", "-w", "stop")
+
+    @property
+    def url(self) -> str:
+        return f"postgresql+psycopg://postgres@127.0.0.1:{self.port}/postgres"
+
+
+@contextmanager
+def private_postgres() -> Iterator[Server]:
+    found = sorted(Path("/usr/lib/postgresql").glob("*/bin/pg_ctl"))
+    if not found:
+        pytest.skip("no PostgreSQL binaries (/usr/lib/postgresql/*/bin): .ci/start_postgres.sh installs them")
+    if os.getuid() == 0 and subprocess.run(["id", "postgres"], capture_output=True).returncode != 0:
+        pytest.skip("no `postgres` user to run a private PostgreSQL server as (root cannot)")
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    data = Path(tempfile.mkdtemp(prefix="autotune-pg-"))  # (not under pytest's root-only tmp: postgres owns it)
+    if os.getuid() == 0:
+        shutil.chown(data, "postgres", "postgres")
+    server = Server(found[-1].parent, data, port)
+    try:
+        server.pg("initdb", "-D", str(data), "-U", "postgres", "--auth=trust", "-E", "UTF8")
+        server.start()
+        yield server
+    finally:
+        with contextlib.suppress(subprocess.CalledProcessError):
+            server.stop()
+        shutil.rmtree(data, ignore_errors=True)
+
+
+def completed(url: str) -> int:
+    try:
+        return len([t for t in stored_trials(url) if t.state == TrialState.COMPLETE])
+    except KeyError:  # no study yet
+        return 0
+
+
+def test_a_database_server_gone_mid_run_is_one_line_and_the_study_resumes_once_it_is_back(tmp_path: Path) -> None:
+    """Today: a 318-line traceback."""
+    with private_postgres() as server:
+        cfg = write_cfg(tmp_path, server.url, 6, single=True, epochs=2)
+        p = subprocess.Popen([sys.executable, "-m", "autotune", "run", str(cfg)], cwd=tmp_path, text=True,
+                             env={**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"},
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        try:
+            t0 = time.monotonic()
+            while not completed(server.url):
+                assert p.poll() is None and time.monotonic() - t0 < 240, p.communicate()
+                time.sleep(0.2)
+            server.stop()  # mid-run: a trial finished, others to come
+            out, err = p.communicate(timeout=240)
+        finally:
+            if p.poll() is None:
+                p.kill()
+        line = one_line_error(subprocess.CompletedProcess(p.args, p.returncode, out, err))
+        assert line.startswith(f"error: {cfg.name}: study.storage: {server.url}: the database server cannot be "
+                               "reached"), line
+        assert "bring the database server back, then run the same command again to resume" in line, line
+        server.start()
         r = autotune("run", str(cfg), cwd=tmp_path)
         assert r.returncode == 0, r.stderr[-3000:]
-        trials = journal_trials(log)
-        assert len([t for t in trials if t.state == TrialState.COMPLETE]) >= 4, [t.state for t in trials]
+        trials = stored_trials(server.url)
+        assert len([t for t in trials if t.state == TrialState.COMPLETE]) == 6, [t.state for t in trials]
         assert not [t for t in trials if t.state == TrialState.RUNNING]
-        assert autotune("best", str(cfg), cwd=tmp_path).returncode == 0
