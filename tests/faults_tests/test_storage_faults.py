@@ -11,12 +11,15 @@ CAP_SYS_ADMIN) these tests skip, saying so.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
+import re
 import shutil
 import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -282,3 +285,48 @@ def test_a_database_server_gone_mid_run_is_one_line_and_the_study_resumes_once_i
         trials = stored_trials(server.url)
         assert len([t for t in trials if t.state == TrialState.COMPLETE]) == 6, [t.state for t in trials]
         assert not [t for t in trials if t.state == TrialState.RUNNING]
+
+
+# ---------------------------------------------------------------- a study on read-only media
+
+
+@pytest.mark.parametrize("kind", ["journal", "sqlite"])
+def test_report_best_and_dashboard_read_a_study_on_a_read_only_mount(tmp_path: Path, kind: str) -> None:
+    """Today SQLite is forced to WAL (a write) and `best` takes the journal's lock (a symlink next to it): on a
+    read-only mount both fail."""
+    with private_tmpfs(tmp_path, "4m") as mount:
+        url = f"journal://{mount.inside}/w.log" if kind == "journal" else f"sqlite:///{mount.inside}/w.db"
+        cfg = write_cfg(tmp_path, url, 2, single=True)
+        r = mount.autotune("run", str(cfg), cwd=tmp_path)
+        assert r.returncode == 0, r.stderr[-3000:]
+        mount.run("mount", "-o", "remount,ro", str(mount.inside))
+        with pytest.raises(OSError, match="Read-only file system"):
+            (mount.outside / "probe").write_text("x")  # (really read-only, root included)
+        files = sorted(p.name for p in mount.outside.iterdir())
+
+        r = mount.autotune("report", str(cfg), "-o", str(tmp_path / "r.html"), cwd=tmp_path)
+        assert r.returncode == 0 and "wrote" in r.stdout, r.stderr[-3000:]
+        r = mount.autotune("report", "--storage", url, "-o", str(tmp_path / "s.html"), cwd=tmp_path)
+        assert r.returncode == 0 and (tmp_path / "s.html").stat().st_size > 0, r.stderr[-3000:]
+        r = mount.autotune("best", str(cfg), cwd=tmp_path)
+        assert r.returncode == 0 and "Recommended configuration" in r.stdout, r.stderr[-3000:]
+
+        dash = subprocess.Popen([*mount.enter(), sys.executable, "-m", "autotune", "dashboard", "--storage", url,
+                                 "--port", "0"], cwd=tmp_path, text=True, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, env={**os.environ, "PYTHONPATH": str(ROOT)})
+        try:
+            assert dash.stdout is not None
+            seen = []
+            for line in dash.stdout:  # (ends when the process does)
+                seen.append(line)
+                if "optuna-dashboard at http" in line:
+                    break
+            base = re.search(r"(http://127\.0\.0\.1:\d+)", "".join(seen))
+            assert base is not None, "".join(seen)
+            with urllib.request.urlopen(f"{base.group(1)}/api/studies", timeout=30) as resp:
+                studies = json.load(resp)["study_summaries"]
+            assert [s["study_name"] for s in studies] == ["w"]
+        finally:
+            dash.kill()
+            dash.wait(10)
+        assert sorted(p.name for p in mount.outside.iterdir()) == files
