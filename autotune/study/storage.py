@@ -49,7 +49,7 @@ def make_storage(cfg: RunConfig, read_only: bool = False) -> optuna.storages.Bas
                                                  f"mysql://..., journal:///path.log or grpc://HOST:PORT; got {url!r}")
     kwargs: dict[str, Any] = {}
     engine: dict[str, Any] = {}
-    shown = url
+    shown = url  # (a read-only SQLite URL is rewritten to a file: URI; the message names the user's)
     if url.startswith("sqlite:///"):
         db = Path(url[len("sqlite:///"):])
         if read_only:
@@ -62,7 +62,7 @@ def make_storage(cfg: RunConfig, read_only: bool = False) -> optuna.storages.Bas
         # A reader (the dashboard) and a writer share the file: wait for locks instead of failing.
         engine["connect_args"] = {"timeout": 60}
     elif url.startswith(("postgresql", "mysql")):
-        url = _sql_driver(url, file)
+        url = shown = _sql_driver(url, file)
         engine["connect_args"] = {"connect_timeout": 10}
         engine["pool_pre_ping"] = True
     if cfg.study.heartbeat_interval is not None and not read_only:  # SQLite too: owners may sit on another host
