@@ -108,15 +108,13 @@ class OwnedJournalLock(JournalFileSymlinkLock):
 
 class JournalFile(JournalFileBackend):
     """The journal at `path`, locked by `OwnedJournalLock`; records are written whole (see the module's doc).
-    `read_only`: opening writes nothing (no file created, no lock taken, no tail cut): a read-only command on a
+    `read_only`: opening an existing journal writes nothing (no lock taken, no tail cut): a read-only command on a
     read-only mount; an append, should one come, still takes the lock and cuts first."""
 
     def __init__(self, path: str, read_only: bool = False) -> None:
-        if read_only and not os.path.isfile(path):
-            raise FileNotFoundError(errno.ENOENT, "no such journal file", path)
         self.path = path
         self.owned_lock = OwnedJournalLock(path)
-        super().__init__(path, lock_obj=self.owned_lock)  # (creates a missing file; read-only: it is there)
+        super().__init__(path, lock_obj=self.owned_lock)  # (creates a missing file)
         if not read_only:
             self.owned_lock.acquire()
             try:

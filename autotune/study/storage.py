@@ -1,13 +1,14 @@
 """Storages: a study's URL (sqlite:///, postgresql://, mysql://, journal:///, grpc://) opened as an Optuna storage,
 checked before anything is written, and the config a study keeps read back from it.
 
-Every way in (`autotune run`, `--workers`, `autotune worker`, `report`, `dashboard`, warm starts) opens its
-storage here, so SQLite always waits for locks in WAL mode, PostgreSQL always gets a driver that is installed,
-every trial is stamped with its owner (orphans.py) and every unreachable storage is the same one-line error.
-The read-only commands (report, best, dashboard) open it `read_only`: nothing is created, SQLite's journal mode is
-left as it is and the journal's lock is not taken, so a study on read-only media can be read. A storage that fails
-later (a full disk, a database server gone) is one line too (`faults_named`). Passwords never leave this module
-unredacted (errors.redact).
+Every way in (`autotune run`,
+`--workers`, `autotune worker`, `report`, `dashboard`, warm starts) opens its storage here, so SQLite always waits
+for locks in WAL mode, PostgreSQL always gets a driver that is installed, every trial is stamped with its owner
+(orphans.py) and every unreachable storage is the same one-line error. The read-only commands (report, best,
+dashboard) open it `read_only`: opening a storage that exists writes nothing (SQLite's journal mode is left as it
+is, the journal's lock is not taken), so a study on read-only media can be read. A storage that fails later (a full
+disk, a database server gone) is one line too (`faults_named`). Passwords never leave this module unredacted
+(errors.redact).
 """
 
 from __future__ import annotations
@@ -37,7 +38,9 @@ SHARED = "journal:///path on one machine or postgresql://USER:PASSWORD@HOST/DB (
 
 def make_storage(cfg: RunConfig, read_only: bool = False) -> optuna.storages.BaseStorage:
     """The study's storage; an unreachable one is a ConfigError before anything is written. `read_only` (report,
-    best, dashboard): opening it writes nothing, so a study on a read-only mount can be read."""
+    best, dashboard): opening a storage that exists writes nothing (no directory made, SQLite left in its journal
+    mode, the journal's lock not taken), so a study on a read-only mount can be read; one that does not exist yet
+    is made as usual."""
     url = cfg.study.storage
     file = cfg.file
     if url.startswith("journal://"):
@@ -52,8 +55,9 @@ def make_storage(cfg: RunConfig, read_only: bool = False) -> optuna.storages.Bas
     shown = url  # (a read-only SQLite URL is rewritten to a file: URI; the message names the user's)
     if url.startswith("sqlite:///"):
         db = Path(url[len("sqlite:///"):])
+        read_only = read_only and db.is_file()  # (none yet: made as before, for a dashboard to watch)
         if read_only:
-            url = _sqlite_read_only(db, file)
+            url = _sqlite_read_only(db)
         else:
             try:
                 db.parent.mkdir(parents=True, exist_ok=True)
@@ -82,13 +86,15 @@ def make_storage(cfg: RunConfig, read_only: bool = False) -> optuna.storages.Bas
         raise ConfigError(file, "study.storage", f"cannot reach {redact(shown)}: {msg}") from None
 
 
-def _sqlite_read_only(db: Path, file: str) -> str:
-    """SQLite opened for reading only; on a read-only file system as immutable, since a database in WAL mode
-    (which `autotune run` leaves) cannot be opened otherwise where its -shm file cannot be created."""
-    if not db.is_file():
-        raise ConfigError(file, "study.storage", f"no SQLite database at {db}")
-    ro_fs = bool(os.statvfs(db).f_flag & os.ST_RDONLY)
-    return f"sqlite:///file:{db}?mode=ro{'&immutable=1' if ro_fs else ''}&uri=true"
+def _sqlite_read_only(db: Path) -> str:
+    """SQLite opened without writing: on a read-only file system as immutable (a database in WAL mode, which `run`
+    leaves, cannot be opened otherwise where its -shm file cannot be created); read-only where this process cannot
+    write it; else as it is (the dashboard may write notes), only not switched to WAL."""
+    if os.statvfs(db).f_flag & os.ST_RDONLY:
+        return f"sqlite:///file:{db}?mode=ro&immutable=1&uri=true"
+    if not (os.access(db, os.W_OK) and os.access(db.parent, os.W_OK)):
+        return f"sqlite:///file:{db}?mode=ro&uri=true"
+    return f"sqlite:///{db}"
 
 
 @contextlib.contextmanager
@@ -143,6 +149,7 @@ def _journal(cfg: RunConfig, url: str, file: str, read_only: bool = False) -> op
                                                             "postgresql://..., mysql://... or sqlite:///... for "
                                                             "them, or drop it")
     path = Path(url[len("journal://"):])
+    read_only = read_only and path.is_file()  # (none yet: made as before, for a dashboard to watch)
     try:
         if not read_only:
             path.parent.mkdir(parents=True, exist_ok=True)
