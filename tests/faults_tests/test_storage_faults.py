@@ -11,7 +11,9 @@ CAP_SYS_ADMIN) these tests skip, saying so.
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
+import logging
 import os
 import re
 import shutil
@@ -30,6 +32,8 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
+from autotune.core import storage_fault
+from autotune.study.journal_lock import JournalFile
 from tests.support import ROOT, write_cfg
 
 PAGE = 4096
@@ -138,6 +142,75 @@ def one_line_error(r: subprocess.CompletedProcess[str]) -> str:
 # ---------------------------------------------------------------- a journal record cut off
 
 
+def journal_with_a_trial(path: Path) -> optuna.Study:
+    storage = optuna.storages.JournalStorage(JournalFile(str(path)))
+    study = optuna.create_study(study_name="w", storage=storage)
+    study.optimize(lambda t: t.suggest_float("x", 0, 1), n_trials=1)
+    return study
+
+
+def test_the_journal_cuts_a_cut_off_tail_under_its_lock_on_open_and_before_an_append(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    log = tmp_path / "w.log"
+    journal_with_a_trial(log)
+    whole = log.read_bytes()
+    cut = b'{"op_code":4,"worker_id":"x","study_id":0,"da'
+    log.write_bytes(whole + cut)
+    JournalFile(str(log), read_only=True)  # a reader changes nothing
+    assert log.read_bytes() == whole + cut
+    with caplog.at_level(logging.WARNING):
+        backend = JournalFile(str(log))
+    assert log.read_bytes() == whole
+    assert [r.getMessage() for r in caplog.records] == [
+        f"{log}: removed a record cut off at its end ({len(cut)} bytes, a write that did not finish)"]
+    log.write_bytes(whole + cut)  # cut off again while this backend is open (another process died mid-write)
+    study = optuna.load_study(study_name="w", storage=optuna.storages.JournalStorage(backend))
+    study.optimize(lambda t: t.suggest_float("x", 0, 1), n_trials=1)
+    assert log.read_bytes().startswith(whole) and cut not in log.read_bytes()
+    assert [t.state for t in stored_trials(f"journal://{log}")] == [TrialState.COMPLETE] * 2  # today: JSONDecodeError
+    assert not Path(f"{log}.lock").exists()
+
+
+def test_a_journal_write_cut_short_by_a_full_disk_is_cut_back_at_once(tmp_path: Path) -> None:
+    with private_tmpfs(tmp_path, "64k") as mount:
+        log = mount.outside / "w.log"  # (Python opens it through /proc/HOLDER/root as it is)
+        journal_with_a_trial(log)
+        before = log.read_bytes()
+        mount.fill(leave=0)
+        backend = JournalFile(str(log))
+        with pytest.raises(OSError, match="No space left on device"):
+            backend.append_logs([{"op_code": 8, "pad": "x" * 3 * PAGE}])  # more than the last page has left
+        assert log.read_bytes() == before  # today: the first part of the record stays, cut off
+
+
+def test_storage_faults_are_told_from_other_errors(tmp_path: Path) -> None:
+    import sqlalchemy
+
+    def raised_during(first: BaseException) -> AssertionError:  # as Optuna's `Should not reach` is
+        try:
+            try:
+                raise first
+            except BaseException:
+                raise AssertionError("Should not reach.") from None
+        except AssertionError as e:
+            e.__context__ = first
+            return e
+
+    full = storage_fault(raised_during(OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))))
+    assert full == ("the disk is full (No space left on device)", "free space on it")
+    assert storage_fault(OSError(errno.EROFS, os.strerror(errno.EROFS)))[1] == "make it writable"  # type: ignore[index]
+    engine = sqlalchemy.create_engine("postgresql+psycopg://u@127.0.0.1:1/x")  # nothing listens on port 1
+    with pytest.raises(sqlalchemy.exc.OperationalError) as gone:
+        engine.connect()
+    what, todo = storage_fault(gone.value) or ("", "")
+    assert what.startswith("the database server cannot be reached (") and todo == "bring the database server back"
+    assert storage_fault(ValueError("no")) is None and storage_fault(OSError(errno.ENOENT, "x")) is None
+    assert storage_fault(raised_during(KeyError("Record does not exist."))) is None
+
+
+
+
+@pytest.mark.slow
 def test_a_cut_off_journal_record_is_truncated_on_open_and_never_poisons_later_appends(tmp_path: Path) -> None:
     """A record cut off mid-line (what a full disk leaves: Optuna's append wrote part of a line) and then a resume:
     today the resume appends onto the cut-off line and every later command fails with a JSONDecodeError."""
@@ -174,6 +247,7 @@ def fill_mid_run(tmp_path: Path, mount: Mount, url: str, pages: int) -> tuple[Pa
     return cfg, filler
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("kind", "pages"), [("journal", 2), ("sqlite", 16)])  # (SQLite's -shm alone takes 8)
 def test_a_full_disk_mid_run_is_one_line_and_loses_nothing(tmp_path: Path, kind: str, pages: int) -> None:
     """Today: a ~97-line traceback ending in Optuna's `Should not reach` (a journal), a driver's traceback (SQLite)."""
@@ -258,6 +332,7 @@ def completed(url: str) -> int:
         return 0
 
 
+@pytest.mark.slow
 def test_a_database_server_gone_mid_run_is_one_line_and_the_study_resumes_once_it_is_back(tmp_path: Path) -> None:
     """Today: a 318-line traceback."""
     with private_postgres() as server:
@@ -290,6 +365,33 @@ def test_a_database_server_gone_mid_run_is_one_line_and_the_study_resumes_once_i
 # ---------------------------------------------------------------- a study on read-only media
 
 
+OPEN = """
+import sys, optuna
+from autotune.study import bare_config, make_storage
+what, urls = sys.argv[1], sys.argv[2:]
+for url in urls:
+    if what == "make":
+        study = optuna.create_study(study_name="w", storage=make_storage(bare_config(url)))
+        study.optimize(lambda t: t.suggest_float("x", 0, 1), n_trials=2)
+    else:
+        print(len(optuna.load_study(study_name="w", storage=make_storage(bare_config(url), read_only=True)).trials))
+"""
+
+
+def test_a_journal_and_a_sqlite_file_on_a_read_only_mount_open_read_only(tmp_path: Path) -> None:
+    """The storage opening of report, best and dashboard (`make_storage(read_only=True)`); the slow test below runs
+    the commands themselves. Today: SQLite's switch to WAL and the journal's lock fail on a read-only mount."""
+    with private_tmpfs(tmp_path, "4m") as mount:
+        urls = [f"journal://{mount.inside}/w.log", f"sqlite:///{mount.inside}/w.db"]
+        env = {**os.environ, "PYTHONPATH": str(ROOT)}
+        subprocess.run([*mount.enter(), sys.executable, "-c", OPEN, "make", *urls], check=True, env=env, timeout=120)
+        mount.run("mount", "-o", "remount,ro", str(mount.inside))
+        r = subprocess.run([*mount.enter(), sys.executable, "-c", OPEN, "read", *urls], env=env, capture_output=True,
+                           text=True, timeout=120)
+        assert r.returncode == 0 and r.stdout.split() == ["2", "2"], r.stderr[-3000:]
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["journal", "sqlite"])
 def test_report_best_and_dashboard_read_a_study_on_a_read_only_mount(tmp_path: Path, kind: str) -> None:
     """Today SQLite is forced to WAL (a write) and `best` takes the journal's lock (a symlink next to it): on a
