@@ -233,6 +233,21 @@ def test_a_cut_off_journal_record_is_truncated_on_open_and_never_poisons_later_a
     assert [t.state for t in stored_trials(f"journal://{log}")] == [TrialState.COMPLETE] * 2
 
 
+def test_a_storage_fault_is_one_line_naming_the_storage_without_its_password() -> None:
+    from autotune.config import from_dict
+    from autotune.core import StorageFault
+    from autotune.study import faults_named
+
+    cfg = from_dict({"study": {"storage": "postgresql://u:secret@db/x"}}, source="s.yaml")
+    with pytest.raises(StorageFault) as info, faults_named(cfg):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+    assert str(info.value) == ("s.yaml: study.storage: postgresql://u:***@db/x: the disk is full (No space left on "
+                               "device); what was stored before is kept: free space on it, then run the same command "
+                               "again to resume")
+    with pytest.raises(ValueError), faults_named(cfg):  # anything else passes through as it is
+        raise ValueError("not the storage's")
+
+
 # ---------------------------------------------------------------- a full disk mid-run
 
 
