@@ -22,6 +22,7 @@ reader already skips a last line without its newline.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import os
@@ -138,7 +139,8 @@ class JournalFile(JournalFileBackend):
                         view = view[n:]
                     os.fsync(f.fileno())
                 except BaseException:
-                    os.ftruncate(f.fileno(), start)  # never part of a record (freeing blocks works on a full disk)
+                    with contextlib.suppress(OSError):  # (the write's own error is the one to tell)
+                        os.ftruncate(f.fileno(), start)  # never part of a record (freeing blocks works on a full disk)
                     raise
         finally:
             self.owned_lock.release()
