@@ -14,13 +14,14 @@ def cmd(args: argparse.Namespace) -> int:
     """Read-only but for --save-model (which retrains, so runs the run file's code): the code the run file names is
     not imported to show or export the best trial."""
     from autotune.observe import TuneResult, progress
-    from autotune.study import open_study
+    from autotune.study import faults_named, open_study
 
     with without_user_code() if not args.save_model else contextlib.nullcontext():
         cfg = common.load(args)
-        study = open_study(cfg, create=False)
+        study = open_study(cfg, create=False, read_only=True)
         result = TuneResult(study=study, config=cfg)
-        best = result.best
+        with faults_named(cfg):
+            best = result.best
         if best is None:
             raise AutotuneError(f"study {cfg.study.name!r} has no completed trial yet")
         progress.print_best(result)

@@ -20,7 +20,7 @@ def cmd(args: argparse.Namespace) -> int:
             cfg = load(args.file, {"study.storage": args.storage} if args.storage else None)
     else:
         cfg = bare_config(args.storage)
-    storage = make_storage(cfg)
+    storage = make_storage(cfg, read_only=True)  # nothing written to open it: read-only media too
     print(f"storage {redact(cfg.study.storage)}", flush=True)
     dashboard.serve(storage, host=args.host, port=args.port, study_name=cfg.study.name if args.file else None)
     return 0

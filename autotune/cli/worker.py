@@ -14,7 +14,7 @@ from autotune.core import redact
 def cmd(args: argparse.Namespace) -> int:
 
     from autotune.observe import progress, tracking
-    from autotune.study import budget, trust, workers
+    from autotune.study import budget, faults_named, trust, workers
     from autotune.study import runner as study_mod
 
     code_hash = args.code_hash or os.environ.get(trust.HASH_ENV) or None
@@ -34,7 +34,7 @@ def cmd(args: argparse.Namespace) -> int:
     print(f"worker {me} joined study {cfg.study.name} ({redact(cfg.study.storage)}); "
           f"{budget.counts(study.get_trials(deepcopy=False)).finished} of {cfg.study.n_trials} finished", flush=True)
     try:
-        with common.trials_shown():
+        with common.trials_shown(), faults_named(cfg):  # a full disk, a server gone: one line
             res = workers.run_worker(cfg, sampler_seed_offset=None, callbacks=[view.on_trial, *trackers],
                                      study=study)
     except KeyboardInterrupt:

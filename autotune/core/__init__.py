@@ -8,6 +8,7 @@ from autotune.core.errors import (
     AutotuneError,
     ConfigError,
     ConfigWarning,
+    StorageFault,
     TrialStopped,
     config_warnings_as_lines,
     describe_exception,
@@ -19,6 +20,7 @@ from autotune.core.errors import (
     redact,
     shorten,
     shown,
+    storage_fault,
     suggest,
     unknown,
     user_frame,
@@ -48,4 +50,5 @@ __all__ = [
     "describe_exception", "error_signature", "exit_text", "file_stem", "importable", "load_factory", "lookup",
     "message_and_where", "one_of", "one_device_adapter", "redact", "resolve_path", "shorten", "shown", "suggest",
     "unknown", "user_code_allowed", "user_frame", "user_where", "warn_config", "without_user_code",
+    "StorageFault", "storage_fault",
 ]

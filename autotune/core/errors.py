@@ -41,6 +41,64 @@ class ConfigError(AutotuneError):
         super().__init__(where + message)
 
 
+class StorageFault(AutotuneError):
+    """The study's storage failed under a run or a read (a full disk, a read-only file system, a database server
+    gone): one line naming the storage, the cause and what to do; what was written before it is kept."""
+
+
+# errno → (what happened, what to do about it)
+_OS_FAULTS = {28: ("the disk is full", "free space on it"), 122: ("the disk quota is exceeded", "free space on it"),
+              30: ("the file system is read-only", "make it writable"), 5: ("an I/O error", "check the disk")}
+# words in a database driver's message → (what happened, what to do about it)
+_DB_FAULTS = (
+    (("disk is full", "no space left", "could not extend file", "could not write"),
+     ("the disk is full", "free space on it")),
+    (("readonly database", "read-only", "read only"), ("the database is read-only", "make it writable")),
+    (("disk i/o error",), ("an I/O error", "check the disk")),
+    (("database is locked",), ("the database is locked by another process",
+                               "give each SQLite file one writer (journal:/// or PostgreSQL take several)")),
+)
+_SERVER_GONE = ("the database server cannot be reached", "bring the database server back")
+
+
+def storage_fault(exc: BaseException) -> tuple[str, str] | None:
+    """(what happened, what to do) when `exc` (or an exception it was raised from or during, as Optuna's `Should
+    not reach` is during a failed write) is the storage failing rather than autotune or a user's code; else None.
+    Drivers' types are matched by name: core imports no database driver."""
+    seen: set[int] = set()
+    e: BaseException | None = exc
+    while e is not None and id(e) not in seen and len(seen) < 20:
+        seen.add(id(e))
+        found = _fault_of(e)
+        if found is not None:
+            return found
+        e = e.__cause__ or e.__context__
+    return None
+
+
+def _fault_of(e: BaseException) -> tuple[str, str] | None:
+    if isinstance(e, OSError) and e.errno in _OS_FAULTS:
+        what, todo = _OS_FAULTS[e.errno]
+        return f"{what} ({e.strerror})", todo
+    names = {c.__name__ for c in type(e).__mro__}
+    module = type(e).__module__.split(".")[0]
+    if module not in ("sqlalchemy", "psycopg", "psycopg2", "sqlite3", "pymysql", "MySQLdb") or not \
+            names & {"OperationalError", "InterfaceError", "DatabaseError"}:
+        return None
+    text = str(e).strip()
+    first = text.splitlines()[0] if text else type(e).__name__
+    low = text.lower()
+    for words, (what, todo) in _DB_FAULTS:
+        if any(w in low for w in words):
+            return f"{what} ({shorten(first, 200)})", todo
+    orig = getattr(e, "orig", None)  # the driver's own error, under SQLAlchemy's
+    if "sqlite" in low or type(orig).__module__ == "sqlite3" or module == "sqlite3":
+        return None  # a file: no server to lose
+    if names & {"OperationalError", "InterfaceError"}:  # connections: refused, closed, terminated, timed out
+        return f"{_SERVER_GONE[0]} ({shorten(first, 200)})", _SERVER_GONE[1]
+    return None
+
+
 class ConfigWarning(UserWarning):
     """A config that runs but does not do what it says (a condition that can never hold)."""
 

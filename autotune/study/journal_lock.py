@@ -11,17 +11,27 @@ host (whose processes cannot be seen from here) or of plain Optuna (a link to th
 grace period. Breaking is serialised between the processes of this host (locks.path_lock), so two waiters
 never both remove a lock and then each other's: under it, the link is read again and removed only if it still
 names the dead owner.
+
+`JournalFile` is the journal itself (Optuna's `JournalFileBackend` with this lock): a record is appended whole or
+not at all. A write cut short (a full disk, a quota) is cut back off under the lock at once, and a cut-off tail
+left by a process that died mid-write is removed under the lock on open and before every append, so the next
+record never lands on a half line (which would make every later read fail with a JSONDecodeError). Read-only
+(`writable=False`: report, best, dashboard) it takes no lock, creates nothing and refuses every append; Optuna's
+reader already skips a last line without its newline.
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
+import json
 import os
 import time
 import uuid
+from typing import Any
 
 from optuna.logging import get_logger
-from optuna.storages.journal import JournalFileSymlinkLock
+from optuna.storages.journal import JournalFileBackend, JournalFileSymlinkLock
 
 from autotune.core import locks
 from autotune.study.orphans import Owner, owner_id
@@ -97,6 +107,68 @@ class OwnedJournalLock(JournalFileSymlinkLock):
             _logger.warning(f"{self.lock_file}: this process's journal lock was broken while it held it")
 
 
+class JournalFile(JournalFileBackend):
+    """The journal at `path`, locked by `OwnedJournalLock`; records are written whole (see the module's doc).
+    `read_only`: opening an existing journal writes nothing (no lock taken, no tail cut): a read-only command on a
+    read-only mount; an append, should one come, still takes the lock and cuts first."""
+
+    def __init__(self, path: str, read_only: bool = False) -> None:
+        self.path = path
+        self.owned_lock = OwnedJournalLock(path)
+        super().__init__(path, lock_obj=self.owned_lock)  # (creates a missing file)
+        if not read_only:
+            self.owned_lock.acquire()
+            try:
+                self._cut_tail()
+            finally:
+                self.owned_lock.release()
+
+    def append_logs(self, logs: list[dict[str, Any]]) -> None:
+        data = ("\n".join(json.dumps(log, separators=(",", ":")) for log in logs) + "\n").encode("utf-8")
+        self.owned_lock.acquire()
+        try:
+            self._cut_tail()
+            with open(self.path, "ab", buffering=0) as f:  # unbuffered: nothing left to flush on failure
+                start = f.seek(0, os.SEEK_END)
+                try:
+                    view = memoryview(data)
+                    while view:
+                        n = f.write(view)
+                        if not n:  # (a regular file either takes bytes or raises; never spin)
+                            raise OSError(errno.EIO, "the journal took no bytes", self.path)
+                        view = view[n:]
+                    os.fsync(f.fileno())
+                except BaseException:
+                    with contextlib.suppress(OSError):  # (the write's own error is the one to tell)
+                        os.ftruncate(f.fileno(), start)  # never part of a record (freeing blocks works on a full disk)
+                    raise
+        finally:
+            self.owned_lock.release()
+
+    def _cut_tail(self) -> None:
+        """Remove a last line without its newline (a record whose write never finished); the caller holds the
+        lock, so no live writer is mid-record."""
+        with open(self.path, "rb+") as f:
+            end = f.seek(0, os.SEEK_END)
+            if end == 0:
+                return
+            f.seek(end - 1)
+            if f.read(1) == b"\n":
+                return
+            keep = end
+            while keep > 0:  # back to the last newline, a block at a time
+                step = min(keep, 1 << 16)
+                f.seek(keep - step)
+                at = f.read(step).rfind(b"\n")
+                if at >= 0:
+                    keep = keep - step + at + 1
+                    break
+                keep -= step
+            f.truncate(keep)
+        _logger.warning(f"{self.path}: removed a record cut off at its end ({end - keep} bytes, a write that "
+                        f"did not finish)")
+
+
 def _read(lock_file: str) -> str | None:
     """What the lock names ("" for a plain file: another lock scheme's); None: there is no lock."""
     try:
@@ -109,4 +181,4 @@ def _read(lock_file: str) -> str | None:
         raise
 
 
-__all__ = ["OwnedJournalLock", "dead_here", "owner_of"]
+__all__ = ["JournalFile", "OwnedJournalLock", "dead_here", "owner_of"]

@@ -103,9 +103,10 @@ def check_existing(cfg: RunConfig) -> None:
 
 
 def open_study(cfg: RunConfig, fresh: bool = False, create: bool = True,
-               device_name: str | None = None) -> optuna.Study:
-    """`device_name`: the device's name when already known (a `--workers` driver asks a child: never CUDA itself)."""
-    storage = storage_mod.make_storage(cfg)
+               device_name: str | None = None, read_only: bool = False) -> optuna.Study:
+    """`device_name`: the device's name when already known (a `--workers` driver asks a child: never CUDA itself).
+    `read_only` (report, best): an existing study, loaded without writing anything (read-only media)."""
+    storage = storage_mod.make_storage(cfg, read_only=read_only)
     name = cfg.study.name
     if fresh:
         try:
@@ -115,9 +116,12 @@ def open_study(cfg: RunConfig, fresh: bool = False, create: bool = True,
     existing = {s.study_name: s for s in optuna.get_all_study_summaries(storage, include_best_trial=False)}
     if name in existing:
         check_same_objectives(cfg, existing[name])
-    elif not create:
+    elif not create or read_only:
         raise ConfigError(cfg.file, "study.name", f"no study {name!r} in {redact(cfg.study.storage)}; known: "
                                                     f"{', '.join(sorted(existing)) or 'none'}")
+    if read_only:  # (create_study would try to insert the study first)
+        return optuna.load_study(study_name=name, storage=storage, sampler=samplers.make_sampler(cfg),
+                                 pruner=pruners.optuna_pruner(cfg))
     earlier = warm.source(cfg) if name not in existing else None  # checked before anything is written
     study = optuna.create_study(
         study_name=name, storage=storage, sampler=samplers.make_sampler(cfg), pruner=pruners.optuna_pruner(cfg),
@@ -304,8 +308,16 @@ def run(cfg: RunConfig, fresh: bool = False, callbacks: list[TrialCallback] | No
     with the run.
 
     Trials left RUNNING by a run that died (SIGKILL, OOM killer, power) are failed as `orphaned` and
-    retried once first; `on_note` (default: stderr) hears how many.
+    retried once first; `on_note` (default: stderr) hears how many. A storage that fails under the run (a full
+    disk, a database server gone) is a StorageFault (one line; the trials finished before it are kept).
     """
+    with storage_mod.faults_named(cfg):
+        return _run(cfg, fresh, callbacks, on_start, fit, on_note)
+
+
+def _run(cfg: RunConfig, fresh: bool, callbacks: list[TrialCallback] | None,
+         on_start: Callable[[optuna.Study, int], None] | None, fit: Fit | None,
+         on_note: Callable[[str], None] | None) -> optuna.Study:
     if fit is not None:
         check_fit_signature(fit, fit_name(cfg, fit), cfg.file)
         check_one_device(cfg, fit, cfg.file)

@@ -1,28 +1,34 @@
 """Storages: a study's URL (sqlite:///, postgresql://, mysql://, journal:///, grpc://) opened as an Optuna storage,
 checked before anything is written, and the config a study keeps read back from it.
 
-Every way in (`autotune run`, `--workers`, `autotune worker`, `report`, `dashboard`, warm starts) opens its
-storage here, so SQLite always waits for locks in WAL mode, PostgreSQL always gets a driver that is installed,
-every trial is stamped with its owner (orphans.py) and every unreachable storage is the same one-line error.
-Passwords never leave this module unredacted (errors.redact).
+Every way in (`autotune run`,
+`--workers`, `autotune worker`, `report`, `dashboard`, warm starts) opens its storage here, so SQLite always waits
+for locks in WAL mode, PostgreSQL always gets a driver that is installed, every trial is stamped with its owner
+(orphans.py) and every unreachable storage is the same one-line error. The read-only commands (report, best,
+dashboard) open it `read_only`: opening a storage that exists writes nothing (SQLite's journal mode is left as it
+is, the journal's lock is not taken), so a study on read-only media can be read. A storage that fails later (a full
+disk, a database server gone) is one line too (`faults_named`). Passwords never leave this module unredacted
+(errors.redact).
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
 import time
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import optuna
 
 from autotune.config import from_dict
-from autotune.core import ConfigError, redact
+from autotune.core import AutotuneError, ConfigError, StorageFault, redact, storage_fault
 from autotune.spec import RunConfig, StudyRecord
 from autotune.study import orphans, proxy, records
-from autotune.study.journal_lock import OwnedJournalLock
+from autotune.study.journal_lock import JournalFile
 
 SHARED = "journal:///path on one machine or postgresql://USER:PASSWORD@HOST/DB (or mysql://...) across machines"
 
@@ -30,12 +36,15 @@ SHARED = "journal:///path on one machine or postgresql://USER:PASSWORD@HOST/DB (
 # ---------------------------------------------------------------- opening
 
 
-def make_storage(cfg: RunConfig) -> optuna.storages.BaseStorage:
-    """The study's storage; an unreachable one is a ConfigError before anything is written."""
+def make_storage(cfg: RunConfig, read_only: bool = False) -> optuna.storages.BaseStorage:
+    """The study's storage; an unreachable one is a ConfigError before anything is written. `read_only` (report,
+    best, dashboard): opening a storage that exists writes nothing (no directory made, SQLite left in its journal
+    mode, the journal's lock not taken), so a study on a read-only mount can be read; one that does not exist yet
+    is made as usual."""
     url = cfg.study.storage
     file = cfg.file
     if url.startswith("journal://"):
-        return _journal(cfg, url, file)
+        return _journal(cfg, url, file, read_only)
     if url.startswith(proxy.PREFIX):  # Optuna's gRPC storage proxy (`autotune storage-proxy`): no heartbeats
         return proxy.connect(url, file)
     if "://" not in url:
@@ -43,25 +52,30 @@ def make_storage(cfg: RunConfig) -> optuna.storages.BaseStorage:
                                                  f"mysql://..., journal:///path.log or grpc://HOST:PORT; got {url!r}")
     kwargs: dict[str, Any] = {}
     engine: dict[str, Any] = {}
+    shown = url  # (a read-only SQLite URL is rewritten to a file: URI; the message names the user's)
     if url.startswith("sqlite:///"):
         db = Path(url[len("sqlite:///"):])
-        try:
-            db.parent.mkdir(parents=True, exist_ok=True)
-        except OSError as e:
-            raise ConfigError(file, "study.storage", f"cannot create {db.parent}: {e}") from None
+        read_only = read_only and db.is_file()  # (none yet: made as before, for a dashboard to watch)
+        if read_only:
+            url = _sqlite_read_only(db)
+        else:
+            try:
+                db.parent.mkdir(parents=True, exist_ok=True)
+            except OSError as e:
+                raise ConfigError(file, "study.storage", f"cannot create {db.parent}: {e}") from None
         # A reader (the dashboard) and a writer share the file: wait for locks instead of failing.
         engine["connect_args"] = {"timeout": 60}
     elif url.startswith(("postgresql", "mysql")):
-        url = _sql_driver(url, file)
+        url = shown = _sql_driver(url, file)
         engine["connect_args"] = {"connect_timeout": 10}
         engine["pool_pre_ping"] = True
-    if cfg.study.heartbeat_interval is not None:  # SQLite too: its trials' owners may sit on another host (NFS)
+    if cfg.study.heartbeat_interval is not None and not read_only:  # SQLite too: owners may sit on another host
         kwargs["heartbeat_interval"] = cfg.study.heartbeat_interval
         kwargs["grace_period"] = cfg.study.grace_period or 2 * cfg.study.heartbeat_interval
         kwargs["heartbeat_stale_trial_callback"] = orphans.retry_once
     try:
         storage = _rdb(url, engine, kwargs)
-        if url.startswith("sqlite:///"):
+        if url.startswith("sqlite:///") and not read_only:
             _sqlite_wal(storage)
         records.attach(storage)  # a trial's user attrs are written in the transaction that ends it
         return storage
@@ -69,7 +83,36 @@ def make_storage(cfg: RunConfig) -> optuna.storages.BaseStorage:
         raise ConfigError(file, "study.storage", missing_driver(url)) from None
     except Exception as e:  # sqlalchemy's errors differ by driver
         msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise ConfigError(file, "study.storage", f"cannot reach {redact(url)}: {msg}") from None
+        raise ConfigError(file, "study.storage", f"cannot reach {redact(shown)}: {msg}") from None
+
+
+def _sqlite_read_only(db: Path) -> str:
+    """SQLite opened without writing: on a read-only file system as immutable (a database in WAL mode, which `run`
+    leaves, cannot be opened otherwise where its -shm file cannot be created); read-only where this process cannot
+    write it; else as it is (the dashboard may write notes), only not switched to WAL."""
+    if os.statvfs(db).f_flag & os.ST_RDONLY:
+        return f"sqlite:///file:{db}?mode=ro&immutable=1&uri=true"
+    if not (os.access(db, os.W_OK) and os.access(db.parent, os.W_OK)):
+        return f"sqlite:///file:{db}?mode=ro&uri=true"
+    return f"sqlite:///{db}"
+
+
+@contextlib.contextmanager
+def faults_named(cfg: RunConfig) -> Iterator[None]:
+    """Around what reads or writes a study: a storage that fails (a full disk, a read-only file system, a database
+    server gone) ends it as one StorageFault line naming the storage and what to do, not a driver's traceback
+    (nor Optuna's `Should not reach`, raised while its failed write unwinds)."""
+    try:
+        yield
+    except AutotuneError:
+        raise
+    except Exception as e:
+        found = storage_fault(e)
+        if found is None:
+            raise
+        what, todo = found
+        raise StorageFault(f"{cfg.file}: study.storage: {redact(cfg.study.storage)}: {what}; what was stored "
+                           f"before is kept: {todo}, then run the same command again to resume") from e
 
 
 CREATE_TRIES = 5  # opening a new database: the losers of the race to create its tables try again
@@ -99,17 +142,19 @@ def _lost_create_race(e: BaseException) -> bool:
                                              and ("already exists" in text or "duplicate" in text))
 
 
-def _journal(cfg: RunConfig, url: str, file: str) -> optuna.storages.BaseStorage:
+def _journal(cfg: RunConfig, url: str, file: str, read_only: bool = False) -> optuna.storages.BaseStorage:
     """A journal file: several processes on one machine (or on NFS) without a database server."""
-    if cfg.study.heartbeat_interval is not None:
+    if cfg.study.heartbeat_interval is not None and not read_only:
         raise ConfigError(file, "study.heartbeat_interval", "the journal backend has no heartbeats; use "
                                                             "postgresql://..., mysql://... or sqlite:///... for "
                                                             "them, or drop it")
     path = Path(url[len("journal://"):])
+    read_only = read_only and path.is_file()  # (none yet: made as before, for a dashboard to watch)
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        # a lock left by a SIGKILLed worker of this host is broken at once, not after Optuna's 30 s
-        backend = optuna.storages.journal.JournalFileBackend(str(path), lock_obj=OwnedJournalLock(str(path)))
+        if not read_only:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        # records written whole; a lock left by a SIGKILLed worker of this host is broken at once, not after 30 s
+        backend = JournalFile(str(path), read_only=read_only)
     except OSError as e:
         raise ConfigError(file, "study.storage", f"cannot open journal file {path}: {e}") from None
     return orphans.JournalStorage(backend)
@@ -211,10 +256,10 @@ def find_study(storage: optuna.storages.BaseStorage, url: str, name: str | None,
     return optuna.load_study(study_name=name, storage=storage)
 
 
-def load_stored(url: str, name: str | None) -> tuple[optuna.Study, RunConfig]:
+def load_stored(url: str, name: str | None, read_only: bool = False) -> tuple[optuna.Study, RunConfig]:
     """(study, the RunConfig it was started with) from its `config` user attr, pointed at `url` (the real URL:
     the stored one has its password hidden). `name` None: the only study in the storage."""
-    study = find_study(make_storage(bare_config(url)), url, name, "--storage", "--study")
+    study = find_study(make_storage(bare_config(url), read_only), url, name, "--storage", "--study")
     stored = StudyRecord.of(study)
     raw = stored.config
     if not isinstance(raw, dict):
