@@ -481,10 +481,11 @@ def join_config(storage_url: str, study_name: str, code_hash: str | None = None,
     """The RunConfig a study was started with (its `config` user attr), pointed at `storage_url`. The code it names
     is imported only once the stored config is known to be the one launched (`code_hash`), or trusted (trust.py)."""
     storage.check_joinable(storage_url)
-    with without_user_code():  # read and validated, nothing of it imported yet
-        study, _ = storage.load_stored(storage_url, study_name)
-    trust_mod.check(study, code_hash, trust, storage_url)
-    return storage.load_stored(storage_url, study_name)[1]
+    with without_user_code():  # read once and validated, nothing of it imported yet
+        study, record = storage.read_stored(storage_url, study_name)
+        storage.config_of(study, record, storage_url)
+    trust_mod.check(study.study_name, record.config, storage.stored_source(record), code_hash, trust, storage_url)
+    return storage.config_of(study, record, storage_url)  # the bytes checked, not a second read
 
 
 def join(storage_url: str, study_name: str, n_trials: int | None = None, timeout: float | None = None,
