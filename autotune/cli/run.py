@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
+import signal
 import sys
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from autotune.cli import common
@@ -41,18 +44,21 @@ def _with_join_line(cfg: Any, on_start: Callable[[Any, int], None]) -> Callable[
     return start
 
 
-def _show_run(cfg: Any, view: Any, start: Callable[[], Any]) -> int:
-    """Run the study (`start` returns it) behind the live view; Ctrl-C keeps every finished trial and exits 130."""
+def _show_run(cfg: Any, view: Any, start: Callable[[], Any], terms: list[int] | None = None) -> int:
+    """Run the study (`start` returns it) behind the live view; Ctrl-C keeps every finished trial and exits 130 (a
+    SIGTERM counted in `terms`, 143). A `--workers` driver says what it stopped (local_workers.WorkersStopped)."""
     t0 = time.perf_counter()
     try:
         with common.trials_shown():
             study = start()
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as e:
         common.ignore_more_interrupts()
         view.close()
-        print(f"interrupted: finished trials are kept in {redact(cfg.study.storage)}; run again to resume",
-              file=sys.stderr)
-        return 130
+        how = "terminated" if terms else "interrupted"
+        line = e.line(redact(cfg.study.storage)) if hasattr(e, "line") else \
+            f"finished trials are kept in {redact(cfg.study.storage)}; run again to resume"
+        print(f"{how}: {line}", file=sys.stderr)
+        return 143 if terms else 130
     view.close()
     from autotune.observe import TuneResult, describe
 
@@ -79,7 +85,7 @@ def add_args(p: argparse.ArgumentParser) -> None:
 def _run_workers(args: argparse.Namespace, cfg: Any) -> int:
 
     from autotune.observe import progress, tracking
-    from autotune.study import workers
+    from autotune.study import local_workers, workers
 
     slots = workers.plan(cfg, args.workers, args.gpus)
     if args.fail_stale:
@@ -87,9 +93,34 @@ def _run_workers(args: argparse.Namespace, cfg: Any) -> int:
     trackers = tracking.callbacks(cfg)  # the driver logs every trial to MLflow, not the workers
     view = progress.RunView(cfg, plain=args.plain or not sys.stdout.isatty())
     print(f"{len(slots)} worker(s): " + "; ".join(s.describe() for s in slots), flush=True)
-    return _show_run(cfg, view, lambda: workers.run_parallel(
-        cfg, slots, fresh=args.fresh, on_start=_with_join_line(cfg, view.on_start), on_trial=view.on_trial,
-        on_note=lambda line: print(line, file=sys.stderr, flush=True), callbacks=trackers))
+    with _sigterm_stops() as terms:
+        return _show_run(cfg, view, lambda: local_workers.run_parallel(
+            cfg, slots, fresh=args.fresh, on_start=_with_join_line(cfg, view.on_start), on_trial=view.on_trial,
+            on_note=lambda line: print(line, file=sys.stderr, flush=True), callbacks=trackers), terms)
+
+
+@contextlib.contextmanager
+def _sigterm_stops() -> Iterator[list[int]]:
+    """While inside, the first SIGTERM (a supervisor's: systemd, Kubernetes, a batch system) stops a `--workers` run
+    as Ctrl-C does: the driver ends its workers and says what it stopped, instead of dying on the signal's default
+    action with no word. Later ones are counted, not raised: the stop is already under way, and bounded
+    (local_workers._Pool.terminate). The list yielded counts the SIGTERMs; the handler before is back afterwards.
+    Only on the main thread (where Python runs signal handlers)."""
+    terms: list[int] = []
+    if threading.current_thread() is not threading.main_thread():
+        yield terms
+        return
+
+    def on_term(signum: int, frame: Any) -> None:
+        terms.append(signum)
+        if len(terms) == 1:
+            raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, on_term)
+    try:
+        yield terms
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def fail_stale(cfg: Any) -> None:
