@@ -3,12 +3,9 @@
 from __future__ import annotations
 
 import argparse
-import contextlib
-import signal
 import sys
-import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 from autotune.cli import common
@@ -93,34 +90,10 @@ def _run_workers(args: argparse.Namespace, cfg: Any) -> int:
     trackers = tracking.callbacks(cfg)  # the driver logs every trial to MLflow, not the workers
     view = progress.RunView(cfg, plain=args.plain or not sys.stdout.isatty())
     print(f"{len(slots)} worker(s): " + "; ".join(s.describe() for s in slots), flush=True)
-    with _sigterm_stops() as terms:
+    with common.sigterm_stops() as terms:
         return _show_run(cfg, view, lambda: local_workers.run_parallel(
             cfg, slots, fresh=args.fresh, on_start=_with_join_line(cfg, view.on_start), on_trial=view.on_trial,
             on_note=lambda line: print(line, file=sys.stderr, flush=True), callbacks=trackers), terms)
-
-
-@contextlib.contextmanager
-def _sigterm_stops() -> Iterator[list[int]]:
-    """While inside, the first SIGTERM (a supervisor's: systemd, Kubernetes, a batch system) stops a `--workers` run
-    as Ctrl-C does: the driver ends its workers and says what it stopped, instead of dying on the signal's default
-    action with no word. Later ones are counted, not raised: the stop is already under way, and bounded
-    (local_workers._Pool.terminate). The list yielded counts the SIGTERMs; the handler before is back afterwards.
-    Only on the main thread (where Python runs signal handlers)."""
-    terms: list[int] = []
-    if threading.current_thread() is not threading.main_thread():
-        yield terms
-        return
-
-    def on_term(signum: int, frame: Any) -> None:
-        terms.append(signum)
-        if len(terms) == 1:
-            raise KeyboardInterrupt
-
-    previous = signal.signal(signal.SIGTERM, on_term)
-    try:
-        yield terms
-    finally:
-        signal.signal(signal.SIGTERM, previous)
 
 
 def fail_stale(cfg: Any) -> None:
