@@ -100,6 +100,7 @@ def test_sigterm_to_the_workers_driver_says_what_stopped_and_ends_its_workers(tm
     _nothing_left_running(log)
 
 
+@pytest.mark.slow  # (~35 s; the run --workers test above covers the driver's rule by default)
 def test_sigterm_to_a_waiting_local_launcher_ends_its_jobs_in_one_line(tmp_path: Path) -> None:
     """`autotune launch --executor local --wait`: today SIGTERM killed the launcher silently and left its two local
     jobs training on as orphans. Now it ends them (their trials recorded, retried on resume) and says so."""
