@@ -43,6 +43,7 @@ from autotune.search import (
 )
 from autotune.study import (
     budget,  # noqa: E402
+    local_workers,  # noqa: E402
     workers,  # noqa: E402
 )
 from autotune.study import runner as study_mod  # noqa: E402
@@ -90,7 +91,7 @@ def throughput(n_trials: int, tmp: Path) -> None:
         if threads is not None:
             slots = [dataclasses.replace(s, threads=threads) for s in slots]
         t0 = time.perf_counter()
-        res = workers.run_parallel(cfg, slots, on_note=lambda s: print("  " + s))
+        res = local_workers.run_parallel(cfg, slots, on_note=lambda s: print("  " + s))
         wall = time.perf_counter() - t0
         done = [t for t in res.get_trials() if t.state.is_finished() and not t.user_attrs.get("surplus")]
         span = (max(t.datetime_complete for t in done) - min(t.datetime_start for t in done)).total_seconds()

@@ -91,6 +91,30 @@ def ignore_more_interrupts() -> None:
         signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
+@contextlib.contextmanager
+def sigterm_stops() -> Iterator[list[int]]:
+    """While inside, the first SIGTERM (a supervisor's: systemd, Kubernetes, a batch system) stops a `--workers` run
+    (or `launch --wait`) as Ctrl-C does: the driver ends its workers and says what it stopped, instead of dying on
+    the signal's default action with no word. Later ones are counted, not raised: the stop is already under way,
+    and bounded (local_workers._Pool.terminate, launch.stop_jobs). The list yielded counts the SIGTERMs; the
+    handler before is back afterwards. Only on the main thread (where Python runs signal handlers)."""
+    terms: list[int] = []
+    if threading.current_thread() is not threading.main_thread():
+        yield terms
+        return
+
+    def on_term(signum: int, frame: Any) -> None:
+        terms.append(signum)
+        if len(terms) == 1:
+            raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, on_term)
+    try:
+        yield terms
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def exit_now(code: int) -> None:
     """End the process with `code` once its output is flushed, when a thread a user's code started (not a daemon)
     would keep it alive after the command is done: said in one note naming the threads. Without such a thread,

@@ -10,10 +10,12 @@ and `none` (only create the study, for workers started by something else: a Kube
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib.util
 import os
 import re
 import shutil
+import signal
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -247,8 +249,56 @@ def wait(jobs: list[Any]) -> list[str]:
     return failed
 
 
+def stop_jobs(cfg: RunConfig, req: Request, jobs: list[Any]) -> str:
+    """The launcher was stopped while it waited: local jobs (processes on this machine) are ended, as `run --workers`
+    ends its workers (SIGTERM: each fails its running trial and exits; one still there after lifetime.EXIT_GRACE_S
+    + 10 s is killed); a scheduler's jobs are left to it. One line: what was stopped, what the study keeps, how to
+    go on."""
+    import time
+
+    from autotune.core import lifetime
+
+    ids = " ".join(str(j.job_id) for j in jobs)
+    if req.executor == "local":
+        for j in jobs:  # SIGTERM to submitit's local controller: it forwards it to its task, the worker (its cancel,
+            with contextlib.suppress(Exception):  # a SIGINT, ends the controller with a traceback on our stderr)
+                process = getattr(j, "_process", None)  # (submitit's LocalJob keeps its Popen there)
+                if process is not None:
+                    process.send_signal(signal.SIGTERM)
+                else:
+                    j.cancel(check=False)
+        deadline = time.monotonic() + lifetime.EXIT_GRACE_S + 10
+        while time.monotonic() < deadline and not all(_ended(j) for j in jobs):
+            time.sleep(0.2)
+        for j in jobs:
+            process = getattr(j, "_process", None)  # (submitit's LocalJob keeps its Popen there)
+            if process is not None and process.poll() is None:
+                process.kill()
+        what = f"ended {len(jobs)} local job(s) ({ids}); their running trials end FAIL and are retried on resume"
+        then = "run the same command again to resume"
+    else:
+        cancel = f" (cancel: scancel {' '.join(sorted({i.split('_')[0] for i in ids.split()}))})" \
+            if req.executor == "slurm" else ""
+        what = f"stopped waiting; the {len(jobs)} {req.executor} job(s) ({ids}) keep running the study{cancel}"
+        then = "follow it with autotune report or dashboard"
+    try:
+        from autotune.study import counts, open_study
+
+        finished = f"{counts(open_study(cfg, create=False).get_trials(deepcopy=False)).finished} finished trial(s)"
+    except Exception:  # (what it can say: never a second traceback on the way out)
+        finished = "finished trials"
+    return f"{what}; the study keeps its {finished} in {redact(cfg.study.storage)}; {then}"
+
+
+def _ended(j: Any) -> bool:
+    try:
+        return bool(j.done())
+    except Exception:
+        return True
+
+
 __all__ = ["EXECUTORS", "Request", "check", "code_hash", "create", "follow", "gpus", "job", "job_threads",
-           "parse_time", "quoted", "submit", "wait", "worker_url"]
+           "parse_time", "quoted", "stop_jobs", "submit", "wait", "worker_url"]
 
 
 # ---------------------------------------------------------------- the command
@@ -272,7 +322,15 @@ def cmd(args: argparse.Namespace) -> int:
     jobs = submit(cfg, req, code)
     print("\n".join(follow(cfg, req, jobs, args.file, code)), flush=True)
     waited = args.wait or req.executor == "debug"  # debug jobs run in this process, as they are waited for
-    n_jobs, failed = len(jobs), wait(jobs) if waited else None
+    n_jobs = len(jobs)
+    with common.sigterm_stops() as terms:
+        try:
+            failed = wait(jobs) if waited else None
+        except KeyboardInterrupt:  # Ctrl-C, or SIGTERM from whatever runs this launcher
+            common.ignore_more_interrupts()
+            print(f"{'terminated' if terms else 'interrupted'}: {stop_jobs(cfg, req, jobs)}", file=sys.stderr)
+            jobs.clear()
+            return 143 if terms else 130
     jobs.clear()  # now: a submitit job still referenced at interpreter exit prints a TypeError from its __del__
     if failed is None:
         return 0

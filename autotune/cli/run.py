@@ -41,18 +41,21 @@ def _with_join_line(cfg: Any, on_start: Callable[[Any, int], None]) -> Callable[
     return start
 
 
-def _show_run(cfg: Any, view: Any, start: Callable[[], Any]) -> int:
-    """Run the study (`start` returns it) behind the live view; Ctrl-C keeps every finished trial and exits 130."""
+def _show_run(cfg: Any, view: Any, start: Callable[[], Any], terms: list[int] | None = None) -> int:
+    """Run the study (`start` returns it) behind the live view; Ctrl-C keeps every finished trial and exits 130 (a
+    SIGTERM counted in `terms`, 143). A `--workers` driver says what it stopped (local_workers.WorkersStopped)."""
     t0 = time.perf_counter()
     try:
         with common.trials_shown():
             study = start()
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as e:
         common.ignore_more_interrupts()
         view.close()
-        print(f"interrupted: finished trials are kept in {redact(cfg.study.storage)}; run again to resume",
-              file=sys.stderr)
-        return 130
+        how = "terminated" if terms else "interrupted"
+        line = e.line(redact(cfg.study.storage)) if hasattr(e, "line") else \
+            f"finished trials are kept in {redact(cfg.study.storage)}; run again to resume"
+        print(f"{how}: {line}", file=sys.stderr)
+        return 143 if terms else 130
     view.close()
     from autotune.observe import TuneResult, describe
 
@@ -83,7 +86,7 @@ def add_args(p: argparse.ArgumentParser) -> None:
 def _run_workers(args: argparse.Namespace, cfg: Any) -> int:
 
     from autotune.observe import progress, tracking
-    from autotune.study import workers
+    from autotune.study import local_workers, workers
 
     slots = workers.plan(cfg, args.workers, args.gpus)
     if args.fail_stale:
@@ -91,9 +94,10 @@ def _run_workers(args: argparse.Namespace, cfg: Any) -> int:
     trackers = tracking.callbacks(cfg)  # the driver logs every trial to MLflow, not the workers
     view = progress.RunView(cfg, plain=args.plain or not sys.stdout.isatty())
     print(f"{len(slots)} worker(s): " + "; ".join(s.describe() for s in slots), flush=True)
-    return _show_run(cfg, view, lambda: workers.run_parallel(
-        cfg, slots, fresh=args.fresh, on_start=_with_join_line(cfg, view.on_start), on_trial=view.on_trial,
-        on_note=lambda line: print(line, file=sys.stderr, flush=True), callbacks=trackers))
+    with common.sigterm_stops() as terms:
+        return _show_run(cfg, view, lambda: local_workers.run_parallel(
+            cfg, slots, fresh=args.fresh, on_start=_with_join_line(cfg, view.on_start), on_trial=view.on_trial,
+            on_note=lambda line: print(line, file=sys.stderr, flush=True), callbacks=trackers), terms)
 
 
 def fail_stale(cfg: Any) -> None:

@@ -16,6 +16,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ValidationError
 
+from autotune.config.bounds import FILE_BYTES, check_bounds
 from autotune.config.checks import _check_semantics
 from autotune.config.yaml import safe_load
 from autotune.core import ConfigError, one_of, shown, suggest
@@ -46,6 +47,9 @@ def read_yaml(path: Path) -> Any:
     except OSError as e:
         raise ConfigError(str(path), "", f"cannot read: {e.strerror or e}") from None
     name = path.name
+    if len(data) > FILE_BYTES:  # refused before parsing: YAML reads a few MB a minute on a busy machine
+        raise ConfigError(name, "", f"the file is {len(data):,} bytes; at most {FILE_BYTES:,} (a run file is a few "
+                                    "kB): read big data from a file your code opens")
     nul = data.find(b"\0")
     if nul >= 0:
         raise ConfigError(name, "", f"not a text file (byte 0x00 at offset {nul}): a binary file?")
@@ -71,6 +75,7 @@ def from_dict(raw: dict[str, Any], overrides: dict[str, Any] | None = None, sour
     raw = copy.deepcopy(raw)
     for key, value in (overrides or {}).items():
         _apply_override(raw, key, value, file)
+    check_bounds(raw, file)  # sizes first: nothing below meets (or echoes) a value too big to be sane
     _check_unknown_keys(raw, RunConfig, "", file)
     _normalize(raw, file)
     try:

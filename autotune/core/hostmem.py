@@ -104,15 +104,39 @@ def cgroup_dirs(root: Path = Path("/")) -> tuple[int, list[Path]] | None:
         path = member.get(mount.version)
         if path is None:
             continue
-        rel = path[len(mount.root):] if mount.root != "/" and path.startswith(mount.root) else path
-        own = mount.point / rel.lstrip("/")
-        if not own.is_dir():  # a container whose cgroup is mounted at its own top, without a cgroup namespace
-            own = mount.point
+        own = _under(mount, path)
+        if own is None or not own.is_dir():  # a container whose cgroup is mounted at its own top, without a cgroup
+            own = mount.point  # namespace; or a path that is not under the mount (a namespace shows `/..` for one)
         dirs = [own, *[p for p in own.parents if p == mount.point or mount.point in p.parents]]
         limit_file = "memory.max" if mount.version == 2 else "memory.limit_in_bytes"
         if any((d / limit_file).exists() for d in dirs):
             return mount.version, dirs
     return None
+
+
+def _parts(path: str) -> list[str] | None:
+    """A cgroup path's components with `.` and `..` resolved; None when a `..` climbs above its top."""
+    out: list[str] = []
+    for part in path.split("/"):
+        if part in ("", "."):
+            continue
+        if part == "..":
+            if not out:
+                return None
+            out.pop()
+        else:
+            out.append(part)
+    return out
+
+
+def _under(mount: Mount, path: str) -> Path | None:
+    """The folder of cgroup `path` (from /proc/self/cgroup) under `mount`, or None where it is not below the mount's
+    top: a `..` that climbs out, or a cgroup outside the mount's root (whole components: `/jobless` is not under
+    `/job`). /proc's text is joined only once resolved, so a reading never leaves the mount."""
+    parts, top = _parts(path), _parts(mount.root)
+    if parts is None or top is None or parts[:len(top)] != top:
+        return None
+    return mount.point.joinpath(*parts[len(top):])
 
 
 @dataclass(frozen=True)

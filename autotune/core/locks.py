@@ -8,12 +8,13 @@ The files live in a directory only this user can write (`lock_dir`: $XDG_RUNTIME
 has one, else <tmp>/autotune-<uid>, mode 0700), never in the shared temporary folder itself: there another user
 could plant a file or a symlink at a predictable name and make a root-run autotune open (create, truncate) a file
 of their choosing, or hold our lock. A lock file is opened without following a symlink, and a directory that is
-a symlink, someone else's, or writable by others is refused.
+a symlink, someone else's, writable by others or not by us is refused in one line naming it and the fix.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import hashlib
 import os
@@ -41,27 +42,55 @@ def storage_key(study: optuna.Study) -> str:
     return str(path) if path is not None else repr(storage)
 
 
-def _safe_dir(path: Path) -> bool:
-    """A real directory (not a symlink) of this user's, that nobody else may write to."""
+FIX = "remove it (as its owner, or root), or point XDG_RUNTIME_DIR or TMPDIR at a directory of your own"
+
+
+def _unsafe(path: Path) -> str | None:
+    """Why `path` is no directory for this user's lock files (None: it is one: a real directory of this user's, that
+    nobody else may write to and this user can)."""
     try:
         st = os.lstat(path)
-    except OSError:
-        return False
-    return stat.S_ISDIR(st.st_mode) and st.st_uid == os.getuid() and not st.st_mode & 0o022
+    except OSError as e:
+        return f"cannot be read ({e.strerror or e})"
+    if stat.S_ISLNK(st.st_mode):
+        return "is a symlink"
+    if not stat.S_ISDIR(st.st_mode):
+        return "is not a directory"
+    if st.st_uid != os.getuid():
+        return f"belongs to {_user(st.st_uid)}, not to you ({_user(os.getuid())})"
+    if st.st_mode & 0o022:
+        return f"is writable by others (mode {stat.S_IMODE(st.st_mode):04o})"
+    if not os.access(path, os.W_OK | os.X_OK):
+        return f"is not writable by you (mode {stat.S_IMODE(st.st_mode):04o})"
+    return None
+
+
+def _user(uid: int) -> str:
+    try:
+        import pwd
+
+        return f"user {pwd.getpwuid(uid).pw_name} (uid {uid})"
+    except (ImportError, KeyError):
+        return f"uid {uid}"
 
 
 def lock_dir() -> Path:
-    """This user's directory for lock files (created 0700 on first use); an unsafe one is an AutotuneError."""
+    """This user's directory for lock files (created 0700 on first use); an unsafe or unusable one is an
+    AutotuneError in one line naming it and the fix (never a raw OSError from every lock)."""
     runtime = os.environ.get("XDG_RUNTIME_DIR")
-    if runtime and _safe_dir(Path(runtime)):
+    if runtime and _unsafe(Path(runtime)) is None:  # (one we cannot write: the temporary folder instead)
         path = Path(runtime) / "autotune"
     else:
         path = Path(tempfile.gettempdir()) / f"autotune-{os.getuid()}"
-    with contextlib.suppress(FileExistsError):
+    try:
         os.mkdir(path, 0o700)
-    if not _safe_dir(path):
-        raise AutotuneError(f"the lock directory {path} is not safe to use (a symlink, another user's, or writable "
-                            "by others): remove it, or set XDG_RUNTIME_DIR to a directory of your own")
+    except FileExistsError:
+        pass
+    except OSError as e:
+        raise AutotuneError(f"cannot create the lock directory {path}: {e.strerror or e}; {FIX}") from None
+    problem = _unsafe(path)
+    if problem is not None:
+        raise AutotuneError(f"the lock directory {path} {problem}, so autotune cannot take its locks there; {FIX}")
     return path
 
 
@@ -75,8 +104,16 @@ def _open(path: Path) -> int:
     try:
         return os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     except OSError as e:
-        raise AutotuneError(f"cannot open the lock file {path}: {e.strerror or e} (a symlink there is refused)") \
-            from None
+        why = "a symlink there is refused" if e.errno == errno.ELOOP else _owner_of(path)
+        raise AutotuneError(f"cannot open the lock file {path}: {e.strerror or e} ({why}); remove it (as its owner, "
+                            "or root), or point XDG_RUNTIME_DIR or TMPDIR at a directory of your own") from None
+
+
+def _owner_of(path: Path) -> str:
+    try:
+        return f"it belongs to {_user(os.lstat(path).st_uid)}"
+    except OSError:
+        return "its directory is not writable"
 
 
 @contextlib.contextmanager

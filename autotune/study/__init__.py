@@ -5,12 +5,13 @@ and records), several workers, orphaned trials, the budget. `run` and `run_paral
 from __future__ import annotations
 
 from autotune.study.budget import counts, is_surplus
+from autotune.study.local_workers import run_parallel
 from autotune.study.objective import Objective
 from autotune.study.outcome import CATCH, FatalDeviceError, RepeatedFailure, TrialFailed
 from autotune.study.records import write_study
 from autotune.study.runner import open_study, resolve_teacher, retrain_best, run, validate
 from autotune.study.storage import bare_config, check_storage, faults_named, make_storage
-from autotune.study.workers import run_parallel, run_worker, visible_gpus
+from autotune.study.workers import run_worker, visible_gpus
 
 __all__ = [
     "CATCH", "FatalDeviceError", "Objective", "RepeatedFailure", "TrialFailed", "visible_gpus",

@@ -259,12 +259,27 @@ def find_study(storage: optuna.storages.BaseStorage, url: str, name: str | None,
 def load_stored(url: str, name: str | None, read_only: bool = False) -> tuple[optuna.Study, RunConfig]:
     """(study, the RunConfig it was started with) from its `config` user attr, pointed at `url` (the real URL:
     the stored one has its password hidden). `name` None: the only study in the storage."""
+    study, record = read_stored(url, name, read_only)
+    return study, config_of(study, record, url)
+
+
+def read_stored(url: str, name: str | None, read_only: bool = False) -> tuple[optuna.Study, StudyRecord]:
+    """(study, its stored record), the record read from the storage once: what is checked (a worker's code hash) is
+    then what is run (`config_of` on the same record), whatever a writer changes in between."""
     study = find_study(make_storage(bare_config(url), read_only), url, name, "--storage", "--study")
-    stored = StudyRecord.of(study)
-    raw = stored.config
-    if not isinstance(raw, dict):
+    record = StudyRecord.of(study)
+    if not isinstance(record.config, dict):
         raise ConfigError("--storage", "--study", f"study {study.study_name!r} was not made by autotune (no "
                                                   "`config` user attr)")
-    cfg = from_dict(raw, overrides={"study.storage": url, "study.name": study.study_name},
-                    source=str(stored.source if stored.source is not None else "<config>"))
-    return study, cfg
+    return study, record
+
+
+def config_of(study: optuna.Study, record: StudyRecord, url: str) -> RunConfig:
+    """The RunConfig of a record `read_stored` read, pointed at `url`."""
+    return from_dict(record.config, overrides={"study.storage": url, "study.name": study.study_name},
+                     source=stored_source(record))
+
+
+def stored_source(record: StudyRecord) -> str:
+    """The path of the run file a stored config came from."""
+    return str(record.source if record.source is not None else "<config>")

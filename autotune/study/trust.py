@@ -53,14 +53,13 @@ def study_hash(study: optuna.Study) -> str | None:
     return code_hash(raw, source) if code_refs(raw) else None
 
 
-def check(study: optuna.Study, expected: str | None, trust: bool, url: str) -> None:
-    """Before a worker imports anything the study names: its stored config is the one launched (`expected`, the hash
-    given), or the caller trusts the storage; else one ConfigError line and nothing is run."""
-    raw, source = stored(study)
+def check(name: str, raw: Any, source: str, expected: str | None, trust: bool, url: str) -> None:
+    """Before a worker imports anything study `name` names: its stored config (`raw` and `source`, as read once: the
+    caller runs these very bytes, never a second read a writer could have changed) is the one launched (`expected`,
+    the hash given), or the caller trusts the storage; else one ConfigError line and nothing is run."""
     refs = code_refs(raw)
     if not refs or trust:
         return
-    name = study.study_name
     if expected is None:
         raise ConfigError("--study", "--code-hash", f"study {name!r} in {redact(url)} runs code its stored config "
                                                     f"names ({'; '.join(refs)}): a worker runs it only when it is "

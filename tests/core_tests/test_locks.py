@@ -89,5 +89,7 @@ def test_an_unsafe_lock_directory_is_refused(tmp_path: Path, monkeypatch: Any, h
     else:
         d.mkdir()
         d.chmod(0o777)
-    with pytest.raises(AutotuneError, match=f"the lock directory {d} is not safe to use"):
+    problem = "is a symlink" if how == "symlink" else r"is writable by others \(mode 0777\)"
+    with pytest.raises(AutotuneError, match=f"the lock directory {d} {problem}, so autotune cannot take its locks "
+                                            "there; remove it"):
         locks.lock_dir()

@@ -7,9 +7,11 @@
   processes (DataLoader workers; not those the process had when the trial began) held of their own at once:
   - the process's resident-set high-water mark (`VmHWM` in /proc/self/status). The kernel keeps it for the process's
     lifetime (as `ru_maxrss`), but writing "5" to /proc/self/clear_refs resets it to the resident set of that moment,
-    so the peak is this trial's. Method `vmhwm` (the reset is the kernel's, for the whole process, and cannot be
-    undone: Linux's `ru_maxrss` of this process restarts with it). Where that reset is refused, a light thread
-    samples `VmRSS` every `SAMPLE_S` (a peak shorter than that may be missed): method `vmrss_sampled`;
+    so the peak is this trial's. Method `vmhwm`. The reset is the kernel's, for the whole process, and cannot be
+    undone (Linux's `ru_maxrss` of this process restarts with it), so it is done only in autotune's own processes
+    (the `autotune` command, its workers), never in a host's: there, and where the reset is refused, a light thread
+    samples `VmRSS` every `SAMPLE_S` (a peak shorter than that may be missed), and the untouched `VmHWM` counts
+    where the trial raised it past its value at the trial's start (exact then): method `vmrss_sampled`;
   - its child processes' own memory (their unique set: the private pages of /proc/PID/smaps_rollup, so what a
     forked worker shares with its parent is not counted twice; `RssAnon` where the kernel has no smaps_rollup),
     summed over the children alive at each `CHILD_SAMPLE_S` and the highest sum kept. ` +workers` is added to the
@@ -26,6 +28,8 @@ import weakref
 from pathlib import Path
 
 import torch
+
+from autotune.core import lifetime
 
 SAMPLE_S = 0.02  # the sampling thread's period (the fallback only)
 CHILD_SAMPLE_S = 0.1  # child processes (DataLoader workers) are looked at this often
@@ -136,20 +140,31 @@ class MemoryMeter:
         self.proc = proc
         self.method: str | None = None  # cuda_allocator | vmhwm | vmrss_sampled (+workers); None: not measured
         self._sampler: _Sampler | None = None
+        self._hwm_before: float | None = None  # VmHWM when a sampled trial began (its high-water mark not reset)
         self.baseline_mb = _status_mb(proc).get("VmRSS", 0.0) if dev.type == "cpu" else 0.0
         self.children_before = frozenset(_children(proc)) if dev.type == "cpu" else frozenset()  # not the trial's
 
     def start(self) -> None:
         self.close()
         self._sampler = None
+        self._hwm_before = None
         if self.dev.type == "cuda":
             torch.cuda.reset_peak_memory_stats(self.dev)
             self.method = "cuda_allocator"
         elif self.dev.type == "cpu" and "VmRSS" in _status_mb(self.proc):
-            hwm = _clear_hwm(self.proc) and "VmHWM" in _status_mb(self.proc)
+            hwm = self._may_reset() and _clear_hwm(self.proc) and "VmHWM" in _status_mb(self.proc)
             self.method = "vmhwm" if hwm else "vmrss_sampled"
+            if not hwm:  # the high-water mark left as it is: it counts only where the trial raised it
+                self._hwm_before = _status_mb(self.proc).get("VmHWM")
             self._sampler = _Sampler(self.proc, own=not hwm, before=self.children_before)
             weakref.finalize(self, self._sampler._stop.set)  # a meter nobody closed: its thread ends with it
+
+    def _may_reset(self) -> bool:
+        """Whether this meter may reset the process's high-water mark: the kernel's reset is for the whole process
+        and also restarts its `ru_maxrss`, which a host (a service's metrics, a notebook's `%memit`) reads as its
+        own lifetime peak. So only in autotune's own processes (lifetime.is_program), or on a /proc that is not
+        this process's (a test's fake tree); in a host's process the VmRSS sampler measures instead."""
+        return lifetime.is_program() or self.proc != Path("/proc/self")
 
     def peak_mb(self) -> float | None:
         """The peak since `start()`, in MB (2**20 bytes)."""
@@ -160,8 +175,10 @@ class MemoryMeter:
             return None
         if s.running:
             s.sample()
-        own = _status_mb(self.proc).get("VmHWM", 0.0) if self.method and self.method.startswith("vmhwm") \
-            else s.peak
+        hwm = _status_mb(self.proc).get("VmHWM", 0.0)
+        own = hwm if self.method and self.method.startswith("vmhwm") else s.peak
+        if self._hwm_before is not None and hwm > self._hwm_before:  # the trial set the process's record: exact
+            own = max(own, hwm)
         if s.children_seen and self.method is not None and not self.method.endswith("+workers"):
             self.method += "+workers"
         return max(0.0, own - self.baseline_mb) + s.children_peak
