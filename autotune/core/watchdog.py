@@ -379,26 +379,38 @@ class Watch:
     # ------------------------------------------------------------ the watch thread
 
     def _loop(self) -> None:
+        said = False
         while not self._stop.wait(POLL_S):
-            stuck = None
-            with self._lock:
-                t = self._trial
-                now = time.monotonic()
-                if self._claim is not None and now > self._claim_until:
-                    self._release_claim()
-                if t is not None and t.pending is None:
-                    why = self._why(t)
-                    if why is not None:
-                        t.pending = (*why, now)
-                        self._wake(t, now)
-                elif t is not None and t.pending is not None:
-                    if now - t.woken > REDELIVER_S:
-                        self._wake(t, now)  # it swallowed the last one, or is inside a native call
-                    if not t.recorded and now - t.pending[2] > self.grace_s:
-                        t.recorded = True
-                        stuck = t
-            if stuck is not None:
-                self._stuck(stuck)
+            try:
+                self._cycle()
+            except Exception as e:  # one cycle's failure (a lock folder, a /proc read) never ends the watching
+                if not said:
+                    said = True
+                    print(f"warning: autotune's watchdog: one watch cycle failed ({type(e).__name__}: {e}); "
+                          "watching goes on (hang_seconds, timeout and Ctrl-C still hold)", file=sys.stderr,
+                          flush=True)
+
+    def _cycle(self) -> None:
+        """One look at the running trial (POLL_S apart)."""
+        stuck = None
+        with self._lock:
+            t = self._trial
+            now = time.monotonic()
+            if self._claim is not None and now > self._claim_until:
+                self._release_claim()
+            if t is not None and t.pending is None:
+                why = self._why(t)
+                if why is not None:
+                    t.pending = (*why, now)
+                    self._wake(t, now)
+            elif t is not None and t.pending is not None:
+                if now - t.woken > REDELIVER_S:
+                    self._wake(t, now)  # it swallowed the last one, or is inside a native call
+                if not t.recorded and now - t.pending[2] > self.grace_s:
+                    t.recorded = True
+                    stuck = t
+        if stuck is not None:
+            self._stuck(stuck)
 
     def _wake(self, t: _Trial, now: float) -> None:
         t.woken = now
