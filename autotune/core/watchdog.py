@@ -73,6 +73,23 @@ class Interrupted(BaseException):  # noqa: N818 (as KeyboardInterrupt: not an er
         super().__init__(f"{reason}: {detail}")
 
 
+class Terminated(KeyboardInterrupt):
+    """The run was ended by a signal whose host disposition is the default one (SIGTERM, where the host installed
+    no handler): raised from the run, which sends the signal again once it has recorded and ended (`resend`), so
+    the host ends as that signal ends it (exit 143), only later."""
+
+    def __init__(self, signum: int) -> None:
+        self.signum = signum
+        super().__init__(f"ended by {signal.Signals(signum).name}")
+
+    def resend(self) -> None:
+        """The signal again, with the default disposition (the host's): the process ends here."""
+        signal.signal(self.signum, signal.SIG_DFL)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, [self.signum])
+        os.kill(os.getpid(), self.signum)
+        time.sleep(1.0)  # (delivered at once; this is never reached unless the signal was blocked elsewhere)
+
+
 class StuckTrial(AutotuneError):
     """A trial went on `grace_s` after it was interrupted; as a library its end was recorded from the watch and the
     run stopped (the host process is never ended)."""
@@ -223,6 +240,8 @@ class Watch:
         self.interrupted = False  # Ctrl-C or SIGTERM came: the run stops after its current trial
         self.interrupts = 0
         self.stuck: tuple[str, str] | None = None  # (reason, detail) of a trial recorded from the watch
+        self.host_exit: BaseException | None = None  # what the host's chained handler raised (its sys.exit)
+        self.reraise: int | None = None  # a signal whose host disposition is the default: sent again after the run
         self.active = False  # handlers installed (main thread only)
         self.wake: int | None = None
         self._lock = threading.RLock()  # (re-entrant: the main thread's handlers take it too)
@@ -351,11 +370,18 @@ class Watch:
             self._exit_timer = lifetime.exit_after(lifetime.EXIT_GRACE_S, 128 + signum)
         self.interrupts += 1
         self.interrupted = True
+        if signum == signal.SIGTERM and self._previous.get(signum) == signal.SIG_DFL and not lifetime.is_program():
+            self.reraise = signum  # the host's own disposition: ended by SIGTERM, once the run has recorded its trial
         self._stop_study()
-        self._chain(signum, frame)
+        why = f"interrupted ({signal.Signals(signum).name})"
+        try:
+            self._chain(signum, frame)
+        except BaseException as e:  # the host's handler asked to exit (sys.exit): the host's, after the trial is told
+            self.host_exit = self.host_exit or e
+            why = f"interrupted ({signal.Signals(signum).name}: the host's handler raised {type(e).__name__}" + \
+                  (f"({e.code!r}))" if isinstance(e, SystemExit) else ")")
         t = self._trial
         if t is not None and not t.raised:
-            why = f"interrupted ({signal.Signals(signum).name})"
             if _not_now(frame):  # asked for now, delivered by the watch's next wake
                 t.pending = t.pending or ("interrupted", why, time.monotonic())
                 return
@@ -459,5 +485,5 @@ class Watch:
             lifetime._exit_now(130 if reason == "interrupted" else 2)
 
 
-__all__ = ["GRACE_S", "Interrupted", "MemoryGuard", "StuckTrial", "Watch", "available_mb", "check", "rss_mb",
-           "wake_signal"]
+__all__ = ["GRACE_S", "Interrupted", "MemoryGuard", "StuckTrial", "Terminated", "Watch", "available_mb", "check",
+           "rss_mb", "wake_signal"]

@@ -83,7 +83,9 @@ class Objective:
         """Around `study.optimize`: hang_seconds, the run's timeout and host memory hold inside every trial
         (watchdog.py), and Ctrl-C ends the run after its trial is recorded (`study` is told to stop: no trial
         starts after it); it is then raised here as KeyboardInterrupt, once Optuna has told every trial's end. A
-        trial the watch had to record itself (stuck) ends the run with StuckTrial."""
+        trial the watch had to record itself (stuck) ends the run with StuckTrial. What the host's own chained
+        handler raised (its `sys.exit`) is raised here as the host's; SIGTERM where the host kept the default handler
+        is `Terminated` (the run sends it again once it has ended: runner.run)."""
         with watchdog.Watch(timeout_s, watchdog.MemoryGuard(self.cfg.pruning.max_host_memory_mb),
                             on_interrupt=study.stop if study is not None else None) as watch:
             self.watch = watch
@@ -97,6 +99,10 @@ class Objective:
         if watch.stuck is not None:
             raise watchdog.StuckTrial(f"{self.name}: a trial stopped ({watch.stuck[0]}): {watch.stuck[1]}; its end "
                                       "was recorded and the run stopped (finished trials are kept)")
+        if watch.host_exit is not None:  # the host's own handler asked to exit (sys.exit): its exit, now
+            raise watch.host_exit
+        if watch.reraise is not None:  # SIGTERM with the host's default handler: ends the host once the run is done
+            raise watchdog.Terminated(watch.reraise)
         if watch.interrupted or self.interrupted:
             raise KeyboardInterrupt
 

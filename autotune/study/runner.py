@@ -17,7 +17,7 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from autotune.config import check_one_device
-from autotune.core import ConfigError, __version__, check_fit_signature, file_stem, redact
+from autotune.core import ConfigError, __version__, check_fit_signature, file_stem, lifetime, redact, watchdog
 from autotune.fit import Fit, fit_name, preflight
 from autotune.fit import notes as preflight_notes
 from autotune.search import pruners, results, samplers, space
@@ -326,6 +326,7 @@ def run(cfg: RunConfig, fresh: bool = False, callbacks: list[TrialCallback] | No
     if on_start is not None:
         on_start(study, todo if todo is not None else -1)
     status = "FAILED"  # how the parent run ends if the study does not
+    resend: watchdog.Terminated | None = None
     try:
         if todo != 0:
             objective: Callable[[optuna.Trial], Any] = Objective(cfg, fit)
@@ -336,9 +337,14 @@ def run(cfg: RunConfig, fresh: bool = False, callbacks: list[TrialCallback] | No
                 study.optimize(objective, n_trials=todo, timeout=cfg.study.timeout, callbacks=callbacks or None,
                                catch=CATCH, gc_after_trial=False)  # the objective releases memory itself
         status = "FINISHED"
-    except KeyboardInterrupt:
+    except watchdog.Terminated as e:
+        status, resend = "KILLED", e
+        raise
+    except (KeyboardInterrupt, SystemExit):  # (SystemExit: the host's own handler's exit, passed through)
         status = "KILLED"
         raise
     finally:
         finish_run(hooks, study, status)
+        if resend is not None and not lifetime.is_program():
+            resend.resend()  # the host kept SIGTERM's default: it ends as SIGTERM ends it, now that all is recorded
     return study
