@@ -29,7 +29,9 @@ The wake signal is never one another tool owns: not SIGUSR1/SIGUSR2 (submitit's 
 faulthandler's dumps), but the highest real-time signal with no handler at all, Python's or native
 (AUTOTUNE_WAKE_SIGNAL picks one by name or number, or `none`: no signal; then a pure-Python loop is still
 interrupted, a blocking call only when it returns). Signal handlers are installed only from the main thread;
-from another thread the watch does nothing (the trial context's own checks still apply).
+a run on another thread (a web handler, a ThreadPoolExecutor) is watched the same way without signals: its
+thread is woken by an exception raised in it (a blocking call is interrupted when it returns), Ctrl-C and SIGTERM
+never reach it (they go to the main thread), so its `cancel` event stops it; one warning says so.
 """
 
 from __future__ import annotations
@@ -212,15 +214,15 @@ class _Trial:
     claim: locks.Claim | None = field(default=None, repr=False)  # its turn to act on host memory
 
 
-_ACTIVE: Watch | None = None  # the watch running in this process (its trial's interrupt: `check`)
+_ACTIVE: dict[int, Watch] = {}  # the watch of each thread running a study (its trial's interrupt: `check`)
 
 
 def check() -> None:
     """Raise the running trial's interrupt again, if it has one: every call a fit makes on its trial context
     does this, so an interrupt a fit swallowed comes back at its next call."""
-    watch = _ACTIVE
+    watch = _ACTIVE.get(threading.get_ident())
     t = watch._trial if watch is not None else None
-    if t is not None and t.pending is not None and threading.get_ident() == watch._main:  # type: ignore[union-attr]
+    if t is not None and t.pending is not None:
         t.raised = True
         raise Interrupted(t.pending[0], t.pending[1])
 
@@ -228,21 +230,27 @@ def check() -> None:
 class Watch:
     """One run's watchdog (see the module's docstring); `deadline_s`: seconds the run may take (None: no
     limit); `memory`: the host-memory rule (None: off); `on_interrupt`: called in the main thread when Ctrl-C
-    or SIGTERM comes (the run's study is told to stop there: no trial starts after it)."""
+    or SIGTERM comes (the run's study is told to stop there: no trial starts after it); `cancel`: an event whose
+    setting stops the run as Ctrl-C does, from any thread (the trial it is on is recorded interrupted, then the run
+    returns: `cancelled`)."""
 
     def __init__(self, deadline_s: float | None = None, memory: MemoryGuard | None = MemoryGuard(),
-                 grace_s: float | None = None, on_interrupt: Callable[[], None] | None = None) -> None:
+                 grace_s: float | None = None, on_interrupt: Callable[[], None] | None = None,
+                 cancel: threading.Event | None = None) -> None:
         self.deadline = time.monotonic() + deadline_s if deadline_s else math.inf
         self.deadline_s = deadline_s
         self.memory = memory
         self.grace_s = GRACE_S if grace_s is None else grace_s
         self.on_interrupt = on_interrupt
+        self.cancel = cancel
+        self.cancelled = False  # the cancel event was set: the run stops after its current trial and returns
         self.interrupted = False  # Ctrl-C or SIGTERM came: the run stops after its current trial
         self.interrupts = 0
         self.stuck: tuple[str, str] | None = None  # (reason, detail) of a trial recorded from the watch
         self.host_exit: BaseException | None = None  # what the host's chained handler raised (its sys.exit)
         self.reraise: int | None = None  # a signal whose host disposition is the default: sent again after the run
-        self.active = False  # handlers installed (main thread only)
+        self.active = False  # watching (its signal handlers installed: on the main thread only)
+        self.signals = False  # on the main thread: Ctrl-C, SIGTERM and the wake signal are handled
         self.wake: int | None = None
         self._lock = threading.RLock()  # (re-entrant: the main thread's handlers take it too)
         self._trial: _Trial | None = None
@@ -250,25 +258,31 @@ class Watch:
         self._thread: threading.Thread | None = None
         self._previous: dict[int, Any] = {}
         self._mine: dict[int, Any] = {}
-        self._main = threading.main_thread().ident
+        self._main = threading.main_thread().ident  # the thread the run trains in (the one that entered)
         self._exit_timer: Any = None
         self._claim_until = 0.0
         self._claim: locks.Claim | None = None
         self._outer: Watch | None = None
 
     def __enter__(self) -> Watch:
-        global _ACTIVE
-        if threading.current_thread() is not threading.main_thread():
-            return self
-        self.wake = wake_signal()
-        self._take(signal.SIGINT, self._on_interrupt)
-        self._take(signal.SIGTERM, self._on_interrupt)
-        if self.wake is not None:
-            self._take(self.wake, self._on_wake, own=True)
-            if self.wake not in self._previous:  # named, but another's: no signal (never theirs sent by us)
-                self.wake = None
+        self._main = threading.get_ident()
+        if threading.current_thread() is threading.main_thread():
+            self.signals = True
+            self.wake = wake_signal()
+            self._take(signal.SIGINT, self._on_interrupt)
+            self._take(signal.SIGTERM, self._on_interrupt)
+            if self.wake is not None:
+                self._take(self.wake, self._on_wake, own=True)
+                if self.wake not in self._previous:  # named, but another's: no signal (never theirs sent by us)
+                    self.wake = None
+        else:  # signals reach the main thread only: the trial's thread is woken by an exception raised in it
+            print(f"warning: autotune: this study runs on thread {threading.current_thread().name!r}, not the main "
+                  "thread: Ctrl-C and SIGTERM do not reach it (stop it with autotune.run(cfg, "
+                  "cancel=threading.Event()) and set the event), and a trial blocked in one call (a sleep, I/O, "
+                  "native code) is interrupted only when that call returns", file=sys.stderr, flush=True)
         self.active = True
-        self._outer, _ACTIVE = _ACTIVE, self
+        self._outer = _ACTIVE.get(self._main)
+        _ACTIVE[self._main] = self
         self._thread = threading.Thread(target=self._loop, name="autotune-watch", daemon=True)
         self._thread.start()
         return self
@@ -284,14 +298,19 @@ class Watch:
         signal.signal(sig, handler)
 
     def __exit__(self, *exc: object) -> None:
-        global _ACTIVE
         if not self.active:
             return
         self._stop.set()
         assert self._thread is not None
         self._thread.join()
         self._release_claim()
-        _ACTIVE = self._outer
+        if self._outer is not None:
+            _ACTIVE[self._main] = self._outer
+        else:
+            _ACTIVE.pop(self._main, None)
+        self.active = False
+        if not self.signals:
+            return
         wake = [self.wake] if self.wake is not None and self.wake in self._previous else []
         signal.pthread_sigmask(signal.SIG_BLOCK, wake)  # a wake still on its way is taken here, not by SIG_DFL
         try:
@@ -302,7 +321,6 @@ class Watch:
                     signal.signal(sig, handler)
         finally:
             signal.pthread_sigmask(signal.SIG_UNBLOCK, wake)
-        self.active = False
         if self._exit_timer is not None and not self.interrupted:
             self._exit_timer.cancel()
 
@@ -319,7 +337,8 @@ class Watch:
             self._trial = t = _Trial(time.monotonic(), hang_s, on_stuck, hostmem.rss_mb() or 0.0)
         try:
             if self.interrupted:
-                self._raise("interrupted", "interrupted (Ctrl-C or SIGTERM) before it trained")
+                self._raise("interrupted", "cancelled (the run's cancel event was set) before it trained"
+                            if self.cancelled else "interrupted (Ctrl-C or SIGTERM) before it trained")
             try:
                 return train()
             except _Wake:
@@ -422,6 +441,11 @@ class Watch:
         with self._lock:
             t = self._trial
             now = time.monotonic()
+            if self.cancel is not None and self.cancel.is_set() and not self.cancelled:
+                self.cancelled = self.interrupted = True  # (the trial's own thread tells the study to stop)
+                if t is not None and t.pending is None:
+                    t.pending = ("interrupted", "cancelled (the run's cancel event was set)", now)
+                    self._wake(t, now)
             if self._claim is not None and now > self._claim_until:
                 self._release_claim()
             if t is not None and t.pending is None:

@@ -19,6 +19,7 @@ import contextlib
 import functools
 import logging
 import sys
+import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -79,7 +80,8 @@ class Objective:
         self.attempts.cap = cap
 
     @contextlib.contextmanager
-    def watching(self, timeout_s: float | None, study: optuna.Study | None = None) -> Iterator[None]:
+    def watching(self, timeout_s: float | None, study: optuna.Study | None = None,
+                 cancel: threading.Event | None = None) -> Iterator[None]:
         """Around `study.optimize`: hang_seconds, the run's timeout and host memory hold inside every trial
         (watchdog.py), and Ctrl-C ends the run after its trial is recorded (`study` is told to stop: no trial
         starts after it); it is then raised here as KeyboardInterrupt, once Optuna has told every trial's end. A
@@ -87,7 +89,7 @@ class Objective:
         handler raised (its `sys.exit`) is raised here as the host's; SIGTERM where the host kept the default handler
         is `Terminated` (the run sends it again once it has ended: runner.run)."""
         with watchdog.Watch(timeout_s, watchdog.MemoryGuard(self.cfg.pruning.max_host_memory_mb),
-                            on_interrupt=study.stop if study is not None else None) as watch:
+                            on_interrupt=study.stop if study is not None else None, cancel=cancel) as watch:
             self.watch = watch
             try:
                 yield
@@ -103,6 +105,8 @@ class Objective:
             raise watch.host_exit
         if watch.reraise is not None:  # SIGTERM with the host's default handler: ends the host once the run is done
             raise watchdog.Terminated(watch.reraise)
+        if watch.cancelled:
+            return  # the caller asked for it: the run returns its study (the cancelled trial recorded interrupted)
         if watch.interrupted or self.interrupted:
             raise KeyboardInterrupt
 
@@ -183,12 +187,13 @@ class Objective:
         print(f"error: {text}", file=sys.stderr, flush=True)
 
 
-def watching(objective: Any, timeout_s: float | None,
-             study: optuna.Study | None = None) -> contextlib.AbstractContextManager[None]:
+def watching(objective: Any, timeout_s: float | None, study: optuna.Study | None = None,
+             cancel: threading.Event | None = None) -> contextlib.AbstractContextManager[None]:
     """`Objective.watching` for an Objective (or one wrapped in `.inner`), else nothing (a caller's own callable)."""
     while not isinstance(objective, Objective) and hasattr(objective, "inner"):
         objective = objective.inner
-    return objective.watching(timeout_s, study) if isinstance(objective, Objective) else contextlib.nullcontext()
+    return objective.watching(timeout_s, study, cancel) if isinstance(objective, Objective) else \
+        contextlib.nullcontext()
 
 
 def interrupted(objective: Any) -> bool:

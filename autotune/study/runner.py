@@ -8,6 +8,7 @@ import gc
 import math
 import platform
 import sys
+import threading
 import warnings
 from collections.abc import Callable
 from pathlib import Path
@@ -296,7 +297,7 @@ class FinishedBudget:
 
 def run(cfg: RunConfig, fresh: bool = False, callbacks: list[TrialCallback] | None = None,
         on_start: Callable[[optuna.Study, int], None] | None = None, fit: Fit | None = None,
-        on_note: Callable[[str], None] | None = None) -> optuna.Study:
+        on_note: Callable[[str], None] | None = None, cancel: threading.Event | None = None) -> optuna.Study:
     """Create or resume the study and run trials until it holds `n_trials` finished ones (or timeout); returns it
     (observe's `TuneResult` reads it).
     `fit`: a training function (default: the config's `trainer:`, else the built-in trainer). `callbacks`: Optuna
@@ -304,8 +305,11 @@ def run(cfg: RunConfig, fresh: bool = False, callbacks: list[TrialCallback] | No
     with the run.
 
     Trials left RUNNING by a run that died (SIGKILL, OOM killer, power) are failed as `orphaned` and
-    retried once first; `on_note` (default: stderr) hears how many.
+    retried once first; `on_note` (default: stderr) hears how many. `cancel`: an event that stops the run when set
+    (from any thread): the trial it is on is recorded interrupted and the study returned.
     """
+    if cancel is not None and not isinstance(cancel, threading.Event):
+        raise TypeError(f"cancel: a threading.Event (set it to stop the run); got {type(cancel).__name__}")
     if fit is not None:
         check_fit_signature(fit, fit_name(cfg, fit), cfg.file)
         check_one_device(cfg, fit, cfg.file)
@@ -332,7 +336,7 @@ def run(cfg: RunConfig, fresh: bool = False, callbacks: list[TrialCallback] | No
             objective: Callable[[optuna.Trial], Any] = Objective(cfg, fit)
             if cfg.study.n_trials is not None:
                 objective = FinishedBudget(objective, cfg.study.n_trials, study)
-            with quiet_failures(), accel.frozen_survivors(), watching(objective, cfg.study.timeout, study):
+            with quiet_failures(), accel.frozen_survivors(), watching(objective, cfg.study.timeout, study, cancel):
                 # callbacks=None without the caller's: Optuna then reads no trial back for them (see FinishedBudget)
                 study.optimize(objective, n_trials=todo, timeout=cfg.study.timeout, callbacks=callbacks or None,
                                catch=CATCH, gc_after_trial=False)  # the objective releases memory itself

@@ -50,4 +50,4 @@ def test_the_watch_thread_outlives_a_failing_cycle_between_trials() -> None:
         assert watch._thread is not None and watch._thread.is_alive()
         with pytest.raises(Interrupted, match="hang"):
             watch.run(lambda: time.sleep(30), hang_s=0.5)
-    assert watchdog._ACTIVE is None
+    assert watchdog._ACTIVE == {}
