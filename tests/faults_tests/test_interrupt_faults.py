@@ -86,6 +86,7 @@ except BaseException as e:
 def host(tmp_path: Path, fit: str, handler: str = "") -> tuple[subprocess.CompletedProcess[str], float]:
     """A host program calling autotune.run, sent SIGTERM 1.5 s into its first trial; returns it and the seconds
     from the signal to the process's end."""
+    tmp_path.mkdir(parents=True, exist_ok=True)
     (tmp_path / "fits50.py").write_text(FITS)
     script = tmp_path / "host.py"
     script.write_text(HOST.format(root=str(ROOT), tmp=str(tmp_path), fit=fit, handler=textwrap.dedent(handler)))
