@@ -50,13 +50,14 @@ from typing import Any, TypeVar
 
 from autotune.core import hostmem, lifetime, locks
 from autotune.core.errors import AutotuneError
+from autotune.core.hostmem import MemoryGuard  # (the host-memory rule the watch applies)
 
 T = TypeVar("T")
+DEFAULT_GUARD = MemoryGuard()  # (a frozen dataclass: one shared default is safe)
 POLL_S = 0.1
 GRACE_S = 10.0  # an interrupted trial that has not returned after this long is recorded from the watch (see above)
 REDELIVER_S = 1.0  # an interrupted trial still running is interrupted again this often
 WRITE_LIMIT_S = 10.0  # the watch's own write of a stuck trial's end, at most (then the program ends regardless)
-MARGIN_MB = 256.0  # host memory kept free at least (or 5% of the memory this process may use, if more)
 FORCE_AFTER = 3  # the third Ctrl-C outside a trial raises KeyboardInterrupt at once (a storage that hangs)
 CLAIM_HOLD_S = 2.0  # after the trial that acted on host memory ends, its claim is held this long (memory is freed)
 WAKE_ENV = "AUTOTUNE_WAKE_SIGNAL"
@@ -95,48 +96,6 @@ class Terminated(KeyboardInterrupt):
 class StuckTrial(AutotuneError):
     """A trial went on `grace_s` after it was interrupted; as a library its end was recorded from the watch and the
     run stopped (the host process is never ended)."""
-
-
-# ---------------------------------------------------------------- host memory
-
-
-@dataclass(frozen=True)
-class MemoryGuard:
-    """When a trial's process takes too much host memory: over `max_rss_mb` (None: no cap of its own), or
-    leaving less than the safety margin available (the machine's, or the tightest cgroup limit above this process,
-    read as a working set: hostmem.py) while the trial itself grew by more than that margin (memory running short
-    because of others is not this trial's doing). Of several workers on one host that see memory run short, one
-    acts at a time (`claim`): the others carry on while its trial ends and frees memory. `root`: see hostmem."""
-
-    max_rss_mb: float | None = None
-    root: Any = None  # a pathlib.Path; None: "/"
-
-    def _root(self) -> Any:
-        from pathlib import Path
-
-        return Path("/") if self.root is None else self.root
-
-    def exceeded(self, start_rss_mb: float) -> str | None:
-        rss = hostmem.rss_mb(self._root() / "proc/self")
-        if rss is None:
-            return None
-        if self.max_rss_mb is not None and rss > self.max_rss_mb:
-            return f"host memory: the process holds {rss:.0f} MB, over pruning.max_host_memory_mb {self.max_rss_mb:g}"
-        if rss - start_rss_mb <= MARGIN_MB:
-            return None  # (the margin is never less: no need to read the machine's and the cgroups' memory)
-        room = hostmem.available_mb(self._root())
-        if room is None:
-            return None
-        margin = max(MARGIN_MB, 0.05 * room[1])
-        if room[0] < margin and rss - start_rss_mb > margin:
-            return (f"host memory: {room[0]:.0f} MB left available in {hostmem.where(self._root())} (under the "
-                    f"{margin:.0f} MB safety margin) after the trial grew by {rss - start_rss_mb:.0f} MB")
-        return None
-
-    def claim(self) -> locks.Claim | None:
-        """This host's turn to act on memory running short (None: another worker's trial is acting on it)."""
-        level = hostmem.tightest(self._root())
-        return locks.try_claim(str(level.path) if level is not None else "host", "memory")
 
 
 # ---------------------------------------------------------------- the wake signal
@@ -234,7 +193,7 @@ class Watch:
     setting stops the run as Ctrl-C does, from any thread (the trial it is on is recorded interrupted, then the run
     returns: `cancelled`)."""
 
-    def __init__(self, deadline_s: float | None = None, memory: MemoryGuard | None = MemoryGuard(),
+    def __init__(self, deadline_s: float | None = None, memory: MemoryGuard | None = DEFAULT_GUARD,
                  grace_s: float | None = None, on_interrupt: Callable[[], None] | None = None,
                  cancel: threading.Event | None = None) -> None:
         self.deadline = time.monotonic() + deadline_s if deadline_s else math.inf
