@@ -11,6 +11,8 @@ import os
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    import threading
+
     from autotune.fit import Fit
     from autotune.observe import TuneResult
     from autotune.search import TrialSummary
@@ -33,15 +35,20 @@ def _config(cfg: RunConfig | File) -> RunConfig:
     return load_config(cfg) if isinstance(cfg, (str, os.PathLike)) else cfg
 
 
-def run(cfg: RunConfig | File, fit: Fit | None = None, *, fresh: bool = False) -> TuneResult:
+def run(cfg: RunConfig | File, fit: Fit | None = None, *, fresh: bool = False,
+        cancel: threading.Event | None = None) -> TuneResult:
     """Run (or resume) the study a config (or run file) describes and return its result. `fit`: your training
-    function `fit(ctx)` (default: the config's `trainer:`, else the built-in trainer); `fresh`: start over."""
+    function `fit(ctx)` (default: the config's `trainer:`, else the built-in trainer); `fresh`: start over;
+    `cancel`: a `threading.Event` that stops the run when set, from any thread (the way to stop a run on a thread
+    other than the main one, which Ctrl-C never reaches): the trial it is on is recorded interrupted, and the
+    result of the trials so far is returned."""
     from autotune.observe import TuneResult, tracking
     from autotune.study import run as _run
 
     cfg = _config(cfg)
     # `tracking: {mlflow: ...}` in the config: the tracker (checked now) logs the run as one of its callbacks
-    return TuneResult(study=_run(cfg, fresh=fresh, fit=fit, callbacks=tracking.callbacks(cfg)), config=cfg)
+    return TuneResult(study=_run(cfg, fresh=fresh, fit=fit, callbacks=tracking.callbacks(cfg), cancel=cancel),
+                      config=cfg)
 
 
 def train(cfg: RunConfig | File, params: dict[str, Any] | None = None, *, fit: Fit | None = None,

@@ -28,6 +28,19 @@ def fit_skips_bad_batches(ctx: autotune.TrialContext) -> None:
         ctx.report(val_accuracy=acc, val_loss=val_loss)
 
 
+def fit_swallows_everything(ctx: autotune.TrialContext) -> None:
+    """A bare `except:` around 0.4 s steps in a loop that calls nothing of the context (its own batches): nothing
+    autotune owns is reached for 6 s, so an interrupt is swallowed until the epoch's end (a stuck trial)."""
+    ctx.prepare(MLP())
+    for _ in ctx.epochs():
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < 6:
+            try:
+                time.sleep(0.4)
+            except:  # noqa: E722 (the user's bug, on purpose)
+                pass
+
+
 def fit_raises_keyboard_interrupt(ctx: autotune.TrialContext) -> None:
     """The user's own code raises KeyboardInterrupt (its own Ctrl-C handling, a library's), not a signal."""
     model, _ = ctx.prepare(MLP())

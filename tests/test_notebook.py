@@ -125,7 +125,7 @@ def test_a_fit_that_swallows_the_interrupt_does_not_kill_the_kernel(tmp_path: Pa
         nbformat.v4.new_code_cell("print('kernel alive with', kept)"),
     ])
     (tmp_path / "g.yaml").write_text("study: {name: g, storage: 'sqlite:///g.db', n_trials: 2}\n"
-                                     "trainer: tests.guest_fits:fit_skips_bad_batches\n"
+                                     "trainer: tests.guest_fits:fit_swallows_everything\n"
                                      "train: {epochs: 2, batch_size: 64}\npruning: {slow: {hang_seconds: 1}}\n")
     NotebookClient(nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}).execute()
     assert "run stopped: StuckTrial" in _outputs(nb.cells[1]), nb.cells[1].outputs

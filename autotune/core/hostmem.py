@@ -18,6 +18,9 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+
+from autotune.core import locks
 
 NO_LIMIT = 2**60  # v1 writes "no limit" as a huge number (9223372036854771712)
 
@@ -192,4 +195,48 @@ def where(root: Path = Path("/")) -> str:
     return "the machine" if level is None else f"cgroup {level.path} (limit {level.limit_mb:.0f} MB)"
 
 
-__all__ = ["Level", "available_mb", "cgroup_dirs", "meminfo_mb", "rss_mb", "tightest", "where"]
+MARGIN_MB = 256.0  # host memory kept free at least (or 5% of the memory this process may use, if more)
+
+@dataclass(frozen=True)
+class MemoryGuard:
+    """When a trial's process takes too much host memory: over `max_rss_mb` (None: no cap of its own), or
+    leaving less than the safety margin available (the machine's, or the tightest cgroup limit above this process,
+    read as a working set: above) while the trial itself grew by more than that margin (memory running short
+    because of others is not this trial's doing). Of several workers on one host that see memory run short, one
+    acts at a time (`claim`): the others carry on while its trial ends and frees memory. `root`: the file
+    system root the readings start from (None: "/"; tests give a fake one)."""
+
+    max_rss_mb: float | None = None
+    root: Any = None  # a pathlib.Path; None: "/"
+
+    def _root(self) -> Any:
+        from pathlib import Path
+
+        return Path("/") if self.root is None else self.root
+
+    def exceeded(self, start_rss_mb: float) -> str | None:
+        rss = rss_mb(self._root() / "proc/self")
+        if rss is None:
+            return None
+        if self.max_rss_mb is not None and rss > self.max_rss_mb:
+            return f"host memory: the process holds {rss:.0f} MB, over pruning.max_host_memory_mb {self.max_rss_mb:g}"
+        if rss - start_rss_mb <= MARGIN_MB:
+            return None  # (the margin is never less: no need to read the machine's and the cgroups' memory)
+        room = available_mb(self._root())
+        if room is None:
+            return None
+        margin = max(MARGIN_MB, 0.05 * room[1])
+        if room[0] < margin and rss - start_rss_mb > margin:
+            return (f"host memory: {room[0]:.0f} MB left available in {where(self._root())} (under the "
+                    f"{margin:.0f} MB safety margin) after the trial grew by {rss - start_rss_mb:.0f} MB")
+        return None
+
+    def claim(self) -> locks.Claim | None:
+        """This host's turn to act on memory running short (None: another worker's trial is acting on it)."""
+        level = tightest(self._root())
+        return locks.try_claim(str(level.path) if level is not None else "host", "memory")
+
+
+
+__all__ = ["MARGIN_MB", "Level", "MemoryGuard", "available_mb", "cgroup_dirs", "meminfo_mb", "rss_mb", "tightest",
+           "where"]

@@ -29,7 +29,9 @@ The wake signal is never one another tool owns: not SIGUSR1/SIGUSR2 (submitit's 
 faulthandler's dumps), but the highest real-time signal with no handler at all, Python's or native
 (AUTOTUNE_WAKE_SIGNAL picks one by name or number, or `none`: no signal; then a pure-Python loop is still
 interrupted, a blocking call only when it returns). Signal handlers are installed only from the main thread;
-from another thread the watch does nothing (the trial context's own checks still apply).
+a run on another thread (a web handler, a ThreadPoolExecutor) is watched the same way without signals: its
+thread is woken by an exception raised in it (a blocking call is interrupted when it returns), Ctrl-C and SIGTERM
+never reach it (they go to the main thread), so its `cancel` event stops it; one warning says so.
 """
 
 from __future__ import annotations
@@ -48,13 +50,14 @@ from typing import Any, TypeVar
 
 from autotune.core import hostmem, lifetime, locks
 from autotune.core.errors import AutotuneError
+from autotune.core.hostmem import MemoryGuard  # (the host-memory rule the watch applies)
 
 T = TypeVar("T")
+DEFAULT_GUARD = MemoryGuard()  # (a frozen dataclass: one shared default is safe)
 POLL_S = 0.1
 GRACE_S = 10.0  # an interrupted trial that has not returned after this long is recorded from the watch (see above)
 REDELIVER_S = 1.0  # an interrupted trial still running is interrupted again this often
 WRITE_LIMIT_S = 10.0  # the watch's own write of a stuck trial's end, at most (then the program ends regardless)
-MARGIN_MB = 256.0  # host memory kept free at least (or 5% of the memory this process may use, if more)
 FORCE_AFTER = 3  # the third Ctrl-C outside a trial raises KeyboardInterrupt at once (a storage that hangs)
 CLAIM_HOLD_S = 2.0  # after the trial that acted on host memory ends, its claim is held this long (memory is freed)
 WAKE_ENV = "AUTOTUNE_WAKE_SIGNAL"
@@ -73,51 +76,26 @@ class Interrupted(BaseException):  # noqa: N818 (as KeyboardInterrupt: not an er
         super().__init__(f"{reason}: {detail}")
 
 
+class Terminated(KeyboardInterrupt):
+    """The run was ended by a signal whose host disposition is the default one (SIGTERM, where the host installed
+    no handler): raised from the run, which sends the signal again once it has recorded and ended (`resend`), so
+    the host ends as that signal ends it (exit 143), only later."""
+
+    def __init__(self, signum: int) -> None:
+        self.signum = signum
+        super().__init__(f"ended by {signal.Signals(signum).name}")
+
+    def resend(self) -> None:
+        """The signal again, with the default disposition (the host's): the process ends here."""
+        signal.signal(self.signum, signal.SIG_DFL)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, [self.signum])
+        os.kill(os.getpid(), self.signum)
+        time.sleep(1.0)  # (delivered at once; this is never reached unless the signal was blocked elsewhere)
+
+
 class StuckTrial(AutotuneError):
     """A trial went on `grace_s` after it was interrupted; as a library its end was recorded from the watch and the
     run stopped (the host process is never ended)."""
-
-
-# ---------------------------------------------------------------- host memory
-
-
-@dataclass(frozen=True)
-class MemoryGuard:
-    """When a trial's process takes too much host memory: over `max_rss_mb` (None: no cap of its own), or
-    leaving less than the safety margin available (the machine's, or the tightest cgroup limit above this process,
-    read as a working set: hostmem.py) while the trial itself grew by more than that margin (memory running short
-    because of others is not this trial's doing). Of several workers on one host that see memory run short, one
-    acts at a time (`claim`): the others carry on while its trial ends and frees memory. `root`: see hostmem."""
-
-    max_rss_mb: float | None = None
-    root: Any = None  # a pathlib.Path; None: "/"
-
-    def _root(self) -> Any:
-        from pathlib import Path
-
-        return Path("/") if self.root is None else self.root
-
-    def exceeded(self, start_rss_mb: float) -> str | None:
-        rss = hostmem.rss_mb(self._root() / "proc/self")
-        if rss is None:
-            return None
-        if self.max_rss_mb is not None and rss > self.max_rss_mb:
-            return f"host memory: the process holds {rss:.0f} MB, over pruning.max_host_memory_mb {self.max_rss_mb:g}"
-        if rss - start_rss_mb <= MARGIN_MB:
-            return None  # (the margin is never less: no need to read the machine's and the cgroups' memory)
-        room = hostmem.available_mb(self._root())
-        if room is None:
-            return None
-        margin = max(MARGIN_MB, 0.05 * room[1])
-        if room[0] < margin and rss - start_rss_mb > margin:
-            return (f"host memory: {room[0]:.0f} MB left available in {hostmem.where(self._root())} (under the "
-                    f"{margin:.0f} MB safety margin) after the trial grew by {rss - start_rss_mb:.0f} MB")
-        return None
-
-    def claim(self) -> locks.Claim | None:
-        """This host's turn to act on memory running short (None: another worker's trial is acting on it)."""
-        level = hostmem.tightest(self._root())
-        return locks.try_claim(str(level.path) if level is not None else "host", "memory")
 
 
 # ---------------------------------------------------------------- the wake signal
@@ -195,15 +173,15 @@ class _Trial:
     claim: locks.Claim | None = field(default=None, repr=False)  # its turn to act on host memory
 
 
-_ACTIVE: Watch | None = None  # the watch running in this process (its trial's interrupt: `check`)
+_ACTIVE: dict[int, Watch] = {}  # the watch of each thread running a study (its trial's interrupt: `check`)
 
 
 def check() -> None:
     """Raise the running trial's interrupt again, if it has one: every call a fit makes on its trial context
     does this, so an interrupt a fit swallowed comes back at its next call."""
-    watch = _ACTIVE
+    watch = _ACTIVE.get(threading.get_ident())
     t = watch._trial if watch is not None else None
-    if t is not None and t.pending is not None and threading.get_ident() == watch._main:  # type: ignore[union-attr]
+    if t is not None and t.pending is not None:
         t.raised = True
         raise Interrupted(t.pending[0], t.pending[1])
 
@@ -211,19 +189,27 @@ def check() -> None:
 class Watch:
     """One run's watchdog (see the module's docstring); `deadline_s`: seconds the run may take (None: no
     limit); `memory`: the host-memory rule (None: off); `on_interrupt`: called in the main thread when Ctrl-C
-    or SIGTERM comes (the run's study is told to stop there: no trial starts after it)."""
+    or SIGTERM comes (the run's study is told to stop there: no trial starts after it); `cancel`: an event whose
+    setting stops the run as Ctrl-C does, from any thread (the trial it is on is recorded interrupted, then the run
+    returns: `cancelled`)."""
 
-    def __init__(self, deadline_s: float | None = None, memory: MemoryGuard | None = MemoryGuard(),
-                 grace_s: float | None = None, on_interrupt: Callable[[], None] | None = None) -> None:
+    def __init__(self, deadline_s: float | None = None, memory: MemoryGuard | None = DEFAULT_GUARD,
+                 grace_s: float | None = None, on_interrupt: Callable[[], None] | None = None,
+                 cancel: threading.Event | None = None) -> None:
         self.deadline = time.monotonic() + deadline_s if deadline_s else math.inf
         self.deadline_s = deadline_s
         self.memory = memory
         self.grace_s = GRACE_S if grace_s is None else grace_s
         self.on_interrupt = on_interrupt
+        self.cancel = cancel
+        self.cancelled = False  # the cancel event was set: the run stops after its current trial and returns
         self.interrupted = False  # Ctrl-C or SIGTERM came: the run stops after its current trial
         self.interrupts = 0
         self.stuck: tuple[str, str] | None = None  # (reason, detail) of a trial recorded from the watch
-        self.active = False  # handlers installed (main thread only)
+        self.host_exit: BaseException | None = None  # what the host's chained handler raised (its sys.exit)
+        self.reraise: int | None = None  # a signal whose host disposition is the default: sent again after the run
+        self.active = False  # watching (its signal handlers installed: on the main thread only)
+        self.signals = False  # on the main thread: Ctrl-C, SIGTERM and the wake signal are handled
         self.wake: int | None = None
         self._lock = threading.RLock()  # (re-entrant: the main thread's handlers take it too)
         self._trial: _Trial | None = None
@@ -231,25 +217,31 @@ class Watch:
         self._thread: threading.Thread | None = None
         self._previous: dict[int, Any] = {}
         self._mine: dict[int, Any] = {}
-        self._main = threading.main_thread().ident
+        self._main = threading.main_thread().ident  # the thread the run trains in (the one that entered)
         self._exit_timer: Any = None
         self._claim_until = 0.0
         self._claim: locks.Claim | None = None
         self._outer: Watch | None = None
 
     def __enter__(self) -> Watch:
-        global _ACTIVE
-        if threading.current_thread() is not threading.main_thread():
-            return self
-        self.wake = wake_signal()
-        self._take(signal.SIGINT, self._on_interrupt)
-        self._take(signal.SIGTERM, self._on_interrupt)
-        if self.wake is not None:
-            self._take(self.wake, self._on_wake, own=True)
-            if self.wake not in self._previous:  # named, but another's: no signal (never theirs sent by us)
-                self.wake = None
+        self._main = threading.get_ident()
+        if threading.current_thread() is threading.main_thread():
+            self.signals = True
+            self.wake = wake_signal()
+            self._take(signal.SIGINT, self._on_interrupt)
+            self._take(signal.SIGTERM, self._on_interrupt)
+            if self.wake is not None:
+                self._take(self.wake, self._on_wake, own=True)
+                if self.wake not in self._previous:  # named, but another's: no signal (never theirs sent by us)
+                    self.wake = None
+        else:  # signals reach the main thread only: the trial's thread is woken by an exception raised in it
+            print(f"warning: autotune: this study runs on thread {threading.current_thread().name!r}, not the main "
+                  "thread: Ctrl-C and SIGTERM do not reach it (stop it with autotune.run(cfg, "
+                  "cancel=threading.Event()) and set the event), and a trial blocked in one call (a sleep, I/O, "
+                  "native code) is interrupted only when that call returns", file=sys.stderr, flush=True)
         self.active = True
-        self._outer, _ACTIVE = _ACTIVE, self
+        self._outer = _ACTIVE.get(self._main)
+        _ACTIVE[self._main] = self
         self._thread = threading.Thread(target=self._loop, name="autotune-watch", daemon=True)
         self._thread.start()
         return self
@@ -265,14 +257,19 @@ class Watch:
         signal.signal(sig, handler)
 
     def __exit__(self, *exc: object) -> None:
-        global _ACTIVE
         if not self.active:
             return
         self._stop.set()
         assert self._thread is not None
         self._thread.join()
         self._release_claim()
-        _ACTIVE = self._outer
+        if self._outer is not None:
+            _ACTIVE[self._main] = self._outer
+        else:
+            _ACTIVE.pop(self._main, None)
+        self.active = False
+        if not self.signals:
+            return
         wake = [self.wake] if self.wake is not None and self.wake in self._previous else []
         signal.pthread_sigmask(signal.SIG_BLOCK, wake)  # a wake still on its way is taken here, not by SIG_DFL
         try:
@@ -283,7 +280,6 @@ class Watch:
                     signal.signal(sig, handler)
         finally:
             signal.pthread_sigmask(signal.SIG_UNBLOCK, wake)
-        self.active = False
         if self._exit_timer is not None and not self.interrupted:
             self._exit_timer.cancel()
 
@@ -300,7 +296,8 @@ class Watch:
             self._trial = t = _Trial(time.monotonic(), hang_s, on_stuck, hostmem.rss_mb() or 0.0)
         try:
             if self.interrupted:
-                self._raise("interrupted", "interrupted (Ctrl-C or SIGTERM) before it trained")
+                self._raise("interrupted", "cancelled (the run's cancel event was set) before it trained"
+                            if self.cancelled else "interrupted (Ctrl-C or SIGTERM) before it trained")
             try:
                 return train()
             except _Wake:
@@ -351,11 +348,18 @@ class Watch:
             self._exit_timer = lifetime.exit_after(lifetime.EXIT_GRACE_S, 128 + signum)
         self.interrupts += 1
         self.interrupted = True
+        if signum == signal.SIGTERM and self._previous.get(signum) == signal.SIG_DFL and not lifetime.is_program():
+            self.reraise = signum  # the host's own disposition: ended by SIGTERM, once the run has recorded its trial
         self._stop_study()
-        self._chain(signum, frame)
+        why = f"interrupted ({signal.Signals(signum).name})"
+        try:
+            self._chain(signum, frame)
+        except BaseException as e:  # the host's handler asked to exit (sys.exit): the host's, after the trial is told
+            self.host_exit = self.host_exit or e
+            why = f"interrupted ({signal.Signals(signum).name}: the host's handler raised {type(e).__name__}" + \
+                  (f"({e.code!r}))" if isinstance(e, SystemExit) else ")")
         t = self._trial
         if t is not None and not t.raised:
-            why = f"interrupted ({signal.Signals(signum).name})"
             if _not_now(frame):  # asked for now, delivered by the watch's next wake
                 t.pending = t.pending or ("interrupted", why, time.monotonic())
                 return
@@ -379,26 +383,43 @@ class Watch:
     # ------------------------------------------------------------ the watch thread
 
     def _loop(self) -> None:
+        said = False
         while not self._stop.wait(POLL_S):
-            stuck = None
-            with self._lock:
-                t = self._trial
-                now = time.monotonic()
-                if self._claim is not None and now > self._claim_until:
-                    self._release_claim()
+            try:
+                self._cycle()
+            except Exception as e:  # one cycle's failure (a lock folder, a /proc read) never ends the watching
+                if not said:
+                    said = True
+                    print(f"warning: autotune's watchdog: one watch cycle failed ({type(e).__name__}: {e}); "
+                          "watching goes on (hang_seconds, timeout and Ctrl-C still hold)", file=sys.stderr,
+                          flush=True)
+
+    def _cycle(self) -> None:
+        """One look at the running trial (POLL_S apart)."""
+        stuck = None
+        with self._lock:
+            t = self._trial
+            now = time.monotonic()
+            if self.cancel is not None and self.cancel.is_set() and not self.cancelled:
+                self.cancelled = self.interrupted = True  # (the trial's own thread tells the study to stop)
                 if t is not None and t.pending is None:
-                    why = self._why(t)
-                    if why is not None:
-                        t.pending = (*why, now)
-                        self._wake(t, now)
-                elif t is not None and t.pending is not None:
-                    if now - t.woken > REDELIVER_S:
-                        self._wake(t, now)  # it swallowed the last one, or is inside a native call
-                    if not t.recorded and now - t.pending[2] > self.grace_s:
-                        t.recorded = True
-                        stuck = t
-            if stuck is not None:
-                self._stuck(stuck)
+                    t.pending = ("interrupted", "cancelled (the run's cancel event was set)", now)
+                    self._wake(t, now)
+            if self._claim is not None and now > self._claim_until:
+                self._release_claim()
+            if t is not None and t.pending is None:
+                why = self._why(t)
+                if why is not None:
+                    t.pending = (*why, now)
+                    self._wake(t, now)
+            elif t is not None and t.pending is not None:
+                if now - t.woken > REDELIVER_S:
+                    self._wake(t, now)  # it swallowed the last one, or is inside a native call
+                if not t.recorded and now - t.pending[2] > self.grace_s:
+                    t.recorded = True
+                    stuck = t
+        if stuck is not None:
+            self._stuck(stuck)
 
     def _wake(self, t: _Trial, now: float) -> None:
         t.woken = now
@@ -447,5 +468,5 @@ class Watch:
             lifetime._exit_now(130 if reason == "interrupted" else 2)
 
 
-__all__ = ["GRACE_S", "Interrupted", "MemoryGuard", "StuckTrial", "Watch", "available_mb", "check", "rss_mb",
-           "wake_signal"]
+__all__ = ["GRACE_S", "Interrupted", "MemoryGuard", "StuckTrial", "Terminated", "Watch", "available_mb", "check",
+           "rss_mb", "wake_signal"]

@@ -17,20 +17,22 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import gc
 import logging
 import sys
+import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import optuna
 from optuna.trial import TrialState
 
-from autotune.core import TrialStopped, describe_exception, lifetime, user_where, watchdog
+from autotune.core import TrialStopped, describe_exception, hostmem, lifetime, user_where, watchdog
 from autotune.fit import REAL, Backend, TrialPlan, fit_name, load_fit, trainer
 from autotune.search import lr_scaling_text, pruners
 from autotune.spec import RunConfig, is_quality, per_epoch
 from autotune.speed import probe, strategy
-from autotune.study import records
+from autotune.study import growth, records
 from autotune.study.admit import admit
 from autotune.study.attempt import Attempts
 from autotune.study.epoch_rules import StudyRules
@@ -68,6 +70,8 @@ class Objective:
         self.judge = Judge(cfg, self.fit, self.metrics, self.rules, self.failures)
         self.watch: watchdog.Watch | None = None  # the run's watchdog, while `watching`
         self.interrupted = False  # Ctrl-C (or SIGTERM) stopped a trial: the run ends after recording it
+        self.growth = growth.Growth(cfg.pruning.max_host_memory_mb)  # the process's memory between trials
+        self.grown: str | None = None  # why the run stopped on memory grown across trials (growth.py)
 
     @property
     def cpu_cap(self) -> int | None:
@@ -79,13 +83,16 @@ class Objective:
         self.attempts.cap = cap
 
     @contextlib.contextmanager
-    def watching(self, timeout_s: float | None, study: optuna.Study | None = None) -> Iterator[None]:
+    def watching(self, timeout_s: float | None, study: optuna.Study | None = None,
+                 cancel: threading.Event | None = None) -> Iterator[None]:
         """Around `study.optimize`: hang_seconds, the run's timeout and host memory hold inside every trial
         (watchdog.py), and Ctrl-C ends the run after its trial is recorded (`study` is told to stop: no trial
         starts after it); it is then raised here as KeyboardInterrupt, once Optuna has told every trial's end. A
-        trial the watch had to record itself (stuck) ends the run with StuckTrial."""
+        trial the watch had to record itself (stuck) ends the run with StuckTrial. What the host's own chained
+        handler raised (its `sys.exit`) is raised here as the host's; SIGTERM where the host kept the default handler
+        is `Terminated` (the run sends it again once it has ended: runner.run)."""
         with watchdog.Watch(timeout_s, watchdog.MemoryGuard(self.cfg.pruning.max_host_memory_mb),
-                            on_interrupt=study.stop if study is not None else None) as watch:
+                            on_interrupt=study.stop if study is not None else None, cancel=cancel) as watch:
             self.watch = watch
             try:
                 yield
@@ -94,11 +101,19 @@ class Objective:
                     raise  # (else: Optuna could not tell the trial the watch recorded; said below)
             finally:
                 self.watch = None
+        if watch.host_exit is not None:  # the host's own handler asked to exit (sys.exit): its exit, now
+            raise watch.host_exit
+        if watch.reraise is not None:  # SIGTERM with the host's default handler: ends the host once the run is done
+            raise watchdog.Terminated(watch.reraise)
         if watch.stuck is not None:
             raise watchdog.StuckTrial(f"{self.name}: a trial stopped ({watch.stuck[0]}): {watch.stuck[1]}; its end "
                                       "was recorded and the run stopped (finished trials are kept)")
+        if watch.cancelled:
+            return  # the caller asked for it: the run returns its study (the cancelled trial recorded interrupted)
         if watch.interrupted or self.interrupted:
             raise KeyboardInterrupt
+        if self.grown is not None:
+            raise growth.MemoryGrowth(f"{self.name}: {self.grown}")
 
     def __call__(self, trial: optuna.Trial) -> float | list[float]:
         # The trial's record is written once, when it ends, whichever way it ends (records.py).
@@ -107,6 +122,19 @@ class Objective:
             return self._run(buffered)
         finally:
             buffered.flush()
+            self._between_trials(trial, buffered.record.stop_reason == "oom" and
+                                 "pruning.max_host_memory_mb" in str(buffered.record.stop_detail))
+
+    def _between_trials(self, trial: optuna.Trial, over_cap: bool) -> None:
+        """The process's memory once the trial is gone (what survived it): grown across trials, the study stops
+        (growth.py; said by `watching` when the run ends)."""
+        if not self.backend.real or self.grown is not None:
+            return
+        gc.collect()  # (only what trials made: the run's survivors are frozen out of the collector)
+        why = self.growth.after(trial.number, hostmem.rss_mb(), over_cap)
+        if why is not None:
+            self.grown = why
+            trial.study.stop()  # takes effect once this trial is told
 
     def _run(self, trial: records.BufferedTrial) -> float | list[float]:
         """The trial's stages: plan, admit, train, judge, record (the module's doc)."""
@@ -180,12 +208,13 @@ class Objective:
         print(f"error: {text}", file=sys.stderr, flush=True)
 
 
-def watching(objective: Any, timeout_s: float | None,
-             study: optuna.Study | None = None) -> contextlib.AbstractContextManager[None]:
+def watching(objective: Any, timeout_s: float | None, study: optuna.Study | None = None,
+             cancel: threading.Event | None = None) -> contextlib.AbstractContextManager[None]:
     """`Objective.watching` for an Objective (or one wrapped in `.inner`), else nothing (a caller's own callable)."""
     while not isinstance(objective, Objective) and hasattr(objective, "inner"):
         objective = objective.inner
-    return objective.watching(timeout_s, study) if isinstance(objective, Objective) else contextlib.nullcontext()
+    return objective.watching(timeout_s, study, cancel) if isinstance(objective, Objective) else \
+        contextlib.nullcontext()
 
 
 def interrupted(objective: Any) -> bool:

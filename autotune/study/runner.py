@@ -8,6 +8,7 @@ import gc
 import math
 import platform
 import sys
+import threading
 import warnings
 from collections.abc import Callable
 from pathlib import Path
@@ -17,7 +18,7 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from autotune.config import check_one_device
-from autotune.core import ConfigError, __version__, check_fit_signature, file_stem, redact
+from autotune.core import ConfigError, __version__, check_fit_signature, file_stem, lifetime, redact, watchdog
 from autotune.fit import Fit, fit_name, preflight
 from autotune.fit import notes as preflight_notes
 from autotune.search import pruners, results, samplers, space
@@ -300,7 +301,7 @@ class FinishedBudget:
 
 def run(cfg: RunConfig, fresh: bool = False, callbacks: list[TrialCallback] | None = None,
         on_start: Callable[[optuna.Study, int], None] | None = None, fit: Fit | None = None,
-        on_note: Callable[[str], None] | None = None) -> optuna.Study:
+        on_note: Callable[[str], None] | None = None, cancel: threading.Event | None = None) -> optuna.Study:
     """Create or resume the study and run trials until it holds `n_trials` finished ones (or timeout); returns it
     (observe's `TuneResult` reads it).
     `fit`: a training function (default: the config's `trainer:`, else the built-in trainer). `callbacks`: Optuna
@@ -308,16 +309,20 @@ def run(cfg: RunConfig, fresh: bool = False, callbacks: list[TrialCallback] | No
     with the run.
 
     Trials left RUNNING by a run that died (SIGKILL, OOM killer, power) are failed as `orphaned` and
-    retried once first; `on_note` (default: stderr) hears how many. A storage that fails under the run (a full
-    disk, a database server gone) is a StorageFault (one line; the trials finished before it are kept).
+    retried once first; `on_note` (default: stderr) hears how many. `cancel`: an event that stops the run when set
+    (from any thread): the trial it is on is recorded interrupted and the study returned. A storage that fails under
+    the run (a full disk, a database server gone) is a StorageFault (one line; the trials finished before it are
+    kept).
     """
+    if cancel is not None and not isinstance(cancel, threading.Event):
+        raise TypeError(f"cancel: a threading.Event (set it to stop the run); got {type(cancel).__name__}")
     with storage_mod.faults_named(cfg):
-        return _run(cfg, fresh, callbacks, on_start, fit, on_note)
+        return _run(cfg, fresh, callbacks, on_start, fit, on_note, cancel)
 
 
 def _run(cfg: RunConfig, fresh: bool, callbacks: list[TrialCallback] | None,
          on_start: Callable[[optuna.Study, int], None] | None, fit: Fit | None,
-         on_note: Callable[[str], None] | None) -> optuna.Study:
+         on_note: Callable[[str], None] | None, cancel: threading.Event | None) -> optuna.Study:
     if fit is not None:
         check_fit_signature(fit, fit_name(cfg, fit), cfg.file)
         check_one_device(cfg, fit, cfg.file)
@@ -338,19 +343,25 @@ def _run(cfg: RunConfig, fresh: bool, callbacks: list[TrialCallback] | None,
     if on_start is not None:
         on_start(study, todo if todo is not None else -1)
     status = "FAILED"  # how the parent run ends if the study does not
+    resend: watchdog.Terminated | None = None
     try:
         if todo != 0:
             objective: Callable[[optuna.Trial], Any] = Objective(cfg, fit)
             if cfg.study.n_trials is not None:
                 objective = FinishedBudget(objective, cfg.study.n_trials, study)
-            with quiet_failures(), accel.frozen_survivors(), watching(objective, cfg.study.timeout, study):
+            with quiet_failures(), accel.frozen_survivors(), watching(objective, cfg.study.timeout, study, cancel):
                 # callbacks=None without the caller's: Optuna then reads no trial back for them (see FinishedBudget)
                 study.optimize(objective, n_trials=todo, timeout=cfg.study.timeout, callbacks=callbacks or None,
                                catch=CATCH, gc_after_trial=False)  # the objective releases memory itself
         status = "FINISHED"
-    except KeyboardInterrupt:
+    except watchdog.Terminated as e:
+        status, resend = "KILLED", e
+        raise
+    except (KeyboardInterrupt, SystemExit):  # (SystemExit: the host's own handler's exit, passed through)
         status = "KILLED"
         raise
     finally:
         finish_run(hooks, study, status)
+        if resend is not None and not lifetime.is_program():
+            resend.resend()  # the host kept SIGTERM's default: it ends as SIGTERM ends it, now that all is recorded
     return study

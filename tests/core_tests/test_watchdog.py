@@ -67,18 +67,26 @@ def test_ctrl_c_inside_a_trial_interrupts_it_once_and_a_third_outside_raises_at_
             time.sleep(5)
 
 
-def test_a_watch_started_off_the_main_thread_does_nothing() -> None:
+def test_a_watch_off_the_main_thread_takes_no_signal_and_still_interrupts_a_python_loop() -> None:
+    """Signals reach the main thread only: off it the watch installs no handler, and wakes the trial's own thread
+    with an exception raised there (issue 50: before, it did nothing there, silently)."""
+    before = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
     seen: list[object] = []
 
     def run() -> None:
         with Watch(memory=None) as watch:
-            watch.run(lambda: time.sleep(0.2), hang_s=0.01)
-            seen.append(watch.active)
+            assert {sig: signal.getsignal(sig) for sig in before} == before
+            try:
+                watch.run(lambda: [time.sleep(0.01) for _ in range(3000)], hang_s=0.2)
+            except Interrupted as e:
+                seen.append(e.reason)
+            seen.append(watch.signals)
 
     th = threading.Thread(target=run)
     th.start()
     th.join()
-    assert seen == [False]
+    assert seen == ["hang", False]
+    assert watchdog._ACTIVE == {}
 
 
 def test_memory_over_the_cap_is_named() -> None:

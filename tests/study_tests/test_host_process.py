@@ -50,9 +50,10 @@ def trials(tmp_path: Path) -> list[optuna.trial.FrozenTrial]:
 
 
 def test_a_fit_that_swallows_the_interrupt_never_ends_the_host_process(tmp_path: Path) -> None:
-    """hang_seconds passes while a bare `except:` skips batch after batch: the trial is recorded, the run stops
+    """hang_seconds passes while a bare `except:` swallows it in a loop that calls nothing of the context (a
+    swallowing loop over a ctx.loader meets the interrupt again at its next batch): the trial is recorded, the run stops
     (StuckTrial), and the host goes on with every variable it had (today: os._exit(2) ten seconds later)."""
-    src = _yaml(tmp_path, "fit_skips_bad_batches", "pruning: {slow: {hang_seconds: 1}}")
+    src = _yaml(tmp_path, "fit_swallows_everything", "pruning: {slow: {hang_seconds: 1}}")
     r = host(tmp_path, f"""
         import sys
         sys.path.insert(0, {str(ROOT)!r})

@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 
-from autotune.core import TrialStopped
+from autotune.core import TrialStopped, watchdog
 from autotune.spec import Settings
 from autotune.training import accel
 from autotune.training.context import energy
@@ -145,12 +145,14 @@ class EpochClock:
         """A training loader's batches: input wait and samples counted, the hang limit checked (`deadline`; past
         it `hang()` is raised: here for a loop that steps without ctx.backward; ctx.backward checks it before each
         step, so a batch taken and never trained on, as a loop that breaks does, stops nothing), the stepper's
-        trailing accumulation stepped when the data runs out."""
+        trailing accumulation stepped when the data runs out. An interrupted trial's interrupt is raised again at every
+        batch asked for (watchdog.check): a fit that swallows exceptions around its steps does not train on."""
         if not self.fed and not self.steps and self.running:
             self.restart()  # the epoch's training starts here: evaluation before it is not training
         it = iter(inner)
         n_left = len(inner) if hasattr(inner, "__len__") else -1  # type: ignore[arg-type]
         while True:
+            watchdog.check()  # an interrupt the fit swallowed comes back at its next batch (issue 50)
             tw = time.perf_counter()
             try:
                 batch = next(it)

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch.utils.data import DataLoader, Dataset, IterableDataset, Subset, TensorDataset
 
+from autotune.core import watchdog
 from autotune.training.context.misuse import ContextMisuse
 from autotune.training.distributed.devices import ShardedBatches
 
@@ -147,11 +148,18 @@ class Batches:
         return inner.loader.dataset
 
     def __iter__(self) -> Iterator[Any]:
-        return self._timed(self._inner) if self.train else iter(self._inner)
+        return self._timed(self._inner) if self.train else _checked(self._inner)
 
     def untimed(self) -> Iterable[Any]:
         """The same batches with no clock or counter (e.g. calibration after training)."""
         return self._inner
+
+
+def _checked(inner: Iterable[Any]) -> Iterator[Any]:
+    """An evaluation loader's batches; an interrupted trial's interrupt is raised again at each (watchdog.check)."""
+    for batch in inner:
+        watchdog.check()
+        yield batch
 
 
 def as_tensors(data: Any) -> list[torch.Tensor] | None:

@@ -172,11 +172,13 @@ class TrialContext:
             st.clock.loader_len = st.stepper.steps_per_epoch = steps_per_epoch
         try:
             for epoch in range(1, st.epochs_total + 1):
+                watchdog.check()  # every epoch boundary: an interrupt the fit swallowed comes back here too
                 st.in_epoch = True
                 st.clock.open(epoch)
                 st.stepper.epoch_lr()  # (the lr count starts with the epoch)
                 yield epoch
                 try:
+                    watchdog.check()
                     if st.stop is not None:
                         raise st.stop
                     if st.clock.running:  # the body reported nothing: the epoch's clocks are its record
