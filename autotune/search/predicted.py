@@ -272,7 +272,12 @@ class PredictedFront(Delegating):
         spent = self._spent.pop(trial.number, 0.0)
         if mode is not None:
             self.meter.charge(mode, spent)
-        measured = TrialRecord.of(trial).metric("train_time_s")
+        rec = TrialRecord.of(trial)
+        measured = rec.metric("train_time_s")
+        curve = rec.epoch_values or []
+        clock = [i for i, c in enumerate(self._clocks) if c]
+        if measured is None and clock and curve and len(curve[-1]) == len(self._signs):
+            measured = float(curve[-1][clock[0]])  # a stopped trial: its clock after its last epoch
         if measured is None and trial.datetime_start is not None:
             import datetime
 
