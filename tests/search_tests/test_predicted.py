@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 import random
+import time
 from pathlib import Path
 from typing import Any
 
@@ -353,3 +354,60 @@ def test_a_running_trial_is_in_the_front_a_choice_measures_against(tmp_path: Pat
     data = sampler._data(study)
     assert data is not None and data.pending == (good,)
     assert sampler._choose(data, cands) == 0  # `near` adds nothing beside the running `good`: the inner proposal
+
+
+class Metered(PredictedFront):
+    """The sampler's every call timed from outside (thread CPU seconds), whatever it reports of itself."""
+
+    def __init__(self, *a: Any, **k: Any) -> None:
+        super().__init__(*a, **k)
+        self.outside_s = 0.0
+
+    def _timed(self, f: Any, *a: Any) -> Any:
+        t0 = time.thread_time()
+        try:
+            return f(*a)
+        finally:
+            self.outside_s += time.thread_time() - t0
+
+    def infer_relative_search_space(self, *a: Any) -> Any:
+        return self._timed(super().infer_relative_search_space, *a)
+
+    def sample_relative(self, *a: Any) -> Any:
+        return self._timed(super().sample_relative, *a)
+
+    def sample_independent(self, *a: Any) -> Any:
+        return self._timed(super().sample_independent, *a)
+
+    def before_trial(self, *a: Any) -> Any:
+        return self._timed(super().before_trial, *a)
+
+    def after_trial(self, *a: Any) -> Any:
+        return self._timed(super().after_trial, *a)
+
+
+def test_the_strategys_cpu_share_stays_under_its_cap_on_sub_second_trials(tmp_path: Path) -> None:
+    """`candidates: auto` on a stream of 30 ms trials (TPE inside, as `make_sampler` builds it): the sampler's own CPU
+    time, measured from outside, stays within CAP_SHARE of the trials' time; it falls back to cheaper modes."""
+    from autotune.search.cost import CAP_SHARE
+
+    cfg = _cfg(tmp_path, {"candidates": "auto", "n_trials": 80})
+    inner = optuna.samplers.TPESampler(seed=0, n_startup_trials=samplers.TPE_STARTUP_TRIALS)
+    sampler = Metered(inner, cfg, AUTO_K, seed=0, auto=True)
+    study = optuna.create_study(directions=cfg.directions, sampler=sampler)
+    trial_s = 0.0
+
+    def objective(trial: optuna.Trial) -> tuple[float, float]:
+        nonlocal trial_s
+        t0 = time.perf_counter()
+        curve = _curve(space.sample(trial, cfg))
+        time.sleep(0.03)  # the training
+        trial.set_user_attr(EPOCH_VALUES, curve)
+        took = time.perf_counter() - t0
+        trial.set_user_attr("train_time_s", took)
+        trial_s += took
+        return curve[-1][0], took
+
+    study.optimize(objective, n_trials=80)
+    assert sampler.outside_s <= CAP_SHARE * trial_s, (sampler.outside_s, trial_s, sampler.meter.used)
+    assert sampler.meter.used["random"] > 0  # the cap bound: cheaper modes ran
