@@ -291,8 +291,10 @@ class ParetoASHAPruner:
         return out
 
     def judges(self, step: int, epochs: int) -> bool:
-        if self.learned is not None:  # the candidate first rungs (each refreshes what is learned) and the ladder
-            return step in self.learned.candidates(epochs) or step in self.learned.ladder
+        if self.learned is not None:  # the ladder, and the candidate first rungs below it (each refreshes it)
+            first = self.learned.first
+            return step in self.learned.ladder or (step in self.learned.candidates(epochs)
+                                                   and (first is None or step < first))
         return step in self.rungs(epochs)
 
     def stop(self, current: list[float], step: int, trials: list[FrozenTrial], epochs: int,

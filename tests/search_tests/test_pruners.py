@@ -442,6 +442,8 @@ def test_learned_first_rung_skips_an_uninformative_first_epoch() -> None:
     assert table[1].rho < 0.5 <= table[2].rho
     assert p.stop([0.01, 50.0], 1, done, 12) is None  # epoch 1 is no rung
     assert p.stop([0.01, 50.0], 2, done, 12) is not None  # epoch 2 is
+    # the study is read at the ladder's rungs and at the candidate first rungs below it, not at every epoch
+    assert [e for e in range(1, 13) if p.judges(e, 12)] == [1, 2, 6]
 
 
 def test_most_accurate_trial_of_a_rung_is_promoted_even_when_dominated() -> None:
