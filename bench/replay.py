@@ -84,9 +84,12 @@ ARMS: dict[str, tuple[str, dict[str, Any] | None, dict[str, Any]]] = {
     "autotune candidates auto": ("autotune", None, {"candidates": "auto"}),
     "autotune pareto_asha from epoch 4": ("autotune", {"pruner": "pareto_asha", "pruner_args": {"min_epochs": 4}}, {}),
     "autotune pareto_asha eta 2": ("autotune", {"pruner": "pareto_asha", "pruner_args": {"reduction_factor": 2}}, {}),
+    # issue 48's strategy, one part at a time (bench/strategy_dev.py)
+    "autotune rungs from epoch 1": ("autotune", {"pruner": "pareto_asha", "pruner_args": {"min_epochs": 1}}, {}),
+    "autotune cost-blind": ("autotune", None, {}),
 }
 # development variants of the predicted front's constants (autotune/search/predicted.py), set for one run
-CONSTANTS: dict[str, dict[str, Any]] = {}
+CONSTANTS: dict[str, dict[str, Any]] = {"autotune cost-blind": {"COST_WEIGHT": 0.0, "START_POOL": 1}}
 DEFAULT_ARMS = ("plain Optuna", "random search", "OptunaHub multi_metric_pruner", "MOASHA as shipped",
                 "MOASHA rank-corrected", "autotune")
 BASELINES = ("plain Optuna", "random search", "OptunaHub multi_metric_pruner", "MOASHA as shipped",

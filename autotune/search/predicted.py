@@ -54,6 +54,7 @@ CANDIDATE_SAMPLERS = ("tpe", "random")  # samplers that propose a parameter at a
 AUTO_K = 256  # `candidates: auto`: candidates per trial where choosing among them is worth its cost
 AUTO_SHARE = cost.CAP_SHARE  # ... that is, while the strategy's CPU time is at most this share of the trials' time
 START_POOL = 8  # start-up trials: the cheapest by predicted time of this many uniform draws
+COST_WEIGHT = 1.0  # the cost exponent's scale (cost.alpha x this; 0: gain alone, as before cost-aware proposals)
 EXPLORE_EVERY = 2  # every this many trials, the inner sampler's own proposal runs as is
 LOCAL_SHARE = 0.5  # of the candidates not from the inner sampler: near the front's members (the rest: uniform)
 LOCAL_STEP = 0.1  # a local candidate's move per parameter: this share of its range (its own scale: log where log)
@@ -428,7 +429,8 @@ class PredictedFront(Delegating):
         score = g
         clock = [i for i, (c, lg) in enumerate(zip(self._clocks, self._log)) if c and lg]
         if clock:
-            score = cost.per_cost(g, np.exp(mean[:, clock[0]]), cost.alpha(data.finished, data.budget_used))
+            score = cost.per_cost(g, np.exp(mean[:, clock[0]]),
+                                  COST_WEIGHT * cost.alpha(data.finished, data.budget_used))
         best = int(np.argmax(score))
         return best if g[best] > 0 else 0
 
