@@ -21,6 +21,7 @@ CAP_SHARE = 0.05  # the strategy's CPU time, at most this share of the trials' t
 MODES = ("choose", "inner", "random")  # costliest first
 PRIOR_S = {"choose": 0.1, "inner": 0.005, "random": 0.0}  # a mode's price before it was measured here
 COOL_TRIALS = 30.0  # cost cooling: alpha <= COOL_TRIALS / (COOL_TRIALS + finished trials)
+HEADROOM = 2.0  # a mode runs where this many times its last price fits (a price grows with the trials, and varies)
 BIG_BUDGET = 10_000  # n_trials at or above this is no budget (a run bounded by time or by hand)
 
 
@@ -38,10 +39,10 @@ class Meter:
         return self.spent_s / self.trial_s if self.trial_s > 0 else 0.0
 
     def mode(self) -> str:
-        """The costliest mode whose price fits in what is left of cap x the trials' time."""
+        """The costliest mode whose price (x HEADROOM) fits in what is left of cap x the trials' time."""
         left = self.cap * self.trial_s - self.spent_s
         for m in MODES:
-            if self.price_s[m] <= left or m == MODES[-1]:
+            if HEADROOM * self.price_s[m] <= left or m == MODES[-1]:
                 return m
         return MODES[-1]  # (unreachable)
 

@@ -228,6 +228,7 @@ class PredictedFront(Delegating):
         self._modes: dict[int, str] = {}  # trial number -> the mode that proposes it
         self._spent: dict[int, float] = {}  # trial number -> CPU seconds its proposal took so far
         self._ready = False  # predictions have chosen before (an exploring trial then needs no study read)
+        self._awaiting: set[int] = set()  # trials proposed here whose time the meter has not counted yet
 
     # ---- Optuna's sampler interface
 
@@ -239,6 +240,9 @@ class PredictedFront(Delegating):
         if not search_space:
             return {}
         t0 = time.thread_time()
+        if self.auto:  # (the study read this may take is the strategy's cost too)
+            self._count_trials(study)
+            self._awaiting.add(trial.number)
         mode = self.meter.mode() if self.auto else "choose"
         self._modes[trial.number] = mode
         try:
@@ -267,23 +271,40 @@ class PredictedFront(Delegating):
 
     def after_trial(self, study: optuna.Study, trial: FrozenTrial, state: TrialState,
                     values: Sequence[float] | None) -> None:
-        """The trial's proposal priced (its mode's CPU seconds) and its time added to what the strategy may spend."""
+        """The trial's proposal priced (its mode's CPU seconds). Its time is read later (`_count_trials`): a trial's
+        records may be written after Optuna calls this."""
         super().after_trial(study, trial, state, values)
         mode = self._modes.pop(trial.number, None)
         spent = self._spent.pop(trial.number, 0.0)
         if mode is not None:
             self.meter.charge(mode, spent)
-        rec = TrialRecord.of(trial)
+        measured = self._time_of(trial, final=False)
+        if measured is not None and trial.number in self._awaiting:
+            self._awaiting.discard(trial.number)
+            self.meter.trial_done(measured)
+
+    def _time_of(self, t: FrozenTrial, final: bool = True) -> float | None:
+        """A finished trial's time: its `train_time_s`, else its clock after its last epoch (a stopped trial), else
+        (`final`) its duration."""
+        rec = TrialRecord.of(t)
         measured = rec.metric("train_time_s")
         curve = rec.epoch_values or []
         clock = [i for i, c in enumerate(self._clocks) if c]
         if measured is None and clock and curve and len(curve[-1]) == len(self._signs):
-            measured = float(curve[-1][clock[0]])  # a stopped trial: its clock after its last epoch
-        if measured is None and trial.datetime_start is not None:
-            import datetime
+            measured = float(curve[-1][clock[0]])
+        if measured is None and final and t.datetime_start is not None and t.datetime_complete is not None:
+            measured = (t.datetime_complete - t.datetime_start).total_seconds()
+        return measured if measured is None else float(measured)
 
-            measured = (datetime.datetime.now() - trial.datetime_start).total_seconds()
-        self.meter.trial_done(float(measured or 0.0))
+    def _count_trials(self, study: optuna.Study) -> None:
+        """The finished trials this sampler proposed whose time `after_trial` could not read yet, added to what the
+        strategy may spend."""
+        if not self._awaiting:
+            return
+        for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)):
+            if t.number in self._awaiting:
+                self._awaiting.discard(t.number)
+                self.meter.trial_done(self._time_of(t) or 0.0)
 
     def worth_it(self, study: optuna.Study) -> bool:
         """`candidates: auto`: whether the candidates' choice fits in what the strategy may still spend."""
