@@ -308,6 +308,7 @@ def _spread_study(cfg: config.RunConfig, n: int = 40) -> optuna.Study:
 
 def test_of_two_candidates_with_equal_predicted_gain_the_cheaper_is_proposed(tmp_path: Path,
                                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(predicted, "COST_WEIGHT", 1.0)  # (built, off by default: see predicted.py)
     cfg = _cfg(tmp_path, {"n_trials": 1000})  # (a budget 4 % spent: the cost still counts fully)
     sampler = PredictedFront(optuna.samplers.RandomSampler(), cfg, 2, seed=0)
     data = sampler._data(_spread_study(cfg))
@@ -319,7 +320,9 @@ def test_of_two_candidates_with_equal_predicted_gain_the_cheaper_is_proposed(tmp
     assert sampler._choose(data, [good, slow]) == 0
 
 
-def test_start_up_trials_are_the_cheaper_draws_not_full_cost_random_ones(tmp_path: Path) -> None:
+def test_start_up_trials_are_the_cheaper_draws_not_full_cost_random_ones(tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(predicted, "START_POOL", 8)  # (built, off by default: see predicted.py)
     cfg = _cfg(tmp_path)
 
     def objective(trial: optuna.Trial) -> tuple[float, float]:
