@@ -414,3 +414,20 @@ def test_the_strategys_cpu_share_stays_under_its_cap_on_sub_second_trials(tmp_pa
     study.optimize(objective, n_trials=80)
     assert sampler.outside_s <= CAP_SHARE * trial_s, (sampler.outside_s, trial_s, sampler.meter.used)
     assert sampler.meter.used["random"] > 0  # the cap bound: cheaper modes ran
+
+
+def test_the_cap_counts_a_real_runs_trial_times_from_their_records(tmp_path: Path) -> None:
+    """In a real run a trial's records are written after Optuna's after_trial: the meter reads each trial's
+    train_time_s from the study at the next proposal, not the sampler's view at after_trial (where it is missing)."""
+    import autotune
+    from autotune.spec import TrialRecord
+    from tests.conftest import tiny
+
+    cfg = tiny(tmp_path, study={"n_trials": 4}, space={"lr": {"type": "float", "low": 1e-3, "high": 1e-2, "log": True}},
+               pruning={"pruner": "none"})
+    res = autotune.run(cfg)
+    sampler = res.study.sampler
+    assert isinstance(sampler, PredictedFront)
+    times = [TrialRecord.of(t).metric("train_time_s") for t in res.study.trials]
+    assert None not in times
+    assert sampler.meter.trial_s == pytest.approx(sum(times[:-1]), rel=1e-6)  # the last: no proposal after it
