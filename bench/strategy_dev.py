@@ -30,13 +30,13 @@ sys.path.insert(0, str(ROOT))
 from bench import replay  # noqa: E402
 
 
-def _runs(path: Path, arm: str) -> dict[str, dict[int, list[Any]]]:
-    """task -> seed -> events of `arm` at 1 worker."""
+def _runs(path: Path, arm: str, workers: int = 1) -> dict[str, dict[int, list[Any]]]:
+    """task -> seed -> events of `arm` at `workers` workers."""
     saved = json.loads(path.read_text())
     out: dict[str, dict[int, list[Any]]] = {}
     for key, rs in saved["runs"].items():
         task, n, a = key.split("|")
-        if a == arm and int(n) == 1:
+        if a == arm and int(n) == workers:
             out.setdefault(task, {}).update({s: [tuple(e) for e in ev] for s, ev in zip(saved["seeds"], rs)})
     return out
 
@@ -62,8 +62,10 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--old", type=Path, required=True, help="saved replay runs with 'plain Optuna' and 'autotune'")
     ap.add_argument("--new", type=Path, required=True, help="saved replay runs with 'autotune' (the new default)")
+    ap.add_argument("--workers", type=int, default=1)
     args = ap.parse_args(argv)
-    old, plain, new = _runs(args.old, "autotune"), _runs(args.old, "plain Optuna"), _runs(args.new, "autotune")
+    old, plain, new = (_runs(args.old, "autotune", args.workers), _runs(args.old, "plain Optuna", args.workers),
+                       _runs(args.new, "autotune", args.workers))
     tasks = sorted(set(old) & set(new) & set(plain))
     leaked = [t for t in tasks if t not in replay.DEV_TASKS]
     if leaked:
@@ -74,7 +76,7 @@ def main(argv: list[str] | None = None) -> None:
     for task in tasks:
         seeds = sorted(set(old[task]) & set(new[task]) & set(plain[task]))
         front, t_ref = replay.reference("lcbench", task)
-        budget = replay.budget_of("lcbench", task, 1)
+        budget = replay.budget_of("lcbench", task, args.workers)
         ref_hv = replay.HV["lin"](front, t_ref)
         o90 = [time_to(old[task][s], 0.9 * ref_hv, t_ref) for s in seeds]
         n90 = [time_to(new[task][s], 0.9 * ref_hv, t_ref) for s in seeds]
