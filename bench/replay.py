@@ -85,9 +85,22 @@ ARMS: dict[str, tuple[str, dict[str, Any] | None, dict[str, Any]]] = {
     "autotune candidates auto": ("autotune", None, {"candidates": "auto"}),
     "autotune pareto_asha from epoch 4": ("autotune", {"pruner": "pareto_asha", "pruner_args": {"min_epochs": 4}}, {}),
     "autotune pareto_asha eta 2": ("autotune", {"pruner": "pareto_asha", "pruner_args": {"reduction_factor": 2}}, {}),
+    # issue 48's strategy, one part at a time (bench/strategy_dev.py)
+    "autotune rungs from epoch 1": ("autotune", {"pruner": "pareto_asha", "pruner_args": {"min_epochs": 1}}, {}),
+    "autotune cost-blind": ("autotune", None, {}),  # (now the default: cost-aware proposals are off)
+    "autotune cost-aware": ("autotune", None, {}),
+    "autotune cheap start only": ("autotune", None, {}),  # START_POOL 8
+    "autotune cost 0.3": ("autotune", None, {}),
+    "autotune accurate share only": ("autotune", {"pruner": "pareto_asha", "pruner_args": {"min_epochs": 1}}, {}),
+    "autotune learned rungs only": ("autotune", {"pruner": "pareto_asha", "pruner_args": {"accurate_share": 0.0}}, {}),
 }
 # development variants of the predicted front's constants (autotune/search/predicted.py), set for one run
-CONSTANTS: dict[str, dict[str, Any]] = {}
+BLIND = {"COST_WEIGHT": 0.0, "START_POOL": 1}
+CONSTANTS: dict[str, dict[str, Any]] = {"autotune cost-blind": BLIND,
+                                        "autotune cost-aware": {"COST_WEIGHT": 1.0, "START_POOL": 8},
+                                        "autotune cheap start only": {"START_POOL": 8},
+                                        "autotune cost 0.3": {"COST_WEIGHT": 0.3, "START_POOL": 8},
+                                        "autotune accurate share only": BLIND, "autotune learned rungs only": BLIND}
 DEFAULT_ARMS = ("plain Optuna", "random search", "OptunaHub multi_metric_pruner", "MOASHA as shipped",
                 "MOASHA rank-corrected", "autotune")
 BASELINES = ("plain Optuna", "random search", "OptunaHub multi_metric_pruner", "MOASHA as shipped",

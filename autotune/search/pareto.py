@@ -107,11 +107,13 @@ def crowding_distances(points: list[list[float]], members: list[int]) -> dict[in
     return out
 
 
-def promoted(points: list[list[float]], directions: list[str], eta: float) -> list[int]:
-    """The indices of the top ceil(n / eta) points of a rung table, best first: whole successive Pareto fronts
-    while they fit, then the last front's most isolated points by crowding distance (MOASHA, arXiv:2106.12639,
-    with NSGA-II's tie break; equal distances go to the earlier index)."""
-    k = max(1, math.ceil(len(points) / eta))
+def promoted(points: list[list[float]], directions: list[str], eta: float, k: int | None = None) -> list[int]:
+    """The indices of the top ceil(n / eta) points (or `k`) of a rung table, best first: whole successive Pareto
+    fronts while they fit, then the last front's most isolated points by crowding distance (MOASHA,
+    arXiv:2106.12639, with NSGA-II's tie break; equal distances go to the earlier index)."""
+    k = max(1, math.ceil(len(points) / eta)) if k is None else k
+    if k <= 0:
+        return []
     ranks = nondominated_ranks(points, directions)
     chosen: list[int] = []
     for r in range(max(ranks, default=-1) + 1):
@@ -125,4 +127,23 @@ def promoted(points: list[list[float]], directions: list[str], eta: float) -> li
     return chosen
 
 
-__all__ = ["crowding_distances", "dominates", "hypervolume", "hypervolume_2d", "nondominated_ranks", "promoted"]
+def promoted_with_accurate(points: list[list[float]], directions: list[str], eta: float, quality: int,
+                           share: float) -> list[int]:
+    """`promoted`, with ceil(share x k) of its k slots given first to the most accurate points by the `quality`
+    objective alone (ties: the earlier index), the rest to the best of the others by MOASHA over the whole table:
+    the slow accurate points a front's accurate end needs are promoted even where the (accuracy, time) front at the
+    rung ranks them low."""
+    k = max(1, math.ceil(len(points) / eta))
+    n_acc = min(k, math.ceil(share * k)) if share > 0 else 0
+    sign = -1.0 if directions[quality] == "maximize" else 1.0
+    by_quality = sorted(range(len(points)), key=lambda i: (sign * points[i][quality], i))[:n_acc]
+    picks: list[int] = []
+    for kk in range(k - n_acc, len(points) + 1):  # MOASHA's top kk, less the accurate ones, until k - n_acc remain
+        picks = [i for i in promoted(points, directions, eta, kk) if i not in by_quality]
+        if len(picks) >= k - n_acc:
+            break
+    return by_quality + picks[:k - n_acc]
+
+
+__all__ = ["crowding_distances", "dominates", "hypervolume", "hypervolume_2d", "nondominated_ranks", "promoted",
+           "promoted_with_accurate"]

@@ -16,11 +16,17 @@ log-linear fit in the settings, which extrapolates to the corners of the space t
 the candidate whose optimistic point (mean less one spread) adds most to the hypervolume of the front so far.
 Every EXPLORE_EVERY-th trial runs the inner sampler's proposal as is, so its exploration never stops.
 
+Cost-aware from the first trial (search/cost.py): a candidate's gain is divided by its predicted training time^alpha
+(cost cooling: alpha falls from 1 as trials finish and a known budget is spent), and before MIN_TRIALS trials have a
+curve each trial is the cheapest by predicted time of START_POOL uniform draws (a log-linear fit of the clock on the
+settings, from the second trial on), not a full-cost random one. Trials still running (other workers) are in the
+front the gains are measured against, at their predicted values, so two workers do not run the same candidate.
+
 Its price is the sampler's own time (a forest refit and a few hundred predictions per trial: tens of milliseconds
 on a 2-core CPU after a hundred trials): on sub-second trials that outweighs the better choice in real time; on
 trials of minutes it is a rounding error (bench/RESULTS.md). So the default, `candidates: auto`, decides by what it
-measures: AUTO_K candidates while one choice's CPU time is at most AUTO_SHARE of the median completed trial's
-training time, the inner sampler's own proposal otherwise.
+measures (cost.Meter): its CPU time is kept within CAP_SHARE of the trials' time, each trial proposed by the costliest
+mode whose last measured price fits in what is left (the candidates, the inner sampler's own proposal, random).
 """
 
 from __future__ import annotations
@@ -37,7 +43,7 @@ from optuna.distributions import BaseDistribution, CategoricalDistribution, Floa
 from optuna.trial import FrozenTrial, TrialState
 
 from autotune.core import optuna_compat as compat
-from autotune.search import space
+from autotune.search import cost, space
 from autotune.search.credit import EPOCHS, Delegating
 from autotune.search.pareto import hypervolume, nondominated_ranks
 from autotune.search.pruners import CUMULATIVE
@@ -46,7 +52,13 @@ from autotune.spec import ParamSpec, RunConfig, TrialRecord
 MIN_TRIALS = 8  # finished trials with a curve before predictions choose: as TPE's random start-up
 CANDIDATE_SAMPLERS = ("tpe", "random")  # samplers that propose a parameter at a time: candidates are drawn from them
 AUTO_K = 256  # `candidates: auto`: candidates per trial where choosing among them is worth its cost
-AUTO_SHARE = 0.02  # ... that is, where one choice costs at most this share of a trial's training time
+AUTO_SHARE = cost.CAP_SHARE  # ... that is, while the strategy's CPU time is at most this share of the trials' time
+# Cost-aware proposals are built and off by default: on LCBench's development tasks (8 x 2 seeds, bench/strategy_dev.py)
+# gain per second^alpha with cheap start-up trials matched plain Optuna's end 1.14x sooner than the old default but
+# ended less accurate (best accuracy -0.012 in the median, 5 of 8 tasks more than 0.002 below plain Optuna's); off,
+# 1.03x and +0.000 (2 of 8). START_POOL 8 and COST_WEIGHT 1 turn them on.
+START_POOL = 1  # start-up trials: the cheapest by predicted time of this many uniform draws (1: the inner sampler's)
+COST_WEIGHT = 0.0  # the cost exponent's scale (cost.alpha x this; 0: gain alone)
 EXPLORE_EVERY = 2  # every this many trials, the inner sampler's own proposal runs as is
 LOCAL_SHARE = 0.5  # of the candidates not from the inner sampler: near the front's members (the rest: uniform)
 LOCAL_STEP = 0.1  # a local candidate's move per parameter: this share of its range (its own scale: log where log)
@@ -147,7 +159,8 @@ def gains(front: list[list[float]], points: np.ndarray) -> np.ndarray:
     pts = np.array(front + points.tolist())
     ref = (pts.max(axis=0) + 0.1 * (pts.max(axis=0) - pts.min(axis=0)) + 1e-9).tolist()
     base = hypervolume(front, ref)
-    return np.array([hypervolume(front + [list(p)], ref) - base for p in points])
+    out = np.array([hypervolume(front + [list(p)], ref) - base for p in points])
+    return np.where(out > 1e-9 * max(base, 1e-12), out, 0.0)  # a rounding error adds nothing
 
 
 class Snapshot(compat.StudyView):
@@ -176,6 +189,14 @@ class Data:
     front: list[list[float]]
     parents: list[dict[str, Any]]
     trials: int
+    pending: tuple[dict[str, Any], ...] = ()  # the parameters of trials still running (other workers')
+    finished: int = 0  # trials complete or stopped
+    budget_used: float | None = None  # the share of a known budget spent (cost cooling)
+
+    @property
+    def ready(self) -> bool:
+        """Enough trials with a curve for predictions to choose (before: cheap start-up trials)."""
+        return self.trials >= MIN_TRIALS and bool(self.front)
 
 
 class PredictedFront(Delegating):
@@ -206,6 +227,12 @@ class PredictedFront(Delegating):
         self._fixed_epochs = int(fixed) if fixed else None
         self._snapshots: dict[int, Snapshot] = {}  # trial number -> the study as its sampling read it
         self._model: tuple[int, Model] | None = None  # (trials with a curve it was fit on, the model)
+        self.meter = cost.Meter()  # auto: the strategy's CPU seconds against its trials' seconds
+        self._random = optuna.samplers.RandomSampler(seed=seed)  # the cheapest mode's proposals
+        self._modes: dict[int, str] = {}  # trial number -> the mode that proposes it
+        self._spent: dict[int, float] = {}  # trial number -> CPU seconds its proposal took so far
+        self._ready = False  # predictions have chosen before (an exploring trial then needs no study read)
+        self._awaiting: set[int] = set()  # trials proposed here whose time the meter has not counted yet
 
     # ---- Optuna's sampler interface
 
@@ -214,36 +241,123 @@ class PredictedFront(Delegating):
 
     def sample_relative(self, study: optuna.Study, trial: FrozenTrial,
                         search_space: dict[str, BaseDistribution]) -> dict[str, Any]:
-        if not search_space or trial.number % EXPLORE_EVERY == EXPLORE_EVERY - 1:
-            return {}  # the inner sampler's own proposal, parameter by parameter
-        t0 = time.thread_time()
-        study = self._snapshot(study, trial)  # type: ignore[assignment]  # the inner sampler and the model: one read
-        data = self._data(study)
-        if data is None or (self.auto and not self.worth_it(study)):
+        if not search_space:
             return {}
-        cands = self._pool(study, trial, data.parents)
-        chosen = cands[self._choose(data, cands)]
-        self.choice_s = time.thread_time() - t0
-        return chosen
+        t0 = time.thread_time()
+        if self.auto:  # (the study read this may take is the strategy's cost too)
+            self._count_trials(study)
+            self._awaiting.add(trial.number)
+        mode = self.meter.mode() if self.auto else "choose"
+        self._modes[trial.number] = mode
+        try:
+            if mode != "choose" or (self._ready and trial.number % EXPLORE_EVERY == EXPLORE_EVERY - 1):
+                self._modes[trial.number] = "random" if mode == "random" else "inner"
+                return {}  # the inner sampler's own proposal, parameter by parameter (or random ones)
+            study = self._snapshot(study, trial)  # type: ignore[assignment]  # the inner sampler, the model: one read
+            data = self._data(study, trial)
+            if data is None:
+                self._modes[trial.number] = "inner"
+                return {}
+            if not data.ready:
+                self._modes[trial.number] = "inner"  # (priced as the inner sampler's: a few predictions)
+                return self._cheap_start(trial, data)
+            if trial.number % EXPLORE_EVERY == EXPLORE_EVERY - 1:
+                self._ready = True
+                self._modes[trial.number] = "inner"
+                return {}
+            self._ready = True
+            cands = self._pool(study, trial, data.parents)
+            chosen = cands[self._choose(data, cands)]
+            self.choice_s = time.thread_time() - t0
+            return chosen
+        finally:
+            self._spent[trial.number] = self._spent.get(trial.number, 0.0) + time.thread_time() - t0
+
+    def after_trial(self, study: optuna.Study, trial: FrozenTrial, state: TrialState,
+                    values: Sequence[float] | None) -> None:
+        """The trial's proposal priced (its mode's CPU seconds). Its time is read later (`_count_trials`): a trial's
+        records may be written after Optuna calls this."""
+        super().after_trial(study, trial, state, values)
+        mode = self._modes.pop(trial.number, None)
+        spent = self._spent.pop(trial.number, 0.0)
+        if mode is not None:
+            self.meter.charge(mode, spent)
+        measured = self._time_of(trial, final=False)
+        if measured is not None and trial.number in self._awaiting:
+            self._awaiting.discard(trial.number)
+            self.meter.trial_done(measured)
+
+    def _time_of(self, t: FrozenTrial, final: bool = True) -> float | None:
+        """A finished trial's time: its `train_time_s`, else its clock after its last epoch (a stopped trial), else
+        (`final`) its duration."""
+        rec = TrialRecord.of(t)
+        measured = rec.metric("train_time_s")
+        curve = rec.epoch_values or []
+        clock = [i for i, c in enumerate(self._clocks) if c]
+        if measured is None and clock and curve and len(curve[-1]) == len(self._signs):
+            measured = float(curve[-1][clock[0]])
+        if measured is None and final and t.datetime_start is not None and t.datetime_complete is not None:
+            measured = (t.datetime_complete - t.datetime_start).total_seconds()
+        return measured if measured is None else float(measured)
+
+    def _count_trials(self, study: optuna.Study) -> None:
+        """The finished trials this sampler proposed whose time `after_trial` could not read yet, added to what the
+        strategy may spend."""
+        if not self._awaiting:
+            return
+        for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)):
+            if t.number in self._awaiting:
+                self._awaiting.discard(t.number)
+                self.meter.trial_done(self._time_of(t) or 0.0)
 
     def worth_it(self, study: optuna.Study) -> bool:
-        """`candidates: auto`: whether the last choice's CPU seconds are at most AUTO_SHARE of the median completed
-        trial's training time (`train_time_s`; else its duration); unmeasured yet: yes, once, to measure it."""
-        if self.choice_s is None:
-            return True
-        done = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-        secs = []
-        for t in done:
-            measured = TrialRecord.of(t).metric("train_time_s")
-            if measured is not None:
-                secs.append(measured)
-            elif t.datetime_complete and t.datetime_start:
-                secs.append((t.datetime_complete - t.datetime_start).total_seconds())
-        return bool(secs) and self.choice_s <= AUTO_SHARE * float(np.median(secs))
+        """`candidates: auto`: whether the candidates' choice fits in what the strategy may still spend."""
+        return self.meter.mode() == "choose"
 
     def sample_independent(self, study: optuna.Study, trial: FrozenTrial, param_name: str,
                            param_distribution: BaseDistribution) -> Any:
-        return self.inner.sample_independent(self._snapshot(study, trial), trial, param_name, param_distribution)
+        t0 = time.thread_time()
+        try:
+            if self._modes.get(trial.number) == "random":
+                return self._random.sample_independent(study, trial, param_name, param_distribution)
+            return self.inner.sample_independent(self._snapshot(study, trial), trial, param_name, param_distribution)
+        finally:
+            self._spent[trial.number] = self._spent.get(trial.number, 0.0) + time.thread_time() - t0
+
+    def _budget_used(self, study: optuna.Study) -> float | None:
+        """The share of a known budget spent: finished trials of `n_trials`, or the run's time of `timeout`."""
+        n, timeout = self.cfg.study.n_trials, self.cfg.study.timeout
+        trials = study.get_trials(deepcopy=False)
+        used = []
+        if n is not None and n < cost.BIG_BUDGET:
+            used.append(sum(t.state.is_finished() for t in trials) / n)
+        starts = [t.datetime_start for t in trials if t.datetime_start is not None]
+        if timeout and starts:
+            import datetime
+
+            used.append((datetime.datetime.now() - min(starts)).total_seconds() / timeout)
+        return max(used) if used else None
+
+    def _cheap_start(self, trial: FrozenTrial, data: Data) -> dict[str, Any]:
+        """A start-up trial: the cheapest by predicted training time of START_POOL uniform draws; the inner sampler's
+        proposal while no clock is known. The clock adds up per epoch, so its log is log(epochs) + the log of one
+        epoch's time, and only the second is fit (ridge least squares on the settings, one row per trial)."""
+        clock = [i for i, (c, lg) in enumerate(zip(self._clocks, self._log)) if c and lg]
+        if not clock or len(data.x) < 2 or START_POOL <= 1:
+            return {}
+        per_epoch: dict[tuple[float, ...], float] = {}  # a trial's settings -> the log of one epoch's time
+        for row, y in zip(data.x, data.y[:, clock[0]]):
+            per_epoch[tuple(row[:-1])] = float(y) - float(row[-1])
+        x = np.array(list(per_epoch))
+        a = np.column_stack([x, np.ones(len(x))])
+        reg = 0.3 * np.eye(a.shape[1])  # a few trials, many columns: ridge on the settings, none on the offset
+        reg[-1, -1] = 0.0
+        coef = np.linalg.solve(a.T @ a + reg, a.T @ np.array(list(per_epoch.values())))
+        rng = np.random.default_rng([self._seed, trial.number, 1])
+        cands = [self._candidate(lambda name: draw(self._dists[name], rng)) for _ in range(START_POOL)]
+        rows = np.array([self._row(c) for c in cands])
+        predicted = np.column_stack([rows[:, :-1], np.ones(len(rows))]) @ coef + rows[:, -1]
+        return cands[int(np.argmin(predicted))]
 
     def _snapshot(self, study: optuna.Study, trial: FrozenTrial) -> Snapshot:
         """The study's trials, read once per trial: the inner sampler reads them for every parameter (on SQLite or
@@ -278,14 +392,18 @@ class PredictedFront(Delegating):
         space.walk(self.cfg, pick)
         return params
 
-    def _data(self, study: optuna.Study) -> Data | None:
+    def _data(self, study: optuna.Study, trial: FrozenTrial | None = None) -> Data | None:
         """(feature rows, minimized targets, the completed trials' front, minimized, and their parameters) from every
-        trial's curve, or None while fewer than MIN_TRIALS finished trials have one."""
+        trial's curve, the running trials' parameters (but `trial`'s), or None while no trial has a curve (before
+        MIN_TRIALS trials have one, the data is not `ready`: for cheap start-up trials only)."""
         rows: list[list[float]] = []
         ys: list[list[float]] = []
         done: list[tuple[list[float], dict[str, Any]]] = []
-        n = 0
+        n, finished = 0, 0
+        pending = tuple(dict(t.params) for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
+                        if (trial is None or t.number != trial.number) and t.params)
         for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED)):
+            finished += 1
             curve = TrialRecord.of(t).epoch_values or []
             if t.state == TrialState.COMPLETE and t.values is not None:
                 done.append((self._to_min(t.values), dict(t.params)))
@@ -306,11 +424,12 @@ class PredictedFront(Delegating):
                     continue
                 rows.append(self._row({**t.params, EPOCHS: e}, e))
                 ys.append(self._to_min(vals))
-        if n < MIN_TRIALS or not done:
+        if not rows:
             return None
         ranks = nondominated_ranks([v for v, _ in done], ["minimize"] * len(self._signs))
         front = [done[i] for i, r in enumerate(ranks) if r == 0]
-        return Data(np.array(rows), np.array(ys), [v for v, _ in front], [p for _, p in front], n)
+        return Data(np.array(rows), np.array(ys), [v for v, _ in front], [p for _, p in front], n, pending, finished,
+                    self._budget_used(study))
 
     def _row(self, params: dict[str, Any], epoch: int | None = None) -> list[float]:
         """A point's features and, last, the log of the epochs done after `epoch` (a candidate: all of its run)."""
@@ -323,10 +442,21 @@ class PredictedFront(Delegating):
         return [s * (math.log(max(v, 1e-9)) if lg else v) for s, lg, v in zip(self._signs, self._log, values)]
 
     def _choose(self, data: Data, cands: list[dict[str, Any]]) -> int:
+        """The candidate whose optimistic point adds most to the front (the running trials' optimistic points in it)
+        per predicted second^alpha (cost cooling); the first (the inner sampler's proposal) where none adds."""
         model = self._fit(data)
         mean, spread = model.predict(np.array([self._row(c) for c in cands]))
-        g = gains(data.front, mean - OPTIMISM * spread)
-        best = int(np.argmax(g))
+        front = list(data.front)
+        if data.pending:  # at their optimistic points: the hope a candidate near them holds is theirs to test
+            p_mean, p_spread = model.predict(np.array([self._row(p) for p in data.pending]))
+            front += (p_mean - OPTIMISM * p_spread).tolist()
+        g = gains(front, mean - OPTIMISM * spread)
+        score = g
+        clock = [i for i, (c, lg) in enumerate(zip(self._clocks, self._log)) if c and lg]
+        if clock and COST_WEIGHT > 0:
+            score = cost.per_cost(g, np.exp(mean[:, clock[0]]),
+                                  COST_WEIGHT * cost.alpha(data.finished, data.budget_used))
+        best = int(np.argmax(score))
         return best if g[best] > 0 else 0
 
 

@@ -19,8 +19,8 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from autotune.core import ConfigError, TrialStopped, lookup
-from autotune.search import curves
-from autotune.search.pareto import dominates, hypervolume_2d, promoted
+from autotune.search import curves, rungs
+from autotune.search.pareto import dominates, hypervolume_2d, promoted_with_accurate
 from autotune.search.results import pareto_front
 from autotune.spec import RunConfig, TrialRecord, is_fraction, is_quality, per_epoch
 from autotune.training import projected_time_s
@@ -244,26 +244,57 @@ class ParetoASHAPruner:
     """Asynchronous multi-objective successive halving: at rung epochs min_epochs x eta^k (below the last epoch),
     a trial goes on only if it is among the top 1/eta of the rung table (itself and every finished trial that
     reached that rung), ranked by non-dominated sorting and crowding distance (`promoted`). With fewer than
-    `n_startup_trials` others at the rung it goes on."""
+    `n_startup_trials` others at the rung it goes on.
 
-    def __init__(self, directions: Sequence[str], min_epochs: int = 1, reduction_factor: int = 3,
-                 n_startup_trials: int = 3) -> None:
-        if min_epochs < 1 or reduction_factor < 2:
-            raise ValueError(f"needs min_epochs >= 1 and reduction_factor >= 2; got {min_epochs}, "
+    `min_epochs: auto` (the default): the rungs are learned (search/rungs.py): the first is the smallest epoch whose
+    quality ranks agree with the next rung's over the finished trials, and a rung whose ranks are unproven cuts
+    nothing. `accurate_share` of each rung's promotions go to the most accurate trials by quality alone (the rest by
+    MOASHA over the others), so the slow accurate configurations a front's accurate end needs reach their last
+    epoch. `metrics`: the objectives' names (the quality one is the first accuracy-like metric; else the first)."""
+
+    def __init__(self, directions: Sequence[str], min_epochs: int | str = "auto", reduction_factor: int = 3,
+                 n_startup_trials: int = 3, metrics: Sequence[str] | None = None, accurate_share: float = 1 / 3,
+                 min_agreement: float = rungs.MIN_AGREEMENT, min_trials: int = rungs.MIN_TRIALS) -> None:
+        if min_epochs != "auto" and (not isinstance(min_epochs, int) or min_epochs < 1) or reduction_factor < 2:
+            raise ValueError(f"needs min_epochs >= 1 (or auto) and reduction_factor >= 2; got {min_epochs}, "
                              f"{reduction_factor}")
+        if not 0 <= accurate_share <= 1:
+            raise ValueError(f"accurate_share must be a share in [0, 1]; got {accurate_share}")
         self.directions = list(directions)
         self.min_epochs = min_epochs
         self.eta = reduction_factor
         self.n_startup_trials = n_startup_trials
+        self.accurate_share = accurate_share
+        names = list(metrics or [])
+        self.quality = next((i for i, m in enumerate(names) if is_quality(m)), 0)
+        self.learned = rungs.LearnedRungs(reduction_factor, min_agreement, min_trials) if min_epochs == "auto" else None
 
-    def rungs(self, max_epochs: int) -> list[int]:
-        out, r = [], self.min_epochs
+    def rungs(self, max_epochs: int, trials: list[FrozenTrial] | None = None) -> list[int]:
+        """The cutting rungs for a run of `max_epochs`: fixed, or learned from `trials` (the last learned ladder when
+        none are given)."""
+        if self.learned is not None:
+            return self.learned.update(self._curves(trials), max_epochs) if trials is not None else self.learned.ladder
+        out, r = [], int(self.min_epochs)
         while r < max_epochs:
             out.append(r)
             r *= self.eta
         return out
 
+    def _curves(self, trials: list[FrozenTrial]) -> list[list[float]]:
+        """Each finished trial's quality after every epoch, higher better."""
+        sign = 1.0 if self.directions[self.quality] == "maximize" else -1.0
+        out = []
+        for t in trials:
+            if t.state in (TrialState.COMPLETE, TrialState.PRUNED):
+                rec = TrialRecord.of(t).epoch_values or []
+                out.append([sign * v[self.quality] for v in rec if len(v) > self.quality])
+        return out
+
     def judges(self, step: int, epochs: int) -> bool:
+        if self.learned is not None:  # the ladder, and the candidate first rungs below it (each refreshes it)
+            first = self.learned.first
+            return step in self.learned.ladder or (step in self.learned.candidates(epochs)
+                                                   and (first is None or step < first))
         return step in self.rungs(epochs)
 
     def stop(self, current: list[float], step: int, trials: list[FrozenTrial], epochs: int,
@@ -271,15 +302,17 @@ class ParetoASHAPruner:
         peers = [t for t in trials if t.state in (TrialState.COMPLETE, TrialState.PRUNED)]
         if not self.cut(current, step, peers, epochs):
             return None
-        return f"outside the non-dominated top 1/{self.eta} of the trials at rung epoch {step}"
+        learned = " (learned)" if self.learned is not None else ""
+        return f"outside the non-dominated top 1/{self.eta} of the trials at rung epoch {step}{learned}"
 
     def cut(self, current: list[float], step: int, others: list[FrozenTrial], max_epochs: int) -> bool:
-        if step not in self.rungs(max_epochs):
+        if step not in self.rungs(max_epochs, others):
             return False
         peers = [v for t in others if (v := _values_at(t, step)) is not None]
         if len(peers) < self.n_startup_trials:
             return False
-        return 0 not in promoted([current, *peers], self.directions, self.eta)
+        return 0 not in promoted_with_accurate([current, *peers], self.directions, self.eta, self.quality,
+                                               self.accurate_share)
 
 
 # ---------------------------------------------------------------- the registry
@@ -316,7 +349,7 @@ def _pareto(cfg: RunConfig, args: dict[str, Any]) -> ParetoStop:
 
 
 def _pareto_asha(cfg: RunConfig, args: dict[str, Any]) -> ParetoStop:
-    return ParetoASHAPruner(_epoch_directions(cfg), **args)
+    return ParetoASHAPruner(_epoch_directions(cfg), metrics=_epoch_metrics(cfg), **args)
 
 
 @dataclass(frozen=True)

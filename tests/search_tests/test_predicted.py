@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import math
 import random
+import time
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import optuna
 import pytest
 from optuna.distributions import FloatDistribution, IntDistribution
@@ -154,8 +156,9 @@ def test_distributions_are_the_ones_the_space_suggests(tmp_path: Path) -> None:
 
 
 def test_auto_chooses_while_a_choice_costs_little_beside_a_trial(tmp_path: Path) -> None:
-    """`candidates: auto`: AUTO_K candidates where they apply, chosen while one choice's measured CPU time is at most
-    AUTO_SHARE of the median trial's training time (the trials' train_time_s), the inner sampler's proposal after."""
+    """`candidates: auto`: AUTO_K candidates where they apply, chosen while the strategy's measured CPU time stays
+    within AUTO_SHARE of the trials' training time (their train_time_s), the inner sampler's proposal (or random
+    ones) otherwise."""
     from autotune.search.predicted import AUTO_SHARE
 
     auto = _cfg(tmp_path, {"candidates": "auto"})
@@ -179,8 +182,8 @@ def test_auto_chooses_while_a_choice_costs_little_beside_a_trial(tmp_path: Path)
     long = run(3600.0)  # trials of an hour: every choice is worth its cost
     assert len(long.seen) == 4 - 4 // EXPLORE_EVERY and long.choice_s is not None
     assert long.choice_s <= AUTO_SHARE * 3600.0
-    short = run(1e-6)  # trials shorter than any choice: measured once, then never again
-    assert len(short.seen) == 1
+    short = run(1e-6)  # trials shorter than any choice: a choice's price never fits in 5 % of them
+    assert len(short.seen) == 0 and short.meter.used["choose"] == 0
 
 
 def test_with_epochs_fixed_stopped_trials_curves_teach_the_prediction(tmp_path: Path) -> None:
@@ -287,3 +290,144 @@ def test_the_model_is_refit_only_once_the_trials_have_grown(tmp_path: Path, monk
     first = sampler._fit(data)
     assert sampler._fit(predicted.Data(data.x, data.y, data.front, [], 14)) is first  # 14 < 1.5 x 10
     assert sampler._fit(predicted.Data(data.x, data.y, data.front, [], 15)) is not first
+
+
+def _spread_study(cfg: config.RunConfig, n: int = 40) -> optuna.Study:
+    study = optuna.create_study(directions=cfg.directions)
+    rng = random.Random(0)
+    for _ in range(n):  # trials spread over the space, each with its curve
+        p = {"epochs": rng.randint(2, 20), "lr": 10 ** rng.uniform(-4, -1), "optimizer": rng.choice(["sgd", "adam"]),
+             "batch_size": rng.choice([32, 128, 512]), "model.channels": rng.choice(['[8, 16]', '[16, 32]'])}
+        if p["optimizer"] == "sgd":
+            p["momentum"] = 0.5
+        curve = _curve(p)
+        study.add_trial(create_trial(params=p, distributions={k: distribution(cfg.space[k]) for k in p},
+                                     values=curve[-1], user_attrs={EPOCH_VALUES: curve}))
+    return study
+
+
+def test_of_two_candidates_with_equal_predicted_gain_the_cheaper_is_proposed(tmp_path: Path,
+                                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(predicted, "COST_WEIGHT", 1.0)  # (built, off by default: see predicted.py)
+    cfg = _cfg(tmp_path, {"n_trials": 1000})  # (a budget 4 % spent: the cost still counts fully)
+    sampler = PredictedFront(optuna.samplers.RandomSampler(), cfg, 2, seed=0)
+    data = sampler._data(_spread_study(cfg))
+    assert data is not None and data.ready
+    good = {"epochs": 12, "lr": 1e-2, "optimizer": "adam", "batch_size": 512, "model.channels": '[8, 16]'}
+    slow = {**good, "batch_size": 32}  # 16x the time per epoch
+    monkeypatch.setattr(predicted, "gains", lambda front, points: np.full(len(points), 0.5))  # equal gains
+    assert sampler._choose(data, [slow, good]) == 1
+    assert sampler._choose(data, [good, slow]) == 0
+
+
+def test_start_up_trials_are_the_cheaper_draws_not_full_cost_random_ones(tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(predicted, "START_POOL", 8)  # (built, off by default: see predicted.py)
+    cfg = _cfg(tmp_path)
+
+    def objective(trial: optuna.Trial) -> tuple[float, float]:
+        curve = _curve(space.sample(trial, cfg))
+        trial.set_user_attr(EPOCH_VALUES, curve)
+        trial.set_user_attr("train_time_s", 60.0 * curve[-1][1])  # trials of minutes: the strategy's cost is small
+        return curve[-1][0], curve[-1][1]
+
+    def start_up_time(sampler: optuna.samplers.BaseSampler) -> float:
+        study = optuna.create_study(directions=cfg.directions, sampler=sampler)
+        study.optimize(objective, n_trials=MIN_TRIALS)
+        return sum(t.values[1] for t in study.trials[2:])  # from the third trial on, two clocks are known
+
+    cheap = [start_up_time(PredictedFront(optuna.samplers.RandomSampler(seed=s), cfg, AUTO_K, seed=s, auto=True))
+             for s in range(4)]
+    full = [start_up_time(optuna.samplers.RandomSampler(seed=s)) for s in range(4)]
+    assert all(c < f for c, f in zip(cheap, full)) and sum(cheap) < 0.6 * sum(full), (cheap, full)
+
+
+def test_a_running_trial_is_in_the_front_a_choice_measures_against(tmp_path: Path) -> None:
+    """Several workers: a trial still running counts at its predicted values, so the next choice goes elsewhere."""
+    cfg = _cfg(tmp_path)
+    study = _spread_study(cfg)
+    sampler = PredictedFront(optuna.samplers.RandomSampler(), cfg, 2, seed=0)
+    good = {"epochs": 12, "lr": 1e-2, "optimizer": "adam", "batch_size": 512, "model.channels": '[8, 16]'}
+    near = dict(good)  # what another worker is running now
+    cands = [{**good, "epochs": 3, "batch_size": 128}, near]  # one that adds nothing, one near `good`
+    data = sampler._data(study)
+    assert data is not None and not data.pending and sampler._choose(data, cands) == 1
+    study.add_trial(create_trial(state=TrialState.RUNNING, params=good,
+                                 distributions={k: distribution(cfg.space[k]) for k in good}))
+    data = sampler._data(study)
+    assert data is not None and data.pending == (good,)
+    assert sampler._choose(data, cands) == 0  # `near` adds nothing beside the running `good`: the inner proposal
+
+
+class Metered(PredictedFront):
+    """The sampler's every call timed from outside (thread CPU seconds), whatever it reports of itself."""
+
+    def __init__(self, *a: Any, **k: Any) -> None:
+        super().__init__(*a, **k)
+        self.outside_s = 0.0
+
+    def _timed(self, f: Any, *a: Any) -> Any:
+        t0 = time.thread_time()
+        try:
+            return f(*a)
+        finally:
+            self.outside_s += time.thread_time() - t0
+
+    def infer_relative_search_space(self, *a: Any) -> Any:
+        return self._timed(super().infer_relative_search_space, *a)
+
+    def sample_relative(self, *a: Any) -> Any:
+        return self._timed(super().sample_relative, *a)
+
+    def sample_independent(self, *a: Any) -> Any:
+        return self._timed(super().sample_independent, *a)
+
+    def before_trial(self, *a: Any) -> Any:
+        return self._timed(super().before_trial, *a)
+
+    def after_trial(self, *a: Any) -> Any:
+        return self._timed(super().after_trial, *a)
+
+
+def test_the_strategys_cpu_share_stays_under_its_cap_on_sub_second_trials(tmp_path: Path) -> None:
+    """`candidates: auto` on a stream of 30 ms trials (TPE inside, as `make_sampler` builds it): the sampler's own CPU
+    time, measured from outside, stays within CAP_SHARE of the trials' time; it falls back to cheaper modes."""
+    from autotune.search.cost import CAP_SHARE
+
+    cfg = _cfg(tmp_path, {"candidates": "auto", "n_trials": 80})
+    inner = optuna.samplers.TPESampler(seed=0, n_startup_trials=samplers.TPE_STARTUP_TRIALS)
+    sampler = Metered(inner, cfg, AUTO_K, seed=0, auto=True)
+    study = optuna.create_study(directions=cfg.directions, sampler=sampler)
+    trial_s = 0.0
+
+    def objective(trial: optuna.Trial) -> tuple[float, float]:
+        nonlocal trial_s
+        t0 = time.perf_counter()
+        curve = _curve(space.sample(trial, cfg))
+        time.sleep(0.03)  # the training
+        trial.set_user_attr(EPOCH_VALUES, curve)
+        took = time.perf_counter() - t0
+        trial.set_user_attr("train_time_s", took)
+        trial_s += took
+        return curve[-1][0], took
+
+    study.optimize(objective, n_trials=80)
+    assert sampler.outside_s <= CAP_SHARE * trial_s, (sampler.outside_s, trial_s, sampler.meter.used)
+    assert sampler.meter.used["random"] > 0  # the cap bound: cheaper modes ran
+
+
+def test_the_cap_counts_a_real_runs_trial_times_from_their_records(tmp_path: Path) -> None:
+    """In a real run a trial's records are written after Optuna's after_trial: the meter reads each trial's
+    train_time_s from the study at the next proposal, not the sampler's view at after_trial (where it is missing)."""
+    import autotune
+    from autotune.spec import TrialRecord
+    from tests.conftest import tiny
+
+    cfg = tiny(tmp_path, study={"n_trials": 4}, space={"lr": {"type": "float", "low": 1e-3, "high": 1e-2, "log": True}},
+               pruning={"pruner": "none"})
+    res = autotune.run(cfg)
+    sampler = res.study.sampler
+    assert isinstance(sampler, PredictedFront)
+    times = [TrialRecord.of(t).metric("train_time_s") for t in res.study.trials]
+    assert None not in times
+    assert sampler.meter.trial_s == pytest.approx(sum(times[:-1]), rel=1e-6)  # the last: no proposal after it

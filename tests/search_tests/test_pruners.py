@@ -415,3 +415,46 @@ def test_front_gain_waits_for_enough_completed_trials(tmp_path: Path) -> None:
     study.add_trial(_front_trial(0.9, 1.0))
     with pytest.raises(TrialStopped, match="behind the front"):
         pruners.check_front_gain_in(study, cfg, 50.0, "x")
+
+
+def _warmup_curves(n: int, epochs: int, seed: int = 0) -> list[list[float]]:
+    """Hand-made curves where epoch 1 says nothing (an untrained network: noise) and epoch 2 on follows each
+    configuration's own final accuracy."""
+    import random
+
+    rng = random.Random(seed)
+    out = []
+    for _ in range(n):
+        final = rng.uniform(0.5, 0.95)
+        out.append([rng.uniform(0.05, 0.15)] + [final * (1 - 0.5 ** e) for e in range(1, epochs)])
+    return out
+
+
+def test_learned_first_rung_skips_an_uninformative_first_epoch() -> None:
+    p = pruners.ParetoASHAPruner(MO, reduction_factor=3, metrics=["val_accuracy", "train_time_s"])
+    assert p.min_epochs == "auto"
+    done = [_done([[a, 1.0 + e] for e, a in enumerate(c)], [c[-1], 12.0]) for c in _warmup_curves(12, 12)]
+    assert p.rungs(12, done[:3]) == []  # three trials prove nothing: no rung cuts yet
+    assert p.stop([0.01, 50.0], 1, done[:3], 12) is None
+    assert p.rungs(12, done) == [2, 6]  # epoch 1's ranks are noise, epoch 2's agree with epoch 6's
+    assert p.learned.first == 2
+    table = {a.rung: a for a in p.learned.table()}
+    assert table[1].rho < 0.5 <= table[2].rho
+    assert p.stop([0.01, 50.0], 1, done, 12) is None  # epoch 1 is no rung
+    assert p.stop([0.01, 50.0], 2, done, 12) is not None  # epoch 2 is
+    # the study is read at the ladder's rungs and at the candidate first rungs below it, not at every epoch
+    assert [e for e in range(1, 13) if p.judges(e, 12)] == [1, 2, 6]
+
+
+def test_most_accurate_trial_of_a_rung_is_promoted_even_when_dominated() -> None:
+    # the trial (0.95 in 9 s) ties the most accurate peer, which is faster: dominated at the rung, and outside
+    # MOASHA's top third; the accurate end's share of promotions keeps it
+    peers = [_done([v], v) for v in ([0.95, 5.0], [0.6, 1.0], [0.7, 1.5], [0.8, 2.0], [0.85, 3.0], [0.9, 4.0])]
+    moasha = pruners.ParetoASHAPruner(MO, min_epochs=1, accurate_share=0.0)
+    kept = pruners.ParetoASHAPruner(MO, min_epochs=1)
+    assert moasha.stop([0.95, 9.0], 1, peers, 10) is not None
+    assert kept.stop([0.95, 9.0], 1, peers, 10) is None
+    # the second most accurate (dominated by the first), where two slots go by accuracy
+    more = peers + [_done([v], v) for v in ([0.5, 0.5], [0.55, 0.8], [0.65, 1.2])]
+    assert moasha.stop([0.93, 9.0], 1, more, 10) is not None
+    assert pruners.ParetoASHAPruner(MO, min_epochs=1, accurate_share=0.5).stop([0.93, 9.0], 1, more, 10) is None
