@@ -1,4 +1,5 @@
-"""Shared fixtures: small, fast configs on real digits training."""
+"""Shared fixtures: one torch thread, no meter outliving its test, quiet cores, PostgreSQL databases. Plain
+helpers (the tiny digits study `tiny`, ROOT, ...) live in tests/support.py."""
 
 from __future__ import annotations
 
@@ -8,16 +9,11 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator
-from pathlib import Path
-from typing import Any
 
 import optuna
 import pytest
 import torch
 
-from autotune import config
-
-ROOT = Path(__file__).resolve().parent.parent
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 # One torch thread per test process (and per subprocess a test starts): the tests' models are tiny,
 # and on a 2-core machine shared with other processes, spinning OpenMP threads make them 5-10x slower.
@@ -54,23 +50,6 @@ def quiet_cores(monkeypatch: pytest.MonkeyPatch) -> None:
     from autotune.core import contention
 
     monkeypatch.setattr(contention, "_schedstat", lambda: (time.process_time(), 0.0))
-
-
-def tiny(tmp_path: Path, **sections: Any) -> config.RunConfig:
-    """A 2-objective digits study of a few 2-epoch trials, stored in tmp_path."""
-    raw: dict[str, Any] = {
-        "study": {"name": "t", "storage": f"sqlite:///{tmp_path}/t.db", "n_trials": 3, "seed": 0},
-        "model": {"name": "cnn", "channels": [8, 16], "hidden": 32},
-        "train": {"epochs": 2, "batch_size": 128},
-    }
-    for key, value in sections.items():
-        if isinstance(value, dict) and isinstance(raw.get(key), dict):
-            raw[key] = {**raw[key], **value}
-        else:
-            raw[key] = value
-    for key in raw.get("space", {}):  # a searched key is not also fixed
-        raw["train"].pop(key, None)
-    return config.from_dict(raw, source=str(tmp_path / "tiny.yaml"))
 
 
 @pytest.fixture

@@ -1,6 +1,8 @@
-"""Helpers several test modules share (they import them from here, never from one another's test modules):
-processes running the `autotune` command, the workers' tiny study, the examples, the dashboard, busy cores, a held
-journal lock, a user's training function's study, and image and CIFAR-10 folders."""
+"""Helpers several test modules share (they import them from here, never from one another's test modules or from
+conftest.py, which holds only fixtures): ROOT, processes running the `autotune` command, the workers' tiny study,
+the examples, the dashboard, busy cores, a held journal lock, the built-in trainer's tiny digits study (`tiny`), a
+user's training function's study, image and CIFAR-10 folders, the example ports' studies and one Lightning trial on a
+bare context."""
 
 from __future__ import annotations
 
@@ -251,7 +253,25 @@ def hold_in_child(path: Path) -> subprocess.Popen[str]:
     return child
 
 
-# ---------------------------------------------------------------- a user's training function, image folders
+# ---------------------------------------------------------------- the tiny digits study, a user's training function,
+# image folders
+
+
+def tiny(tmp_path: Path, **sections: Any) -> config.RunConfig:
+    """A 2-objective digits study of a few 2-epoch trials, stored in tmp_path."""
+    raw: dict[str, Any] = {
+        "study": {"name": "t", "storage": f"sqlite:///{tmp_path}/t.db", "n_trials": 3, "seed": 0},
+        "model": {"name": "cnn", "channels": [8, 16], "hidden": 32},
+        "train": {"epochs": 2, "batch_size": 128},
+    }
+    for key, value in sections.items():
+        if isinstance(value, dict) and isinstance(raw.get(key), dict):
+            raw[key] = {**raw[key], **value}
+        else:
+            raw[key] = value
+    for key in raw.get("space", {}):  # a searched key is not also fixed
+        raw["train"].pop(key, None)
+    return config.from_dict(raw, source=str(tmp_path / "tiny.yaml"))
 
 
 def user(tmp_path: Path, fit: str = "fit", **sections: Any) -> config.RunConfig:
@@ -306,3 +326,45 @@ def journal_study(tmp_path: Path) -> optuna.Study:
     """A study on a journal file in `tmp_path` (also from a subprocess: a "container" in the orphan tests)."""
     cfg = config.load(write_cfg(tmp_path, f"journal:///{tmp_path}/o.log", 3, name="o", single=True))
     return open_study(cfg)
+
+
+# ---------------------------------------------------------------- the ports of public examples, one Lightning trial
+
+
+def example_study(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str, first: list[dict[str, Any]],
+                  **overrides: Any) -> autotune.TuneResult:
+    """A study of examples/NAME.yaml run in tmp_path, its first trials enqueued with the points in `first`."""
+    monkeypatch.syspath_prepend(str(EXAMPLES))
+    monkeypatch.chdir(tmp_path)
+    cfg = autotune.load_config(str(EXAMPLES / f"{name}.yaml"), overrides={
+        "study.storage": f"sqlite:///{tmp_path}/{name}.db", "study.n_trials": len(first), **overrides})
+    study = open_study(cfg)
+    for params in first:
+        study.enqueue_trial(params)
+    return autotune.run(cfg)
+
+
+def plain_example(example: str, code: str, cwd: Path) -> float:
+    """The last line an example script (examples/EXAMPLE.py, imported as s) prints after `code`, as a number."""
+    done = subprocess.run([sys.executable, "-c", f"import {example} as s\n{code}"], capture_output=True, text=True,
+                          cwd=cwd, timeout=900, env={"PYTHONPATH": f"{ROOT}:{EXAMPLES}", "OMP_NUM_THREADS": "1",
+                                                     "PATH": "/usr/bin:/bin"})
+    assert done.returncode == 0, done.stderr[-2000:]
+    return float(done.stdout.strip().splitlines()[-1])
+
+
+def lightning_trial(fit: Any = None, searched: tuple[str, ...] = (), user: dict[str, Any] | None = None,
+                    setup: dict[str, Any] | None = None, **settings: Any) -> Any:
+    """One trial of `fit` (tests/integrations_tests/lightning_fits.py's `fit` unless given) on a bare context (the
+    runner's plumbing left out): its TrainResult. The settings given (and epochs, 2 unless given) are the trial's
+    chosen ones; every other one is the module's and loaders' own."""
+    from autotune.spec.settings import DEFAULTS
+    from autotune.training import TrialContext, TrialSetup, run_fit, trial_session
+    from tests.integrations_tests import lightning_fits  # (imports Lightning: only where a test asks)
+
+    fit = lightning_fits.fit if fit is None else fit
+    values = {**DEFAULTS, "device": "cpu", "epochs": 2, **settings}
+    setup_ = TrialSetup(searched=searched or tuple(settings), fixed=("epochs",), **(setup or {}))
+    ctx = TrialContext(values, user_params=user, setup=setup_)
+    with trial_session(values):
+        return run_fit(fit, ctx)

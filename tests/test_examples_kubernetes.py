@@ -14,7 +14,7 @@ from autotune import config
 from autotune.cli import app as cli
 from autotune.core.errors import redact
 from autotune.study import runner as study_mod
-from tests.conftest import ROOT
+from tests.support import ROOT
 
 FOLDER = ROOT / "examples" / "kubernetes"
 

@@ -209,3 +209,16 @@ def test_no_import_cycle_between_modules() -> None:
 
     for m in sorted(edges):
         visit(m, [])
+
+
+def test_test_modules_share_helpers_through_support_only() -> None:
+    """Shared test helpers live in tests/support.py (docs/design.md); conftest.py holds fixtures, and no test module
+    imports conftest.py or another test module (imports inside functions and in a child's code string counted)."""
+    tests = ROOT / "tests"
+    offenders = []
+    for path in sorted(tests.rglob("*.py")):
+        text = path.read_text(encoding="utf-8")
+        for m in re.finditer(r"(?:from|import) (?:tests\.)?(?:\w+_tests\.)?(conftest|test_\w+)\b", text):
+            line = text.count("\n", 0, m.start()) + 1
+            offenders.append(f"{path.relative_to(ROOT)}:{line}: {m.group(0)}")
+    assert offenders == []

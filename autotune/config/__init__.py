@@ -2,15 +2,9 @@
 
 from __future__ import annotations
 
-from autotune.config.checks import (
-    check_one_device,
-    dataset_names,
-    dataset_task,
-    model_names,
-    pruner_names,
-    sampler_names,
-)
 from autotune.config.loader import from_dict, load, read_yaml
+from autotune.config.registered import dataset_names, dataset_task, model_names, pruner_names, sampler_names
+from autotune.config.user_training import check_one_device
 from autotune.core import ConfigError
 from autotune.spec import (
     TASK_METRICS,

@@ -17,7 +17,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from autotune.config.bounds import FILE_BYTES, check_bounds
-from autotune.config.checks import _check_semantics
+from autotune.config.checks import check_semantics
 from autotune.config.yaml import safe_load
 from autotune.core import ConfigError, one_of, shown, suggest
 from autotune.spec import MODEL_PREFIX, SETTINGS, USER_PREFIX, ParamSpec, RunConfig
@@ -82,7 +82,7 @@ def from_dict(raw: dict[str, Any], overrides: dict[str, Any] | None = None, sour
         cfg = RunConfig.model_validate({**raw, "source": source})
     except ValidationError as e:
         raise _first_error(e, file) from None
-    return _check_semantics(cfg, file, source)
+    return check_semantics(cfg, file, source)
 
 
 def _apply_override(raw: dict[str, Any], dotted: str, value: Any, file: str) -> None:

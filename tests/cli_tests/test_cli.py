@@ -95,7 +95,7 @@ def test_read_only_commands_print_no_optuna_logs_and_leave_its_verbosity(tmp_pat
 
     import autotune
     from autotune.cli import app as cli
-    from tests.conftest import tiny
+    from tests.support import tiny
 
     cfg = tiny(tmp_path, study={"n_trials": 1}, train={"epochs": 1})
     autotune.run(cfg)

@@ -189,7 +189,7 @@ def test_distillation_trains_a_student_from_the_teacher_alone(tmp_path: Path) ->
 
 def test_distill_from_the_best_trial_of_another_study(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from autotune.core.errors import ConfigError as _CE
-    from tests.conftest import tiny
+    from tests.support import tiny
 
     monkeypatch.chdir(tmp_path)  # the teacher file goes to studies/ under the working directory
     student = {"model": {"name": "cnn", "channels": [8], "hidden": 16}, "study": {"name": "student", "n_trials": 1},

@@ -9,7 +9,7 @@ import pytest
 
 from autotune.core.errors import ConfigWarning
 from autotune.fit.checks import preflight
-from tests.conftest import tiny
+from tests.support import tiny
 
 
 @pytest.mark.parametrize("spec", [

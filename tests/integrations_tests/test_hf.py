@@ -32,8 +32,8 @@ from autotune.spec.settings import DEFAULTS  # noqa: E402
 from autotune.study.runner import open_study  # noqa: E402
 from autotune.training import TrialContext, TrialPort, TrialSetup, run_fit, trial_session  # noqa: E402
 from examples import hf_text  # noqa: E402
-from tests.conftest import ROOT  # noqa: E402
 from tests.integrations_tests import hf_scripts  # noqa: E402
+from tests.support import ROOT  # noqa: E402
 
 EXAMPLE = ROOT / "examples" / "hf_text.yaml"
 SCRIPTS = "tests.integrations_tests.hf_scripts"

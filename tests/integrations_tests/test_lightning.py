@@ -22,19 +22,9 @@ from autotune.spec.settings import DEFAULTS
 from autotune.training import ContextMisuse, TrialContext, TrialSetup, run_fit, trial_session
 from tests.integrations_tests import lightning_fits
 from tests.integrations_tests.lightning_fits import SEEN
+from tests.support import lightning_trial as train
 
 FITS = "tests.integrations_tests.lightning_fits"
-
-
-def train(fit: Any = lightning_fits.fit, searched: tuple[str, ...] = (), user: dict[str, Any] | None = None,
-          setup: dict[str, Any] | None = None, **settings: Any) -> Any:
-    """One trial of `fit` on a bare context (the runner's plumbing left out): its TrainResult. The settings given
-    (and epochs, 2 unless given) are the trial's chosen ones; every other one is the module's and loaders' own."""
-    values = {**DEFAULTS, "device": "cpu", "epochs": 2, **settings}
-    setup_ = TrialSetup(searched=searched or tuple(settings), fixed=("epochs",), **(setup or {}))
-    ctx = TrialContext(values, user_params=user, setup=setup_)
-    with trial_session(values):
-        return run_fit(fit, ctx)
 
 
 # ---------------------------------------------------------------- the table and the catalogue
@@ -521,7 +511,7 @@ def test_a_study_prints_no_framework_chatter(tmp_path: Path) -> None:
     import subprocess
     import sys
 
-    from tests.conftest import ROOT
+    from tests.support import ROOT
 
     (tmp_path / "l.yaml").write_text(
         f"study: {{name: l, storage: 'sqlite:///{tmp_path}/l.db', n_trials: 2}}\ntrainer: {FITS}:fit\n"

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from tests.integrations_tests import lightning_handover as lh
-from tests.integrations_tests.test_lightning import train
 from tests.support import EXAMPLES
+from tests.support import lightning_trial as train
 
 HOOKS = ("setup", "on_before_batch_transfer", "transfer_batch_to_device", "on_after_batch_transfer")
 

@@ -15,8 +15,9 @@ import pytest
 pytest.importorskip("lightning")
 pytest.importorskip("torchmetrics")
 
-from tests.integrations_tests.test_ports import _plain, _study  # noqa: E402
 from tests.support import EXAMPLES  # noqa: E402
+from tests.support import example_study as _study  # noqa: E402
+from tests.support import plain_example as _plain  # noqa: E402
 
 
 def test_the_litmnist_port_is_the_tutorials_module_plus_three_lines() -> None:

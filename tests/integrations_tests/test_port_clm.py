@@ -19,7 +19,7 @@ pytest.importorskip("accelerate")
 
 import autotune  # noqa: E402
 from autotune.study.runner import open_study  # noqa: E402
-from tests.conftest import ROOT  # noqa: E402
+from tests.support import ROOT  # noqa: E402
 
 EXAMPLES = ROOT / "examples"
 

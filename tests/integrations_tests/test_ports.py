@@ -7,34 +7,19 @@ autotune reach the same accuracy (bench/recipe_parity.py runs that over seeds)."
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 pytest.importorskip("transformers")
 pytest.importorskip("lightning")
 
-import autotune  # noqa: E402
 from autotune.core import ConfigError  # noqa: E402
-from autotune.study.runner import open_study  # noqa: E402
-from tests.conftest import ROOT  # noqa: E402
+from tests.support import ROOT  # noqa: E402
+from tests.support import example_study as _study  # noqa: E402
+from tests.support import plain_example as _plain  # noqa: E402
 
 EXAMPLES = ROOT / "examples"
-
-
-def _study(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str, first: list[dict[str, Any]],
-           **overrides: Any) -> autotune.TuneResult:
-    monkeypatch.syspath_prepend(str(EXAMPLES))
-    monkeypatch.chdir(tmp_path)
-    cfg = autotune.load_config(str(EXAMPLES / f"{name}.yaml"), overrides={
-        "study.storage": f"sqlite:///{tmp_path}/{name}.db", "study.n_trials": len(first), **overrides})
-    study = open_study(cfg)
-    for params in first:
-        study.enqueue_trial(params)
-    return autotune.run(cfg)
 
 
 def _marked(example: str) -> list[str]:
@@ -90,14 +75,6 @@ def test_the_lightning_port_named_with_autotunes_metric_stops_naming_what_it_log
                                                               "precision": "fp32", "grad_clip": 0.0}],
                objectives=[{"metric": "val_accuracy", "direction": "maximize"}, "train_time_s"],
                **{"train.epochs": 1})
-
-
-def _plain(example: str, code: str, cwd: Path) -> float:
-    done = subprocess.run([sys.executable, "-c", f"import {example} as s\n{code}"], capture_output=True, text=True,
-                          cwd=cwd, timeout=900, env={"PYTHONPATH": f"{ROOT}:{EXAMPLES}", "OMP_NUM_THREADS": "1",
-                                                     "PATH": "/usr/bin:/bin"})
-    assert done.returncode == 0, done.stderr[-2000:]
-    return float(done.stdout.strip().splitlines()[-1])
 
 
 @pytest.mark.slow

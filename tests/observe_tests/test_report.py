@@ -13,7 +13,7 @@ from optuna.trial import TrialState, create_trial
 import autotune
 from autotune.cli import app as cli
 from autotune.observe import progress, report
-from tests.conftest import tiny
+from tests.support import tiny
 
 TINY = Path(__file__).parents[1] / "studies" / "tiny_study.yaml"
 

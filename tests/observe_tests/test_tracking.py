@@ -32,7 +32,7 @@ from autotune.study import runner as study_mod
 from autotune.study import workers
 from autotune.study.budget import is_surplus
 from autotune.study.storage import make_storage
-from tests.conftest import tiny
+from tests.support import tiny
 
 mlflow = pytest.importorskip("mlflow")
 from mlflow.tracking import MlflowClient  # noqa: E402

@@ -421,7 +421,7 @@ def test_the_cap_counts_a_real_runs_trial_times_from_their_records(tmp_path: Pat
     train_time_s from the study at the next proposal, not the sampler's view at after_trial (where it is missing)."""
     import autotune
     from autotune.spec import TrialRecord
-    from tests.conftest import tiny
+    from tests.support import tiny
 
     cfg = tiny(tmp_path, study={"n_trials": 4}, space={"lr": {"type": "float", "low": 1e-3, "high": 1e-2, "log": True}},
                pruning={"pruner": "none"})

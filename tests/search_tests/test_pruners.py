@@ -16,7 +16,7 @@ from autotune.core.errors import ConfigError, TrialStopped
 from autotune.search import pruners
 from autotune.search.pruners import EPOCH_VALUES
 from autotune.study.runner import open_study
-from tests.conftest import tiny
+from tests.support import tiny
 
 GOOD = {"lr": 3e-3, "optimizer": "adam", "batch_size": 128}
 BAD = {"lr": 1e-5, "optimizer": "sgd", "batch_size": 16}  # slower per epoch and barely learning

@@ -14,7 +14,7 @@ from autotune.core.errors import ConfigError
 from autotune.search import results
 from autotune.spec import metrics
 from autotune.training import EpochRecord
-from tests.conftest import tiny
+from tests.support import tiny
 
 
 @pytest.fixture(scope="module")

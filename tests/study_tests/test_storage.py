@@ -22,7 +22,7 @@ from autotune.cli import app as cli
 from autotune.core.errors import ConfigError
 from autotune.study import orphans, records, storage
 from autotune.study import runner as study_mod
-from tests.conftest import tiny
+from tests.support import tiny
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -13,7 +13,7 @@ from autotune.core.errors import ConfigError
 from autotune.search.pruners import PRUNERS
 from autotune.search.samplers import SAMPLERS
 from autotune.study import runner as study_mod
-from tests.conftest import tiny
+from tests.support import tiny
 
 SMALL_SPACE = {
     "lr": {"type": "float", "low": 1e-3, "high": 1e-2, "log": True},

@@ -27,8 +27,7 @@ from autotune.core.errors import ConfigError
 from autotune.study import budget, orphans, workers
 from autotune.study import runner as study_mod
 from autotune.study import storage as storage_mod
-from tests.conftest import tiny
-from tests.support import FINISHED, assert_exact, env, finish, load, wait_mid_trial, write_cfg
+from tests.support import FINISHED, assert_exact, env, finish, load, tiny, wait_mid_trial, write_cfg
 from tests.support import fake_gpus as _fake_gpus
 from tests.support import start_autotune as autotune
 

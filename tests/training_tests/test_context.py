@@ -23,8 +23,7 @@ from autotune.training.context import limits as stops
 from autotune.training.context import trial as context
 from autotune.training.throughput import ProbeWindow
 from tests import user_fits
-from tests.conftest import ROOT
-from tests.support import user
+from tests.support import ROOT, user
 
 
 def ctx_for(**settings: Any) -> TrialContext:

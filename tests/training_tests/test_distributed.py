@@ -18,8 +18,7 @@ from autotune.study import workers
 from autotune.study.runner import open_study
 from autotune.training.distributed import devices as distributed
 from autotune.training.distributed.devices import RankFailed, ShardedBatches
-from tests.conftest import tiny
-from tests.support import user
+from tests.support import tiny, user
 
 pytestmark = pytest.mark.skipif(not torch.distributed.is_available() or not torch.distributed.is_gloo_available(),
                                 reason="this torch build has no gloo")
@@ -270,7 +269,7 @@ def test_the_worker_dying_takes_its_ranks_along(tmp_path: Path) -> None:
         "if __name__ == '__main__':\n"
         "    p = Path(sys.argv[2])\n"
         "    autotune.train(user(p, 'fit_ranks', train={'epochs': 1000, 'devices': 2, 'user.log_dir': str(p)}))\n")
-    from tests.conftest import ROOT
+    from tests.support import ROOT
 
     proc = subprocess.Popen([sys.executable, str(script), str(ROOT), str(tmp_path)])
     try:
