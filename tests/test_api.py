@@ -36,7 +36,8 @@ def test_run_and_train_take_a_path_as_well_as_a_str(tmp_path: Path) -> None:
 
 def test_run_and_train_have_one_shape() -> None:
     run, train = inspect.signature(autotune.run).parameters, inspect.signature(autotune.train).parameters
-    assert list(run) == ["cfg", "fit", "fresh"] and run["fresh"].kind is inspect.Parameter.KEYWORD_ONLY
+    assert list(run) == ["cfg", "fit", "fresh", "cancel"]  # cancel: an Event that stops a run off the main thread
+    assert all(run[k].kind is inspect.Parameter.KEYWORD_ONLY for k in ("fresh", "cancel"))
     assert list(train) == ["cfg", "params", "fit", "seed"]
     assert all(train[k].kind is inspect.Parameter.KEYWORD_ONLY for k in ("fit", "seed"))
 

@@ -27,11 +27,11 @@ from autotune.core import (
     lifetime,
 )
 from autotune.core import optuna_compat as compat
-from autotune.spec import RunConfig
+from autotune.spec import RunConfig, TrialRecord
 from autotune.study import orphans, storage
 from autotune.study import runner as study_mod
 from autotune.study.budget import TrialCallback, counts, is_surplus
-from autotune.study.workers import POLL_S, WORKER_ATTR, Slot, run_worker, worker_config
+from autotune.study.workers import POLL_S, Slot, run_worker, worker_config
 
 
 def _child(cfg_dict: dict[str, Any], source: str, slot: Slot) -> None:
@@ -164,7 +164,7 @@ class _Pool:
         pids = {str(p.pid) for _, p in self.procs}
         out = []
         for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
-            owner = str(t.user_attrs.get(WORKER_ATTR, "")).split(":")
+            owner = str(TrialRecord.of(t).worker or "").split(":")
             if len(owner) > 1 and owner[0] == host and owner[1] in pids:
                 out.append(t.number)
         return sorted(out)

@@ -125,8 +125,8 @@ def _plain_and_autotune(cfg: config.RunConfig, loop: str) -> tuple[WriteCounter,
     opened: list[WriteCounter] = []
     make = storage_mod.make_storage
 
-    def counting(c: config.RunConfig) -> Any:
-        s = make(c)
+    def counting(c: config.RunConfig, read_only: bool = False) -> Any:
+        s = make(c, read_only=read_only)
         opened.append(WriteCounter(s.engine))
         return s
 

@@ -43,7 +43,6 @@ def line_of(fn: Any, marker: str) -> int:
 
 
 @pytest.mark.parametrize("fit,marker,space", [
-    ("fit_reports_unknown", "ctx.report(", {}),
     ("fit_reports_clock", "ctx.report(", {}),
     ("fit_reports_twice", "ctx.report(val_loss", {}),
     ("fit_backward_before_prepare", "ctx.backward(", {}),
@@ -294,3 +293,12 @@ def test_an_epochs_lr_counts_the_steps_of_a_loop_that_steps_its_own_optimizer() 
             g["lr"] = 99.0  # set for what comes next: not what this epoch trained at
         ctx.report(val_loss=1.0)
     assert [h.lr for h in ctx._state.history] == pytest.approx([0.75, 0.375])
+
+
+def test_a_misspelt_report_stops_the_run_naming_the_users_file_and_line(tmp_path: Path) -> None:
+    """An own fit's unknown `ctx.report` name is a ConfigError at that report (issue 49), and it still names the
+    user's file and line, not autotune's."""
+    where = f"user_fits.py:{line_of(user_fits.fit_reports_unknown, 'ctx.report(')}"
+    with pytest.raises(autotune.ConfigError) as caught:
+        autotune.run(study(tmp_path, "fit_reports_unknown"))
+    assert where in str(caught.value) and "misuse.py" not in str(caught.value), str(caught.value)
