@@ -158,6 +158,9 @@ CALLS = {"`ctx.prepare(": ("prepare", "optimizer"), "`ctx.loader(": ("loader", "
 
 
 def test_the_context_table_names_every_setting_each_call_applies() -> None:
+    """Each call's row names every setting the catalogue says its part applies (`applied_by`), and ctx.report's
+    every per-epoch clock of the metrics catalogue."""
+    from autotune.spec.metrics import CATALOGUE
     from autotune.spec.settings import SETTINGS, applied_by
 
     table = _md("guide/own-training.md").split("## What the context owns", 1)[1].split("\n\n## ", 1)[0]
@@ -165,6 +168,9 @@ def test_the_context_table_names_every_setting_each_call_applies() -> None:
     for call, parts in CALLS.items():
         missing = [k for k in applied_by(*parts) if f"`{k}`" not in rows[call]]
         assert not missing, f"guide/own-training.md: the {call} row does not name {missing} (applied_by {parts})"
+    report = next(line for line in table.splitlines() if line.startswith("| `ctx.report("))
+    clocks = [m.name for m in CATALOGUE.values() if m.per_epoch and m.source == "clock" and f"`{m.name}`" not in report]
+    assert not clocks, f"guide/own-training.md: the ctx.report row does not name the clocks {clocks}"
     # every other part is the built-in trainer's (a new part of the context needs its row here and in the table)
     context_parts = {p for parts in CALLS.values() for p in parts}
     assert {s.applied_by for s in SETTINGS.values()} - context_parts == {"loss", "model", "augment", "eval",
