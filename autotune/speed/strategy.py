@@ -120,8 +120,9 @@ def pins(plan: Mapping[str, Any], values: Mapping[str, Any]) -> dict[str, Any] |
     return None
 
 
-class Search:
-    """Samples a trial's values for the study's strategy (the objective's one call for it)."""
+class StrategyPoints:
+    """Each trial's point as the study's strategy gives it: sampled (probe_then_tune: in the space its plan
+    narrowed, with the plan's pins) and checked against the plan (the objective's one use of the strategy)."""
 
     def __init__(self, cfg: RunConfig, fit: trainer.Fit | None, *, write: probe.WriteStudy) -> None:
         self.cfg = cfg
@@ -196,4 +197,5 @@ def probe_all(study: optuna.Study | None, cfg: RunConfig, fit: trainer.Fit | Non
 
 
 
-__all__ = ["NEUTRAL", "PLAN_ATTR", "STRATEGIES", "Search", "make_plan", "narrowed", "pins", "plan_for", "probe_all"]
+__all__ = ["NEUTRAL", "PLAN_ATTR", "STRATEGIES", "StrategyPoints", "make_plan", "narrowed", "pins", "plan_for",
+           "probe_all"]

@@ -13,7 +13,7 @@ from autotune.study.records import BufferedTrial
 from autotune.training import accel
 
 
-def admit(trial: BufferedTrial, plan: TrialPlan, search: strategy.Search, gate: probe.Gate,
+def admit(trial: BufferedTrial, plan: TrialPlan, points: strategy.StrategyPoints, gate: probe.Gate,
           failures: outcome.Failures) -> None:
     """Stop the trial now (optuna.TrialPruned) if it cannot or need not train; else return."""
     record = trial.record
@@ -22,7 +22,7 @@ def admit(trial: BufferedTrial, plan: TrialPlan, search: strategy.Search, gate: 
     if why is not None:
         outcome.stop(record, "unsupported", 0, f"precision {precision} on {plan.device}: {why}")
     try:
-        search.check(plan)  # probe_then_tune dropped this combination
+        points.check(plan)  # probe_then_tune dropped this combination
         gate.check(trial, plan, record)  # known to fail here, or too slow: stopped before it trains
     except TrialStopped as e:
         known = gate.known_error(trial, plan) if e.reason == "unsupported" else None

@@ -63,7 +63,7 @@ class Objective:
         # the speed probe: what the study knows of each throughput combination
         self.gate = probe.Gate(cfg, self.fit, write=records.write_study)
         # study.strategy: the space joint, or narrowed by probes
-        self.search = strategy.Search(cfg, self.fit, write=records.write_study)
+        self.points = strategy.StrategyPoints(cfg, self.fit, write=records.write_study)
         self.rules = StudyRules(cfg, self.metrics, self.epoch_metrics, self.pareto, self.quality, self._say)
         self.attempts = Attempts(cfg, self.fit, backend, self.gate, self.rules, self.failures, self._watched,
                                  self._say)
@@ -139,12 +139,12 @@ class Objective:
     def _run(self, trial: records.BufferedTrial) -> float | list[float]:
         """The trial's stages: plan, admit, train, judge, record (the module's doc)."""
         self.backend.tidy(accel.freeze_survivors)
-        point = self.search.sample(trial)
+        point = self.points.sample(trial)
         plan = TrialPlan.for_trial(self.cfg, point, trial.number, cap=self.cpu_cap)
         if self.attempts.start_cap(plan) is not None:  # busy cores before the first trial: it starts capped
             plan = TrialPlan.for_trial(self.cfg, point, trial.number, cap=self.cpu_cap)
         records.planned(trial.record, plan)
-        admit(trial, plan, self.search, self.gate, self.failures)
+        admit(trial, plan, self.points, self.gate, self.failures)
         try:
             result = self.attempts.train(trial, plan)
         finally:
