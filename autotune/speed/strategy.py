@@ -60,11 +60,14 @@ def make_plan(cfg: RunConfig, rows: list[speed.Row]) -> dict[str, Any]:
     kept: list[speed.Row] = []
     dropped: list[dict[str, Any]] = []
     for r in rows:
-        if r.measurement is None and r.error is not None and r.blame is None or r.contended:
-            kept.append(r)  # the user's code failed, not a setting, or others held the cores: no verdict on its speed
+        if r.measurement is None and r.error is not None and r.blame is None:
+            kept.append(r)  # the user's code failed, not a setting: no verdict on the combination
             continue
-        if r.measurement is None:
+        if r.measurement is None:  # a setting failed, or the combination cannot run: busy cores do not change that
             dropped.append({"combination": r.combination, "why": r.error or r.skipped or "not measured"})
+            continue
+        if r.contended:
+            kept.append(r)  # others held the cores while it was timed: no verdict on its speed
             continue
         better = max((o for o in ok if o is not r and _shape(o.combination) == _shape(r.combination)
                       and _at_least_as_exact(o.combination, r.combination)
@@ -77,7 +80,8 @@ def make_plan(cfg: RunConfig, rows: list[speed.Row]) -> dict[str, Any]:
         else:
             kept.append(r)
     groups: dict[str, dict[str, Any]] = {}
-    for r in sorted(kept, key=lambda r: (r.contended, -r.samples_per_s)):  # the fastest clean one sets the neutrals
+    # the fastest clean one sets the neutrals; a contended one before any that failed (a failed row has no speed)
+    for r in sorted(kept, key=lambda r: (r.measurement is None, r.contended, -r.samples_per_s)):
         g = _numeric(r.combination)
         groups.setdefault(repr(sorted(g.items())), {"numeric": g, "neutral": {k: v for k, v in r.combination.items()
                                                                              if k in NEUTRAL},
