@@ -87,7 +87,8 @@ def test_an_uncompiled_trial_has_no_compile_time(tmp_path: Path) -> None:
     trial = study.ask()
     values = {**DEFAULTS, "device": "cpu", "epochs": 1, "compile": False}
     record = TrialRecord()
-    window = probe.Gate(cfg, write=write_study).window(trial, TrialPlan.of(cfg, values, 0, number=trial.number), record)
+    gate = probe.Gate(cfg, write=write_study)
+    window = gate.open(trial, TrialPlan.of(cfg, values, 0, number=trial.number), record).window()
     assert window is not None
     context.run_fit(sleepy_steps(0.02, 0.3), context.TrialContext(values, setup=context.TrialSetup(probe=window)))
     m = window.measurement
