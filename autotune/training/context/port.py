@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Generator, Mapping
 from typing import Any
 
 import torch
@@ -42,7 +42,7 @@ class TrialPort:
         self._st = st = ctx._state
         if framework is not None:
             st.framework = framework
-        self._epochs: Iterator[int] | None = None
+        self._epochs: Generator[int, None, None] | None = None
         self._step_end: float | None = None  # when the last step ended (the input wait: until the next begins)
         self._logged_once = False  # the first evaluation's names were checked against the objectives
         self.early_stop = False  # early stopping ended training: the framework should stop

@@ -138,7 +138,12 @@ class TrialState:
         took -= set(recipe or ())
         # applied once it steps (whoever steps it), not when built; (a weak reference: no cycle through it)
         me = weakref.ref(self)
-        self.handles += post_hook(opt, lambda _: (st := me()) is not None and st.effects.update(took))
+
+        def stepped(_: Any) -> None:
+            st = me()
+            if st is not None:
+                st.effects.update(took)
+        self.handles += post_hook(opt, stepped)
         return opt
 
     def check_fresh(self, model: nn.Module, where: str) -> None:
