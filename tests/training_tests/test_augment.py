@@ -76,9 +76,10 @@ def test_channels_last_in_channels_last_out() -> None:
 
 
 def test_check_and_preflight_messages(tmp_path) -> None:
-    assert augment.check({"aug_flip": True}, (10,)) == "aug_flip needs image inputs (C, H, W); this data is (10,)"
-    assert augment.check({"aug_crop_padding": 4}, (1, 8, 8)) is None
-    assert "smaller than the image side 8" in augment.check({"aug_crop_padding": 8}, (1, 8, 8))
+    assert augment.check(Settings({"aug_flip": True}), (10,)) == \
+        "aug_flip needs image inputs (C, H, W); this data is (10,)"
+    assert augment.check(Settings({"aug_crop_padding": 4}), (1, 8, 8)) is None
+    assert "smaller than the image side 8" in augment.check(Settings({"aug_crop_padding": 8}), (1, 8, 8))
     cfg = config.from_dict({"study": {"storage": f"sqlite:///{tmp_path}/x.db"},
                             "space": {"aug_crop_padding": {"type": "categorical", "choices": [0, 4, 9]}}})
     with pytest.raises(ConfigError, match=r"space\.aug_crop_padding: aug_crop_padding must be smaller than the "
