@@ -24,15 +24,16 @@ from collections.abc import Callable
 import torch
 import torch.nn.functional as F
 
+from autotune.spec import Settings
 from autotune.training import accel, models
 from autotune.training.data import augment
 
-ALL = {"aug_crop_padding": 4, "aug_flip": True, "aug_cutout": 8}
+ALL = Settings({"aug_crop_padding": 4, "aug_flip": True, "aug_cutout": 8})
 ARMS = {
-    "none (normalize only)": {},
-    "crop, pad 4": {"aug_crop_padding": 4},
-    "flip": {"aug_flip": True},
-    "cutout 8": {"aug_cutout": 8},
+    "none (normalize only)": Settings(),
+    "crop, pad 4": Settings({"aug_crop_padding": 4}),
+    "flip": Settings({"aug_flip": True}),
+    "cutout 8": Settings({"aug_cutout": 8}),
     "crop + flip + cutout": ALL,
 }
 
@@ -107,14 +108,14 @@ def main() -> None:
     sb = xb[: args.step_batch]
     yb = torch.randint(0, 10, (len(sb),), generator=g).to(dev)
 
-    def step(settings: dict) -> None:
+    def step(settings: Settings) -> None:
         x = augment.apply(normalize(sb), settings, gen)
         loss = F.cross_entropy(model(x), yb)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
 
-    steps = {"no augmentation": lambda: step({}), "crop + flip + cutout": lambda: step(ALL)}
+    steps = {"no augmentation": lambda: step(Settings()), "crop + flip + cutout": lambda: step(ALL)}
     for fn in steps.values():
         fn()
     st: dict[str, list[float]] = {name: [] for name in steps}

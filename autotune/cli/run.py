@@ -6,10 +6,13 @@ import argparse
 import sys
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from autotune.cli import common
 from autotune.core import redact
+
+if TYPE_CHECKING:  # (the command imports the study's packages only once it runs)
+    from autotune.spec import RunConfig
 
 
 def cmd(args: argparse.Namespace) -> int:
@@ -26,7 +29,7 @@ def cmd(args: argparse.Namespace) -> int:
                                             on_start=_with_join_line(cfg, view.on_start)))
 
 
-def _with_join_line(cfg: Any, on_start: Callable[[Any, int], None]) -> Callable[[Any, int], None]:
+def _with_join_line(cfg: RunConfig, on_start: Callable[[Any, int], None]) -> Callable[[Any, int], None]:
     """`on_start`, then (a study other machines can join, whose config names user code) how a worker joins it: with
     its code hash (study/trust.py), the only way such a worker runs the study's code."""
     def start(study: Any, todo: int) -> None:
@@ -41,7 +44,7 @@ def _with_join_line(cfg: Any, on_start: Callable[[Any, int], None]) -> Callable[
     return start
 
 
-def _show_run(cfg: Any, view: Any, start: Callable[[], Any], terms: list[int] | None = None) -> int:
+def _show_run(cfg: RunConfig, view: Any, start: Callable[[], Any], terms: list[int] | None = None) -> int:
     """Run the study (`start` returns it) behind the live view; Ctrl-C keeps every finished trial and exits 130 (a
     SIGTERM counted in `terms`, 143). A `--workers` driver says what it stopped (local_workers.WorkersStopped)."""
     t0 = time.perf_counter()
@@ -83,7 +86,7 @@ def add_args(p: argparse.ArgumentParser) -> None:
                                                              "for a journal study whose workers were all killed")
 
 
-def _run_workers(args: argparse.Namespace, cfg: Any) -> int:
+def _run_workers(args: argparse.Namespace, cfg: RunConfig) -> int:
 
     from autotune.observe import progress, tracking
     from autotune.study import local_workers, workers
@@ -100,7 +103,7 @@ def _run_workers(args: argparse.Namespace, cfg: Any) -> int:
             on_note=lambda line: print(line, file=sys.stderr, flush=True), callbacks=trackers), terms)
 
 
-def fail_stale(cfg: Any) -> None:
+def fail_stale(cfg: RunConfig) -> None:
     from autotune.study import workers
 
     failed = workers.fail_stale(cfg)

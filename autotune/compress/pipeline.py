@@ -78,7 +78,7 @@ def compress_and_measure(model: nn.Module, settings: Settings, train_dev: torch.
                       extra=extra)
 
 
-def _pruned_copy(model: nn.Module, s: dict[str, Any], finetune: Finetune,
+def _pruned_copy(model: nn.Module, s: Settings, finetune: Finetune,
                  x_val: torch.Tensor) -> tuple[nn.Module, list[nn.Module], bool, float]:
     """(a pruned, fine-tuned, shrunk where it can be copy; the pruned modules; shrunk?; fine-tune seconds)."""
     m = copy.deepcopy(model).to(memory_format=torch.contiguous_format)

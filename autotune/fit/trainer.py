@@ -13,6 +13,7 @@ only watches, and rank 0's records reach `on_record` / `on_epoch` here.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import io
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -90,8 +91,8 @@ def train(job: TrainJob, on_epoch: OnEpoch | None = None, on_record: OnEpoch | N
     `devices` > 1 trains on that many ranks (`launch` None); `launch=True` goes through the launcher even for one
     device (a bench measures DDP's own cost with it). `keep_model=False`: a study needs the metrics, not the
     trained model, which several devices would otherwise send back from rank 0."""
-    job = dataclasses.replace(job, settings=Settings(job.settings))  # typed, frozen, every setting present
-    s = job.settings
+    s = Settings(job.settings)  # typed, frozen, every setting present
+    job = dataclasses.replace(job, settings=s)
     why = unsupported_combination(s)
     if why is not None:
         raise TrialStopped("unsupported", 0, why)
@@ -100,11 +101,12 @@ def train(job: TrainJob, on_epoch: OnEpoch | None = None, on_record: OnEpoch | N
         bad = compress.unsupported(s, dev)
         if bad is not None:
             raise TrialStopped("unsupported", 0, f"{bad[0]}: {bad[1]}")
-    world = int(s["devices"])
+    world = s["devices"]
     if launch is None:
         launch = world > 1
     if not launch:
         return train_here(job, None, on_epoch, on_record)
+    result: TrainResult
     result, blob = distributed.launch(_rank, (job, keep_model), world, dev, on_record=on_record, on_epoch=on_epoch,
                                       hang_seconds=job.limits.hang_seconds)
     if blob is not None:  # rank 0's trained model (and its compressed copy), where rank 0 had them (cuda:0, cpu)
@@ -116,7 +118,7 @@ def train(job: TrainJob, on_epoch: OnEpoch | None = None, on_record: OnEpoch | N
 def train_here(job: TrainJob, group: distributed.Group | None = None, on_epoch: OnEpoch | None = None,
                on_record: OnEpoch | None = None) -> TrainResult:
     """Train in this process: the only one, or one rank of several (`group`); steps after `fit` run on rank 0."""
-    s = job.settings
+    s = Settings(job.settings)  # (train made it one: the same object)
     builtin = BuiltinFit(job) if job.fit is None else None
     fit: Fit = builtin if builtin is not None else job.fit  # type: ignore[assignment]
     with trial_session(s):
@@ -188,9 +190,10 @@ class BuiltinFit:
         ds = self.ds = data.load(cfg.data, cfg.source, cfg.task)
         TrialPort(ctx).set_chance_loss(tasks.chance_loss(ds))  # a guess's loss: the divergence rule's ceiling
         model = models.build_for(cfg.model, s, ds.input_shape, ds.n_outputs, s["dropout"], "default", self.file)
-        loaded = cfg.model.checkpoint is not None
-        if loaded:  # transfer learning: the checkpoint's weights, not the init scheme's
-            compress.load_checkpoint(model, cfg.model.checkpoint, cfg.source, s["freeze"])
+        checkpoint = cfg.model.checkpoint
+        loaded = checkpoint is not None
+        if checkpoint is not None:  # transfer learning: the checkpoint's weights, not the init scheme's
+            compress.load_checkpoint(model, checkpoint, cfg.source, s["freeze"])
         model, _ = ctx.prepare(model, init=not loaded)
         teacher = None
         if cfg.distill is not None:
@@ -231,8 +234,8 @@ class BuiltinFit:
         calibration = ((ds.normalize(xb), yb) for xb, yb in batches.untimed())
         x_val, y_val = ds.normalize(self.val[0]), self.val[1]
         packed = compress.compress_and_measure(
-            result.model, dict(s), ctx.device, compress.calibration_batches(calibration), ds, x_val, y_val,
-            result.val_accuracy, result.val_loss, lambda m, n, qat=False: self.finetune(ctx, m, n, qat),
+            result.model, s, ctx.device, compress.calibration_batches(calibration), ds, x_val, y_val,
+            result.val_accuracy, result.val_loss, functools.partial(self.finetune, ctx),
             result.epochs_run)
         result.final.update(val_accuracy=packed.val_accuracy, val_loss=packed.val_loss)
         result.train_time_s += packed.finetune_time_s
@@ -246,8 +249,9 @@ class BuiltinFit:
         s = ctx.settings
         assert self.ds is not None
         ds = self.ds
-        ft = {**s, "lr": s["lr"] * compress.FINETUNE_LR_FACTOR, "lr_schedule": "constant", "epochs": epochs,
-              "compile": False, "early_stopping_patience": 0, "precision": "fp32" if qat else s["precision"]}
+        ft: dict[str, Any] = {**s, "lr": s["lr"] * compress.FINETUNE_LR_FACTOR, "lr_schedule": "constant",
+                              "epochs": epochs, "compile": False, "early_stopping_patience": 0,
+                              "precision": "fp32" if qat else s["precision"]}
         fctx = TrialContext(ft, seed=ctx.seed)
         prepared, _ = fctx.prepare(model, init=False)
         batches = fctx.loader((ds.x_train, ds.y_train))

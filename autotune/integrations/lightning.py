@@ -202,7 +202,7 @@ def _train_loader(port: TrialPort, loader: torch.utils.data.DataLoader) -> torch
     the others)."""
     s = port.settings
     held = {k: LIGHTNING.mapped[k].held(loader) for k in LOADER_KEYS}
-    workers = int(s.num_workers if port.chosen("num_workers") else loader.num_workers)
+    workers = s.num_workers if port.chosen("num_workers") else loader.num_workers
     if not workers:
         for key in ("prefetch_factor", "persistent_workers"):
             port.not_applied(key, "with num_workers 0 the DataLoader has no worker processes")
@@ -220,17 +220,17 @@ def _train_loader(port: TrialPort, loader: torch.utils.data.DataLoader) -> torch
         return loader
     if s.data_fraction < 1.0 and port.chosen("data_fraction"):
         g = torch.Generator().manual_seed(port.ctx.seed)
-        keep = max(1, int(len(ds) * float(s.data_fraction)))
+        keep = max(1, int(len(ds) * s.data_fraction))
         ds = torch.utils.data.Subset(ds, torch.randperm(len(ds), generator=g)[:keep].tolist())
-    bs = int(s.batch_size) if port.chosen("batch_size") else int(loader.batch_size)
+    bs = s.batch_size if port.chosen("batch_size") else int(loader.batch_size)
     kw: dict[str, Any] = {
         "batch_size": bs, "shuffle": isinstance(loader.sampler, torch.utils.data.RandomSampler),
         "num_workers": workers, "collate_fn": loader.collate_fn,
-        "pin_memory": bool(s.pin_memory) if port.chosen("pin_memory") else loader.pin_memory,
-        "drop_last": loader.drop_last or (bool(s["compile"]) and len(ds) > bs)}  # (a short last batch recompiles)
+        "pin_memory": s.pin_memory if port.chosen("pin_memory") else loader.pin_memory,
+        "drop_last": loader.drop_last or (s.compile and len(ds) > bs)}  # (a short last batch recompiles)
     if workers:
-        kw["prefetch_factor"] = int(s.prefetch_factor) if port.chosen("prefetch_factor") else loader.prefetch_factor
-        kw["persistent_workers"] = bool(s.persistent_workers) if port.chosen("persistent_workers") else \
+        kw["prefetch_factor"] = s.prefetch_factor if port.chosen("prefetch_factor") else loader.prefetch_factor
+        kw["persistent_workers"] = s.persistent_workers if port.chosen("persistent_workers") else \
             loader.persistent_workers
     for key in chosen:
         port.received(key, True)

@@ -348,8 +348,14 @@ class RunConfig(_Model):
         return len(self.objectives) > 1
 
     @property
-    def directions(self) -> list[str]:
-        return [str(o.direction) for o in self.objectives]
+    def directions(self) -> list[Literal["maximize", "minimize"]]:
+        """Each objective's direction: config's checks gave every one a direction (a built-in metric's own)."""
+        out: list[Literal["maximize", "minimize"]] = []
+        for o in self.objectives:
+            if o.direction is None:
+                raise ValueError(f"objective {o.metric} has no direction")
+            out.append(o.direction)
+        return out
 
     def fixed(self) -> dict[str, Any]:
         """Every trainer setting that is not searched: defaults overlaid with `train:` (user parameters too)."""

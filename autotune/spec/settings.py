@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from autotune.core import ConfigError, one_of, shown, suggest
 from autotune.spec.names import (
@@ -24,6 +24,7 @@ from autotune.spec.names import (
     QUANTIZER_NAMES,
     SCHEDULE_NAMES,
 )
+from autotune.spec.settings_fields import SettingsFields
 
 PRECISIONS = ("fp32", "fp16", "bf16")
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune")
@@ -271,18 +272,22 @@ def check_params(params: Mapping[str, Any], file: str, prefix: str = "") -> dict
 MODEL_KEY_PREFIX = "model."
 
 
-def _born(obj: Any, **slots: Any) -> Any:
+_T = TypeVar("_T")
+
+
+def _born(obj: _T, **slots: Any) -> _T:
     """A new `Settings`' slots, written once before anyone holds it (its __setattr__ refuses every later write)."""
     for name, value in slots.items():
         object.__setattr__(obj, name, value)
     return obj
 
 
-class Settings(Mapping[str, Any]):
+class Settings(SettingsFields):
     """One run's trainer settings, typed and frozen: every setting of the catalogue (a missing one takes its
     default; each value checked and coerced to its setting's type) and the `model.KEY` values of a searched
     architecture. Read as a mapping (`s["lr"]`, `**s`) or by name (`s.lr`); nothing can change it
-    (`s.replace(lr=0.1)` is a new one). What the trainer and a user's `ctx.settings` get."""
+    (`s.replace(lr=0.1)` is a new one). What the trainer and a user's `ctx.settings` get. The reads' types come
+    from the catalogue (`SettingsFields`, generated: settings_fields.py)."""
 
     __slots__ = ("_values",)
     _values: Mapping[str, Any]
@@ -305,20 +310,15 @@ class Settings(Mapping[str, Any]):
                 raise ConfigError(None, key, str(e)) from None
         return _born(super().__new__(cls), _values=MappingProxyType(checked))
 
-    def __getitem__(self, key: str) -> Any:
-        return self._values[key]
-
     def __iter__(self) -> Iterator[str]:
         return iter(self._values)
 
     def __len__(self) -> int:
         return len(self._values)
 
-    def __getattr__(self, name: str) -> Any:
-        try:
-            return self._values[name]
-        except KeyError:
-            raise AttributeError(f"no setting {name!r}{suggest(name, SETTINGS)}") from None
+    if not TYPE_CHECKING:  # a checker sees only the catalogue's names (SettingsFields): a misspelt one is an error
+        def __getattr__(self, name: str) -> Any:  # (a catalogue name is a property: only a misspelt one gets here)
+            raise AttributeError(f"no setting {name!r}{suggest(name, SETTINGS)}")
 
     def __setattr__(self, name: str, value: Any) -> None:
         raise AttributeError(f"settings are frozen: use .replace({name}=...) for a changed copy")
@@ -349,21 +349,13 @@ class _Watched(Settings):
     __slots__ = ("_reads",)
     _reads: set[str]
 
-    def __new__(cls, base: Settings, reads: set[str]) -> _Watched:  # type: ignore[misc]
+    def __new__(cls, base: Settings, reads: set[str]) -> _Watched:
         return _born(object.__new__(cls), _values=base._values, _reads=reads)
 
     def __getitem__(self, key: str) -> Any:
         value = self._values[key]
         self._reads.add(key)
         return value
-
-    def __getattr__(self, name: str) -> Any:
-        if name.startswith("_"):
-            raise AttributeError(name)
-        try:
-            return self[name]
-        except KeyError:
-            raise AttributeError(f"no setting {name!r}{suggest(name, SETTINGS)}") from None
 
     def __contains__(self, key: object) -> bool:
         return key in self._values

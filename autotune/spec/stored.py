@@ -20,10 +20,10 @@ from __future__ import annotations
 import dataclasses
 import weakref
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeGuard
 
 
-def _number(v: Any) -> bool:
+def _number(v: Any) -> TypeGuard[int | float]:
     return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
@@ -96,7 +96,10 @@ class TrialRecord:
         state = getattr(trial, "state", None)
         if state is not None and state.is_finished():  # (its attrs can no longer change)
             key = id(trial)
-            _CACHE[key] = (weakref.ref(trial, lambda _, key=key: _CACHE.pop(key, None)), record)
+
+            def forget(_: object, key: int = key) -> None:
+                _CACHE.pop(key, None)
+            _CACHE[key] = (weakref.ref(trial, forget), record)
         return record
 
     @classmethod

@@ -62,7 +62,7 @@ class OwnedJournalLock(JournalFileSymlinkLock):
     def __init__(self, file_path: str, grace_period: float = GRACE_S) -> None:
         super().__init__(file_path, grace_period=max(3, int(grace_period)))
         self.lock_file = file_path + ".lock"
-        self.grace_period = grace_period
+        self.grace_s = grace_period  # (the base's grace_period is its whole seconds, at least 3)
         self._stamp: str | None = None
 
     def acquire(self) -> bool:
@@ -81,7 +81,7 @@ class OwnedJournalLock(JournalFileSymlinkLock):
                 continue  # released just now: try again at once
             if seen is None or seen[0] != held:
                 seen = (held, time.monotonic())
-            if dead_here(held) or time.monotonic() - seen[1] > self.grace_period:
+            if dead_here(held) or time.monotonic() - seen[1] > self.grace_s:
                 self._break(held)
                 sleep = 0.001
                 continue
@@ -96,7 +96,7 @@ class OwnedJournalLock(JournalFileSymlinkLock):
                 _logger.warning(f"{self.lock_file}: removed the journal lock of " +
                                 (f"process {held[len(PREFIX):].rpartition(':')[0]}, which is gone"
                                  if dead_here(held) else f"{held or 'a lock file'}, unchanged for "
-                                                         f"{self.grace_period:g}s"))
+                                                         f"{self.grace_s:g}s"))
                 os.unlink(self.lock_file)
 
     def release(self) -> None:

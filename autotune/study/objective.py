@@ -159,7 +159,7 @@ class Objective:
         records.trained(trial.record, plan, result)
         if result.effective_lrs is not None:
             own, effective = result.effective_lrs
-            self._say(f"{lr_scaling_text(float(plan.settings.lr), own, effective)} (trial {trial.number}; each "
+            self._say(f"{lr_scaling_text(plan.settings.lr, own, effective)} (trial {trial.number}; each "
                       "trial's rates are its user attr effective_lrs)", once="effective_lrs")
 
     def _say(self, text: str, once: str | None = None) -> None:

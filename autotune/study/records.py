@@ -40,8 +40,12 @@ if TYPE_CHECKING:
     from autotune.fit import TrialPlan
     from autotune.training import TrainResult
 
+    _TrialLike = optuna.Trial  # a checker sees BufferedTrial as the trial it forwards to (__getattr__)
+else:
+    _TrialLike = object
 
-class BufferedTrial:
+
+class BufferedTrial(_TrialLike):
     """The `optuna.Trial` an objective sees, with its `record` kept in memory until `flush`; every other attribute
     and method is the trial's own (suggest, report, should_prune, set_constraint, study, number).
 

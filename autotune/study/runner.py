@@ -19,8 +19,9 @@ from optuna.trial import FrozenTrial, TrialState
 
 from autotune.config import check_one_device
 from autotune.core import ConfigError, __version__, check_fit_signature, file_stem, lifetime, redact, watchdog
-from autotune.fit import Fit, fit_name, preflight
+from autotune.fit import Fit, fit_name
 from autotune.fit import notes as preflight_notes
+from autotune.fit import preflight as preflight  # (workers and local_workers call it as runner's)
 from autotune.search import pruners, results, samplers, space
 from autotune.spec import RunConfig, StudyRecord
 from autotune.study import orphans, records, warm
@@ -172,6 +173,7 @@ def retrain_best(cfg: RunConfig, study: optuna.Study, best: results.TrialSummary
     result = train(cfg.model_copy(update={"distill": None}), params=chosen, seed=seed)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(path.suffix + ".tmp")
+    assert result.model is not None  # (train keeps the model unless told not to)
     torch.save(result.model.state_dict(), tmp)
     tmp.replace(path)  # never a half-written checkpoint, even with several workers
     return path

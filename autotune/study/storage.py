@@ -276,6 +276,7 @@ def read_stored(url: str, name: str | None, read_only: bool = False) -> tuple[op
 
 def config_of(study: optuna.Study, record: StudyRecord, url: str) -> RunConfig:
     """The RunConfig of a record `read_stored` read, pointed at `url`."""
+    assert record.config is not None  # (read_stored refuses a study without one)
     return from_dict(record.config, overrides={"study.storage": url, "study.name": study.study_name},
                      source=stored_source(record))
 

@@ -95,7 +95,7 @@ def backend_flags(settings: Settings) -> Iterator[None]:
     old_conv_tf32 = torch.backends.cudnn.allow_tf32
     old_threads = torch.get_num_threads()
     try:
-        torch.backends.cudnn.benchmark = bool(settings["cudnn_benchmark"])
+        torch.backends.cudnn.benchmark = settings["cudnn_benchmark"]
         torch.set_float32_matmul_precision(settings["matmul_precision"])
         # cuDNN's own TF32 switch defaults to True: without this, an "fp32" conv net runs TF32 convolutions.
         torch.backends.cudnn.allow_tf32 = settings["matmul_precision"] != "highest"

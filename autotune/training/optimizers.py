@@ -6,7 +6,7 @@ trial context builds from them (`make_optimizer`, `SCHEDULES`).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -15,29 +15,29 @@ from autotune.core import lookup
 from autotune.spec import Settings
 
 
-def _sgd(params: Any, s: Mapping[str, Any], fast: dict[str, Any]) -> torch.optim.Optimizer:
+def _sgd(params: Any, s: Settings, fast: dict[str, Any]) -> torch.optim.Optimizer:
     return torch.optim.SGD(params, lr=s["lr"], momentum=s["momentum"], weight_decay=s["weight_decay"], **fast)
 
 
-def _sgd_nesterov(params: Any, s: Mapping[str, Any], fast: dict[str, Any]) -> torch.optim.Optimizer:
+def _sgd_nesterov(params: Any, s: Settings, fast: dict[str, Any]) -> torch.optim.Optimizer:
     mom = s["momentum"]  # Nesterov needs momentum > 0: with 0 it is plain SGD
     return torch.optim.SGD(params, lr=s["lr"], momentum=mom, nesterov=mom > 0, weight_decay=s["weight_decay"], **fast)
 
 
-def _adam(params: Any, s: Mapping[str, Any], fast: dict[str, Any]) -> torch.optim.Optimizer:
+def _adam(params: Any, s: Settings, fast: dict[str, Any]) -> torch.optim.Optimizer:
     return torch.optim.Adam(params, lr=s["lr"], weight_decay=s["weight_decay"], **fast)
 
 
-def _adamw(params: Any, s: Mapping[str, Any], fast: dict[str, Any]) -> torch.optim.Optimizer:
+def _adamw(params: Any, s: Settings, fast: dict[str, Any]) -> torch.optim.Optimizer:
     return torch.optim.AdamW(params, lr=s["lr"], weight_decay=s["weight_decay"], **fast)
 
 
-def _rmsprop(params: Any, s: Mapping[str, Any], fast: dict[str, Any]) -> torch.optim.Optimizer:
+def _rmsprop(params: Any, s: Settings, fast: dict[str, Any]) -> torch.optim.Optimizer:
     return torch.optim.RMSprop(params, lr=s["lr"], momentum=s["momentum"], weight_decay=s["weight_decay"],
                                foreach=fast.get("foreach"))
 
 
-OPTIMIZERS: dict[str, Callable[[Any, Mapping[str, Any], dict[str, Any]], torch.optim.Optimizer]] = {
+OPTIMIZERS: dict[str, Callable[[Any, Settings, dict[str, Any]], torch.optim.Optimizer]] = {
     "sgd": _sgd, "sgd_nesterov": _sgd_nesterov, "adam": _adam, "adamw": _adamw, "rmsprop": _rmsprop,
 }
 FUSED = ("sgd", "sgd_nesterov", "adam", "adamw")  # torch has fused kernels for these (CUDA; also CPU since 2.4)

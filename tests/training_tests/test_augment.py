@@ -8,6 +8,7 @@ import torch.nn.functional as F
 
 from autotune import config
 from autotune.core.errors import ConfigError
+from autotune.spec import Settings
 from autotune.study.runner import validate
 from autotune.training.data import augment
 
@@ -57,12 +58,12 @@ def test_cutout_zeroes_one_square_per_sample() -> None:
 
 def test_apply_reproducible_and_off_is_free() -> None:
     x = batch()
-    s = {"aug_crop_padding": 2, "aug_flip": True, "aug_cutout": 3}
+    s = Settings({"aug_crop_padding": 2, "aug_flip": True, "aug_cutout": 3})
     a = augment.apply(x, s, augment.generator(CPU, 5))
     b = augment.apply(x, s, augment.generator(CPU, 5))
     c = augment.apply(x, s, augment.generator(CPU, 6))
     assert torch.equal(a, b) and not torch.equal(a, c)
-    assert augment.apply(x, {"aug_crop_padding": 0, "aug_flip": False, "aug_cutout": 0}, augment.generator(CPU, 5)) is x
+    assert augment.apply(x, Settings(), augment.generator(CPU, 5)) is x
 
 
 def test_channels_last_in_channels_last_out() -> None:
@@ -75,9 +76,10 @@ def test_channels_last_in_channels_last_out() -> None:
 
 
 def test_check_and_preflight_messages(tmp_path) -> None:
-    assert augment.check({"aug_flip": True}, (10,)) == "aug_flip needs image inputs (C, H, W); this data is (10,)"
-    assert augment.check({"aug_crop_padding": 4}, (1, 8, 8)) is None
-    assert "smaller than the image side 8" in augment.check({"aug_crop_padding": 8}, (1, 8, 8))
+    assert augment.check(Settings({"aug_flip": True}), (10,)) == \
+        "aug_flip needs image inputs (C, H, W); this data is (10,)"
+    assert augment.check(Settings({"aug_crop_padding": 4}), (1, 8, 8)) is None
+    assert "smaller than the image side 8" in augment.check(Settings({"aug_crop_padding": 8}), (1, 8, 8))
     cfg = config.from_dict({"study": {"storage": f"sqlite:///{tmp_path}/x.db"},
                             "space": {"aug_crop_padding": {"type": "categorical", "choices": [0, 4, 9]}}})
     with pytest.raises(ConfigError, match=r"space\.aug_crop_padding: aug_crop_padding must be smaller than the "
@@ -90,7 +92,7 @@ def test_on_cuda_without_a_host_sync() -> None:
     dev = torch.device("cuda")
     x = batch(512, torch.uint8).to(dev)
     gen = augment.generator(dev, 0)
-    s = {"aug_crop_padding": 4, "aug_flip": True, "aug_cutout": 8}
+    s = Settings({"aug_crop_padding": 4, "aug_flip": True, "aug_cutout": 8})
     augment.apply(x, s, gen)  # warm-up (allocations)
     torch.cuda.set_sync_debug_mode("error")  # any op that waits for the device raises
     try:

@@ -107,7 +107,7 @@ class WatchedParams(Mapping[str, Any]):
     (a user parameter as `user.NAME`, as the space names it)."""
 
     def __init__(self, settings: Settings, user: Mapping[str, Any], reads: set[str]) -> None:
-        self._values = {**settings, **user}
+        self._values: dict[str, Any] = {**settings, **user}
         self._user = frozenset(user)
         self._reads = reads
 

@@ -42,7 +42,7 @@ class Alone:
                  stopped_early_at: int | None) -> tuple[TrialStopped | None, int | None]:
         return stop, stopped_early_at
 
-    def wrap(self, model: nn.Module) -> nn.Module | None:
+    def wrap(self, model: nn.Module) -> nn.parallel.DistributedDataParallel | None:
         """The model's DistributedDataParallel wrapper (None: one process trains the model itself)."""
         return None
 
@@ -91,7 +91,7 @@ class Ranks(Alone):
             stop = TrialStopped(STOP_REASONS[reason], epoch, "decided on rank 0")
         return stop, stopped_early_at
 
-    def wrap(self, model: nn.Module) -> nn.Module:
+    def wrap(self, model: nn.Module) -> nn.parallel.DistributedDataParallel:
         return self.group.wrap(model)  # weights broadcast from rank 0 here; gradients averaged every step
 
     def shard(self, n: Callable[[], int], iterable: bool, bs: int, seed: int, shuffle: bool,

@@ -112,7 +112,8 @@ class NvmlEnergy:
         self.start = nvml.nvmlDeviceGetTotalEnergyConsumption(handle)
 
     def read(self) -> float:
-        return (self.nvml.nvmlDeviceGetTotalEnergyConsumption(self.handle) - self.start) / 1e3
+        joules: float = (self.nvml.nvmlDeviceGetTotalEnergyConsumption(self.handle) - self.start) / 1e3
+        return joules
 
     def close(self) -> None:
         if self.handle is not None:

@@ -7,13 +7,14 @@ the DataLoader's workers, pinned memory, prefetch; this rank's share of each glo
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 import torch
 from torch.utils.data import DataLoader, Dataset, IterableDataset, Subset, TensorDataset
 
 from autotune.core import watchdog
+from autotune.spec import Settings
 from autotune.training.context.misuse import ContextMisuse
 from autotune.training.distributed.devices import ShardedBatches
 
@@ -104,7 +105,7 @@ class DeviceBatches:
 class LoaderBatches:
     """A `DataLoader` (the trial's workers, pinned memory, prefetch); each batch moved to the device."""
 
-    def __init__(self, loader: DataLoader, dev: torch.device, channels_last: bool) -> None:
+    def __init__(self, loader: DataLoader[Any], dev: torch.device, channels_last: bool) -> None:
         self.loader = loader
         self.dev = dev
         self.channels_last = channels_last
@@ -136,10 +137,13 @@ class Batches:
         inner = self._inner
         if isinstance(inner, DeviceBatches):
             return inner.batch_size
-        return int(inner.loader.batch_size or getattr(inner.loader.batch_sampler, "batch_size", 1))
+        size = inner.loader.batch_size
+        if size is None:  # (a loader given a batch_sampler)
+            size = getattr(inner.loader.batch_sampler, "batch_size", 1)
+        return int(size)
 
     @property
-    def dataset(self) -> Dataset:
+    def dataset(self) -> Dataset[Any]:
         """The data batched, after `data_fraction` (as a DataLoader's `.dataset`: `len(train.dataset)` samples):
         the Dataset given (a Subset of it), or a TensorDataset of the tensors (on the device with data_on_device)."""
         inner = self._inner
@@ -199,13 +203,13 @@ def _fraction(data: Any, tensors: list[torch.Tensor] | None, fraction: float,
 
 
 def build(data: Any, bs: int, shuffle: bool, train: bool, drop_last: bool, extra: dict[str, Any],
-          s: Mapping[str, Any], dev: torch.device, seed: int, not_applied: dict[str, str],
+          s: Settings, dev: torch.device, seed: int, not_applied: dict[str, str],
           collective: Alone) -> DeviceBatches | LoaderBatches:
     """`ctx.loader`'s batches per the trial's settings `s` (what could not apply noted in `not_applied`)."""
     tensors = as_tensors(data)
     if train and s["data_fraction"] < 1.0:
         data, tensors = _fraction(data, tensors, s["data_fraction"], seed)
-    channels_last = bool(s["channels_last"])
+    channels_last = s["channels_last"]
     if channels_last and train:
         x = tensors[0] if tensors is not None else None
         if x is not None and x.ndim != 4:
@@ -233,12 +237,12 @@ def _shorter(dataset: Any, bs: int) -> bool:
         return False
 
 
-def dataloader(dataset: Any, bs: int, shuffle: bool, drop_last: bool, extra: dict[str, Any], s: Mapping[str, Any],
+def dataloader(dataset: Any, bs: int, shuffle: bool, drop_last: bool, extra: dict[str, Any], s: Settings,
                dev: torch.device, seed: int, not_applied: dict[str, str],
-               shard: ShardedBatches | None = None) -> DataLoader:
+               shard: ShardedBatches | None = None) -> DataLoader[Any]:
     """A DataLoader with the trial's workers, pinned memory and prefetch (`extra`: the fit's own arguments)."""
     kwargs: dict[str, Any] = {"batch_size": bs, "num_workers": s["num_workers"],
-                              "pin_memory": bool(s["pin_memory"]) and dev.type == "cuda", "drop_last": drop_last}
+                              "pin_memory": s["pin_memory"] and dev.type == "cuda", "drop_last": drop_last}
     if shard is not None:  # this rank's indices of each global batch
         del kwargs["batch_size"], kwargs["drop_last"]
         kwargs["batch_sampler"] = shard
@@ -250,8 +254,8 @@ def dataloader(dataset: Any, bs: int, shuffle: bool, drop_last: bool, extra: dic
         kwargs["generator"] = torch.Generator().manual_seed(seed)
     if s["num_workers"] > 0:  # DataLoader rejects these two without workers
         kwargs["prefetch_factor"] = s["prefetch_factor"]
-        kwargs["persistent_workers"] = bool(s["persistent_workers"])
-        if torch.cuda.is_initialized():  # a forked worker must not inherit a CUDA context
+        kwargs["persistent_workers"] = s["persistent_workers"]
+        if torch.cuda.is_initialized():  # type: ignore[no-untyped-call]  # (unannotated in torch) a forked worker must not inherit a CUDA context
             kwargs["multiprocessing_context"] = "spawn"
     kwargs.update(extra)
     return DataLoader(dataset, **kwargs)

@@ -16,7 +16,7 @@ import torch
 from torch import nn
 
 from autotune.core import AutotuneError, ConfigError, TrialStopped, library_file, one_of, suggest, user_frame, watchdog
-from autotune.spec import CLOCKS, is_quality
+from autotune.spec import CLOCKS, RunConfig, is_quality
 
 
 class ContextMisuse(AutotuneError):
@@ -114,11 +114,11 @@ def step_samples(loss: Any, n_samples: Any, fed: bool, batch_n: int) -> int:
                         "one value per sample)")
 
 
-def reportable(config: Any, known: Iterable[str] | None) -> set[str]:
+def reportable(config: RunConfig | None, known: Iterable[str] | None) -> set[str]:
     """What a training function is offered to report: the study's objectives that it evaluates (not clocks, not
     what autotune measures on a model), its declared `metrics:`, train_loss and val_loss (early stopping's
     default); without a study, every name accepted but the clocks."""
-    if config is None or not hasattr(config, "objectives"):
+    if config is None:
         names = set(known or ())
     else:
         names = {o.metric for o in config.objectives} | set(config.metrics)
@@ -127,12 +127,12 @@ def reportable(config: Any, known: Iterable[str] | None) -> set[str]:
     return evaluated | {"train_loss", "val_loss"}
 
 
-def check_names(metrics: Mapping[str, Any], known: set[str] | None, config: Any, where: str) -> None:
+def check_names(metrics: Mapping[str, Any], known: set[str] | None, config: RunConfig | None, where: str) -> None:
     """In a study, a reported name that is not an objective or a declared metric is the code's, the same in every
     trial: a ConfigError that stops the run at this report (as the integrations stop at their first evaluation),
     with a did-you-mean; its key path is the objective it is close to, else `metrics` (declare it there)."""
-    objectives = [o.metric for o in getattr(config, "objectives", ())]
-    if known is None or not objectives:
+    objectives = [o.metric for o in config.objectives] if config is not None else []
+    if config is None or known is None or not objectives:
         return
     for key in metrics:
         if key in known or key == "train_loss" or key in CLOCKS:
@@ -142,7 +142,7 @@ def check_names(metrics: Mapping[str, Any], known: set[str] | None, config: Any,
         near = difflib.get_close_matches(key, objectives, n=1, cutoff=0.6)
         path = f"objectives.{objectives.index(near[0])}.metric" if near else "metrics"
         hint = "" if near else " (a metric of your own: declare it under `metrics:` in the YAML)"
-        raise ConfigError(getattr(config, "file", None), path,
+        raise ConfigError(config.file, path,
                           f"{where.format(key=key)} at {user_frame()}: {key!r} is not an objective or a declared "
                           f"metric{close}; {one_of(offered)}{hint}")
 

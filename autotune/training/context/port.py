@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Generator, Mapping
 from typing import Any
 
 import torch
@@ -42,7 +42,7 @@ class TrialPort:
         self._st = st = ctx._state
         if framework is not None:
             st.framework = framework
-        self._epochs: Iterator[int] | None = None
+        self._epochs: Generator[int, None, None] | None = None
         self._step_end: float | None = None  # when the last step ended (the input wait: until the next begins)
         self._logged_once = False  # the first evaluation's names were checked against the objectives
         self.early_stop = False  # early stopping ended training: the framework should stop
@@ -65,7 +65,8 @@ class TrialPort:
     @property
     def config_file(self) -> str | None:
         """The study's config file (what an error about the user's code names), None for a bare context."""
-        return getattr(self._st.setup.config, "file", None)
+        config = self._st.setup.config
+        return config.file if config is not None else None
 
     # ------------------------------------------------------------ what it applied
 
@@ -216,7 +217,7 @@ class TrialPort:
         """Each objective a training function reports (not a clock, not measured on a model) is among the first
         evaluation's names; else the framework never logs it, and no trial can be judged."""
         config = self._st.setup.config
-        if config is None or not hasattr(config, "objectives"):
+        if config is None:
             return
         names = sorted(metrics)
         for i, o in enumerate(config.objectives):

@@ -34,7 +34,8 @@ class EpochRecord:
     def __getattr__(self, name: str) -> float:  # rec.val_accuracy reads a reported metric
         metrics = self.__dict__.get("metrics", {})
         if name in metrics:
-            return metrics[name]
+            value: float = metrics[name]
+            return value
         raise AttributeError(name)
 
     def value(self, name: str) -> float | None:

@@ -17,7 +17,7 @@ import torch
 from torch import nn
 
 from autotune.core import ConfigError, TrialStopped
-from autotune.spec import BUILTIN_ONLY, SETTINGS, Settings, applied_by
+from autotune.spec import BUILTIN_ONLY, SETTINGS, RunConfig, Settings, applied_by
 from autotune.training import accel
 from autotune.training.context import applied as unread
 from autotune.training.context import misuse
@@ -54,7 +54,7 @@ class TrialSetup:
     metrics: Iterable[str] | None = None
     early_stopping_on: Sequence[tuple[str, str]] = (("val_loss", "minimize"),)
     chance_loss: float = math.inf
-    config: Any = None
+    config: RunConfig | None = None
     group: Group | None = None
     probe: ProbeWindow | None = None
     searched: Iterable[str] = ()
@@ -79,7 +79,7 @@ class TrialState:
         self.collective = coll = collective(setup.group)  # a no-op in one process
         self.device = accel.resolve_device(str(raw["device"]))
         self.chance_loss = setup.chance_loss  # divergence: a loss above loss_factor x this is never "learning"
-        objectives = [o.metric for o in getattr(setup.config, "objectives", ())]  # (a study's; none without a config)
+        objectives = [o.metric for o in setup.config.objectives] if setup.config is not None else []  # (a study's)
         self.rules = StopRules(self.settings, setup.limits, setup.on_record, setup.on_epoch, setup.early_stopping_on,
                                objectives=objectives)
         self.known = None if setup.metrics is None else set(setup.metrics)
@@ -138,7 +138,12 @@ class TrialState:
         took -= set(recipe or ())
         # applied once it steps (whoever steps it), not when built; (a weak reference: no cycle through it)
         me = weakref.ref(self)
-        self.handles += post_hook(opt, lambda _: (st := me()) is not None and st.effects.update(took))
+
+        def stepped(_: Any) -> None:
+            st = me()
+            if st is not None:
+                st.effects.update(took)
+        self.handles += post_hook(opt, stepped)
         return opt
 
     def check_fresh(self, model: nn.Module, where: str) -> None:
@@ -148,7 +153,7 @@ class TrialState:
             return
         name = misuse.global_name(model)
         shown = f"{name} ({type(model).__name__})" if name else f"a {type(model).__name__}"
-        raise ConfigError(getattr(self.setup.config, "file", None), "trainer",
+        raise ConfigError(self.setup.config.file if self.setup.config is not None else None, "trainer",
                           f"{where} got {shown}, the model object an earlier trial already trained: this trial would "
                           "start where that one ended. Build the model inside your training function, so each trial "
                           "trains a fresh one")

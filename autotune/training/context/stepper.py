@@ -52,7 +52,7 @@ def fit_scheduler(opt: torch.optim.Optimizer) -> bool:
     if has_scheduler(opt):
         return True
     targets = {id(opt), *(id(w) for w in wrapped(opt))}
-    frame = sys._getframe(1)
+    frame: types.FrameType | None = sys._getframe(1)
     for _ in range(40):
         if frame is None:
             break
@@ -126,7 +126,7 @@ class Stepper:
         self.accum = accum  # grad_accum_steps
         self.opt: torch.optim.Optimizer | None = None
         self.sched: torch.optim.lr_scheduler.LRScheduler | None = None
-        self.ddp: nn.Module | None = None  # the DistributedDataParallel wrapper (several devices)
+        self.ddp: nn.parallel.DistributedDataParallel | None = None  # the wrapper (several devices)
         self.micro = 0  # micro-batches since the last optimizer step
         self.decided = False  # the first optimizer step decides: lr_schedule, or the fit's own scheduler
         self.own_scheduler = False  # a torch scheduler of the fit's own is on the optimizer: it alone steps the lr

@@ -40,7 +40,7 @@ import contextlib
 import functools
 import math
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Generator, Iterator, Mapping
 from typing import Any
 
 import torch
@@ -158,7 +158,7 @@ class TrialContext:
         st = self._state
         return st.stopped(st.rules.hung(st.epoch))
 
-    def epochs(self, steps_per_epoch: int | None = None) -> Iterator[int]:
+    def epochs(self, steps_per_epoch: int | None = None) -> Generator[int, None, None]:
         """1 .. epochs, each with its own training clock; stops early when early stopping says so.
 
         `steps_per_epoch`: the ctx.backward calls of one epoch, for a loop that does not iterate a training
@@ -231,7 +231,7 @@ class TrialContext:
             raise st.stopped(stop) from None
 
 
-def _place(model: nn.Module, s: Mapping[str, Any], dev: torch.device, init: bool,
+def _place(model: nn.Module, s: Settings, dev: torch.device, init: bool,
            not_applied: dict[str, str]) -> nn.Module:
     """ctx.prepare's model: weight init (`init=False` keeps loaded weights), on the device, channels_last."""
     if init and s["init"] != "default":
@@ -241,7 +241,7 @@ def _place(model: nn.Module, s: Mapping[str, Any], dev: torch.device, init: bool
     model = model.to(dev)
     if s["channels_last"]:
         if any(isinstance(m, nn.Conv2d) for m in model.modules()):
-            model = model.to(memory_format=torch.channels_last)
+            model = model.to(memory_format=torch.channels_last)  # type: ignore[call-overload]  # (torch's stub lacks it)
         else:
             not_applied["channels_last"] = "the model has no 2-D convolution"
     return model

@@ -23,7 +23,7 @@ SETTINGS = applied_by("augment")  # the settings catalogue's augmentation rows
 
 
 def enabled(settings: Settings) -> bool:
-    return any(settings.get(k) for k in SETTINGS)
+    return any(settings[k] for k in SETTINGS)
 
 
 def generator(device: torch.device, seed: int) -> torch.Generator:
@@ -34,8 +34,7 @@ def generator(device: torch.device, seed: int) -> torch.Generator:
 def apply(xb: torch.Tensor, settings: Settings, gen: torch.Generator) -> torch.Tensor:
     """`xb` with the augmentations `settings` turn on (aug_crop_padding, aug_flip, aug_cutout); `xb`
     itself when none is on. One random draw per sample and augmentation, from `gen`."""
-    pad, flip, size = int(settings.get("aug_crop_padding", 0)), bool(settings.get("aug_flip", False)), \
-        int(settings.get("aug_cutout", 0))
+    pad, flip, size = settings["aug_crop_padding"], settings["aug_flip"], settings["aug_cutout"]
     if pad or flip:
         xb = crop_flip(xb, pad, flip, gen)
     if size:
@@ -90,10 +89,10 @@ def check(settings: Settings, input_shape: tuple[int, ...]) -> str | None:
     if not enabled(settings):
         return None
     if len(input_shape) != 3:
-        on = [k for k in SETTINGS if settings.get(k)]
+        on = [k for k in SETTINGS if settings[k]]
         return f"{', '.join(on)} need{'s' if len(on) == 1 else ''} image inputs (C, H, W); this data is {input_shape}"
     side = min(input_shape[1:])
-    if int(settings.get("aug_crop_padding", 0)) >= side:
+    if settings["aug_crop_padding"] >= side:
         return f"aug_crop_padding must be smaller than the image side {side} (reflect padding); " \
                f"got {settings['aug_crop_padding']}"
     return None

@@ -49,7 +49,7 @@ class Group:
         else:
             torch.distributed.barrier()
 
-    def wrap(self, model: nn.Module) -> nn.Module:
+    def wrap(self, model: nn.Module) -> nn.parallel.DistributedDataParallel:
         """DistributedDataParallel: rank 0's weights broadcast now, gradients averaged over the ranks each step.
         Buffers (BatchNorm's running statistics) are not broadcast before every forward, a collective per step
         saved: each rank keeps its own, and rank 0's (over its share of the data) are the ones evaluated and
