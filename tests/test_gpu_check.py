@@ -84,6 +84,7 @@ def _rows(chk: object, section: str) -> list[dict[str, object]]:
     return [r for r in chk.figures.get("guest", []) if r["section"] == section]  # type: ignore[attr-defined]
 
 
+@pytest.mark.slow  # (7-14 s of real processes: the default run stays under 10 minutes)
 def test_the_hang_in_a_native_call_section_runs_on_the_cpu(gpu_check: ModuleType, gpu_guest: ModuleType,
                                                            tmp_path: Path) -> None:
     """On a GPU: a synchronize on a long kernel; here one long matmul. Shorter than the grace, the trial stops at

@@ -19,6 +19,7 @@ def test_notebook_is_stored_without_outputs() -> None:
     assert code and all(c["outputs"] == [] and c["execution_count"] is None for c in code)
 
 
+@pytest.mark.slow  # (7-14 s of real processes: the default run stays under 10 minutes)
 def test_quickstart_notebook_executes(tmp_path: Path) -> None:
     pytest.importorskip("ipykernel")
     nb = nbformat.read(NOTEBOOK, as_version=4)
@@ -64,6 +65,7 @@ def _outputs(cell: Any) -> str:
     return "".join(o.get("text", "") for o in cell.outputs if o.output_type == "stream")
 
 
+@pytest.mark.slow  # (7-14 s of real processes: the default run stays under 10 minutes)
 def test_an_interrupt_mid_trial_leaves_the_kernel_alive_and_the_trial_recorded(tmp_path: Path,
                                                                                no_sigchld_handler: None) -> None:
     """quickstart.ipynb's run cell interrupted (Jupyter's interrupt: SIGINT to the kernel) while a trial trains: the

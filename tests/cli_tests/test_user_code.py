@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import optuna
+import pytest
 
 from tests import user_fits
 
@@ -85,6 +86,7 @@ def test_sys_exit_in_the_fit_fails_the_trial_and_the_run_goes_on(tmp_path: Path)
     assert trials(tmp_path)[0].user_attrs["error"] == f"SystemExit: 3 (at user_fits.py:{line} in <lambda>)"
 
 
+@pytest.mark.slow  # (7-14 s of real processes: the default run stays under 10 minutes)
 def test_a_fit_that_will_not_stop_is_recorded_and_its_process_ends(tmp_path: Path) -> None:
     """The last resort: interrupted at hang_seconds, still running a grace period later (it swallows every
     exception, as code stuck in C would not return): its trial is recorded PRUNED and the process ends."""
@@ -144,6 +146,7 @@ def write_argv_script(tmp_path: Path, seed: str) -> Path:
     return src
 
 
+@pytest.mark.slow  # (7-14 s of real processes: the default run stays under 10 minutes)
 def test_a_script_that_parses_its_arguments_at_import_sees_only_its_own_file(tmp_path: Path) -> None:
     """`args = parser.parse_args()` at import: the module sees `[its file]` (its defaults), not autotune's command
     line, through `validate` and `run` (a worker process imports it again)."""
@@ -194,6 +197,7 @@ def test_an_own_fits_misspelt_objective_stops_the_run_at_its_first_report(tmp_pa
     assert t.user_attrs["stop_epoch"] == 0  # (its first report: no epoch recorded)
 
 
+@pytest.mark.slow  # (7-14 s of real processes: the default run stays under 10 minutes)
 def test_a_run_whose_every_trial_failed_exits_non_zero_with_one_line(tmp_path: Path) -> None:
     """Two trials, both failing, fewer than max_repeated_errors (3): the run goes on to its end, then the command
     says that nothing of this run completed and exits 1 (a script or CI step must not read it as a success)."""
@@ -212,6 +216,7 @@ def test_a_run_whose_every_trial_failed_exits_non_zero_with_one_line(tmp_path: P
     assert [t.state.name for t in trials(tmp_path)] == ["FAIL", "COMPLETE"]
 
 
+@pytest.mark.slow  # (7-14 s of real processes: the default run stays under 10 minutes)
 def test_a_script_that_parses_its_arguments_at_import_trains_on_two_ranks(tmp_path: Path) -> None:
     """devices 2: each rank is a new process that imports the module by name, with the command line it was started
     with: the module's own file there too (not `autotune run ...`)."""

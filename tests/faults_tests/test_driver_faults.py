@@ -81,6 +81,7 @@ def _nothing_left_running(log: Path) -> None:
     assert not [t for t in study.get_trials() if t.state == TrialState.RUNNING]  # stopped trials are recorded
 
 
+@pytest.mark.slow  # (7-14 s of real processes: the default run stays under 10 minutes)
 def test_sigterm_to_the_workers_driver_says_what_stopped_and_ends_its_workers(tmp_path: Path) -> None:
     """Today the driver died on SIGTERM's default action: no line at all, exit -15, its workers left to the
     parent-death signal. Now: one line naming the workers and trials it stopped, that the study is kept and how to

@@ -49,6 +49,7 @@ def trials(tmp_path: Path) -> list[optuna.trial.FrozenTrial]:
 # ---------------------------------------------------------------- 1. never ended
 
 
+@pytest.mark.slow  # (7-14 s of real processes: the default run stays under 10 minutes)
 def test_a_fit_that_swallows_the_interrupt_never_ends_the_host_process(tmp_path: Path) -> None:
     """hang_seconds passes while a bare `except:` swallows it in a loop that calls nothing of the context (a
     swallowing loop over a ctx.loader meets the interrupt again at its next batch): the trial is recorded, the run stops
@@ -82,6 +83,7 @@ def _yaml(tmp_path: Path, fit: str, more: str = "", n_trials: int = 2) -> Path:
     return src
 
 
+@pytest.mark.slow  # (7-14 s of real processes: the default run stays under 10 minutes)
 def test_a_service_draining_on_sigterm_runs_its_handler_and_is_not_ended(tmp_path: Path) -> None:
     """SIGTERM during autotune.run: the service's own handler runs (chained), the running trial is recorded
     (interrupted), the run raises KeyboardInterrupt, and no exit is armed behind the service's back (today: its

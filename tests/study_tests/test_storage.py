@@ -89,6 +89,7 @@ def test_workers_that_create_one_new_sqlite_file_at_once_all_open_it(tmp_path: P
         assert rc == 0, err
 
 
+@pytest.mark.slow  # (7-14 s of real processes: the default run stays under 10 minutes)
 def test_workers_that_create_one_new_postgres_schema_at_once_all_open_it(pg_db: str) -> None:
     for rc, err in _open_together(pg_db):
         assert rc == 0, err

@@ -274,6 +274,7 @@ def test_four_workers_on_postgres_finish_exactly_forty_trials(tmp_path: Path, pg
     print(f"4 workers x 40 trials on PostgreSQL: {time.perf_counter() - t0:.1f}s, {len(owners)} workers ran trials")
 
 
+@pytest.mark.slow  # (7-14 s of real processes: the default run stays under 10 minutes)
 @pytest.mark.postgres
 def test_sigkilled_worker_trial_fails_within_grace_period_and_is_retried(tmp_path: Path, pg_url: str) -> None:
     grace = 3
