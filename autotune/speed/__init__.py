@@ -5,7 +5,7 @@ combination timed once, known failures and too-slow ones stopped before they tra
 from __future__ import annotations
 
 from autotune.speed.probe import THROUGHPUT, Gate, code_fingerprint
-from autotune.speed.strategy import Search, make_plan
+from autotune.speed.strategy import Search, make_shortlist
 from autotune.speed.sweep import Row, measure, run, table
 
-__all__ = ["Gate", "Row", "Search", "THROUGHPUT", "code_fingerprint", "make_plan", "measure", "run", "table"]
+__all__ = ["Gate", "Row", "Search", "THROUGHPUT", "code_fingerprint", "make_shortlist", "measure", "run", "table"]

@@ -34,7 +34,7 @@ class EpochRecord:
     def __getattr__(self, name: str) -> float:  # rec.val_accuracy reads a reported metric
         metrics = self.__dict__.get("metrics", {})
         if name in metrics:
-            return metrics[name]
+            return float(metrics[name])
         raise AttributeError(name)
 
     def as_dict(self) -> dict[str, Any]:
