@@ -47,6 +47,7 @@ import yaml  # noqa: E402
 from optuna.trial import TrialState  # noqa: E402
 
 from autotune import config  # noqa: E402
+from autotune.spec import TrialRecord  # noqa: E402
 from autotune.study import orphans  # noqa: E402
 from autotune.study import runner as study_mod  # noqa: E402
 from autotune.study import storage as storage_mod  # noqa: E402
@@ -58,7 +59,7 @@ FINISHED = (TrialState.COMPLETE, TrialState.PRUNED)
 def counted(t: Any) -> bool:
     """A finished trial of the study's budget: a surplus one (PRUNED, it lost the race for the last slot and never
     ran) is not."""
-    return t.state in FINISHED and not t.user_attrs.get("surplus")
+    return t.state in FINISHED and not TrialRecord.of(t).surplus
 
 
 def write_config(folder: Path, url: str, n_trials: int, heartbeats: bool) -> Path:
@@ -182,12 +183,12 @@ def check(study: optuna.Study, n_trials: int, kills: list[dict[str, Any]], snaps
     orphaned = []
     for t in trials:
         o = orphans.owner_of(t)
-        if o is None or o.pid not in killed_pids or t.state in FINISHED or t.user_attrs.get("surplus"):
+        record = TrialRecord.of(t)
+        if o is None or o.pid not in killed_pids or t.state in FINISHED or record.surplus:
             continue
         orphaned.append(t.number)
-        if t.state != TrialState.FAIL or t.user_attrs.get("stop_reason") != "orphaned":
-            problems.append(f"trial {t.number} of killed worker {o.pid}: {t.state.name} "
-                            f"{t.user_attrs.get('stop_reason')}")
+        if t.state != TrialState.FAIL or record.stop_reason != "orphaned":
+            problems.append(f"trial {t.number} of killed worker {o.pid}: {t.state.name} {record.stop_reason}")
             continue
         if t.datetime_complete is not None:
             detect.append((t.datetime_complete - kill_time[o.pid]).total_seconds())
@@ -216,7 +217,7 @@ def check(study: optuna.Study, n_trials: int, kills: list[dict[str, Any]], snaps
     return {
         "finished": len(finished), "trials": len(trials), "wall_s": wall, "trials_per_min": 60 * len(finished) / wall,
         "kills": len(kills), "killed_mid_trial": len(orphaned), "finished_as_killed": raced, "retries": len(retries),
-        "surplus": sum(1 for t in trials if t.user_attrs.get("surplus")),
+        "surplus": sum(1 for t in trials if TrialRecord.of(t).surplus),
         "failed": sum(1 for t in trials if t.state == TrialState.FAIL),
         "detect_s": detect, "workers_started": len(pool.procs), "problems": problems,
     }

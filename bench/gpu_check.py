@@ -48,6 +48,7 @@ sys.path.insert(0, str(ROOT))  # autotune from this checkout
 import autotune  # noqa: E402
 from autotune import config  # noqa: E402
 from autotune.fit import TrialPlan, trainer  # noqa: E402
+from autotune.spec import TrialRecord  # noqa: E402
 from autotune.spec.settings import DEFAULTS  # noqa: E402
 from autotune.study import runner as study_mod  # noqa: E402
 from autotune.training import (
@@ -351,11 +352,12 @@ def study(chk: Check, device: str, sizes: Sizes) -> None:
     baseline_mem = chk.memory_mib()
 
     def on_trial(s: Any, t: Any) -> None:
-        ua, p = t.user_attrs, t.params
+        record, p = TrialRecord.of(t), t.params
         rec = {"number": t.number, "params": p, "state": t.state.name,
-               **{k: ua.get(k) for k in ("samples_per_s", "compile_time_s", "train_time_s", "val_accuracy",
-                                         "peak_memory_mb", "energy_j", "meters", "stop_reason", "stop_detail",
-                                         "error")}}
+               **{k: record.metrics.get(k) for k in ("samples_per_s", "compile_time_s", "train_time_s", "val_accuracy",
+                                                     "peak_memory_mb", "energy_j")},
+               "meters": record.meters, "stop_reason": record.stop_reason, "stop_detail": record.stop_detail,
+               "error": record.error}
         if chk.cuda:
             rec["left_mib"] = round(chk.memory_mib() - baseline_mem, 1)
         chk.figures["study"].append(rec)

@@ -25,6 +25,7 @@ from torch import nn
 import autotune
 from autotune import config
 from autotune.core import AutotuneError, watchdog
+from autotune.spec import TrialRecord
 from autotune.training import TrainingPlan, TrialContext, run_fit
 from autotune.training.optimizers import fast_kwargs
 
@@ -124,8 +125,8 @@ def hang_in_sync(chk: Any, device: str) -> None:
         import optuna
 
         t = (study or optuna.load_study(study_name=cfg.study.name, storage=cfg.study.storage)).trials[0]
-        row.update(state=t.state.name, stop_reason=t.user_attrs.get("stop_reason"),
-                   stop_detail=t.user_attrs.get("stop_detail"))
+        record = TrialRecord.of(t)
+        row.update(state=t.state.name, stop_reason=record.stop_reason, stop_detail=record.stop_detail)
         _keep(chk, row)
         chk.say(f"  {name:<44} {row['state']:<8} {str(row['stop_reason']):<6} {row['wall_s']:>6.1f}  {row['run']}")
 

@@ -31,9 +31,9 @@ import optuna
 import yaml
 
 from autotune.config import from_dict
-from autotune.search import EPOCH_VALUES, make_sampler, nondominated_ranks, optuna_pruner, space
+from autotune.search import make_sampler, nondominated_ranks, optuna_pruner, space
 from autotune.search.credit import EPOCHS, length_free
-from autotune.spec import RunConfig
+from autotune.spec import RunConfig, TrialRecord
 from autotune.study import make_storage
 from autotune.study.objective import Objective
 from autotune.study.outcome import CATCH, quiet_failures
@@ -61,7 +61,7 @@ def counted(cfg: RunConfig, params: dict[str, Any], k: int) -> bool:
 
 def stopped_point(cfg: RunConfig, t: optuna.trial.FrozenTrial) -> tuple[float, float] | None:
     """(accuracy, training time) of an autotune trial stopped early, where `counted`."""
-    curve = t.user_attrs.get(EPOCH_VALUES) or []
+    curve = TrialRecord.of(t).epoch_values or []
     if not curve or not counted(cfg, dict(t.params), len(curve)):
         return None
     return float(curve[-1][0]), float(curve[-1][1])

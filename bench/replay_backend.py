@@ -37,6 +37,7 @@ import optuna
 
 from autotune.core import TrialStopped
 from autotune.fit import Backend
+from autotune.spec import TrialRecord
 from autotune.training import EpochRecord, Measurement, TrainResult
 from autotune.training.throughput import MIN_SECONDS, TIMED_STEPS, WARMUP_STEPS
 from bench.replay_workload import Curve, Workload
@@ -230,8 +231,9 @@ class Log:
             if at > clock.budget_s:
                 return
             if ok:
-                acc = t.user_attrs.get("val_accuracy", t.values[0] if t.values else None)
-                tt = t.user_attrs.get("train_time_s", t.values[1] if t.values else None)
+                metrics = TrialRecord.of(t).metrics
+                acc = metrics.get("val_accuracy", t.values[0] if t.values else None)
+                tt = metrics.get("train_time_s", t.values[1] if t.values else None)
                 self.events.append((at, acc, tt, t.state.name))
                 return
             point = stopped(t) if stopped is not None and t.state == optuna.trial.TrialState.PRUNED else None

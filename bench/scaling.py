@@ -41,6 +41,7 @@ from autotune.search import (
     samplers,  # noqa: E402
     space,  # noqa: E402
 )
+from autotune.spec import TrialRecord  # noqa: E402
 from autotune.study import (
     budget,  # noqa: E402
     local_workers,  # noqa: E402
@@ -93,10 +94,10 @@ def throughput(n_trials: int, tmp: Path) -> None:
         t0 = time.perf_counter()
         res = local_workers.run_parallel(cfg, slots, on_note=lambda s: print("  " + s))
         wall = time.perf_counter() - t0
-        done = [t for t in res.get_trials() if t.state.is_finished() and not t.user_attrs.get("surplus")]
+        done = [t for t in res.get_trials() if t.state.is_finished() and not TrialRecord.of(t).surplus]
         span = (max(t.datetime_complete for t in done) - min(t.datetime_start for t in done)).total_seconds()
         fin = budget.counts(res.get_trials()).finished
-        train = statistics.mean(t.user_attrs.get("train_time_s", 0.0) for t in done)
+        train = statistics.mean(TrialRecord.of(t).metrics.get("train_time_s", 0.0) for t in done)
         rows.append((n, slots[0].threads, fin, wall, 60 * fin / wall, 60 * fin / span, train))
     base_wall, base_steady = rows[0][4], rows[0][5]
     print(f"  {'workers':>7} {'threads':>7} {'finished':>8} {'wall_s':>7} {'trials/min':>10} {'steady/min':>10} "

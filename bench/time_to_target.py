@@ -41,6 +41,7 @@ sys.path.insert(0, str(ROOT))
 import autotune  # noqa: E402
 from autotune import config  # noqa: E402
 from autotune.search import space  # noqa: E402
+from autotune.spec import TrialRecord  # noqa: E402
 
 SPACE: dict[str, Any] = {
     "lr": {"type": "float", "low": 1e-4, "high": 3e-1, "log": True},
@@ -121,8 +122,8 @@ def events(study: optuna.Study, t0: float, budget: float) -> list[tuple]:
         at = t.datetime_complete.timestamp() - t0
         ok = t.state == TrialState.COMPLETE
         if at <= budget:
-            out.append((at, t.user_attrs.get("val_accuracy") if ok else None,
-                        t.user_attrs.get("train_time_s") if ok else None, t.state.name))
+            metrics = TrialRecord.of(t).metrics if ok else {}
+            out.append((at, metrics.get("val_accuracy"), metrics.get("train_time_s"), t.state.name))
     return sorted(out, key=lambda e: e[0])
 
 

@@ -33,6 +33,7 @@ import optuna
 optuna.logging.set_verbosity(optuna.logging.ERROR)
 import autotune
 from autotune import config
+from autotune.spec import TrialRecord
 raw = {"study": {"name": "share", "storage": f"sqlite:///{sys.argv[2]}/share.db", "n_trials": int(sys.argv[3]),
                  "seed": 0, "sampler": "random"},
        "data": {"name": "digits"}, "model": {"name": "cnn", "channels": [16, 32], "hidden": 64},
@@ -48,7 +49,7 @@ wall = time.perf_counter() - t0
 trials = sorted((t for t in res.study.trials if t.state.name == "COMPLETE"), key=lambda t: t.number)
 # steady state: from the first trial's end to the last one's (the first trial pays one-off imports)
 steady = (trials[-1].datetime_complete - trials[0].datetime_complete).total_seconds()
-train = sum(float(t.user_attrs["train_time_s"]) for t in trials[1:])
+train = sum(float(TrialRecord.of(t).metrics["train_time_s"]) for t in trials[1:])
 print(json.dumps({"wall": wall, "steady": steady, "train": train, "n": len(trials) - 1}))
 """
 

@@ -44,6 +44,7 @@ import yaml  # noqa: E402
 
 import autotune  # noqa: E402
 from autotune import config  # noqa: E402
+from autotune.spec import StudyRecord, TrialRecord  # noqa: E402
 
 SPIN = "import time\nt = time.time()\nwhile time.time() - t < {s}: pass\n"
 optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -71,7 +72,7 @@ def spinners(n: int, seconds: float = 900) -> Iterator[None]:
 
 
 def probe_records(study: optuna.Study) -> list[dict[str, Any]]:
-    return [v for k, v in study.user_attrs.items() if k.startswith("probe:")]
+    return list(StudyRecord.of(study).probes.values())
 
 
 # ---------------------------------------------------------------- 1. a reference taken under load
@@ -90,21 +91,22 @@ def mnist_port(tmp: str, name: str, epochs: int, n_trials: int, limit: float | N
 
 def scenario_reference(tmp: str, n_spin: int, quiet_trials: int, epochs: int, factor: float) -> None:
     calib = autotune.run(mnist_port(tmp, "calib", epochs, 1)).study.trials[0]
-    quiet_s = float(calib.user_attrs["train_time_s"])
+    quiet_s = float(TrialRecord.of(calib).metrics["train_time_s"])
     limit = factor * quiet_s
     with spinners(n_spin):
         autotune.run(mnist_port(tmp, "ref", epochs, 1, limit=None))
     study = autotune.run(mnist_port(tmp, "ref", epochs, 1 + quiet_trials, limit=limit)).study
     quiet = study.trials[1:]
-    slow = [t for t in quiet if t.user_attrs.get("stop_reason") == "slow"]
-    trained = [float(t.user_attrs["samples_per_s"]) for t in quiet if "samples_per_s" in t.user_attrs]
+    slow = [TrialRecord.of(t) for t in quiet if TrialRecord.of(t).stop_reason == "slow"]
+    trained = [v for t in quiet if (v := TrialRecord.of(t).metric("samples_per_s")) is not None]
     rec = probe_records(study)
     ref = float(rec[0]["samples_per_s"]) if rec and rec[0].get("samples_per_s") else float("nan")
-    quiet_sps = statistics.median(trained) if trained else float(calib.user_attrs.get("samples_per_s", "nan"))
+    quiet_sps = (statistics.median(trained) if trained
+                 else float(TrialRecord.of(calib).metrics.get("samples_per_s", float("nan"))))
     print(f"1. reference under load: probe trial under {n_spin} spinners, then {quiet_trials} quiet trials with "
           f"max_trial_seconds {limit:.2f} ({factor:g} x a quiet trial's {quiet_s:.2f} s)")
     print(f"   quiet trials stopped as slow: {len(slow)} of {len(quiet)}"
-          + (f"  (first: {slow[0].user_attrs.get('stop_detail', '')[:110]})" if slow else ""))
+          + (f"  (first: {(slow[0].stop_detail or '')[:110]})" if slow else ""))
     print(f"   stored reference {ref:,.0f} samples/s (contended: {rec[0].get('contended', 'not said') if rec else '-'},"
           f" from {rec[0].get('source') if rec else '-'}); quiet trials {quiet_sps:,.0f} samples/s; "
           f"reference / quiet = {ref / quiet_sps:.2f}x")
@@ -168,7 +170,8 @@ def scenario_capped(tmp: str, n_spin: int, epochs: int) -> None:
     cfg = cnn_study(tmp, 4, epochs)
     with spinners(n_spin):
         res = autotune.run(cfg)
-        capped = [t for t in res.study.trials if "cpu_threads_capped" in t.user_attrs and t.state.name == "COMPLETE"]
+        capped = [t for t in res.study.trials
+                  if TrialRecord.of(t).cpu_threads_capped is not None and t.state.name == "COMPLETE"]
         if not capped:
             print("3. capped trial's export: no trial ran oversubscribed under the spinners (nothing capped); "
                   "try more --spinners")
@@ -178,11 +181,12 @@ def scenario_capped(tmp: str, n_spin: int, epochs: int) -> None:
         how = export_of(cfg, trial, res.best, path)
         again = config.load(path)
         retrain = autotune.train(again)
-    ratio = retrain.train_time_s / float(trial.user_attrs["train_time_s"])
-    print(f"3. capped trial {trial.number} (cpu_threads_capped {trial.user_attrs['cpu_threads_capped']}, device "
-          f"{trial.user_attrs.get('device')}) exported by {how}: train.cpu_threads "
+    record = TrialRecord.of(trial)
+    ratio = retrain.train_time_s / float(record.metrics["train_time_s"])
+    print(f"3. capped trial {trial.number} (cpu_threads_capped {record.cpu_threads_capped}, device "
+          f"{record.device}) exported by {how}: train.cpu_threads "
           f"{again.train.get('cpu_threads', 'absent')}")
-    print(f"   trial {float(trial.user_attrs['train_time_s']):.2f} s, export retrained {retrain.train_time_s:.2f} s "
+    print(f"   trial {float(record.metrics['train_time_s']):.2f} s, export retrained {retrain.train_time_s:.2f} s "
           f"under the same load: retrain / trial = {ratio:.2f}x")
 
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-# Each registry is a mapping next to its builders (samplers.py, pruners.py, data/registry.py, models.py). Those modules
-# import this one, so their names are read when a config is validated, never copied here.
+# Each registry is a mapping next to its builders (sampler_kinds.py, pruners.py, data/registry.py, models.py). Those
+# modules import this one, so their names are read when a config is validated, never copied here.
 
 
 def sampler_names() -> list[str]:

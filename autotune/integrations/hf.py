@@ -41,6 +41,7 @@ from typing import Any
 import torch
 
 from autotune.core import ADAPTER, ONE_DEVICE, ConfigError
+from autotune.integrations import framework_compat as compat
 from autotune.integrations.common import quiet_frameworks, record_cannot, require
 from autotune.integrations.tables import HF, HF_OBJECT, HF_SPEED_KEYS, Framework, enum_value
 from autotune.training import ContextMisuse, TrialContext, TrialPort, refuse_devices
@@ -262,17 +263,17 @@ class _Fit:
         trainer.add_callback(callback)
         # The Trainer caches its evaluation loaders when their workers persist: a trial evaluates on its own (not an
         # earlier trial's batch size), and its workers end with it (not left running in the host's process).
-        held = trainer.__dict__.pop("_eval_dataloaders", None)
+        held = compat.pop_eval_loaders(trainer)
         try:
             with quiet_frameworks():
                 trainer.train()
         finally:  # (a stopped or failed trial records what shaped it too: `_effects` runs however train() ended)
             self._effects(port, trainer, callback.optimizer, own)
             handler = trainer.callback_handler  # (it keeps the loaders train() used last)
-            _end_workers([*(trainer.__dict__.pop("_eval_dataloaders", None) or {}).values(),
-                          handler.train_dataloader, handler.eval_dataloader])
+            compat.end_loader_workers([*(compat.pop_eval_loaders(trainer) or {}).values(),
+                                       handler.train_dataloader, handler.eval_dataloader])
             if held is not None:
-                trainer._eval_dataloaders = held
+                compat.restore_eval_loaders(trainer, held)
             trainer.remove_callback(callback)
             for c in removed:  # (the user's Trainer object outlives the study: its callbacks as they were)
                 trainer.add_callback(c)
@@ -325,15 +326,6 @@ class _BuiltPerTrial(_Fit):
             self._train(port, trainer, wanted)
         finally:  # (a stopped or failed trial's record says the same)
             self._yours(port, self.table)
-
-
-def _end_workers(loaders: list[Any]) -> None:
-    """The persistent worker processes of a trial's loaders stop now (not whenever the loaders are collected)."""
-    for loader in loaders:
-        iterator = getattr(loader, "_iterator", None)
-        if iterator is not None and hasattr(iterator, "_shutdown_workers"):
-            iterator._shutdown_workers()
-            loader._iterator = None
 
 
 class _ReusedTrainer(_Fit):
@@ -389,11 +381,11 @@ class _ReusedTrainer(_Fit):
 
         t = self.trainer
         t.args = args
-        t._train_batch_size = args.train_batch_size
+        compat.set_train_batch_size(t, args.train_batch_size)
         t.create_accelerator_and_postprocess()
         t.label_smoother = LabelSmoother(epsilon=args.label_smoothing_factor) if args.label_smoothing_factor else None
         if t.place_model_on_device:
-            t._move_model_to_device(t.model, args.device)
+            compat.move_model_to_device(t, t.model, args.device)
         t.model_wrapped = t.model
 
 

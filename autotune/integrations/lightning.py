@@ -39,6 +39,7 @@ from typing import Any
 import torch
 
 from autotune.core import ADAPTER, ONE_DEVICE, ConfigError
+from autotune.integrations import framework_compat as compat
 from autotune.integrations.common import quiet_frameworks, record_cannot
 from autotune.integrations.lightning_cli import as_callbacks, train_cli
 from autotune.integrations.tables import LIGHTNING
@@ -430,20 +431,16 @@ class _Bridge:
 def _step_values(trainer: Any) -> dict[str, str]:
     """The names whose value is one step's, not the epoch's, with what to log or name instead: `self.log(...,
     on_step=True)` without on_epoch (its last batch's value; a training_step's default), and the `_step` copy of one
-    logged both ways. Read from Lightning's result collections (no public name says how a value was logged; none
-    found: nothing is left out)."""
-    epoch_loop = getattr(getattr(trainer, "fit_loop", None), "epoch_loop", None)
+    logged both ways. Read from Lightning's result collections (framework_compat.logged_metrics: no public name says
+    how a value was logged; none found: nothing is left out)."""
     out: dict[str, str] = {}
-    for loop in (epoch_loop, getattr(epoch_loop, "val_loop", None)):
-        results = getattr(loop, "_results", None)
-        for metric in (results.values() if isinstance(results, Mapping) else ()):
-            meta = getattr(metric, "meta", None)
-            if meta is None or not getattr(meta, "on_step", False):
-                continue
-            if meta.on_epoch:
-                out[f"{meta.name}_step"] = f"the epoch's is {meta.name}"
-            else:
-                out[meta.name] = "log it with on_epoch=True"
+    for meta in compat.logged_metrics(trainer):
+        if not meta.on_step:
+            continue
+        if meta.on_epoch:
+            out[f"{meta.name}_step"] = f"the epoch's is {meta.name}"
+        else:
+            out[meta.name] = "log it with on_epoch=True"
     return out
 
 

@@ -7,7 +7,8 @@ from __future__ import annotations
 from autotune.search.pareto import nondominated_ranks
 from autotune.search.pruners import EPOCH_VALUES, PRUNERS, check_front_gain_in, front_of, optuna_pruner, pareto_pruner
 from autotune.search.results import TrialSummary, best_trial, feasible, lr_scaling_text, pareto_front, select, summarize
-from autotune.search.samplers import SAMPLERS, SamplerKind, make_sampler
+from autotune.search.sampler_kinds import SAMPLERS, SamplerKind
+from autotune.search.samplers import make_sampler
 from autotune.search.space import fixed_point, of_trial
 
 __all__ = [

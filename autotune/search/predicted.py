@@ -47,10 +47,10 @@ from autotune.search import cost, space
 from autotune.search.credit import EPOCHS, Delegating
 from autotune.search.pareto import hypervolume, nondominated_ranks
 from autotune.search.pruners import CUMULATIVE
+from autotune.search.sampler_kinds import SAMPLERS
 from autotune.spec import ParamSpec, RunConfig, TrialRecord
 
 MIN_TRIALS = 8  # finished trials with a curve before predictions choose: as TPE's random start-up
-CANDIDATE_SAMPLERS = ("tpe", "random")  # samplers that propose a parameter at a time: candidates are drawn from them
 AUTO_K = 256  # `candidates: auto`: candidates per trial where choosing among them is worth its cost
 AUTO_SHARE = cost.CAP_SHARE  # ... that is, while the strategy's CPU time is at most this share of the trials' time
 # Cost-aware proposals are built and off by default: on LCBench's development tasks (8 x 2 seeds, bench/strategy_dev.py)
@@ -471,9 +471,11 @@ class PredictedFront(Delegating):
 
 
 def applies(cfg: RunConfig) -> bool:
-    """Whether candidates can be chosen here: several objectives, a sampler proposing a parameter at a time, the joint
-    strategy (config/checks.py refuses a number above 1 elsewhere; `auto` is then 1)."""
-    return cfg.multi_objective and cfg.study.sampler in CANDIDATE_SAMPLERS and cfg.study.strategy == "joint"
+    """Whether candidates can be chosen here: several objectives, a sampler proposing a parameter at a time (its
+    `SamplerKind`: candidates are drawn from it), the joint strategy (config/checks.py refuses a number above 1
+    elsewhere; `auto` is then 1)."""
+    kind = SAMPLERS.get(cfg.study.sampler)
+    return cfg.multi_objective and kind is not None and kind.proposes == "parameter" and cfg.study.strategy == "joint"
 
 
 def n_candidates(cfg: RunConfig) -> int:
@@ -493,5 +495,5 @@ def wrap(inner: optuna.samplers.BaseSampler, cfg: RunConfig, seed: int | None) -
     return PredictedFront(inner, cfg, k, seed, auto=cfg.study.candidates == "auto")
 
 
-__all__ = ["AUTO_K", "AUTO_SHARE", "CANDIDATE_SAMPLERS", "Features", "Model", "PredictedFront", "applies", "draw",
+__all__ = ["AUTO_K", "AUTO_SHARE", "Features", "Model", "PredictedFront", "applies", "draw",
            "gains", "hypervolume", "n_candidates", "wrap"]

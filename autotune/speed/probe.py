@@ -8,13 +8,14 @@ may build its model from them; autotune cannot tell which do). Each combination 
 study user attr, `probe:<hash of combination, device and torch version>`, so every worker and a resumed run
 reuse it, and a study moved to another machine measures afresh.
 
-Before a trial trains (`Gate.check`), what the study knows about its combination decides:
+A trial's probe is opened once (`Gate.open`; its combination's record is read at its first use). Before the trial trains
+(`TrialProbe.check`), what the study knows about its combination decides:
 - it failed before because of its settings (see below): the trial is stopped at once, `stop_reason:
   unsupported`, with that error;
 - its samples/s are known: the projected training time, epochs x samples per epoch / samples/s (+ compile),
   is checked against `max_trial_seconds` and `vs_front` (the slowest Pareto trial x the factor): too slow
   stops it before its first epoch (`stop_reason: slow`, `stop_epoch: 0`).
-Otherwise the trial measures itself (`Gate.window`): its first steps after warm-up are timed
+Otherwise the trial measures itself (`TrialProbe.window`): its first steps after warm-up are timed
 (throughput.ProbeWindow), the measurement is stored, and the same projection may stop it right there
 (still `stop_epoch: 0`). A measurement taken while this process waited for cores (`contention.contended`: other
 busy processes held them) is stored with `contended: true` and decides nothing (`usable`): no projection, no
@@ -42,6 +43,7 @@ is measured afresh.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import inspect
 import json
@@ -213,7 +215,8 @@ def time_at_reading_s(rec: Mapping[str, Any], plan: TrialPlan) -> float | None:
 
 
 class Gate:
-    """What the study's probes say about a trial, before and while it trains (see the module's doc)."""
+    """What the study's probes say about its trials (see the module's doc): one per run, opened once per trial
+    (`open`)."""
 
     def __init__(self, cfg: RunConfig, fit: Any = None, *, write: WriteStudy) -> None:
         self.cfg = cfg
@@ -228,39 +231,63 @@ class Gate:
             cache = self.caches[id(study)] = Cache(study, self.write)
         return cache
 
-    @staticmethod
-    def _where(plan: TrialPlan) -> tuple[dict[str, Any], str]:
-        combo = combination(plan)
-        return combo, key(combo, device_name(plan))
-
     def trusted(self, rec: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
         return trusted(rec, self.code)
 
-    def check(self, trial: optuna.Trial, plan: TrialPlan, trial_record: TrialRecord) -> None:
-        """Stop the trial now if the study already knows its combination fails here or is too slow (the reading
-        it rests on goes into its `trial_record`)."""
-        combo, k = self._where(plan)
-        rec = self.trusted(self._cache(trial).get(k))
+    def open(self, trial: optuna.Trial, plan: TrialPlan, trial_record: TrialRecord) -> TrialProbe:
+        """The probe of one trial: what the study knows of its plan's combination, read once, here."""
+        return TrialProbe(self, trial, plan, trial_record)
+
+
+class TrialProbe:
+    """The speed probe of one trial's plan, opened once (`Gate.open`): the study's record of its combination, read
+    when it is opened, stops it before it trains (`check`) or leaves its first steps to be timed (`window`); what
+    its run leaves is stored for the combination (`failed`, `finished`). The reading a decision rests on goes into
+    the trial's record (`probe`)."""
+
+    def __init__(self, gate: Gate, trial: optuna.Trial, plan: TrialPlan, trial_record: TrialRecord) -> None:
+        self.gate, self.trial, self.plan, self.trial_record = gate, trial, plan, trial_record
+        self.combo = combination(plan)
+        self.device = device_name(plan)
+        self.key = key(self.combo, self.device)
+        self.cache = gate._cache(trial)
+        self.timing: ProbeWindow | None = None  # the window timing this plan's first steps (`window`)
+
+    @functools.cached_property
+    def known(self) -> Mapping[str, Any] | None:
+        """The study's record of the combination, read at its first use (None: unknown here, or an error not to be
+        trusted)."""
+        return self.gate.trusted(self.cache.get(self.key))
+
+    def of(self, plan: TrialPlan) -> TrialProbe:
+        """The same trial's probe for another plan (an out-of-memory retry's, at half the batch sizes: another
+        combination)."""
+        return TrialProbe(self.gate, self.trial, plan, self.trial_record)
+
+    def check(self) -> None:
+        """Stop the trial now if the study already knows its combination fails here or is too slow."""
+        rec = self.known
         if rec is None or (not rec.get("error") and not usable(rec)):
             return  # unknown, or contended: this trial measures it again (`window`)
-        trial_record.probe = _summary(rec)
+        self.trial_record.probe = _summary(rec)
         if rec.get("error"):
-            raise TrialStopped("unsupported", 0, f"{describe(combo)} failed here before ({rec.get('source')}): "
-                                                 f"{rec['error']}")
-        self.check_projection(trial, plan, rec)
+            raise TrialStopped("unsupported", 0, f"{describe(self.combo)} failed here before "
+                                                 f"({rec.get('source')}): {rec['error']}")
+        self.check_projection(rec)
 
-    def known_error(self, trial: optuna.Trial, plan: TrialPlan) -> str | None:
+    def known_error(self) -> str | None:
         """The error this trial's combination raised here before, if it did."""
-        rec = self.trusted(self._cache(trial).get(self._where(plan)[1]))
+        rec = self.known
         return str(rec["error"]) if rec is not None and rec.get("error") else None
 
-    def check_projection(self, trial: optuna.Trial, plan: TrialPlan, rec: Mapping[str, Any]) -> None:
+    def check_projection(self, rec: Mapping[str, Any]) -> None:
         """`max_trial_seconds`, `vs_front` and `min_front_gain` on the projected training time, before the first
         epoch ends. A contended reading decides nothing (`usable`); the message names the reading it used."""
-        proj = time_at_reading_s(rec, plan) if usable(rec) else None
+        proj = time_at_reading_s(rec, self.plan) if usable(rec) else None
         if proj is None:
             return
-        slow = self.cfg.pruning.slow
+        cfg, study = self.gate.cfg, self.trial.study
+        slow = cfg.pruning.slow
         at = f"{float(rec['samples_per_s']):,.0f} samples/s ({reading(rec)})"
         if slow.max_trial_seconds is not None and proj > slow.max_trial_seconds:
             raise TrialStopped("slow", 0, f"projected {proj:.1f}s at {at} > max_trial_seconds "
@@ -268,63 +295,58 @@ class Gate:
         if slow.vs_front is not None:
             from autotune.search import front_of
 
-            times = [s for t in front_of(trial.study, self.cfg)
-                     if (s := TrialRecord.of(t).metric("train_time_s")) is not None]
+            times = [s for t in front_of(study, cfg) if (s := TrialRecord.of(t).metric("train_time_s")) is not None]
             if times and proj > slow.vs_front * max(times):
                 raise TrialStopped("slow", 0, f"projected {proj:.1f}s at {at} > {slow.vs_front:g} x "
                                               f"slowest Pareto trial ({max(times):.1f}s)")
         if slow.min_front_gain is not None:  # its best case would barely move the front
             from autotune.search import check_front_gain_in
 
-            check_front_gain_in(trial.study, self.cfg, proj, at)
+            check_front_gain_in(study, cfg, proj, at)
 
-    def window(self, trial: optuna.Trial, plan: TrialPlan, trial_record: TrialRecord) -> ProbeWindow | None:
-        """A window that measures this trial's first steps when the study has no measurement of its combination, or
-        only a contended one (which the new reading replaces, contended or not: the latest says most)."""
-        combo, k = self._where(plan)
-        cache = self._cache(trial)
-        rec = self.trusted(cache.get(k))
-        if rec is not None and (rec.get("error") or usable(rec)):
+    def window(self) -> ProbeWindow | None:
+        """A window that measures this plan's first steps when the study has no measurement of its combination, or
+        only a contended one (which the new reading replaces, contended or not: the latest says most). None on
+        several devices: a trial there is timed by its ranks' run, not in this process."""
+        rec = self.known
+        if (rec is not None and (rec.get("error") or usable(rec))) or int(self.plan.settings.devices) != 1:
             return None
+
         def measured(m: Measurement) -> None:
             # others held the cores while it timed: said, so no trial takes it as a reference and the next measures
-            rec = record(combo, device_name(plan), m, source=f"trial {plan.number}", contended=window.contended)
-            cache.put(k, rec)
-            trial_record.probe = _summary(rec)
-            self.check_projection(trial, plan, rec)
+            rec = record(self.combo, self.device, m, source=f"trial {self.plan.number}", contended=window.contended)
+            self.cache.put(self.key, rec)
+            self.trial_record.probe = _summary(rec)
+            self.check_projection(rec)
 
-        window = ProbeWindow(on_measured=measured, compiled=bool(plan.settings.compile))
+        window = self.timing = ProbeWindow(on_measured=measured, compiled=bool(self.plan.settings.compile))
         return window
 
-    def failed(self, trial: optuna.Trial, plan: TrialPlan, window: ProbeWindow | None,
-               exc: BaseException) -> str | None:
+    def failed(self, exc: BaseException) -> str | None:
         """The trial raised. Before its combination was measured, and blamed on one of its settings (`blame`,
         called with the traceback still on `exc`): the combination fails here and later trials with it stop as
         unsupported, with this error. Returns the setting blamed (None: the trial's own failure, not recorded)."""
-        if window is None or window.done:
+        if self.timing is None or self.timing.done:
             return None
-        why = blame(exc, plan)
+        why = blame(exc, self.plan)
         if why is None:
             return None
-        combo, k = self._where(plan)
-        self._cache(trial).put(k, record(combo, device_name(plan), error=describe_exception(exc, limit=300),
-                                         source=f"trial {plan.number}", blame=why, code=self.code))
+        self.cache.put(self.key, record(self.combo, self.device, error=describe_exception(exc, limit=300),
+                                        source=f"trial {self.plan.number}", blame=why, code=self.gate.code))
         return why
 
-    def finished(self, trial: optuna.Trial, plan: TrialPlan, window: ProbeWindow | None,
-                 result: TrainResult, contended: bool = False) -> None:
+    def finished(self, result: TrainResult, contended: bool = False) -> None:
         """A trial too short for its window to finish: its own steady samples/s are the measurement (`contended`:
         its threads waited for cores over the run)."""
-        if window is None or window.done or result.samples_per_s <= 0:
+        if self.timing is None or self.timing.done or result.samples_per_s <= 0:
             return
         samples = sum(r.samples_per_s * r.epoch_time_s for r in result.history[:1])
-        fraction = float(plan.settings.data_fraction)
+        fraction = float(self.plan.settings.data_fraction)
         m = Measurement(samples_per_s=result.samples_per_s, steps_per_s=math.nan, timed_steps=0,
                         timed_s=result.train_time_s, first_step_s=math.nan, compile_time_s=result.compile_time_s,
                         epoch_samples=samples / fraction if samples > 0 else None, peak_memory_bytes=None)
-        combo, k = self._where(plan)
-        self._cache(trial).put(k, record(combo, device_name(plan), m, source=f"trial {plan.number} (whole run)",
-                                         contended=contended))
+        self.cache.put(self.key, record(self.combo, self.device, m, source=f"trial {self.plan.number} (whole run)",
+                                        contended=contended))
 
 
 def trusted(rec: Mapping[str, Any] | None, code: str) -> Mapping[str, Any] | None:
@@ -341,5 +363,5 @@ def _summary(rec: Mapping[str, Any]) -> dict[str, Any]:
            if rec.get(k) is not None}
     return {k: (round(v, 4) if isinstance(v, float) else v) for k, v in out.items()}
 
-__all__ = ["ATTR_PREFIX", "THROUGHPUT", "Cache", "Gate", "WriteStudy", "blame", "code_fingerprint", "combination",
-           "key", "reading", "record", "time_at_reading_s", "usable"]
+__all__ = ["ATTR_PREFIX", "THROUGHPUT", "Cache", "Gate", "TrialProbe", "WriteStudy", "blame", "code_fingerprint",
+           "combination", "key", "reading", "record", "time_at_reading_s", "usable"]

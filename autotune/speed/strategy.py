@@ -61,11 +61,14 @@ def make_shortlist(cfg: RunConfig, rows: list[speed.Row]) -> dict[str, Any]:
     kept: list[speed.Row] = []
     dropped: list[dict[str, Any]] = []
     for r in rows:
-        if r.measurement is None and r.error is not None and r.blame is None or r.contended:
-            kept.append(r)  # the user's code failed, not a setting, or others held the cores: no verdict on its speed
+        if r.measurement is None and r.error is not None and r.blame is None:
+            kept.append(r)  # the user's code failed, not a setting: no verdict on the combination
             continue
-        if r.measurement is None:
+        if r.measurement is None:  # a setting failed, or the combination cannot run: busy cores do not change that
             dropped.append({"combination": r.combination, "why": r.error or r.skipped or "not measured"})
+            continue
+        if r.contended:
+            kept.append(r)  # others held the cores while it was timed: no verdict on its speed
             continue
         better = max((o for o in ok if o is not r and _shape(o.combination) == _shape(r.combination)
                       and _at_least_as_exact(o.combination, r.combination)
@@ -78,7 +81,8 @@ def make_shortlist(cfg: RunConfig, rows: list[speed.Row]) -> dict[str, Any]:
         else:
             kept.append(r)
     groups: dict[str, dict[str, Any]] = {}
-    for r in sorted(kept, key=lambda r: (r.contended, -r.samples_per_s)):  # the fastest clean one sets the neutrals
+    # the fastest clean one sets the neutrals; a contended one before any that failed (a failed row has no speed)
+    for r in sorted(kept, key=lambda r: (r.measurement is None, r.contended, -r.samples_per_s)):
         g = _numeric(r.combination)
         groups.setdefault(repr(sorted(g.items())), {"numeric": g, "neutral": {k: v for k, v in r.combination.items()
                                                                              if k in NEUTRAL},
@@ -121,8 +125,10 @@ def pins(shortlist: Mapping[str, Any], values: Mapping[str, Any]) -> dict[str, A
     return None
 
 
-class Search:
-    """Samples a trial's values for the study's strategy (the objective's one call for it)."""
+class StrategyPoints:
+    """Each trial's point as the study's strategy gives it: sampled (probe_then_tune: in the space its shortlist
+    narrowed, with the shortlist's pins) and checked against the shortlist (the objective's one use of the
+    strategy)."""
 
     def __init__(self, cfg: RunConfig, fit: trainer.Fit | None, *, write: probe.WriteStudy) -> None:
         self.cfg = cfg
@@ -203,5 +209,5 @@ def probe_all(study: optuna.Study | None, cfg: RunConfig, fit: trainer.Fit | Non
 
 
 
-__all__ = ["NEUTRAL", "SHORTLIST_ATTR", "STRATEGIES", "Search", "make_shortlist", "narrowed", "pins", "probe_all",
-           "shortlist_for"]
+__all__ = ["NEUTRAL", "SHORTLIST_ATTR", "STRATEGIES", "StrategyPoints", "make_shortlist", "narrowed", "pins",
+           "probe_all", "shortlist_for"]

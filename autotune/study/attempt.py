@@ -1,8 +1,9 @@
 """The train stage of a trial: its plan trained once under the run's watch, and once more at half the batch sizes
 after running out of memory (`pruning.oom: retry_smaller_batch`).
 
-Each epoch goes into the trial's record (`history`, `epoch_values`) and the study's stop rules judge it. A trained
-trial's samples/s become its combination's speed-probe reading, unless its threads waited for cores: then it is
+Each epoch, an `EpochRecord`, goes to the trial (`BufferedTrial.epochs`, flattened into its record's `history`
+and `epoch_values` only when records.py writes it) and the study's stop rules judge it. A trained trial's samples/s
+become its combination's speed-probe reading, unless its threads waited for cores: then it is
 `oversubscribed`, and later CPU trials of this process train on fewer threads (`cap`). A stop or a failure is
 raised only after its `except` block is left, with the exception's frames dropped: inside that block the traceback
 would keep the model, the optimizer state and the on-device data alive, and a retry would run out of memory again.
@@ -10,35 +11,30 @@ would keep the model, the optimizer state and the on-device data alive, and a re
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
-from typing import Any
 
-import optuna
 import torch
 
 from autotune.core import ConfigError, TrialStopped, contention, describe_exception, user_where
 from autotune.fit import Backend, TrialPlan, trainer
 from autotune.spec import RunConfig, TrialRecord
-from autotune.speed import probe
+from autotune.speed import TrialProbe
 from autotune.study import outcome, records
 from autotune.study.epoch_rules import StudyRules
 from autotune.study.records import BufferedTrial
 from autotune.training import EpochRecord, ProbeWindow, TrainResult, accel, shaped_by
 
 # `watched(trial, train, epochs_so_far, devices)`: `train()` under the run's watchdog (Objective._watched)
-Watched = Callable[[optuna.Trial, Callable[[], TrainResult], Callable[[], int], int], TrainResult]
+Watched = Callable[[BufferedTrial, Callable[[], TrainResult], Callable[[], int], int], TrainResult]
 
 
 class Attempts:
     """One run's train stage: what each trial trains with, and the thread cap its oversubscribed trials leave."""
 
-    def __init__(self, cfg: RunConfig, fit: trainer.Fit | None, backend: Backend, gate: probe.Gate,
-                 rules: StudyRules, failures: outcome.Failures, watched: Watched,
-                 say: Callable[..., None]) -> None:
-        self.cfg, self.fit, self.backend, self.gate = cfg, fit, backend, gate
+    def __init__(self, cfg: RunConfig, fit: trainer.Fit | None, backend: Backend, rules: StudyRules,
+                 failures: outcome.Failures, watched: Watched, say: Callable[..., None]) -> None:
+        self.cfg, self.fit, self.backend = cfg, fit, backend
         self.rules, self.failures, self.watched, self.say = rules, failures, watched, say
-        self.epoch_metrics = rules.epoch_metrics
         self.cap: int | None = None  # torch threads for the next CPU trials, once one ran oversubscribed
         self.checked = False  # the cores were checked before this run's first CPU trial (`start_cap`)
 
@@ -60,49 +56,46 @@ class Attempts:
                  once="busy_at_start")
         return self.cap
 
-    def train(self, trial: BufferedTrial, plan: TrialPlan) -> TrainResult:
-        """Train; on out-of-memory, with `oom: retry_smaller_batch`, once more at half the batch sizes. Every
-        failed attempt is left (its exception and frames dropped) before memory is released and the retry starts."""
-        retried, sampled = False, plan
+    def train(self, trial: BufferedTrial, probe: TrialProbe) -> TrainResult:
+        """Train the plan of the trial's `probe` (opened by the objective, checked by admit); on out-of-memory, with
+        `oom: retry_smaller_batch`, once more at half the batch sizes (that plan's probe: another combination).
+        Every failed attempt is left (its exception and frames dropped) before memory is released and the retry
+        starts."""
+        retried, sampled = False, probe.plan
         while True:
-            tried = self.attempt(trial, plan, sampled)
+            tried = self.attempt(trial, probe, sampled)
             if isinstance(tried, TrainResult):
                 return tried
             self.backend.tidy(accel.release_memory)  # nothing of the failed attempt is referenced any more
             oom, epoch = tried
-            smaller = plan.halved() if self.cfg.pruning.oom == "retry_smaller_batch" and not retried else None
+            smaller = probe.plan.halved() if self.cfg.pruning.oom == "retry_smaller_batch" and not retried else None
             if smaller is None:
                 outcome.stop(trial.record, "oom", epoch, oom)
-            retried, plan = True, smaller
-            trial.record.oom_retried, trial.record.batch_size_used = True, plan.settings.batch_size
+            retried, probe = True, probe.of(smaller)
+            trial.record.oom_retried, trial.record.batch_size_used = True, smaller.settings.batch_size
 
-    def attempt(self, trial: BufferedTrial, plan: TrialPlan, sampled: TrialPlan) -> TrainResult | tuple[str, int]:
-        """One training run: its result, or (what ran out of memory, epoch). Stops and failures are raised only
-        after leaving the `except` block, so no traceback keeps the run's tensors alive. `sampled`: the trial's
-        plan before an out-of-memory retry halved it (its settings are stored as sampled, as a trained one's are;
-        `batch_size_used` says the batch the retry trained)."""
-        record = trial.record
-        history: list[dict[str, Any]] = []
-        epoch_values: list[list[float]] = []
+    def attempt(self, trial: BufferedTrial, probe: TrialProbe, sampled: TrialPlan) -> TrainResult | tuple[str, int]:
+        """One training run of `probe.plan`: its result, or (what ran out of memory, epoch). Stops and failures are
+        raised only after leaving the `except` block, so no traceback keeps the run's tensors alive. `sampled`: the
+        trial's plan before an out-of-memory retry halved it (its settings are stored as sampled, as a trained one's
+        are; `batch_size_used` says the batch the retry trained)."""
+        record, plan = trial.record, probe.plan
+        history: list[EpochRecord] = []  # this attempt's epochs, typed until the trial's record is written
 
         def on_record(rec: EpochRecord) -> None:
-            d = rec.as_dict()
-            history.append(d)
-            epoch_values.append([float(d[m]) if m in d else math.nan for m in self.epoch_metrics])
-            record.history, record.epoch_values = history, epoch_values  # (stored once, when the trial ends)
+            history.append(rec)
+            trial.epochs = history  # (an attempt that recorded none leaves the one before it: records.py stores it)
 
         def on_epoch(rec: EpochRecord) -> None:
-            self.rules.after_epoch(trial, record, rec, rec.epochs_planned or int(plan.settings.epochs))
+            self.rules.after_epoch(trial.trial, record, history, rec.epochs_planned or int(plan.settings.epochs))
 
-        # an unknown combination: its first steps are timed (in this process: a trial on several devices is
-        # measured by its whole run instead, in Gate.finished)
-        window = self.gate.window(trial, plan, record) if int(plan.settings.devices) == 1 else None
+        window = probe.window()  # an unknown combination: its first steps are timed
         _record_threads(record, plan)
         stop: TrialStopped | None = None
         failure: BaseException | None = None
         fatal, oom = False, None
         try:
-            return self._run(trial, plan, window, on_epoch, on_record, lambda: len(history))
+            return self._run(trial, probe, window, on_epoch, on_record, lambda: len(history))
         except TrialStopped as e:
             stop = TrialStopped(e.reason, e.epoch, e.detail)  # a fresh one: no traceback, no frames
             records.shaped(record, sampled, shaped_by(e))  # what trained, as a finished trial stores it
@@ -114,14 +107,15 @@ class Attempts:
             if accel.is_oom(e):
                 oom = f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"
             else:
-                self.gate.failed(trial, plan, window, e)  # before the frames go: they say whose failure it is
+                probe.failed(e)  # before the frames go: they say whose failure it is
                 failure = _without_frames(e)
                 fatal = accel.is_fatal_device_error(e)
         return self._ended(record, stop, failure, fatal, oom, len(history))
 
-    def _run(self, trial: BufferedTrial, plan: TrialPlan, window: ProbeWindow | None,
+    def _run(self, trial: BufferedTrial, probe: TrialProbe, window: ProbeWindow | None,
              on_epoch: Callable[[EpochRecord], None], on_record: Callable[[EpochRecord], None],
              epochs: Callable[[], int]) -> TrainResult:
+        plan = probe.plan
         cap = plan.threads.cap if plan.threads is not None else None
         with contention.torch_threads(cap):
             cpu = contention.Window(int(plan.settings.cpu_threads) or torch.get_num_threads())
@@ -129,7 +123,7 @@ class Attempts:
                                                                     on_epoch=on_epoch, on_record=on_record,
                                                                     keep_model=False), epochs,
                                   int(plan.settings.devices))
-        self._measured(trial, plan, window, result, cpu)
+        self._measured(trial, probe, result, cpu)
         return result
 
     def _ended(self, record: TrialRecord, stop: TrialStopped | None, failure: BaseException | None, fatal: bool,
@@ -150,14 +144,14 @@ class Attempts:
         assert oom is not None
         return oom, epochs
 
-    def _measured(self, trial: BufferedTrial, plan: TrialPlan, window: ProbeWindow | None, result: TrainResult,
+    def _measured(self, trial: BufferedTrial, probe: TrialProbe, result: TrainResult,
                   cpu: contention.Window) -> None:
         """A trained trial's samples/s become its combination's probe reading, unless its threads waited for cores
         (`_oversubscribed`); a backend with no CPU of its own (a replay) is read as it reports."""
         if not self.backend.real:
-            self.gate.finished(trial, plan, window, result)
-        elif not self._oversubscribed(trial.record, plan, result, cpu):
-            self.gate.finished(trial, plan, window, result, contended=contention.contended(cpu.share()))
+            probe.finished(result)
+        elif not self._oversubscribed(trial.record, probe.plan, result, cpu):
+            probe.finished(result, contended=contention.contended(cpu.share()))
 
     def _oversubscribed(self, record: TrialRecord, plan: TrialPlan, result: TrainResult,
                         cpu: contention.Window) -> bool:

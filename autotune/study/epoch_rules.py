@@ -5,7 +5,7 @@ saying so (its record's `pruning_off`, once per trial; a warning, once per run).
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import optuna
 from optuna.trial import TrialState
@@ -13,6 +13,7 @@ from optuna.trial import TrialState
 from autotune.core import TrialStopped
 from autotune.search import pruners
 from autotune.spec import RunConfig, TrialRecord, per_epoch
+from autotune.study.records import epoch_values
 from autotune.training import EpochRecord, TrainResult
 
 
@@ -28,49 +29,62 @@ class StudyRules:
         self.quality = quality  # (metric, direction) vs_front compares
         self.say = say
 
-    def after_epoch(self, trial: optuna.Trial, record: TrialRecord, rec: EpochRecord, epochs: int) -> None:
-        """Stop the trial (TrialStopped) after epoch `rec` of `epochs`, its `record` holding every epoch so far."""
+    def after_epoch(self, trial: optuna.Trial, record: TrialRecord, history: Sequence[EpochRecord],
+                    epochs: int) -> None:
+        """Stop the trial (TrialStopped) after the last epoch of `history` (every epoch so far, as the context
+        measured them), of `epochs` planned."""
+        if not history:
+            return
+        rec = history[-1]
         p = self.cfg.pruning
-        d = (record.history or [{}])[-1]
         metric, direction = self.quality
-        if p.slow.vs_front is not None and rec.epoch < epochs and metric in d:
-            pruners.check_vs_front(rec.train_time_s, rec.epoch, epochs, float(d[metric]), p.slow.vs_front,
+        quality = rec.value(metric)
+        if p.slow.vs_front is not None and rec.epoch < epochs and quality is not None:
+            pruners.check_vs_front(rec.train_time_s, rec.epoch, epochs, quality, p.slow.vs_front,
                                    pruners.front_of(trial.study, self.cfg), metric, direction)
         if rec.epoch >= epochs:
             return
         # an epoch the fit reported nothing in: not a pruning question (a fit that never reports fails at its end)
         reported = bool(rec.metrics)
         if not self.cfg.multi_objective:
-            if self.metrics[0] in d:
-                trial.report(float(d[self.metrics[0]]), rec.epoch)
+            value = rec.value(self.metrics[0])
+            if value is not None:
+                trial.report(value, rec.epoch)
                 if trial.should_prune():
                     raise TrialStopped("pruned", rec.epoch, "Optuna pruner")
             elif reported and per_epoch(self.metrics[0]) and pruners.resolved_name(self.cfg) != "none":
                 self.pruning_off(record, "pruning", [self.metrics[0]])
-        elif self.pareto is not None and (unreported := [m for m in self.epoch_metrics if m not in d]):
-            if not reported:
-                return
-            # dominance on the other objectives alone would throw away a trial better on the one not known yet
-            self.pruning_off(record, "Pareto pruning", unreported)
         elif self.pareto is not None:
-            curve = record.epoch_values or []
-            # (pareto_asha judges at its rung epochs only: no storage read at the others)
-            if curve and all(math.isfinite(v) for v in curve[-1]) and self.pareto.judges(len(curve), epochs):
-                finished = trial.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED))
-                why = self.pareto.stop(curve[-1], len(curve), finished, epochs, curve=curve)
-                if why is not None:
-                    raise TrialStopped("dominated", len(curve), why)
+            self._pareto(trial, record, history, epochs, self.pareto)
+
+    def _pareto(self, trial: optuna.Trial, record: TrialRecord, history: Sequence[EpochRecord], epochs: int,
+                pareto: pruners.ParetoStop) -> None:
+        """Pareto pruning after the last epoch of `history`, once every per-epoch objective is reported."""
+        last = history[-1]
+        if unreported := [m for m in self.epoch_metrics if last.value(m) is None]:
+            if last.metrics:  # (an epoch the fit reported nothing in: not a pruning question)
+                # dominance on the other objectives alone would throw away a trial better on the one not known yet
+                self.pruning_off(record, "Pareto pruning", unreported)
+            return
+        values = epoch_values([last], self.epoch_metrics)[0]
+        # (pareto_asha judges at its rung epochs only: no storage read at the others)
+        if all(math.isfinite(v) for v in values) and pareto.judges(len(history), epochs):
+            curve = epoch_values(history, self.epoch_metrics)
+            finished = trial.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED))
+            why = pareto.stop(curve[-1], len(curve), finished, epochs, curve=curve)
+            if why is not None:
+                raise TrialStopped("dominated", len(curve), why)
 
     def returned_only(self, record: TrialRecord, result: TrainResult) -> None:
         """A fit that reported nothing in its epochs and returned its objectives at the end: the per-epoch pruner
         never saw them. Said here, not at the epochs (a fit that never reports at all fails instead)."""
         if result.epochs_run < 2 or not result.history:
             return
-        clocks = result.history[-1].as_dict()  # train_time_s and the other clocks: known every epoch
+        last = result.history[-1]  # train_time_s and the other clocks: known every epoch
         if not self.cfg.multi_objective:
             if per_epoch(self.metrics[0]) and pruners.resolved_name(self.cfg) != "none":
                 self.pruning_off(record, "pruning", [self.metrics[0]])
-        elif self.pareto is not None and (unreported := [m for m in self.epoch_metrics if m not in clocks]):
+        elif self.pareto is not None and (unreported := [m for m in self.epoch_metrics if last.value(m) is None]):
             self.pruning_off(record, "Pareto pruning", unreported)
 
     def pruning_off(self, record: TrialRecord, what: str, unreported: list[str]) -> None:

@@ -60,13 +60,12 @@ class Objective:
         self.quality = (quality[0].metric, str(quality[0].direction)) if quality else ("val_accuracy", "maximize")
         self._said: set[str] = set()  # warnings logged in this run (once each)
         self.failures = Failures(self.name, cfg.study.max_repeated_errors)  # and their streak
-        # the speed probe: what the study knows of each throughput combination
+        # the speed probe: what the study knows of each throughput combination (opened once per trial, in `_run`)
         self.gate = probe.Gate(cfg, self.fit, write=records.write_study)
         # study.strategy: the space joint, or narrowed by probes
-        self.search = strategy.Search(cfg, self.fit, write=records.write_study)
+        self.points = strategy.StrategyPoints(cfg, self.fit, write=records.write_study)
         self.rules = StudyRules(cfg, self.metrics, self.epoch_metrics, self.pareto, self.quality, self._say)
-        self.attempts = Attempts(cfg, self.fit, backend, self.gate, self.rules, self.failures, self._watched,
-                                 self._say)
+        self.attempts = Attempts(cfg, self.fit, backend, self.rules, self.failures, self._watched, self._say)
         self.judge = Judge(cfg, self.fit, self.metrics, self.rules, self.failures)
         self.watch: watchdog.Watch | None = None  # the run's watchdog, while `watching`
         self.interrupted = False  # Ctrl-C (or SIGTERM) stopped a trial: the run ends after recording it
@@ -117,7 +116,7 @@ class Objective:
 
     def __call__(self, trial: optuna.Trial) -> float | list[float]:
         # The trial's record is written once, when it ends, whichever way it ends (records.py).
-        buffered = records.BufferedTrial(trial)
+        buffered = records.BufferedTrial(trial, self.epoch_metrics)
         try:
             return self._run(buffered)
         finally:
@@ -139,14 +138,15 @@ class Objective:
     def _run(self, trial: records.BufferedTrial) -> float | list[float]:
         """The trial's stages: plan, admit, train, judge, record (the module's doc)."""
         self.backend.tidy(accel.freeze_survivors)
-        point = self.search.sample(trial)
+        point = self.points.sample(trial.trial)
         plan = TrialPlan.for_trial(self.cfg, point, trial.number, cap=self.cpu_cap)
         if self.attempts.start_cap(plan) is not None:  # busy cores before the first trial: it starts capped
             plan = TrialPlan.for_trial(self.cfg, point, trial.number, cap=self.cpu_cap)
         records.planned(trial.record, plan)
-        admit(trial, plan, self.search, self.gate, self.failures)
+        speed = self.gate.open(trial.trial, plan, trial.record)  # its speed probe: admit checks it, train times it
+        admit(trial, plan, self.points, speed, self.failures)
         try:
-            result = self.attempts.train(trial, plan)
+            result = self.attempts.train(trial, speed)
         finally:
             self.backend.tidy(accel.after_trial)
         out = self.judge.values(trial, result)
@@ -170,7 +170,7 @@ class Objective:
             self._said.add(key)
             log.warning(f"warning: {self.name}: {text}")
 
-    def _watched(self, trial: optuna.Trial, train: Callable[[], TrainResult], epochs: Callable[[], int],
+    def _watched(self, trial: records.BufferedTrial, train: Callable[[], TrainResult], epochs: Callable[[], int],
                  devices: int) -> TrainResult:
         """`train()` under the run's watch: past hang_seconds, past the run's deadline or on Ctrl-C the trial stops
         (TrialStopped: hang, timeout, interrupted; the last two end the run), wherever its code is; host memory
@@ -192,16 +192,16 @@ class Objective:
             self.interrupted = self.interrupted or reason == "interrupted"
         raise TrialStopped(reason, epochs(), detail)
 
-    def _stuck(self, trial: optuna.Trial, epochs: Callable[[], int], reason: str, detail: str) -> None:
+    def _stuck(self, trial: records.BufferedTrial, epochs: Callable[[], int], reason: str, detail: str) -> None:
         """The watch thread's last resort for a trial that did not stop when interrupted: its end recorded (PRUNED,
         with the reason), one line; then the program ends its process, a library stops the run (watchdog.py)."""
         text = f"{self.name}: trial {trial.number} stopped ({reason}): {detail}"
         ended = "ended the process" if lifetime.is_program() else "stopped the run (the process goes on)"
         try:
             state = TrialState.FAIL if reason in RUN_ENDED else TrialState.PRUNED
-            trial.record.stopped(reason, epochs(), detail[:500],  # type: ignore[attr-defined]
+            trial.record.stopped(reason, epochs(), detail[:500],
                                  error=f"{reason}: {detail}"[:500] if state == TrialState.FAIL else None)
-            trial.end_now(state)  # type: ignore[attr-defined]
+            trial.end_now(state)
             text += f"; recorded it {state.name} ({reason}) and {ended} (finished trials are kept)"
         except Exception as e:  # the storage itself failed: the orphan reaper of the next run fails the trial
             text += f"; could not record it ({describe_exception(e)}); {ended}"

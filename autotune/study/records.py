@@ -24,15 +24,17 @@ the public API.
 from __future__ import annotations
 
 import json
+import math
 import sqlite3
 import weakref
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import optuna
 
 from autotune.core import optuna_compat as compat
 from autotune.spec import StudyRecord, TrialRecord
-from autotune.training import Shaped
+from autotune.training import EpochRecord, Shaped
 
 if TYPE_CHECKING:
     from autotune.fit import TrialPlan
@@ -41,19 +43,37 @@ if TYPE_CHECKING:
 
 class BufferedTrial:
     """The `optuna.Trial` an objective sees, with its `record` kept in memory until `flush`; every other attribute
-    and method is the trial's own (suggest, report, should_prune, set_constraint, study, number)."""
+    and method is the trial's own (suggest, report, should_prune, set_constraint, study, number).
 
-    def __init__(self, trial: optuna.Trial) -> None:
+    Its epochs stay `EpochRecord`s (`epochs`, the last attempt's, as the context measured them; the study's stop
+    rules read them so) until the record is written: then they become its stored `history` and `epoch_values`
+    (the values of `epoch_metrics`, the objectives known every epoch)."""
+
+    def __init__(self, trial: optuna.Trial, epoch_metrics: Sequence[str] = ()) -> None:
         self._trial = trial
         self.record = TrialRecord()  # what this trial stores beyond what it held when it started
+        self.epochs: list[EpochRecord] = []
+        self.epoch_metrics = tuple(epoch_metrics)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._trial, name)
 
+    @property
+    def trial(self) -> optuna.Trial:
+        """The Optuna trial itself, for what takes one (the search, the speed probe, the pruners)."""
+        return self._trial
+
+    def attrs(self) -> dict[str, Any]:
+        """The user attrs the record stores, its epochs flattened into them here (`EpochRecord.as_dict`)."""
+        if self.epochs:
+            self.record.history = [rec.as_dict() for rec in self.epochs]
+            self.record.epoch_values = epoch_values(self.epochs, self.epoch_metrics)
+        return self.record.attrs()
+
     def flush(self) -> None:
         """Hand the record over: staged for the trial's final transaction where the storage takes that (`attach`),
         else written now in one storage transaction."""
-        attrs = self.record.attrs()
+        attrs = self.attrs()
         if not attrs:
             return
         trial = self._trial
@@ -67,8 +87,14 @@ class BufferedTrial:
         """Write the record and the trial's final `state` straight to the storage: for the watchdog's thread when
         the objective cannot return (its process ends next)."""
         trial_id = compat.trial_id(self._trial)
-        write_user_attrs(self._trial.storage, trial_id, self.record.attrs())
+        write_user_attrs(self._trial.storage, trial_id, self.attrs())
         self._trial.storage.set_trial_state_values(trial_id, state)
+
+
+def epoch_values(epochs: Sequence[EpochRecord], metrics: Sequence[str]) -> list[list[float]]:
+    """Per epoch, the values of `metrics` known then (NaN: not reported): a trial's stored `epoch_values`, and the
+    curve Pareto pruning judges."""
+    return [[math.nan if (v := rec.value(m)) is None else v for m in metrics] for rec in epochs]
 
 
 def planned(record: TrialRecord, plan: TrialPlan) -> None:
@@ -235,5 +261,5 @@ def _upserts(storage: optuna.storages.RDBStorage) -> bool:
     return name in ("postgresql", "mysql") or (name == "sqlite" and sqlite3.sqlite_version_info >= (3, 24, 0))
 
 
-__all__ = ["BufferedTrial", "attach", "planned", "put", "shaped", "stage", "trained", "write", "write_study",
-           "write_user_attrs"]
+__all__ = ["BufferedTrial", "attach", "epoch_values", "planned", "put", "shaped", "stage", "trained", "write",
+           "write_study", "write_user_attrs"]

@@ -7,7 +7,8 @@ Each page is built from the one source of truth it documents: the YAML schema fr
 `build_parser`), the public Python API from docstrings (`inspect`), and bench/RESULTS.md copied as it is.
 None of them is committed: `on_files` adds them to the build. tests/test_docs.py calls `PAGES` directly. The
 how-to pages' framework tables are filled in where a page says `<!-- table: hf -->` (`on_page_markdown`), from
-autotune/integrations/tables.py: each framework's one mapping and the catalogue's `applied_by`.
+autotune/integrations/tables.py: each framework's one mapping and the catalogue's `applied_by`; and the lists of
+settings the prose names (`<!-- names: KEY -->`, `NAME_LISTS`) are filled from the catalogue and the tables.
 """
 
 from __future__ import annotations
@@ -398,5 +399,62 @@ def howto_page(path: str, markdown: str) -> str:
     return FRAMEWORK_TABLE.sub(lambda m: FRAMEWORKS[m.group(1)].table(), markdown)
 
 
+# ---------------------------------------------------------------- lists of settings in the prose
+
+NAME_LIST = re.compile(r"<!-- names: ([\w-]+) -->(.*?)<!-- /names -->", re.S)
+
+
+def _neutral() -> list[str]:
+    from autotune.spec.settings import acting
+
+    return list(acting("speed"))
+
+
+def _throughput() -> list[str]:
+    from autotune.speed import THROUGHPUT
+
+    return list(THROUGHPUT)
+
+
+def _cannot(table_name: str) -> Callable[[], list[str]]:
+    """What a framework's table refuses (validation names the key): each setting it cannot apply at all, and each
+    value it cannot take (`lr_schedule: onecycle`), in the catalogue's order."""
+    def names() -> list[str]:
+        from autotune.integrations import tables
+        from autotune.spec.settings import SETTINGS
+
+        fw = getattr(tables, table_name)
+        return ([k for k in SETTINGS if k in fw.cannot and fw.role(k)[0] == "cannot"]
+                + [f"{k}: {value}" for k in SETTINGS for value in fw.values.get(k, {})])
+    return names
+
+
+def _nothing_of_yours() -> list[str]:
+    """The settings a user's own code would read, refused for a Trainer object (no code of the user's runs)."""
+    from autotune.integrations.tables import HF, HF_OBJECT
+    from autotune.spec.settings import SETTINGS
+
+    return [k for k in SETTINGS if HF.role(k)[0] == "yours" and HF_OBJECT.role(k)[0] == "cannot"]
+
+
+# `<!-- names: KEY -->...<!-- /names -->` in a page: the names KEY's function gives, each as code, comma-separated.
+# The page keeps the list written out (it reads on GitHub too); the build fills it afresh, and tests/test_docs.py
+# fails when what is written differs from what the code gives.
+NAME_LISTS: dict[str, Callable[[], list[str]]] = {
+    "neutral": _neutral,  # the strategy's NEUTRAL: settings that change only the speed
+    "throughput": _throughput,  # the speed probe's THROUGHPUT: what a combination is made of
+    "hf-cannot": _cannot("HF"),
+    "hf-object-refused": _nothing_of_yours,
+}
+
+
+def filled(markdown: str) -> str:
+    """The page with each `<!-- names: KEY -->` list as the code gives it now."""
+    def fill(m: re.Match[str]) -> str:
+        names = NAME_LISTS[m.group(1)]()
+        return f"<!-- names: {m.group(1)} -->{', '.join(f'`{n}`' for n in names)}<!-- /names -->"
+    return NAME_LIST.sub(fill, markdown)
+
+
 def on_page_markdown(markdown: str, page: Any, config: Any, files: Any) -> str:
-    return howto_page(page.file.src_uri, markdown)
+    return filled(howto_page(page.file.src_uri, markdown))

@@ -52,8 +52,11 @@ def test_run_end_to_end_then_resume_and_best(tmp_path: Path) -> None:
     assert (tmp_path / "j.log").exists()
 
 
-@pytest.mark.parametrize("name", ["unknown_sampler", "log_low_zero", "malformed_yaml", "bad_factory", "data_nan_x",
-                                  "image_unreadable"])
+# One config a stage (schema, YAML, a user's factory, the data) by default: each subprocess costs about 3.5 s of CPU,
+# and config_tests/test_config.py::test_bad_config_message checks every config's message (these two included).
+@pytest.mark.parametrize("name", ["unknown_sampler", pytest.param("log_low_zero", marks=pytest.mark.slow),
+                                  "malformed_yaml", "bad_factory", "data_nan_x",
+                                  pytest.param("image_unreadable", marks=pytest.mark.slow)])
 def test_bad_config_one_line_exit_2(name: str, tmp_path: Path) -> None:
     r = autotune("run", str(ROOT / "tests" / "configs" / f"{name}.yaml"), cwd=tmp_path)
     assert r.returncode == 2

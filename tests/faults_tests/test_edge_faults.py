@@ -42,7 +42,9 @@ def test_a_study_name_of_kilobytes_is_one_line_that_does_not_echo_it(tmp_path: P
     assert "a name of 5,000 bytes" in err and "n" * 100 not in err
 
 
-@pytest.mark.parametrize("where", ["train", "space"])
+# [space] through the command is slow (a subprocess costs about 3.5 s of CPU): the same rule at that key path is
+# checked in process by test_a_value_too_big_or_too_many_is_one_line_wherever_it_is, the command's line by [train].
+@pytest.mark.parametrize("where", ["train", pytest.param("space", marks=pytest.mark.slow)])
 def test_a_parameter_of_a_megabyte_is_refused(tmp_path: Path, where: str) -> None:
     """Today: a 50 MB user parameter passed and was stored with the study and every trial (three copies); 1 MB here
     (a bigger file is refused before it is parsed)."""
@@ -89,7 +91,9 @@ def test_a_value_too_big_or_too_many_is_one_line_wherever_it_is() -> None:
     for _ in range(70):
         node["k"] = {}
         node = node["k"]
+    blob = {**BASE, "space": {"user.choice": {"type": "categorical", "choices": ["a", "x" * (1 << 20)]}}}
     cases = [(too_many, "space.user.c.choices", "10,001 items; at most 10,000"),
+             (blob, "space.user.choice.choices[1]", "a value of 1,048,576 bytes; at most 65,536"),
              ({**BASE, "train": {"epochs": 1, "user." + "k" * 300: 1}}, "train.'user.kkkk", "a key of 305 characters"),
              ({**BASE, "model": deep}, "model.k.k.k", "nested more than 64 levels deep")]
     for raw, key, rule in cases:

@@ -136,3 +136,25 @@ def test_the_configs_sampler_checks_read_each_samplers_kind(monkeypatch: pytest.
     monkeypatch.setitem(samplers.SAMPLERS, "qmc", dataclasses.replace(qmc, grid=True))
     with pytest.raises(ConfigError, match=r"space\.lr: the qmc sampler needs categorical, bool or stepped"):
         config.from_dict(raw)
+
+
+def test_where_candidates_apply_is_read_from_the_samplers_kind(tmp_path: Path,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """study.candidates draws from a sampler that proposes a parameter at a time: its SamplerKind says so, not a
+    list of names (search/predicted.py reads the kind)."""
+    from dataclasses import replace
+
+    from autotune.search import predicted
+
+    def cfg(sampler: str) -> config.RunConfig:
+        objectives = [{"metric": "val_accuracy", "direction": "maximize"},
+                      {"metric": "train_time_s", "direction": "minimize"}]
+        return config.from_dict({"study": {"name": "k", "storage": f"sqlite:///{tmp_path}/k.db", "sampler": sampler},
+                                 "objectives": objectives, "space": FLOAT_SPACE}, source=str(tmp_path / "k.yaml"))
+
+    drawn = {name for name, kind in samplers.SAMPLERS.items() if kind.proposes == "parameter"}
+    assert drawn == {"tpe", "random"}
+    for name in ("tpe", "random", "gp", "nsga2", "qmc"):
+        assert predicted.applies(cfg(name)) == (name in drawn)
+    monkeypatch.setitem(samplers.SAMPLERS, "gp", replace(samplers.SAMPLERS["gp"], proposes="parameter"))
+    assert predicted.applies(cfg("gp")) and predicted.n_candidates(cfg("gp")) == predicted.AUTO_K

@@ -116,6 +116,21 @@ def test_only_the_records_modules_write_or_read_attrs_by_name(pattern: str) -> N
     assert not found, "\n".join(found)
 
 
+BENCH = ROOT / "bench"
+PEERS_OWN = "MM_KEY"  # bench/replay_arms.py: OptunaHub multi_metric_pruner's own attr, which that peer reads
+
+
+@pytest.mark.parametrize("pattern", [r"user_attrs\[", r"user_attrs\.(get|items|keys|values)\(", r"in \S*user_attrs\b",
+                                     r"= [\w.]*\.user_attrs\b"])
+def test_the_benchmarks_read_trials_through_their_records(pattern: str) -> None:
+    """bench/ reads what a trial or a study stored through TrialRecord.of / StudyRecord.of, never an attr by name
+    (a renamed field would otherwise read as missing there, silently)."""
+    found = [f"{path.relative_to(ROOT)}:{n}: {line.strip()}" for path in sorted(BENCH.rglob("*.py"))
+             for n, line in enumerate(path.read_text().splitlines(), 1)
+             if re.search(pattern, line) and PEERS_OWN not in line]
+    assert not found, "\n".join(found)
+
+
 def test_a_studys_record() -> None:
     study = optuna.create_study()
     write_study(study, StudyRecord(device="cpu", metrics=["val_accuracy"], probes={"probe:ab": {"samples_per_s": 1.0}}))

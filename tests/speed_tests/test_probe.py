@@ -88,7 +88,8 @@ def test_an_uncompiled_trial_has_no_compile_time(tmp_path: Path) -> None:
     trial = study.ask()
     values = {**DEFAULTS, "device": "cpu", "epochs": 1, "compile": False}
     record = TrialRecord()
-    window = probe.Gate(cfg, write=write_study).window(trial, TrialPlan.of(cfg, values, 0, number=trial.number), record)
+    gate = probe.Gate(cfg, write=write_study)
+    window = gate.open(trial, TrialPlan.of(cfg, values, 0, number=trial.number), record).window()
     assert window is not None
     context.run_fit(sleepy_steps(0.02, 0.3), context.TrialContext(context.TrainingPlan.bare(values), probe=window))
     m = window.measurement
@@ -342,9 +343,12 @@ def test_a_contended_reading_steers_nothing_and_is_measured_again(tmp_path: Path
     assert [t.state for t in trials] == [TrialState.COMPLETE] * 3, [t.user_attrs.get("stop_detail") for t in trials]
     again = _probe_records(study)[k]
     assert again["contended"] in (False, True)  # said either way
-    assert again["source"] in ("trial 1", "trial 1 (whole run)") and again["samples_per_s"] > planted["samples_per_s"]
-    assert trials[1].user_attrs["probe"]["source"] == again["source"]  # its reference: its own reading
-    if not again["contended"]:  # (the machine was quiet enough): trial 2 took it as its reference, measured nothing
+    # trial 1 measures it again; on busy cores its reading is contended too, and trial 2 measures it once more
+    by = int(again["source"].split()[1])
+    assert by in (1, 2) and again["samples_per_s"] > planted["samples_per_s"]
+    assert by == 1 or trials[1].user_attrs["probe"].get("contended"), trials[1].user_attrs["probe"]
+    assert trials[by].user_attrs["probe"]["source"] == again["source"]  # its reference: its own reading
+    if by == 1 and not again["contended"]:  # (the machine was quiet enough): trial 2 took it as its reference
         assert trials[2].user_attrs["probe"]["source"] == again["source"]
 
 

@@ -14,8 +14,11 @@ import pytest
 import autotune
 from autotune import config
 from autotune.core.watchdog import rss_mb
+from autotune.spec import TrialRecord
+from autotune.study.epoch_rules import StudyRules
 from autotune.study.objective import Objective
 from autotune.study.outcome import FailureStreak, RepeatedFailure
+from autotune.training import EpochRecord
 from tests import user_fits
 
 
@@ -180,3 +183,25 @@ def test_host_memory_growing_past_the_cap_stops_the_trial_oom(tmp_path: Path) ->
     assert f"over pruning.max_host_memory_mb {cap:g}" in t.user_attrs["stop_detail"]
     assert "in fit_hoards_memory" in t.user_attrs["stop_detail"]
     assert (rss_mb() or 0) < cap  # the hoard was released with the trial
+
+
+def test_the_study_stop_rules_read_each_epoch_as_the_context_measured_it(tmp_path: Path,
+                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """Typed to the end: the study's stop rules are handed the trial's epochs as EpochRecords, nothing is flattened
+    into the record while it runs, and what records.py writes is each epoch's `as_dict()` and its objectives."""
+    seen: list[list[Any]] = []
+    after_epoch = StudyRules.after_epoch
+
+    def spy(self: StudyRules, trial: optuna.Trial, record: TrialRecord, history: Any, epochs: int) -> None:
+        assert record.history is None and record.epoch_values is None  # (flattened only when it is written)
+        seen.append(list(history))
+        after_epoch(self, trial, record, history, epochs)
+
+    monkeypatch.setattr(StudyRules, "after_epoch", spy)
+    t = autotune.run(user_study(tmp_path, "fit")).study.trials[0]
+    assert t.state.name == "COMPLETE"
+    assert [len(h) for h in seen] == [1, 2] and all(isinstance(r, EpochRecord) for h in seen for r in h)
+    assert seen[0][0] is seen[1][0]  # the same records, epoch after epoch
+    last = seen[-1]
+    assert t.user_attrs["history"] == [r.as_dict() for r in last]
+    assert t.user_attrs["epoch_values"] == [[r.val_accuracy, r.train_time_s] for r in last]

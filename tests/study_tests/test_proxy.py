@@ -33,9 +33,11 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-@pytest.fixture
-def served(tmp_path: Path) -> Iterator[tuple[Path, str, subprocess.Popen[str]]]:
-    """(the study's YAML on a SQLite file, the proxy's grpc:// URL, the proxy process)."""
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, str, subprocess.Popen[str]]]:
+    """(the study's YAML on a SQLite file, the proxy's grpc:// URL, the proxy process). One proxy for the module
+    (starting one costs about 3 s): each test uses a study name of its own on it."""
+    tmp_path = tmp_path_factory.mktemp("proxy")
     path = write_cfg(tmp_path, f"sqlite:///{tmp_path}/p.db", 6, name="p")
     port = free_port()
     p = subprocess.Popen([sys.executable, "-m", "autotune", "storage-proxy", str(path), "--port", str(port)],
@@ -67,7 +69,7 @@ def test_two_workers_through_the_proxy_share_the_study_exactly(served: tuple[Pat
 
 def test_orphans_and_locks_degrade_through_the_proxy(served: tuple[Path, str, Any]) -> None:
     path, url, server = served
-    cfg = config.load(path, {"study.storage": url})
+    cfg = config.load(path, {"study.storage": url, "study.name": "orphans"})  # (the shared proxy's "p" is another's)
     study = study_mod.open_study(cfg)
     assert not orphans.heartbeats(study)  # none through a proxy: only this host's dead workers are seen
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
@@ -78,7 +80,7 @@ def test_orphans_and_locks_degrade_through_the_proxy(served: tuple[Path, str, An
                                                   1e-3, 1e-1, log=True)},
                                               user_attrs={orphans.OWNER_ATTR: stamp}))
     assert orphans.reap(study) == [0]
-    again = optuna.load_study(study_name="p", storage=storage_mod.make_storage(cfg))
+    again = optuna.load_study(study_name="orphans", storage=storage_mod.make_storage(cfg))
     states = [t.state for t in again.get_trials()]
     assert states == [TrialState.FAIL, TrialState.WAITING]  # failed once, retried once
     assert again.trials[0].user_attrs["stop_reason"] == orphans.REASON

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import math
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,6 +22,7 @@ from autotune.study import records, workers
 from autotune.study import runner as study_mod
 from autotune.study import storage as storage_mod
 from autotune.study.objective import Objective
+from autotune.training import EpochRecord
 
 SPACE = {"lr": {"type": "float", "low": 1e-4, "high": 1e-1, "log": True},
          "optimizer": {"type": "categorical", "choices": ["sgd", "adam"]},
@@ -214,3 +216,16 @@ def test_attrs_arrive_with_the_final_state_on_postgres(tmp_path: Path, postgres_
         res = study_mod.run(cfg_for(tmp_path, url, n_trials=3), fit=no_training)
         assert [len(t.user_attrs["history"]) for t in res.trials] == [3, 3, 3]
         res._storage._backend.engine.dispose()
+
+
+def test_an_epochs_values_are_what_its_stored_history_holds() -> None:
+    """`EpochRecord.value` (what the stop rules and `epoch_values` read) agrees with `as_dict` (what `history`
+    stores): a measured field where it was measured, else a reported metric, else not known (NaN when stored)."""
+    rec = EpochRecord(epoch=2, train_loss=0.5, epoch_time_s=1.0, train_time_s=2.0, samples_per_s=100.0,
+                      data_wait_fraction=0.1, lr=0.01, peak_memory_mb=12.0, metrics={"val_accuracy": 0.9, "n": 3})
+    stored = rec.as_dict()
+    assert {k: rec.value(k) for k in stored if k != "epoch"} == {k: v for k, v in stored.items() if k != "epoch"}
+    assert rec.value("energy_j") is None and "energy_j" not in stored  # a meter with nothing to read: absent
+    assert rec.value("val_f1") is None
+    values = records.epoch_values([rec], ["val_accuracy", "train_time_s", "val_f1"])
+    assert values[0][:2] == [0.9, 2.0] and math.isnan(values[0][2])

@@ -37,6 +37,13 @@ class EpochRecord:
             return float(metrics[name])
         raise AttributeError(name)
 
+    def value(self, name: str) -> float | None:
+        """A metric at this epoch, as `as_dict()` stores it: a measured field (spec.EPOCH_FIELDS) where it was
+        measured, else what ctx.report received; None: neither (not known at this epoch)."""
+        measured = getattr(self, name) if name in EPOCH_FIELDS else None
+        found = measured if measured is not None else self.metrics.get(name)
+        return None if found is None else float(found)
+
     def as_dict(self) -> dict[str, Any]:
         """Flat: what the trial's `history` user attr stores (the report and pruners read these keys)."""
         # the catalogue's record fields, in its order; a meter with nothing to read is absent, never zero
