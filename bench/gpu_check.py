@@ -48,7 +48,6 @@ sys.path.insert(0, str(ROOT))  # autotune from this checkout
 import autotune  # noqa: E402
 from autotune import config  # noqa: E402
 from autotune.fit import TrialPlan, trainer  # noqa: E402
-from autotune.fit import job as job_mod  # noqa: E402
 from autotune.spec import TrialRecord  # noqa: E402
 from autotune.spec.settings import DEFAULTS  # noqa: E402
 from autotune.study import runner as study_mod  # noqa: E402
@@ -316,8 +315,8 @@ def ddp(chk: Check, device: str, sizes: Sizes) -> None:
         t0 = time.perf_counter()
         try:
             values = {**DEFAULTS, **cfg.fixed(), **DDP_PARAMS, "devices": devices}
-            job = job_mod.job_for(cfg, TrialPlan.of(cfg, values, 0, measure_inference=False, study_rules=False))
-            r = trainer.train(job, keep_model=False, launch=launch)  # metrics only: rank 0 sends no model back
+            plan = TrialPlan.of(cfg, values, 0, measure_inference=False, study_rules=False).training
+            r = trainer.train(plan, keep_model=False, launch=launch)  # metrics only: rank 0 sends no model back
             row.update(samples_per_s=round(r.samples_per_s, 1), train_time_s=round(r.train_time_s, 3),
                        val_accuracy=round(r.val_accuracy, 4), device=r.device)
         except Exception as e:  # one failing row must not end an unattended check

@@ -26,7 +26,7 @@ import autotune
 from autotune import config
 from autotune.core import AutotuneError, watchdog
 from autotune.spec import TrialRecord
-from autotune.training import TrialContext, TrialPort, TrialSetup, run_fit
+from autotune.training import TrainingPlan, TrialContext, run_fit
 from autotune.training.optimizers import fast_kwargs
 
 _RATE: dict[str, float] = {}  # calibrated: GPU sleep cycles per second
@@ -171,14 +171,14 @@ def step_hooks(chk: Any, device: str) -> None:
         settings = {"device": device, "optimizer": name, "epochs": 2, "batch_size": 64, "lr": lr}
         searched = ("lr", "optimizer") if own is None else ("lr",)  # (a fit's own: the searched lr scales its groups)
         try:
-            ctx = TrialContext(settings, setup=TrialSetup(searched=searched))
+            ctx = TrialContext(TrainingPlan.bare(settings, searched=searched))
             r = run_fit(fit, ctx)
             opt = kept[0]
             d = opt.defaults
             row.update(kernel="fused" if d.get("fused") else "foreach" if d.get("foreach") else "loop",
                        expected_kernel="fused" if fast_kwargs(name, chk.dev).get("fused") else
                        "foreach" if fast_kwargs(name, chk.dev).get("foreach") else "loop",
-                       steps=TrialPort(ctx).optimizer_steps, expected_steps=2 * 512 // 64,
+                       steps=ctx._state.stepper.opt_steps, expected_steps=2 * 512 // 64,
                        not_applied=r.not_applied, searched=list(searched),
                        hooks_left=len(opt._optimizer_step_post_hooks))
         except Exception as e:  # one failing row must not end an unattended check

@@ -32,7 +32,7 @@ from transformers import Trainer, TrainingArguments  # noqa: E402
 
 from autotune.integrations import hf  # noqa: E402
 from autotune.spec.settings import DEFAULTS  # noqa: E402
-from autotune.training import TrialContext, TrialPort, TrialSetup, run_fit, trial_session  # noqa: E402
+from autotune.training import TrainingPlan, TrialContext, TrialPort, run_fit, trial_session  # noqa: E402
 from examples import hf_text  # noqa: E402
 
 CHOSEN = ("epochs", "optimizer", "lr", "batch_size")  # fixed, as a study's train: would (the rest: the Trainer's)
@@ -43,8 +43,8 @@ def settings(epochs: int) -> dict[str, Any]:
 
 
 def context(opts: argparse.Namespace) -> TrialContext:
-    return TrialContext(settings(opts.epochs), user_params={"hidden": opts.hidden}, seed=0,
-                        setup=TrialSetup(metrics=["val_accuracy", "val_loss"], fixed=CHOSEN))
+    return TrialContext(TrainingPlan.bare(settings(opts.epochs), user={"hidden": opts.hidden}, seed=0,
+                                          metrics=["val_accuracy", "val_loss"], fixed=CHOSEN))
 
 
 def plain(opts: argparse.Namespace, out: str) -> tuple[float, float, float, float]:

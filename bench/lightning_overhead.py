@@ -32,7 +32,7 @@ from digits_lightning import Digits, DigitsNet  # noqa: E402
 
 from autotune.integrations import lightning as tune_lightning  # noqa: E402
 from autotune.spec.settings import DEFAULTS  # noqa: E402
-from autotune.training import TrialContext, TrialSetup, run_fit, trial_session  # noqa: E402
+from autotune.training import TrainingPlan, TrialContext, run_fit, trial_session  # noqa: E402
 
 BATCH, LR = 64, 1e-3
 FLAGS = {"logger": False, "enable_checkpointing": False, "enable_progress_bar": False, "enable_model_summary": False}
@@ -68,7 +68,7 @@ def through_autotune(epochs: int, seed: int) -> tuple[float, float]:
     clock = TrainClock()
     values = {**DEFAULTS, "device": "cpu", "epochs": epochs, "batch_size": BATCH, "eval_batch_size": 256}
     # (fixed as a study's train: would: the trial's epochs and batch sizes; the module's own Adam)
-    ctx = TrialContext(values, seed=seed, setup=TrialSetup(fixed=("epochs", "batch_size", "eval_batch_size")))
+    ctx = TrialContext(TrainingPlan.bare(values, seed=seed, fixed=("epochs", "batch_size", "eval_batch_size")))
 
     def fit(c: TrialContext) -> None:
         tune_lightning.fit(c, DigitsNet(width=16, lr=LR), Digits(), own_optimizer=True, callbacks=[clock])

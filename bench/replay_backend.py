@@ -9,7 +9,7 @@ table every time; charged, the strategy's measured CPU time varies by millisecon
 reorder close events between workers (two 8-worker runs of 20 seeds differed by up to 10 % in a median).
 
 `replay_backend(workload, clock)` is an `autotune.fit.Backend`: the study's real objective (its sampler, speed
-probe, stop rules, Pareto pruners and records) calls it instead of the trainer. It answers a job from the
+probe, stop rules, Pareto pruners and records) calls it instead of the trainer. It answers a plan from the
 recording: set-up, then per epoch its training and evaluation time charged to the clock, the epoch's record to
 the objective's callbacks (which may stop the trial), the speed probe's reading delivered after the probe's steps
 of epoch 1. A recorded configuration that diverged stops at the same epoch for the same reason.
@@ -171,9 +171,9 @@ def record_of(curve: Curve, epoch: int, lr: float) -> EpochRecord:
 def replay_train(workload: Workload, clock: SimClock) -> Callable[..., TrainResult]:
     """The trainer's signature over the recording (see the module's doc)."""
 
-    def train(job: Any, on_epoch: Callable[[EpochRecord], None] | None = None,
+    def train(plan: Any, fit: Any = None, *, probe: Any = None, on_epoch: Callable[[EpochRecord], None] | None = None,
               on_record: Callable[[EpochRecord], None] | None = None, keep_model: bool = True) -> TrainResult:
-        s = job.settings
+        s = plan.settings
         with clock.free():
             curve = workload.nearest(point_of(workload, s))
         epochs = int(s["epochs"])
@@ -184,7 +184,7 @@ def replay_train(workload: Workload, clock: SimClock) -> Callable[..., TrainResu
                 stop = curve.stop or {"reason": "diverged", "detail": "the recording ends here"}
                 raise TrialStopped(stop["reason"], epoch - 1, f"replayed: {stop.get('detail', '')}")
             spent = 0.0
-            window = job.probe
+            window = probe
             if epoch == 1 and window is not None and not window.done and window.on_measured is not None:
                 at, m = probe_reading(curve, int(s["batch_size"]))
                 clock.advance(at)

@@ -45,7 +45,7 @@ sys.path.insert(0, str(ROOT))
 
 import autotune  # noqa: E402
 from autotune.core import TrialStopped  # noqa: E402
-from autotune.fit import TrialPlan, job_for, trainer  # noqa: E402
+from autotune.fit import TrialPlan, trainer  # noqa: E402
 from autotune.search import space  # noqa: E402
 
 EPOCH_KEYS = ("val_accuracy", "val_loss", "train_loss", "train_time_s", "samples_per_s")
@@ -83,10 +83,10 @@ def record_one(cfg: autotune.RunConfig, params: dict[str, Any], seed: int) -> di
         epochs.append({k: float(d[k]) for k in EPOCH_KEYS if k in d})
 
     values = space.fixed_point(cfg, params)
-    job = job_for(cfg, TrialPlan.of(cfg, values, seed, measure_inference=False, study_rules=False))
+    plan = TrialPlan.of(cfg, values, seed, measure_inference=False, study_rules=False).training
     stop = None
     try:
-        trainer.train(job, on_record=on_record, keep_model=False)
+        trainer.train(plan, on_record=on_record, keep_model=False)
     except TrialStopped as e:
         stop = {"reason": e.reason, "epoch": e.epoch, "detail": e.detail[:200]}
     total, wall = time.thread_time() - t0, WALL() - w0

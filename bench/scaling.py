@@ -88,7 +88,7 @@ def throughput(n_trials: int, tmp: Path) -> None:
     # processes or from fewer threads fighting over busy cores?), then 2 workers on cores // 2 threads each.
     for i, (n, threads) in enumerate(((1, None), (1, 1), (2, None))):
         cfg = make_cfg(f"journal:///{tmp}/tp{i}.log", f"tp{i}", n_trials)
-        slots = workers.plan(cfg, n, None)
+        slots = workers.slots_for(cfg, n, None)
         if threads is not None:
             slots = [dataclasses.replace(s, threads=threads) for s in slots]
         t0 = time.perf_counter()

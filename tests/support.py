@@ -359,12 +359,14 @@ def lightning_trial(fit: Any = None, searched: tuple[str, ...] = (), user: dict[
     runner's plumbing left out): its TrainResult. The settings given (and epochs, 2 unless given) are the trial's
     chosen ones; every other one is the module's and loaders' own."""
     from autotune.spec.settings import DEFAULTS
-    from autotune.training import TrialContext, TrialSetup, run_fit, trial_session
+    from autotune.training import TrainingPlan, TrialContext, run_fit, trial_session
     from tests.integrations_tests import lightning_fits  # (imports Lightning: only where a test asks)
 
     fit = lightning_fits.fit if fit is None else fit
     values = {**DEFAULTS, "device": "cpu", "epochs": 2, **settings}
-    setup_ = TrialSetup(searched=searched or tuple(settings), fixed=("epochs",), **(setup or {}))
-    ctx = TrialContext(values, user_params=user, setup=setup_)
+    wiring = {k: v for k, v in (setup or {}).items() if k in ("on_epoch", "on_record", "probe")}  # (the runner's)
+    plan = TrainingPlan.bare(values, user=user, searched=searched or tuple(settings), fixed=("epochs",),
+                             **{k: v for k, v in (setup or {}).items() if k not in wiring})
+    ctx = TrialContext(plan, **wiring)
     with trial_session(values):
         return run_fit(fit, ctx)

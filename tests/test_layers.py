@@ -162,7 +162,7 @@ def test_the_faces_keep_light_modules_light() -> None:
     code = ("import sys\nimport autotune, autotune.core, autotune.spec, autotune.config\n"
             "assert 'optuna' not in sys.modules and 'torch' not in sys.modules, 'core/spec/config'\n"
             "from autotune.training import Limits, EpochRecord\n"
-            "assert 'torch' in sys.modules and EpochRecord.__module__ == 'autotune.training.context.records'\n")
+            "assert 'torch' in sys.modules and EpochRecord.__module__ == 'autotune.training.context.results'\n")
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
 

@@ -91,7 +91,7 @@ def _run_workers(args: argparse.Namespace, cfg: RunConfig) -> int:
     from autotune.observe import progress, tracking
     from autotune.study import local_workers, workers
 
-    slots = workers.plan(cfg, args.workers, args.gpus)
+    slots = workers.slots_for(cfg, args.workers, args.gpus)
     if args.fail_stale:
         fail_stale(cfg)
     trackers = tracking.callbacks(cfg)  # the driver logs every trial to MLflow, not the workers

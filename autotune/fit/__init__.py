@@ -1,18 +1,20 @@
-"""One training run from a config: its plan (`TrialPlan`: settings, seed, device, threads, limits), the trainer's
-job for it (`job_for`, the training function), the checks before anything trains (`preflight`), the trainer
-(`TrainJob` -> `TrainResult`, built-in or the user's `fit(ctx)`), one configuration trained outside any study
-(`train`), and where a study's trials train (`Backend`: `REAL`, or a replay's stand-in). No Optuna here."""
+"""One training run from a config: its plan (`TrialPlan`: the point, and its training half handed to the trial
+context as it is), the training function a config names (`load_fit`), the checks before anything trains
+(`preflight`), the trainer (a plan -> `TrainResult`, built-in or the user's `fit(ctx)`), one configuration trained
+outside any study (`train`), and where a study's trials train (`Backend`: `REAL`, or a replay's stand-in). No
+Optuna here."""
 
 from __future__ import annotations
 
 from autotune.fit.backend import REAL, Backend
 from autotune.fit.checks import notes, preflight
-from autotune.fit.job import fit_name, job_for, load_fit
-from autotune.fit.plan import Threads, TrialPlan, trial_seed
-from autotune.fit.train_one import one_job, train
-from autotune.fit.trainer import BuiltinFit, Fit, TrainJob
+from autotune.fit.function import fit_name, load_fit
+from autotune.fit.plan import TrialPlan, trial_seed
+from autotune.fit.train_one import one_plan, train
+from autotune.fit.trainer import BuiltinFit, Fit
+from autotune.training import Threads, TrainingPlan
 
 __all__ = [
-    "REAL", "Backend", "BuiltinFit", "Fit", "Threads", "TrainJob", "TrialPlan", "fit_name", "job_for", "load_fit",
-    "notes", "one_job", "preflight", "train", "trial_seed",
+    "REAL", "Backend", "BuiltinFit", "Fit", "Threads", "TrainingPlan", "TrialPlan", "fit_name", "load_fit", "notes",
+    "one_plan", "preflight", "train", "trial_seed",
 ]

@@ -1,6 +1,6 @@
 """Where a study's trials train: `REAL` (this process, the trainer) or a stand-in with the same signature.
 
-The objective takes its "train this job" from a `Backend` and nothing else: the sampler, the speed probe, the stop
+The objective takes its "train this plan" from a `Backend` and nothing else: the sampler, the speed probe, the stop
 rules, the pruners and the records all run unchanged whether the epochs are really trained or replayed from a
 recording on a simulated clock (bench/replay_backend.py). A backend that trains nothing in this process (`real`
 False) has no CPU of its own to measure and no tensors to free: the contention windows (an oversubscription
@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from autotune.fit import trainer
 from autotune.training import OnEpoch, TrainResult
 
-Train = Callable[..., TrainResult]  # (job, on_epoch=, on_record=, keep_model=) -> TrainResult, as trainer.train
+Train = Callable[..., TrainResult]  # (plan, fit, probe=, on_epoch=, on_record=, keep_model=), as trainer.train
 
 
 @dataclass(frozen=True)

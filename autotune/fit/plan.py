@@ -3,7 +3,10 @@
 A study's trial makes its plan at its top from the values the search sampled (`TrialPlan.for_trial`); a run outside
 a study (`autotune.train`, `profile`, `speed`, a teacher's retrain) from fixed values (`TrialPlan.of`). Everything on
 a trial's path reads the plan, typed and frozen: admission (the precision on this device, the strategy, the speed
-probe), the trainer's job (`job_for`) and the trial's record. Nothing there takes the sampled dict. No Optuna here.
+probe), the trainer (its training half, `TrialPlan.training`, handed to the trial context as it is) and the trial's
+record. Nothing there but the record takes the sampled dict. No Optuna here.
+
+"Plan" means this one thing in autotune: what one run is, decided before it starts.
 """
 
 from __future__ import annotations
@@ -16,38 +19,21 @@ from typing import Any
 
 import torch
 
-from autotune.core import contention
 from autotune.search import space
-from autotune.spec import INFERENCE, RunConfig, Settings
-from autotune.training import Limits, accel
+from autotune.spec import INFERENCE, USER_PREFIX, RunConfig, Settings
+from autotune.training import Limits, Threads, TrainingPlan, accel
 
 HALVED = ("batch_size", "eval_batch_size", "infer_batch_size")  # what an out-of-memory retry halves
 
 
 @dataclass(frozen=True)
-class Threads:
-    """The torch threads a CPU trial trains on (contention.trial_threads), decided before it trains."""
-
-    used: int  # its cpu_threads; else the process's threads (or `cap`), less one per DataLoader worker
-    cap: int | None  # the cap after an oversubscribed trial, where it applies (cpu_threads left at 0); else None
-    chosen: bool  # autotune chose `used` (cpu_threads left at 0, and `used` is not torch's default here)
-
-
-@dataclass(frozen=True)
 class TrialPlan:
-    """One run's inputs: its settings, the user's parameters, its seed and device, its threads, what it searched and
-    what it fixed, its limits."""
+    """One run's inputs: the point the search sampled (stored as the trial's settings), the trial's number, and
+    its training half (`training`, a TrainingPlan: settings, user parameters, seed, device, threads, searched and
+    fixed keys, limits), which the trainer hands to the trial context as it is."""
 
     point: Mapping[str, Any]  # as the search sampled it: trainer settings, model.KEY, user.NAME (stored as settings)
-    settings: Settings  # the point's trainer settings (and model.KEY), typed and frozen: what the trainer gets
-    user: Mapping[str, Any]  # the user's parameters, by their bare names (ctx.params)
-    seed: int
-    device: torch.device  # resolved (`auto` is the device this process trains on)
-    threads: Threads | None  # a CPU run's torch threads; None on an accelerator
-    searched: frozenset[str]  # the space's keys this point searched (each whose `when` holds): read, or not_applied
-    fixed: frozenset[str]  # the keys set explicitly (the config's train:, a call's params): with searched, the user's
-    limits: Limits  # the stop rules' (a study's pruning:; none outside a study)
-    measure_inference: bool  # size and latency measured after training
+    training: TrainingPlan
     number: int = 0  # the trial's number in its study
 
     @classmethod
@@ -62,22 +48,44 @@ class TrialPlan:
             measure_inference = any(o.metric in INFERENCE for o in cfg.objectives) or \
                 cfg.constraints.max_accuracy_drop is not None
         trainer_settings, user = space.split(dict(point))
-        settings = Settings(trainer_settings)
-        device = accel.resolve_device(settings.device)
         p = cfg.pruning
         limits = Limits(loss_factor=p.divergence.loss_factor if p.divergence is not None else None,
                         max_trial_seconds=p.slow.max_trial_seconds, hang_seconds=p.slow.hang_seconds,
                         max_peak_memory_mb=cfg.constraints.max_peak_memory_mb) if study_rules else Limits()
-        return cls(point=MappingProxyType(dict(point)), settings=settings, user=MappingProxyType(user), seed=seed,
-                   device=device, threads=_threads(settings, device, cap), searched=searched,
-                   fixed=frozenset(cfg.train) if fixed is None else fixed, limits=limits,
-                   measure_inference=measure_inference, number=number)
+        training = TrainingPlan.of(cfg, Settings(trainer_settings), user, seed, cap=cap, searched=searched,
+                                   fixed=frozenset(cfg.train) if fixed is None else fixed, limits=limits,
+                                   measure_inference=measure_inference)
+        return cls(point=MappingProxyType(dict(point)), training=training, number=number)
 
     @classmethod
     def for_trial(cls, cfg: RunConfig, point: Mapping[str, Any], number: int, cap: int | None = None) -> TrialPlan:
         """Trial `number`'s plan: its seed (`trial_seed`), the keys it searched, the study's limits."""
         searched = frozenset(k for k, spec in cfg.space.items() if space.active(spec, dict(point)))
         return cls.of(cfg, point, trial_seed(cfg, number), number=number, searched=searched, cap=cap)
+
+    # (the training half's fields, read where the trial's stages decide: admission, the probe, the record)
+    @property
+    def settings(self) -> Settings:
+        return self.training.settings
+
+    @property
+    def seed(self) -> int:
+        return self.training.seed
+
+    @property
+    def device(self) -> torch.device:
+        return self.training.device
+
+    @property
+    def threads(self) -> Threads | None:
+        return self.training.threads
+
+    def value(self, key: str) -> Any:
+        """One key's typed value: a trainer setting's or `model.KEY`'s (from `settings`), a user parameter's as
+        `user.NAME`; None where the run has no such key."""
+        if key.startswith(USER_PREFIX):
+            return self.training.user.get(key[len(USER_PREFIX):])
+        return self.settings.get(key)
 
     @property
     def device_name(self) -> str:
@@ -95,16 +103,7 @@ class TrialPlan:
             return None
         smaller = {k: max(1, int(self.settings[k]) // 2) for k in HALVED}
         return dataclasses.replace(self, point=MappingProxyType({**self.point, **smaller}),
-                                   settings=self.settings.replace(**smaller))
-
-
-def _threads(settings: Settings, device: torch.device, cap: int | None) -> Threads | None:
-    if device.type != "cpu":
-        return None
-    cap = None if settings.cpu_threads else cap  # a user's cpu_threads is theirs
-    default = torch.get_num_threads()
-    used = contention.trial_threads(settings, cap, torch_default=default)
-    return Threads(used=used, cap=cap, chosen=not settings.cpu_threads and used != default)
+                                   training=self.training.with_settings(**smaller))
 
 
 def trial_seed(cfg: RunConfig, number: int) -> int:

@@ -1,4 +1,4 @@
-"""`train(job, ...) -> TrainResult`: one training run, built-in or the user's, on a trial context. No Optuna here.
+"""`train(plan, fit, ...) -> TrainResult`: one training run, built-in or the user's, on a trial context. No Optuna here.
 
 The built-in trainer is an ordinary `fit(ctx)` (`BuiltinFit`) over the configured data and model, so it
 shares every setting, clock and stop rule with users' training functions. It keeps the device busy: data
@@ -12,11 +12,8 @@ only watches, and rank 0's records reach `on_record` / `on_epoch` here.
 
 from __future__ import annotations
 
-import dataclasses
-import functools
 import io
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import torch
@@ -24,16 +21,16 @@ from torch import nn
 
 from autotune import compress
 from autotune.core import TrialStopped
-from autotune.spec import REPORTED, RunConfig, Settings, is_quality
+from autotune.spec import Settings
 from autotune.training import (
     Batches,
     EpochRecord,
-    Limits,
     OnEpoch,
+    ProbeWindow,
+    TrainingPlan,
     TrainResult,
     TrialContext,
     TrialPort,
-    TrialSetup,
     accel,
     augment,
     data,
@@ -48,96 +45,56 @@ from autotune.training import (
 Fit = Callable[[TrialContext], Any]
 
 
-@dataclass(frozen=True)
-class TrainJob:
-    """Everything one training run needs: the run's config (its data, model, task, distill, source and objectives,
-    read from it where used), one point's resolved settings, the training function (None: built-in), a seed."""
-
-    config: RunConfig
-    settings: Settings | Mapping[str, Any]  # a Settings once train() has it (a plain mapping is checked there)
-    seed: int = 0
-    limits: Limits = field(default_factory=Limits)  # the stop rules' limits (a study's `pruning:`, or none)
-    measure_inference: bool = True  # size / latency / nonzero metrics even when nothing is compressed
-    fit: Fit | None = None  # a user's training function; None: the built-in trainer
-    user_params: Mapping[str, Any] = field(default_factory=dict)
-    probe: Any = None  # a throughput.ProbeWindow timing the first steps (the speed probe), or None
-    searched: frozenset[str] = frozenset()  # keys this trial searched: one nothing read is not_applied
-    fixed: frozenset[str] = frozenset()  # keys set explicitly (train:, params); with searched: the user's choices
-
-    @property
-    def metrics(self) -> frozenset[str]:
-        """What ctx.report may take: autotune's reported metrics, the objectives', the config's `metrics:`."""
-        cfg = self.config
-        return frozenset({*REPORTED, *(o.metric for o in cfg.objectives), *cfg.metrics})
-
-    @property
-    def early_stopping_on(self) -> tuple[tuple[str, str], ...]:
-        """What early stopping watches: val_loss and every quality objective, each with its direction."""
-        return (("val_loss", "minimize"),) + tuple((o.metric, str(o.direction)) for o in self.config.objectives
-                                                   if is_quality(o.metric))
-
-    def setup(self, group: distributed.Group | None, on_epoch: OnEpoch | None,
-              on_record: OnEpoch | None) -> TrialSetup:
-        """The trial context's plumbing for this job (on `group`'s rank, with the runner's callbacks)."""
-        return TrialSetup(limits=self.limits, on_record=on_record, on_epoch=on_epoch, metrics=self.metrics,
-                          early_stopping_on=self.early_stopping_on, config=self.config, group=group,
-                          probe=self.probe, searched=self.searched, fixed=self.fixed)
-
-
-def train(job: TrainJob, on_epoch: OnEpoch | None = None, on_record: OnEpoch | None = None, keep_model: bool = True,
+def train(plan: TrainingPlan, fit: Fit | None = None, *, probe: ProbeWindow | None = None,
+          on_epoch: OnEpoch | None = None, on_record: OnEpoch | None = None, keep_model: bool = True,
           launch: bool | None = None) -> TrainResult:
-    """Train one configuration; `on_record` sees each epoch's record, `on_epoch` may raise TrialStopped.
+    """Train one plan with `fit` (None: the built-in trainer); `probe` times its first steps (the speed probe);
+    `on_record` sees each epoch's record, `on_epoch` may raise TrialStopped.
 
     `devices` > 1 trains on that many ranks (`launch` None); `launch=True` goes through the launcher even for one
     device (a bench measures DDP's own cost with it). `keep_model=False`: a study needs the metrics, not the
     trained model, which several devices would otherwise send back from rank 0."""
-    s = Settings(job.settings)  # typed, frozen, every setting present
-    job = dataclasses.replace(job, settings=s)
+    s = plan.settings
     why = unsupported_combination(s)
     if why is not None:
         raise TrialStopped("unsupported", 0, why)
-    dev = accel.resolve_device(s["device"])
-    if job.fit is None:  # compression settings that cannot run here end the trial before it trains
-        bad = compress.unsupported(s, dev)
+    if fit is None:  # compression settings that cannot run here end the trial before it trains
+        bad = compress.unsupported(s, plan.device)
         if bad is not None:
             raise TrialStopped("unsupported", 0, f"{bad[0]}: {bad[1]}")
-    world = s["devices"]
+    world = int(s.devices)
     if launch is None:
         launch = world > 1
     if not launch:
-        return train_here(job, None, on_epoch, on_record)
-    result: TrainResult
-    result, blob = distributed.launch(_rank, (job, keep_model), world, dev, on_record=on_record, on_epoch=on_epoch,
-                                      hang_seconds=job.limits.hang_seconds)
+        return train_here(plan, fit, probe=probe, on_epoch=on_epoch, on_record=on_record)
+    launched: tuple[TrainResult, bytes | None] = distributed.launch(
+        _rank, (plan, fit, keep_model), world, plan.device, on_record=on_record, on_epoch=on_epoch,
+        hang_seconds=plan.limits.hang_seconds)
+    result, blob = launched
     if blob is not None:  # rank 0's trained model (and its compressed copy), where rank 0 had them (cuda:0, cpu)
         result.model, result.compressed_model = torch.load(io.BytesIO(blob), weights_only=False)
     result.device = f"{world} x {result.device}"
     return result
 
 
-def train_here(job: TrainJob, group: distributed.Group | None = None, on_epoch: OnEpoch | None = None,
+def train_here(plan: TrainingPlan, fit: Fit | None = None, group: distributed.Group | None = None, *,
+               probe: ProbeWindow | None = None, on_epoch: OnEpoch | None = None,
                on_record: OnEpoch | None = None) -> TrainResult:
     """Train in this process: the only one, or one rank of several (`group`); steps after `fit` run on rank 0."""
-    s = Settings(job.settings)  # (train made it one: the same object)
-    builtin = BuiltinFit(job) if job.fit is None else None
-    fit: Fit = builtin if builtin is not None else job.fit  # type: ignore[assignment]
-    with trial_session(s):
-        accel.seed_all(job.seed)
-        ctx = TrialContext(s, user_params=job.user_params, seed=job.seed, setup=job.setup(group, on_epoch, on_record))
-        result = run_fit(fit, ctx)
-        if builtin is not None and ctx.rank == 0:
-            builtin.after_fit(ctx, result)
-            result.not_applied = TrialPort(ctx).unapplied()  # the steps after training read settings too
-    return result
+    builtin = BuiltinFit(plan) if fit is None else None
+    with trial_session(plan):
+        accel.seed_all(plan.seed)
+        ctx = TrialContext(plan, group=group, probe=probe, on_record=on_record, on_epoch=on_epoch)
+        after = (lambda result: builtin.after_fit(ctx, result)) if builtin is not None and ctx.rank == 0 else None
+        return run_fit(builtin if builtin is not None else fit, ctx, after)  # type: ignore[arg-type]
 
 
-def _rank(payload: tuple[TrainJob, bool], group: distributed.Group, on_epoch: OnEpoch | None,
+def _rank(payload: tuple[TrainingPlan, Fit | None, bool], group: distributed.Group, on_epoch: OnEpoch | None,
           on_record: OnEpoch | None) -> tuple[TrainResult, bytes | None] | None:
     """One rank of a several-device trial (run by distributed.launch): its own device, then rank 0's result with
     the trained models as torch.save bytes (tensors by value: this process ends next)."""
-    job, keep_model = payload
-    job = dataclasses.replace(job, settings=Settings(job.settings).replace(device=str(group.device)))
-    result = train_here(job, group, on_epoch, on_record)
+    plan, fit, keep_model = payload
+    result = train_here(plan.on(group.device), fit, group, on_epoch=on_epoch, on_record=on_record)
     if group.rank != 0:
         return None
     blob = None
@@ -169,9 +126,11 @@ class BuiltinFit:
     targets; or mean squared error), on-device normalization and augmentation, the task's validation
     metrics each epoch."""
 
-    def __init__(self, job: TrainJob) -> None:
-        self.job = job
-        self.file = job.config.file
+    def __init__(self, plan: TrainingPlan) -> None:
+        assert plan.config is not None, "the built-in trainer trains a config's data and model"
+        self.plan = plan
+        self.cfg = plan.config
+        self.file = plan.config.file
         self.ds: data.Dataset | None = None
         self.batches: Batches | None = None
         self.val: tuple[torch.Tensor, torch.Tensor] | None = None
@@ -179,16 +138,16 @@ class BuiltinFit:
     def loss(self, ctx: TrialContext, teacher: nn.Module | None) -> Callable[..., torch.Tensor]:
         assert self.ds is not None
         base = tasks.loss_fn(self.ds, ctx.settings["label_smoothing"])
-        distill = self.job.config.distill
+        distill = self.cfg.distill
         if teacher is None or distill is None:
             return lambda out, yb, xb: base(out, yb)
         # knowledge distillation: match the teacher's softened predictions too
         return lambda out, yb, xb: compress.distill_loss(base(out, yb), out, teacher, xb, distill)
 
     def __call__(self, ctx: TrialContext) -> None:
-        cfg, s = self.job.config, ctx.settings
+        cfg, s = self.cfg, ctx.settings
         ds = self.ds = data.load(cfg.data, cfg.source, cfg.task)
-        TrialPort(ctx).set_chance_loss(tasks.chance_loss(ds))  # a guess's loss: the divergence rule's ceiling
+        TrialPort(ctx).chance_loss(tasks.chance_loss(ds))  # a guess's loss: the divergence rule's ceiling
         model = models.build_for(cfg.model, s, ds.input_shape, ds.n_outputs, s["dropout"], "default", self.file)
         checkpoint = cfg.model.checkpoint
         loaded = checkpoint is not None
@@ -227,16 +186,20 @@ class BuiltinFit:
         """Compression of a copy (prune + fine-tune, quantize), then what it costs and gains, measured."""
         s = ctx.settings
         compressing = s["prune_method"] != "none" or s["quantize"] != "none" or s["qat"]
-        if not (compressing or self.job.measure_inference):
+        if not (compressing or self.plan.measure_inference):
             return
         assert self.batches is not None and self.val is not None and self.ds is not None and result.model is not None
         ds, batches = self.ds, self.batches
         calibration = ((ds.normalize(xb), yb) for xb, yb in batches.untimed())
         x_val, y_val = ds.normalize(self.val[0]), self.val[1]
+
+        def finetune(model: nn.Module, epochs: int, qat: bool = False) -> float:
+            return self.finetune(ctx, model, epochs, qat)
+
+        # (the trial's own settings: what compression reads is noted one by one; a copy counted every one as read)
         packed = compress.compress_and_measure(
             result.model, s, ctx.device, compress.calibration_batches(calibration), ds, x_val, y_val,
-            result.val_accuracy, result.val_loss, functools.partial(self.finetune, ctx),
-            result.epochs_run)
+            result.val_accuracy, result.val_loss, finetune, result.epochs_run)
         result.final.update(val_accuracy=packed.val_accuracy, val_loss=packed.val_loss)
         result.train_time_s += packed.finetune_time_s
         result.extra.update(packed.extra)
@@ -252,14 +215,18 @@ class BuiltinFit:
         ft: dict[str, Any] = {**s, "lr": s["lr"] * compress.FINETUNE_LR_FACTOR, "lr_schedule": "constant",
                               "epochs": epochs, "compile": False, "early_stopping_patience": 0,
                               "precision": "fp32" if qat else s["precision"]}
-        fctx = TrialContext(ft, seed=ctx.seed)
-        prepared, _ = fctx.prepare(model, init=False)
-        batches = fctx.loader((ds.x_train, ds.y_train))
-        loss_of = self.loss(fctx, None)
-        for _ in fctx.epochs():
-            train_epoch(fctx, prepared, batches, ds.normalize, loss_of)
-            fctx.report()
-        return TrialPort(fctx).result().train_time_s
+        # (a bare context's plan, on the trial's device and threads: nothing is resolved again)
+        fplan = TrainingPlan(settings=Settings(ft), device=self.plan.device, threads=self.plan.threads, seed=ctx.seed)
+
+        def fine_tune(fctx: TrialContext) -> None:
+            prepared, _ = fctx.prepare(model, init=False)
+            batches = fctx.loader((ds.x_train, ds.y_train))
+            loss_of = self.loss(fctx, None)
+            for _ in fctx.epochs():
+                train_epoch(fctx, prepared, batches, ds.normalize, loss_of)
+                fctx.report()
+
+        return run_fit(fine_tune, TrialContext(fplan)).train_time_s
 
 
-__all__ = ["BuiltinFit", "EpochRecord", "Fit", "TrainJob", "TrainResult", "train", "train_epoch", "train_here"]
+__all__ = ["BuiltinFit", "EpochRecord", "Fit", "TrainResult", "train", "train_epoch", "train_here"]

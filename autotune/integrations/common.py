@@ -59,9 +59,9 @@ def quiet_frameworks() -> Iterator[None]:
 def record_cannot(port: Any, table: Any) -> None:
     """Each chosen setting the framework cannot apply (validation refuses them; a trial reached another way records
     them): not applied, with the table's reason."""
-    for key in port.chosen_unread():
+    for key in port.applied.unread_choices():
         if key in SETTINGS and table.role(key)[0] == "cannot":
-            port.not_applied(key, table.role(key)[1])
+            port.applied.cannot(key, table.role(key)[1], chosen_only=True)
 
 
 __all__ = ["ADAPTER", "quiet_frameworks", "record_cannot", "require"]

@@ -77,11 +77,11 @@ def trial_arguments(port: TrialPort, base: TrainingArguments, given: set[str] | 
     records need (each epoch evaluated and logged, the trial's seed unless the user set one, its own output folder).
     Also setting ->
     {argument: value} for each chosen setting."""
-    s = port.settings
+    s = port.plan.settings
     changes: dict[str, Any] = {}
     wanted: dict[str, dict[str, Any]] = {}
     for key, a in HF.mapped.items():
-        if port.chosen(key) and a.on == "args":
+        if port.applied.chose(key) and a.on == "args":
             wanted[key] = a.to(s[key], _View(base, changes))
             changes.update(wanted[key])
     if "compile_mode" in wanted and not _View(base, changes).torch_compile:
@@ -89,12 +89,12 @@ def trial_arguments(port: TrialPort, base: TrainingArguments, given: set[str] | 
     given = _given(base) if given is None else given
     # (push_to_hub off: a trial's checkpoints are not the user's model, and every trial would push to one repository)
     changes.update(eval_strategy="epoch", logging_strategy="epoch", push_to_hub=False,
-                   use_cpu=port.ctx.device.type == "cpu",
-                   output_dir=os.path.join(str(base.output_dir or "trainer_output"), f"seed-{port.ctx.seed}"))
+                   use_cpu=port.plan.device.type == "cpu",
+                   output_dir=os.path.join(str(base.output_dir or "trainer_output"), f"seed-{port.plan.seed}"))
     if "seed" in given:  # the user's seed is the recipe's: the Trainer trains with it, and the record says so
-        port.recipe("seed", base.seed)
+        port.applied.left_to_recipe("seed", base.seed)
     else:  # left to the Trainer's default: the trial's own seed (its record's `seed`)
-        changes["seed"] = port.ctx.seed
+        changes["seed"] = port.plan.seed
     # a checkpoint saved mid-epoch would be inside the training clock: "steps" saves each epoch instead, and the
     # Trainer's default (every 500 steps) saves nothing (unless the best model is loaded at the end)
     if str(enum_value(base.save_strategy)) == "steps":
@@ -124,11 +124,11 @@ def _not_held(port: TrialPort, args: TrainingArguments, wanted: Mapping[str, Map
         held = {a: enum_value(getattr(args, a, None)) for a in args_wanted}
         missed = {a: v for a, v in held.items() if v != enum_value(args_wanted[a])}
         shown = ", ".join(f"TrainingArguments.{a}={v!r}" for a, v in missed.items())
-        port.received(key, not missed, f"the Trainer holds {shown}, not what autotune gave it: your code did not "
-                                       "train with the arguments autotune built")
+        port.applied.received(key, not missed, f"the Trainer holds {shown}, not what autotune gave it: your code did "
+                                               "not train with the arguments autotune built")
         why = _missed(args, key)
         if why is not None:
-            port.not_applied(key, why)
+            port.applied.cannot(key, why, chosen_only=True)
 
 
 def _missed(args: TrainingArguments, key: str) -> str | None:
@@ -145,10 +145,10 @@ def _missed(args: TrainingArguments, key: str) -> str | None:
 def _record_recipe(port: TrialPort, args: TrainingArguments) -> None:
     """What the Trainer held for each mapped setting the trial did not choose: the user's recipe."""
     for key, a in HF.mapped.items():
-        if not port.chosen(key) and a.held is not None:
+        if not port.applied.chose(key) and a.held is not None:
             value = a.held(args)
             if value is not None:
-                port.recipe(key, value)
+                port.applied.left_to_recipe(key, value)
 
 
 class AutotuneCallback(TrainerCallback):
@@ -162,6 +162,7 @@ class AutotuneCallback(TrainerCallback):
         self.dataset_len = 0
         self.per_step = 1
         self.optimizer: Any = None  # the optimizer the Trainer stepped
+        self.start: dict[str, Any] = {}  # what the Trainer built, for the context's first epoch (epoch_begin)
 
     def on_train_begin(self, args: TrainingArguments, state: Any, control: Any, **kw: Any) -> None:
         _not_held(self.port, args, self.wanted)
@@ -171,13 +172,13 @@ class AutotuneCallback(TrainerCallback):
         self.per_step = args.per_device_train_batch_size * args.gradient_accumulation_steps
         steps = math.ceil(len(loader) / args.gradient_accumulation_steps) if loader is not None else 1
         self.optimizer = kw.get("optimizer")
-        self.port.start(steps, epochs=state.num_train_epochs, optimizer=self.optimizer, model=kw.get("model"),
-                        compiled=bool(args.torch_compile))
+        self.start = {"steps_per_epoch": steps, "epochs": state.num_train_epochs, "optimizer": self.optimizer,
+                      "model": kw.get("model"), "compiled": bool(args.torch_compile)}
 
     def on_epoch_begin(self, args: TrainingArguments, state: Any, control: Any, **kw: Any) -> None:
         self.train_loss = None
         self.epoch_samples = 0
-        if not self.port.epoch_begin():
+        if not self.port.epoch_begin(**self.start):  # (the first starts the context's epochs)
             control.should_training_stop = True
 
     def on_step_end(self, args: TrainingArguments, state: Any, control: Any, **kw: Any) -> None:
@@ -251,13 +252,13 @@ class _Fit:
             removed = [c for c in (trainer.pop_callback(PrinterCallback), trainer.pop_callback(ProgressCallback)) if c]
         own = trainer.optimizer is not None or trainer.optimizer_cls_and_kwargs is not None
         for key in ("optimizer", "momentum", "lr", "weight_decay"):
-            if own and port.chosen(key):
-                port.not_applied(key, "your Trainer was given its own optimizer")
-        if not own and port.chosen("optimizer"):
+            if own and port.applied.chose(key):
+                port.applied.cannot(key, "your Trainer was given its own optimizer", chosen_only=True)
+        if not own and port.applied.chose("optimizer"):
             trainer.optimizer_cls_and_kwargs = (_optimizer_factory(port, trainer), {})
-        elif not own and port.chosen("momentum"):
-            port.not_applied("momentum", f"the Trainer's own optimizer ({enum_value(trainer.args.optim)}) takes no "
-                                         "momentum from autotune: search optimizer too")
+        elif not own and port.applied.chose("momentum"):
+            port.applied.cannot("momentum", f"the Trainer's own optimizer ({enum_value(trainer.args.optim)}) takes "
+                                "no momentum from autotune: search optimizer too", chosen_only=True)
         callback = AutotuneCallback(port, wanted)
         trainer.add_callback(callback)
         # The Trainer caches its evaluation loaders when their workers persist: a trial evaluates on its own (not an
@@ -282,21 +283,21 @@ class _Fit:
         """The optimizer settings and lr_schedule that shaped training: the Trainer's own optimizer (unchosen
         `optimizer`) stepped at the chosen lr and weight_decay it holds; its scheduler stepped the schedule asked."""
         args = trainer.args
-        if not port.optimizer_steps or own:
+        if not trainer.state.global_step or own:
             return
-        if not port.chosen("optimizer"):
+        if not port.applied.chose("optimizer"):
             for key, held in (("lr", args.learning_rate), ("weight_decay", args.weight_decay)):
-                if port.chosen(key) and math.isclose(float(held), float(port.settings[key])):
-                    port.took_effect(key)
-        if port.chosen("lr_schedule") and port.is_applied("lr_schedule"):
-            port.took_effect("lr_schedule")  # the Trainer's scheduler stepped the schedule asked for
+                if port.applied.chose(key) and math.isclose(float(held), float(port.plan.settings[key])):
+                    port.applied.applied(key)
+        if port.applied.chose("lr_schedule") and not port.applied.refused("lr_schedule"):
+            port.applied.applied("lr_schedule")  # the Trainer's scheduler stepped the schedule asked for
 
     def _yours(self, port: TrialPort, table: Framework) -> None:
         """Settings the user's code applies (by reading ctx.settings) that nothing read: not applied."""
-        for key in port.chosen_unread():
+        for key in port.applied.unread_choices():
             role, how = table.role(key) if not key.startswith("user.") else ("", "")
             if role == "yours":
-                port.not_applied(key, how)
+                port.applied.cannot(key, how, chosen_only=True)
 
 
 class _BuiltPerTrial(_Fit):
@@ -348,7 +349,7 @@ class _ReusedTrainer(_Fit):
         port = TrialPort(ctx, FRAMEWORK)
         trainer = self.trainer
         if trainer.optimizer is not None or trainer.lr_scheduler is not None:
-            raise ConfigError(port.config_file, "trainer",
+            raise ConfigError(port.plan.config_file, "trainer",
                               "your Trainer was given an optimizer or scheduler object (optimizers=): every trial "
                               "would go on with its state; give optimizer_cls_and_kwargs= instead, or leave it to "
                               "the Trainer")
@@ -371,7 +372,7 @@ class _ReusedTrainer(_Fit):
             self.first = {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}
         else:
             model.load_state_dict(self.first)
-        port.forget_trained(model)
+        port.fresh(model, restored=True)
 
     def _set_arguments(self, args: TrainingArguments) -> None:
         """The Trainer takes the trial's TrainingArguments: what its constructor derived from them is derived

@@ -77,23 +77,23 @@ def fit(ctx: TrialContext, module: Any, datamodule: Any = None, *, train_dataloa
     record_cannot(port, LIGHTNING)
     args = _trainer_args(port, trainer_kwargs)
     given = {**trainer_kwargs, **args}
-    if str(given.get("precision", "32-true")) in map(str, MIXED) and float(given.get("gradient_clip_val") or 0) > 0:
-        port.clip_in_any_precision()  # (Lightning's mixed-precision plugin cannot clip a fused optimizer)
+    # (Lightning's mixed-precision plugin cannot clip a fused optimizer)
+    fused = not (str(given.get("precision", "32-true")) in map(str, MIXED) and
+                 float(given.get("gradient_clip_val") or 0) > 0)
     mine = _own_optimizers(module)
-    keep = own_optimizer if own_optimizer is not None else not port.chosen("optimizer")
+    keep = own_optimizer if own_optimizer is not None else not port.applied.chose("optimizer")
     if keep:
-        if port.chosen("lr") and mine[2] is not None:  # (read: ctx.prepare does not scale lrs a scheduler holds)
-            _ = ctx.settings.lr
-            port.not_applied("lr", "your configure_optimizers' scheduler holds your optimizer's lrs: a chosen lr "
-                                   "cannot multiply them (choose optimizer to train with autotune's)")
+        if port.applied.chose("lr") and mine[2] is not None:  # (so ctx.prepare does not scale lrs a scheduler holds)
+            port.applied.cannot("lr", "your configure_optimizers' scheduler holds your optimizer's lrs: a chosen lr "
+                                "cannot multiply them (choose optimizer to train with autotune's)", chosen_only=True)
         model, opt = ctx.prepare(module, mine[0])
         _record_own(port, mine[0], mine[2])
     else:
         recipe = _optimizer_recipe(mine[0])
         for key, value in recipe.items():
-            port.recipe(key, value)
-        model, opt = ctx.prepare(module, port.optimizer_factory(**recipe))
-        port.recipe("lr_schedule", "none" if mine[2] is None else
+            port.applied.left_to_recipe(key, value)
+        model, opt = ctx.prepare(module, port.optimizer_factory(fused, **recipe))
+        port.applied.left_to_recipe("lr_schedule", "none" if mine[2] is None else
                     f"none (your {type(mine[2]).__name__} steps your own optimizer, not autotune's)")
     bridge = _bridge_class(pl)(port)
     kwargs = {"logger": False, "enable_checkpointing": False, "enable_progress_bar": False,
@@ -200,40 +200,41 @@ def _train_loader(port: TrialPort, loader: torch.utils.data.DataLoader) -> torch
     """The user's training DataLoader as it is, unless the trial chose a loader setting: then the same dataset,
     sampling (shuffled or in order), collate_fn and drop_last in a DataLoader of the chosen values (the user's for
     the others)."""
-    s = port.settings
+    s = port.plan.settings
     held = {k: LIGHTNING.mapped[k].held(loader) for k in LOADER_KEYS}
-    workers = s.num_workers if port.chosen("num_workers") else loader.num_workers
+    workers = int(s.num_workers if port.applied.chose("num_workers") else loader.num_workers)
     if not workers:
         for key in ("prefetch_factor", "persistent_workers"):
-            port.not_applied(key, "with num_workers 0 the DataLoader has no worker processes")
+            port.applied.cannot(key, "with num_workers 0 the DataLoader has no worker processes", chosen_only=True)
             held.pop(key)
     for key, value in held.items():
-        port.recipe(key, value)
-    chosen = [k for k in LOADER_KEYS if port.chosen(k)]
+        port.applied.left_to_recipe(key, value)
+    chosen = [k for k in LOADER_KEYS if port.applied.chose(k)]
     if not chosen:
         return loader
     ds = loader.dataset
     why = _not_rebuildable(loader)
     if why is not None:
         for key in chosen:
-            port.not_applied(key, why)
+            port.applied.cannot(key, why, chosen_only=True)
         return loader
-    if s.data_fraction < 1.0 and port.chosen("data_fraction"):
-        g = torch.Generator().manual_seed(port.ctx.seed)
-        keep = max(1, int(len(ds) * s.data_fraction))
+    if s.data_fraction < 1.0 and port.applied.chose("data_fraction"):
+        g = torch.Generator().manual_seed(port.plan.seed)
+        keep = max(1, int(len(ds) * float(s.data_fraction)))
         ds = torch.utils.data.Subset(ds, torch.randperm(len(ds), generator=g)[:keep].tolist())
-    bs = s.batch_size if port.chosen("batch_size") else int(loader.batch_size)
+    bs = int(s.batch_size) if port.applied.chose("batch_size") else int(loader.batch_size)
     kw: dict[str, Any] = {
         "batch_size": bs, "shuffle": isinstance(loader.sampler, torch.utils.data.RandomSampler),
         "num_workers": workers, "collate_fn": loader.collate_fn,
-        "pin_memory": s.pin_memory if port.chosen("pin_memory") else loader.pin_memory,
-        "drop_last": loader.drop_last or (s.compile and len(ds) > bs)}  # (a short last batch recompiles)
+        "pin_memory": bool(s.pin_memory) if port.applied.chose("pin_memory") else loader.pin_memory,
+        "drop_last": loader.drop_last or (bool(s["compile"]) and len(ds) > bs)}  # (a short last batch recompiles)
     if workers:
-        kw["prefetch_factor"] = s.prefetch_factor if port.chosen("prefetch_factor") else loader.prefetch_factor
-        kw["persistent_workers"] = s.persistent_workers if port.chosen("persistent_workers") else \
+        kw["prefetch_factor"] = int(s.prefetch_factor) if port.applied.chose("prefetch_factor") else \
+            loader.prefetch_factor
+        kw["persistent_workers"] = bool(s.persistent_workers) if port.applied.chose("persistent_workers") else \
             loader.persistent_workers
     for key in chosen:
-        port.received(key, True)
+        port.applied.received(key, True)
     return torch.utils.data.DataLoader(ds, **kw)
 
 
@@ -251,12 +252,12 @@ def _eval_loader(port: TrialPort, loader: Any) -> Any:
     """The validation DataLoader as it is, or (eval_batch_size chosen) the same in batches of that size."""
     if not isinstance(loader, torch.utils.data.DataLoader):
         return loader
-    if not port.chosen("eval_batch_size") or loader.batch_size is None:
-        port.recipe("eval_batch_size", loader.batch_size)
+    if not port.applied.chose("eval_batch_size") or loader.batch_size is None:
+        port.applied.left_to_recipe("eval_batch_size", loader.batch_size)
         return loader
-    port.received("eval_batch_size", True)
-    return torch.utils.data.DataLoader(loader.dataset, batch_size=int(port.settings.eval_batch_size), shuffle=False,
-                                       collate_fn=loader.collate_fn, num_workers=loader.num_workers)
+    port.applied.received("eval_batch_size", True)
+    return torch.utils.data.DataLoader(loader.dataset, batch_size=int(port.plan.settings.eval_batch_size),
+                                       shuffle=False, collate_fn=loader.collate_fn, num_workers=loader.num_workers)
 
 
 def _own_optimizers(module: Any) -> tuple[torch.optim.Optimizer, Any, Any]:
@@ -291,12 +292,12 @@ def _optimizer_recipe(opt: torch.optim.Optimizer) -> dict[str, float]:
 
 def _record_own(port: TrialPort, opt: torch.optim.Optimizer, sched: Any) -> None:
     """The module's own optimizer and scheduler, trained as they are: the recipe's optimizer settings."""
-    port.recipe("optimizer", f"{type(opt).__name__} (your configure_optimizers)")
+    port.applied.left_to_recipe("optimizer", f"{type(opt).__name__} (your configure_optimizers)")
     for key, value in _optimizer_recipe(opt).items():
-        if key != "lr" or not port.chosen("lr"):
-            port.recipe(key, value)
-    port.recipe("lr_schedule", f"{type(sched).__name__} (your configure_optimizers)" if sched is not None else
-                "none (your configure_optimizers)")
+        if key != "lr" or not port.applied.chose("lr"):
+            port.applied.left_to_recipe(key, value)
+    port.applied.left_to_recipe("lr_schedule", f"{type(sched).__name__} (your configure_optimizers)"
+                                if sched is not None else "none (your configure_optimizers)")
 
 
 def _install_optimizers(port: TrialPort, module: Any, opt: torch.optim.Optimizer, mine: Any, bridge: Any,
@@ -308,7 +309,7 @@ def _install_optimizers(port: TrialPort, module: Any, opt: torch.optim.Optimizer
     `trainer.estimated_stepping_batches` does)."""
 
     def configure() -> Any:
-        if mine is not None and not port.chosen("lr_schedule"):
+        if mine is not None and not port.applied.chose("lr_schedule"):
             return mine
         if bridge.steps_per_epoch is None:
             _ = trainer.estimated_stepping_batches  # (loads the training DataLoader: bridge.loaded)
@@ -322,8 +323,8 @@ def _trainer_args(port: TrialPort, user: Mapping[str, Any]) -> dict[str, Any]:
     """The Trainer arguments of the settings the trial chose (the user's own for the others)."""
     out: dict[str, Any] = {}
     for key, a in LIGHTNING.mapped.items():
-        if a.on == "trainer" and port.chosen(key):
-            out.update(a.to(port.settings[key], user))
+        if a.on == "trainer" and port.applied.chose(key):
+            out.update(a.to(port.plan.settings[key], user))
     return out
 
 
@@ -334,13 +335,13 @@ def _record_received(port: TrialPort, args: Mapping[str, Any], trainer: Any) -> 
     for key, a in LIGHTNING.mapped.items():
         if a.on != "trainer":
             continue
-        (arg, wanted), = a.to(port.settings[key], None).items()
+        (arg, wanted), = a.to(port.plan.settings[key], None).items()
         held = got.get(arg, getattr(trainer, arg, None))
-        if port.chosen(key):
-            port.received(key, held == args.get(arg, wanted),
+        if port.applied.chose(key):
+            port.applied.received(key, held == args.get(arg, wanted),
                           f"Lightning's Trainer holds {arg}={held!r}, not {args.get(arg, wanted)!r}")
         elif key != "epochs":  # (the epochs: the bridge's, once known)
-            port.recipe(key, a.held(trainer) if arg != "benchmark" else bool(held))
+            port.applied.left_to_recipe(key, a.held(trainer) if arg != "benchmark" else bool(held))
 
 
 def _first_tensor(batch: Any) -> torch.Tensor | None:
@@ -381,9 +382,8 @@ class _Bridge:
         self.epochs = _epochs(trainer, self.steps_per_epoch)
 
     def on_train_epoch_start(self, trainer: Any, pl_module: Any) -> None:
-        if not self.port.started:
-            self.port.start(self.steps_per_epoch or 1, epochs=self.epochs)  # (ctx.prepare built model and optimizer)
-        if not self.port.epoch_begin():  # early stopping ended the context's epochs
+        # (the first starts the context's epochs; ctx.prepare built model and optimizer)
+        if not self.port.epoch_begin(self.steps_per_epoch or 1, epochs=self.epochs):  # early stopping ended them
             trainer.should_stop = True
 
     def on_train_batch_start(self, trainer: Any, pl_module: Any, batch: Any, batch_idx: int) -> None:

@@ -68,9 +68,9 @@ def train_cli(pl: Any, fit: Callable[..., None], ctx: TrialContext, model_class:
         trainer_kwargs = _trainer_kwargs(pl, made.trainer_config)
         callbacks = [*as_callbacks(pl, trainer_kwargs.pop("callbacks", None)), *made.extra_callbacks]
         port = TrialPort(ctx, "Lightning")
-        port.recipe("seed_everything", made.user_seed)
-        port.recipe("callbacks", [type(c).__name__ for c in callbacks])
-        port.recipe("cli_trainer", {k: repr(v) for k, v in sorted(trainer_kwargs.items())})
+        port.applied.left_to_recipe("seed_everything", made.user_seed)
+        port.applied.left_to_recipe("callbacks", [type(c).__name__ for c in callbacks])
+        port.applied.left_to_recipe("cli_trainer", {k: repr(v) for k, v in sorted(trainer_kwargs.items())})
         fit(ctx, made.model, made.datamodule, own_optimizer=own_optimizer, callbacks=callbacks, **trainer_kwargs)
     finally:
         for key, value in env.items():

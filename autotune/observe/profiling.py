@@ -13,9 +13,9 @@ import torch
 
 from autotune.config import read_yaml
 from autotune.core import ConfigError
-from autotune.fit import one_job, preflight, trainer
-from autotune.spec import RunConfig, check_params, merge
-from autotune.training import TrainResult, accel
+from autotune.fit import load_fit, one_plan, preflight, trainer
+from autotune.spec import RunConfig, check_params
+from autotune.training import TrainResult
 
 
 def read_params(path: Path) -> dict[str, Any]:
@@ -32,15 +32,15 @@ def read_params(path: Path) -> dict[str, Any]:
 def profile(cfg: RunConfig, params: dict[str, Any], epochs: int, out_dir: Path,
             row_limit: int = 15) -> tuple[TrainResult, Path, str]:
     preflight(cfg)  # a user's factory or data file that fails is one line here too, not a traceback
-    # the job autotune.train runs, for `epochs` (inference metrics only where the objectives need them)
-    one = one_job(cfg, {**params, "epochs": epochs}, measure_inference=None)
-    dev = accel.resolve_device(merge(cfg.train, overrides=params)["device"])
+    # the plan autotune.train runs, for `epochs` (inference metrics only where the objectives need them)
+    one = one_plan(cfg, {**params, "epochs": epochs}, measure_inference=None).training
+    dev = one.device
     activities = [torch.profiler.ProfilerActivity.CPU]
     if dev.type == "cuda":
         activities.append(torch.profiler.ProfilerActivity.CUDA)
     out_dir.mkdir(parents=True, exist_ok=True)
     with torch.profiler.profile(activities=activities, record_shapes=False) as prof:
-        result = trainer.train(one)
+        result = trainer.train(one, load_fit(cfg))
     trace = out_dir / f"{cfg.study.name}-trace.json"
     prof.export_chrome_trace(str(trace))
     sort = "self_cuda_time_total" if dev.type == "cuda" else "self_cpu_time_total"

@@ -6,8 +6,8 @@ combination (`run`)."""
 from __future__ import annotations
 
 from autotune.speed.probe import THROUGHPUT, Gate, TrialProbe, code_fingerprint
-from autotune.speed.strategy import StrategyPoints, make_plan
+from autotune.speed.strategy import StrategyPoints, make_shortlist
 from autotune.speed.sweep import Row, measure, run, table
 
-__all__ = ["Gate", "Row", "StrategyPoints", "THROUGHPUT", "TrialProbe", "code_fingerprint", "make_plan", "measure",
+__all__ = ["Gate", "Row", "StrategyPoints", "THROUGHPUT", "TrialProbe", "code_fingerprint", "make_shortlist", "measure",
            "run", "table"]

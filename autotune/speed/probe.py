@@ -70,9 +70,12 @@ ATTR_PREFIX = PROBE_PREFIX  # a reading's study user attr: StudyRecord.probes
 
 
 def combination(plan: TrialPlan) -> dict[str, Any]:
-    """The part of a trial's point that sets its throughput."""
-    out = {k: plan.point[k] for k in THROUGHPUT if k in plan.point}
-    out.update({k: v for k, v in plan.point.items() if k.startswith((MODEL_PREFIX, USER_PREFIX))})
+    """The part of a trial's settings that sets its throughput: the throughput settings, the architecture's
+    `model.` keys and the user's parameters (as `user.NAME`)."""
+    s = plan.settings
+    out = {k: s[k] for k in THROUGHPUT}
+    out.update({k: v for k, v in s.items() if k.startswith(MODEL_PREFIX)})
+    out.update({USER_PREFIX + k: v for k, v in plan.training.user.items()})
     return out
 
 

@@ -13,8 +13,9 @@
   matmul_precision, batch_size, model keys) keep the values some kept combination has. A trial that still
   draws a dropped numeric combination (kept values, dropped together) stops before it trains, `slow`.
 
-The plan is stored in the study (user attr `strategy_plan`) by the first process that needs it (processes on
-one host take turns through a lock file), so every worker and a resumed run search the same space.
+That shortlist (the kept groups, the dropped combinations) is stored in the study (user attr `strategy_plan`, its
+stored name) by the first process that needs it (processes on one host take turns through a lock file), so every
+worker and a resumed run search the same space.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ from autotune.speed import sweep as speed
 NEUTRAL = acting("speed")
 EXACTNESS: dict[str, dict[Any, int]] = {name: dict(s.exactness) for name, s in SETTINGS.items() if s.exactness}
 TOLERANCE = 0.10  # faster by less than this is a tie: two probes of the same thing differ by about that much
-PLAN_ATTR = "strategy_plan"  # the plan's study user attr (StudyRecord.strategy_plan)
+SHORTLIST_ATTR = "strategy_plan"  # the shortlist's study user attr (StudyRecord.strategy_plan: its stored name)
 
 
 def _numeric(combo: Mapping[str, Any]) -> dict[str, Any]:
@@ -54,7 +55,7 @@ def _at_least_as_exact(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
                for k in EXACTNESS if k in a or k in b)
 
 
-def make_plan(cfg: RunConfig, rows: list[speed.Row]) -> dict[str, Any]:
+def make_shortlist(cfg: RunConfig, rows: list[speed.Row]) -> dict[str, Any]:
     """From measured rows: the kept combinations, and for each kept numeric combination its neutral settings."""
     ok = [r for r in rows if r.measurement is not None and not r.contended]  # a contended reading decides nothing
     kept: list[speed.Row] = []
@@ -89,13 +90,13 @@ def make_plan(cfg: RunConfig, rows: list[speed.Row]) -> dict[str, Any]:
     return {"groups": list(groups.values()), "dropped": dropped, "measured": len(ok), "combinations": len(rows)}
 
 
-def narrowed(cfg: RunConfig, plan: Mapping[str, Any]) -> RunConfig:
+def narrowed(cfg: RunConfig, shortlist: Mapping[str, Any]) -> RunConfig:
     """The config the search samples from: neutral settings out of the space (set per group instead), numeric
     choices narrowed to the kept ones (a single one left becomes fixed)."""
     raw = cfg.to_dict()
     grid = speed.searched(cfg)
     kept_values: dict[str, list[Any]] = {k: [] for k in grid if k not in NEUTRAL}
-    for g in plan["groups"]:
+    for g in shortlist["groups"]:
         for k, v in g["numeric"].items():
             if k in kept_values and v not in kept_values[k]:
                 kept_values[k].append(v)
@@ -116,60 +117,67 @@ def narrowed(cfg: RunConfig, plan: Mapping[str, Any]) -> RunConfig:
     return from_dict({**raw, "space": new_space, "train": train}, source=cfg.source)
 
 
-def pins(plan: Mapping[str, Any], values: Mapping[str, Any]) -> dict[str, Any] | None:
+def pins(shortlist: Mapping[str, Any], values: Mapping[str, Any]) -> dict[str, Any] | None:
     """The neutral settings for these values' numeric combination (None: that combination was dropped)."""
-    for g in plan["groups"]:
+    for g in shortlist["groups"]:
         if all(values.get(k) == v for k, v in g["numeric"].items()):
             return dict(g["neutral"])
     return None
 
 
 class StrategyPoints:
-    """Each trial's point as the study's strategy gives it: sampled (probe_then_tune: in the space its plan
-    narrowed, with the plan's pins) and checked against the plan (the objective's one use of the strategy)."""
+    """Each trial's point as the study's strategy gives it: sampled (probe_then_tune: in the space its shortlist
+    narrowed, with the shortlist's pins) and checked against the shortlist (the objective's one use of the
+    strategy)."""
 
     def __init__(self, cfg: RunConfig, fit: trainer.Fit | None, *, write: probe.WriteStudy) -> None:
         self.cfg = cfg
         self.fit = fit
-        self.write = write  # how the plan and the probes' records are stored in the study
+        self.write = write  # how the shortlist and the probes' records are stored in the study
         self.active = cfg.study.strategy == "probe_then_tune" and bool(speed.searched(cfg))
-        self.plan: dict[str, Any] | None = None
+        self.shortlist: dict[str, Any] | None = None
         self.cfg_narrowed: RunConfig | None = None
 
     def sample(self, trial: optuna.Trial) -> dict[str, Any]:
         if not self.active:
             return space.sample(trial, self.cfg)
-        if self.plan is None:
-            self.plan = plan_for(trial.study, self.cfg, self.fit, self.write)
-            self.cfg_narrowed = narrowed(self.cfg, self.plan)
+        if self.shortlist is None:
+            self.shortlist = shortlist_for(trial.study, self.cfg, self.fit, self.write)
+            self.cfg_narrowed = narrowed(self.cfg, self.shortlist)
         assert self.cfg_narrowed is not None
         values = space.sample(trial, self.cfg_narrowed)
-        found = pins(self.plan, values)
+        found = pins(self.shortlist, values)
         if found is not None:
             values.update(found)
         return values
 
     def check(self, trial_plan: TrialPlan) -> None:
-        """Stop a trial whose numeric combination the plan dropped (its values were each kept, not together)."""
-        point = trial_plan.point
-        if self.active and self.plan is not None and pins(self.plan, point) is None and self.plan["groups"]:
-            combo = {k: point.get(k) for k in self.plan["groups"][0]["numeric"]}
-            why = next((d["why"] for d in self.plan["dropped"] if _numeric(d["combination"]) == combo), "dropped")
+        """Stop a trial whose numeric combination the shortlist dropped (its values were each kept, not together)."""
+        if not (self.active and self.shortlist is not None and self.shortlist["groups"]):
+            return
+        keys = {k for g in self.shortlist["groups"] for k in g["numeric"]}
+        values = {k: trial_plan.value(k) for k in keys}
+        if pins(self.shortlist, values) is None:
+            combo = {k: values[k] for k in self.shortlist["groups"][0]["numeric"]}
+            why = next((d["why"] for d in self.shortlist["dropped"] if _numeric(d["combination"]) == combo),
+                       "dropped")
             raise TrialStopped("slow", 0, f"probe_then_tune dropped {probe.describe(combo)}: {why}")
 
 
-def plan_for(study: optuna.Study, cfg: RunConfig, fit: trainer.Fit | None, write: probe.WriteStudy) -> dict[str, Any]:
-    """The study's stored plan; the first process (of this host) to need it probes and stores it (by `write`)."""
+def shortlist_for(study: optuna.Study, cfg: RunConfig, fit: trainer.Fit | None,
+                  write: probe.WriteStudy) -> dict[str, Any]:
+    """The study's stored shortlist; the first process (of this host) to need it probes and stores it (by `write`)."""
     stored = StudyRecord.of(study).strategy_plan
     if stored is not None:
         return stored
-    with locks.host_lock(study, "plan"):  # one host plans a study once: the first probes and stores, the others read
-        stored = StudyRecord.of(study).strategy_plan  # (read from the storage again: another process may have planned)
+    # one host shortlists a study once: the first probes and stores, the others read
+    with locks.host_lock(study, "shortlist"):
+        stored = StudyRecord.of(study).strategy_plan  # (read from the storage again: another process may have one)
         if stored is not None:
             return stored
-        plan = make_plan(cfg, probe_all(study, cfg, fit, write))
-        write(study, StudyRecord(strategy_plan=plan))
-        return plan
+        shortlist = make_shortlist(cfg, probe_all(study, cfg, fit, write))
+        write(study, StudyRecord(strategy_plan=shortlist))
+        return shortlist
 
 
 def probe_all(study: optuna.Study | None, cfg: RunConfig, fit: trainer.Fit | None,
@@ -201,5 +209,5 @@ def probe_all(study: optuna.Study | None, cfg: RunConfig, fit: trainer.Fit | Non
 
 
 
-__all__ = ["NEUTRAL", "PLAN_ATTR", "STRATEGIES", "StrategyPoints", "make_plan", "narrowed", "pins", "plan_for",
-           "probe_all"]
+__all__ = ["NEUTRAL", "SHORTLIST_ATTR", "STRATEGIES", "StrategyPoints", "make_shortlist", "narrowed", "pins",
+           "probe_all", "shortlist_for"]

@@ -35,7 +35,7 @@ from typing import Any
 import torch
 
 from autotune.core import AutotuneError, TrialStopped, describe_exception
-from autotune.fit import TrialPlan, job_for, trainer
+from autotune.fit import TrialPlan, trainer
 from autotune.search import space
 from autotune.spec import MODEL_PREFIX, USER_PREFIX, RunConfig
 from autotune.speed import probe
@@ -129,12 +129,11 @@ def measure(cfg: RunConfig, combo: dict[str, Any], fit: trainer.Fit | None = Non
                             compiled=bool(values["compile"]), agree=PROBE_AGREE, tolerance=PROBE_TOLERANCE,
                             max_windows=PROBE_WINDOWS)
     plan = TrialPlan.of(cfg, values, cfg.study.seed or 0, measure_inference=False, study_rules=False)
-    job = job_for(cfg, plan, fit=fit, probe=window)
-    job = dataclasses.replace(job, limits=Limits(hang_seconds=seconds))
+    training = dataclasses.replace(plan.training, limits=Limits(hang_seconds=seconds))
     row = Row(dict(combo))
     t0 = time.perf_counter()
     try:
-        trainer.train(job)
+        trainer.train(training, fit, probe=window)
         row.error = "the run ended before its steps were timed (too little data for the warm-up and timed steps)"
     except ProbeDone as done:
         row.measurement, row.spread, row.contended = done.measurement, window.spread, window.contended

@@ -16,7 +16,7 @@ from collections.abc import Callable
 import torch
 
 from autotune.core import ConfigError, TrialStopped, contention, describe_exception, user_where
-from autotune.fit import Backend, TrialPlan, job_for, trainer
+from autotune.fit import Backend, TrialPlan, trainer
 from autotune.spec import RunConfig, TrialRecord
 from autotune.speed import TrialProbe
 from autotune.study import outcome, records
@@ -119,8 +119,8 @@ class Attempts:
         cap = plan.threads.cap if plan.threads is not None else None
         with contention.torch_threads(cap):
             cpu = contention.Window(int(plan.settings.cpu_threads) or torch.get_num_threads())
-            job = job_for(self.cfg, plan, fit=self.fit, probe=window)
-            result = self.watched(trial, lambda: self.backend.train(job, on_epoch=on_epoch, on_record=on_record,
+            result = self.watched(trial, lambda: self.backend.train(plan.training, self.fit, probe=window,
+                                                                    on_epoch=on_epoch, on_record=on_record,
                                                                     keep_model=False), epochs,
                                   int(plan.settings.devices))
         self._measured(trial, probe, result, cpu)

@@ -1,5 +1,5 @@
 """The spawned worker processes of `autotune run --workers` on this machine and their driver (`run_parallel`): it
-creates or resumes the study, starts one process per slot (workers.plan), shows each trial they finish once, and on
+creates or resumes the study, starts one process per slot (workers.slots_for), shows each trial they finish once, and on
 Ctrl-C or SIGTERM ends them and says what it stopped (`WorkersStopped`). Where each worker runs and one worker's loop
 are workers.py's.
 """

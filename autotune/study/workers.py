@@ -1,5 +1,5 @@
 """Many workers on one study: processes on this machine (one GPU or a share of the cores each) or
-`autotune worker` on any machine, all sharing the study through its storage. Where each worker runs (`plan`,
+`autotune worker` on any machine, all sharing the study through its storage. Where each worker runs (`slots_for`,
 `place`), one worker's loop (`run_worker`), the spawned processes of `autotune run --workers` and their driver
 (`run_parallel`), and joining a study from anywhere (`join`). The rules that keep a shared study's budget
 exact and its stale trials retried are budget.py's.
@@ -71,7 +71,7 @@ class Slot:
         return f"worker {self.index}: {where}, {self.threads} thread(s)"
 
 
-def plan(cfg: RunConfig, n_workers: int | None, gpus: list[str] | None) -> list[Slot]:
+def slots_for(cfg: RunConfig, n_workers: int | None, gpus: list[str] | None) -> list[Slot]:
     """Which GPUs and how many threads each worker gets; a request that cannot be met is a ConfigError.
 
     A trial on several devices (`devices`, its largest searched value) takes that many GPUs: workers x devices
@@ -93,7 +93,7 @@ def place(file: str, device: str, n_workers: int | None, gpus: list[str] | None,
           cores: int) -> list[str | None]:
     """Each worker's CUDA_VISIBLE_DEVICES (None: the CPU), from the physical ids of the `visible` GPUs: `per`
     distinct GPUs per worker (one trial's devices), never one GPU for two workers unless `gpus` repeats it.
-    Pure: `plan` gives it what this machine has."""
+    Pure: `slots_for` gives it what this machine has."""
     pinned = _cuda_index(device)
     if gpus is not None:
         return _place_listed(file, device, pinned, n_workers, gpus, per, visible)
@@ -286,5 +286,5 @@ def fail_stale(cfg: RunConfig) -> list[int]:
     return orphans.reap(study_mod.open_study(cfg, create=False), everywhere=True)
 
 
-__all__ = ["Slot", "WorkerResult", "fail_stale", "join", "join_config", "place", "plan", "run_worker", "worker_config",
-           "worker_id"]
+__all__ = ["Slot", "WorkerResult", "fail_stale", "join", "join_config", "place", "run_worker", "slots_for",
+           "worker_config", "worker_id"]

@@ -88,8 +88,9 @@ def grad_scaler(dev: torch.device, precision: str) -> torch.amp.GradScaler | Non
 
 
 @contextlib.contextmanager
-def backend_flags(settings: Settings) -> Iterator[None]:
-    """Apply per-trial backend settings and put the previous ones back afterwards."""
+def backend_flags(settings: Settings, threads: int | None = None) -> Iterator[None]:
+    """Apply per-trial backend settings and put the previous ones back afterwards. `threads`: the torch threads the
+    trial's plan decided (None: contention.trial_threads decides here)."""
     old_bench = torch.backends.cudnn.benchmark
     old_matmul = torch.get_float32_matmul_precision()
     old_conv_tf32 = torch.backends.cudnn.allow_tf32
@@ -99,7 +100,8 @@ def backend_flags(settings: Settings) -> Iterator[None]:
         torch.set_float32_matmul_precision(settings["matmul_precision"])
         # cuDNN's own TF32 switch defaults to True: without this, an "fp32" conv net runs TF32 convolutions.
         torch.backends.cudnn.allow_tf32 = settings["matmul_precision"] != "highest"
-        threads = contention.trial_threads(settings, torch_default=old_threads)  # less one per loader process
+        if threads is None:
+            threads = contention.trial_threads(settings, torch_default=old_threads)  # less one per loader process
         if threads != old_threads:
             torch.set_num_threads(threads)
         yield

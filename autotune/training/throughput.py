@@ -1,6 +1,6 @@
 """The speed probe's measurement: steady-state samples/s from a few training steps, taken inside the trial context.
 
-A `ProbeWindow` rides on a trial context (`TrialSetup(probe=...)`): the context tells it where each epoch's
+A `ProbeWindow` rides on a trial context (`TrialContext(plan, probe=...)`): the context tells it where each epoch's
 training clock starts and stops and when a step (`ctx.backward`) is done. After `warmup` steps (the first one
 compiles, autotunes kernels, fills caches) it times at least `steps` more and at least `min_seconds`, pausing
 over whatever is not training (evaluation between epochs), then hands a `Measurement` to `on_measured`, which

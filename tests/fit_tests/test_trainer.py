@@ -10,7 +10,7 @@ import torch
 
 from autotune import config
 from autotune.core.errors import TrialStopped
-from autotune.fit import trainer
+from autotune.fit import TrainingPlan, TrialPlan, trainer
 from autotune.spec.settings import PRECISIONS
 from autotune.training.context import loaders
 from autotune.training.context import trial as context
@@ -20,12 +20,13 @@ from autotune.training.optimizers import OPTIMIZERS
 from tests import factories
 
 
-def job(model: dict | None = None, data: dict | None = None, **settings) -> trainer.TrainJob:
+def job(model: dict | None = None, data: dict | None = None, **settings) -> TrainingPlan:
+    """The training half of a run's plan (no study limits, nothing chosen, inference measured)."""
     cfg = config.from_dict({"model": model or {"name": "cnn", "channels": [8, 16], "hidden": 32},
                             "data": data or {"name": "digits"}})
     s = cfg.fixed()
     s.update({"epochs": 2, "batch_size": 128, **settings})
-    return trainer.TrainJob(config=cfg, settings=s, seed=0)
+    return TrialPlan.of(cfg, s, 0, fixed=frozenset(), study_rules=False, measure_inference=True).training
 
 
 def test_learns_digits() -> None:
@@ -37,7 +38,7 @@ def test_learns_digits() -> None:
     assert r.history[-1].train_loss < r.history[0].train_loss
 
 
-def train_seeing_the_optimizer(monkeypatch: pytest.MonkeyPatch, j: trainer.TrainJob
+def train_seeing_the_optimizer(monkeypatch: pytest.MonkeyPatch, j: TrainingPlan
                                ) -> tuple[trainer.TrainResult, torch.optim.Optimizer]:
     """The built-in trainer's run, and the optimizer its trial context built (the first prepare: the training)."""
     seen: list[torch.optim.Optimizer] = []

@@ -30,7 +30,7 @@ from autotune.integrations.tables import uncovered  # noqa: E402
 from autotune.spec import SETTINGS  # noqa: E402
 from autotune.spec.settings import DEFAULTS  # noqa: E402
 from autotune.study.runner import open_study  # noqa: E402
-from autotune.training import TrialContext, TrialPort, TrialSetup, run_fit, trial_session  # noqa: E402
+from autotune.training import TrainingPlan, TrialContext, TrialPort, run_fit, trial_session  # noqa: E402
 from examples import hf_text  # noqa: E402
 from tests.integrations_tests import hf_scripts  # noqa: E402
 from tests.support import ROOT  # noqa: E402
@@ -87,7 +87,7 @@ ROWS: dict[str, tuple[Any, dict[str, Any]]] = {
 
 def _port(chosen: dict[str, Any], **fixed: Any) -> TrialPort:
     settings = {**DEFAULTS, "device": "cpu", **fixed, **chosen}
-    return TrialPort(TrialContext(settings, seed=7, setup=TrialSetup(searched=list(chosen), fixed=list(fixed))))
+    return TrialPort(TrialContext(TrainingPlan.bare(settings, seed=7, searched=list(chosen), fixed=list(fixed))))
 
 
 @pytest.mark.parametrize("key", sorted(k for k, a in HF.mapped.items() if a.on == "args"))
@@ -169,9 +169,8 @@ def _trial(tmp_path: Path, searched: dict[str, Any], fit: Any = None, epochs: in
     None: then the Trainer's own)."""
     fixed = {"epochs": epochs, **fixed} if epochs is not None else fixed
     settings = {**DEFAULTS, "device": "cpu", **fixed, **searched}
-    ctx = TrialContext(settings, user_params={"hidden": 16}, seed=3,
-                       setup=TrialSetup(metrics=["val_accuracy", "val_loss"], searched=list(searched),
-                                        fixed=list(fixed)))
+    ctx = TrialContext(TrainingPlan.bare(settings, user={"hidden": 16}, seed=3, metrics=["val_accuracy", "val_loss"],
+                                         searched=list(searched), fixed=list(fixed)))
     with trial_session(settings):
         return run_fit(fit or hf.trainer_fit(_make_trainer, output_dir=str(tmp_path)), ctx)
 

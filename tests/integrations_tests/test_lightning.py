@@ -19,7 +19,7 @@ from autotune.integrations import lightning as tune_lightning
 from autotune.integrations.tables import uncovered
 from autotune.spec import SETTINGS
 from autotune.spec.settings import DEFAULTS
-from autotune.training import ContextMisuse, TrialContext, TrialSetup, run_fit, trial_session
+from autotune.training import ContextMisuse, TrainingPlan, TrialContext, run_fit, trial_session
 from tests.integrations_tests import lightning_fits
 from tests.integrations_tests.lightning_fits import SEEN
 from tests.support import lightning_trial as train
@@ -119,7 +119,7 @@ def test_unchosen_settings_stay_the_modules_and_the_loaders_and_are_recorded() -
     """Only precision chosen: the module's own SGD (lr 0.1, momentum 0.5) and no scheduler, the user's loader
     (batch 50, shuffled), Lightning's own clipping (none) and accumulation (1), the epochs given to fit."""
     values = {**DEFAULTS, "device": "cpu", "precision": "bf16"}
-    ctx = TrialContext(values, setup=TrialSetup(searched=("precision",)))
+    ctx = TrialContext(TrainingPlan.bare(values, searched=("precision",)))
     with trial_session(values):
         r = run_fit(lightning_fits.fit_three_epochs, ctx)
     opt, loader = SEEN["optimizer"], SEEN["train_loader"]
@@ -139,7 +139,7 @@ def test_fixed_optimizer_settings_the_modules_own_optimizer_does_not_take_are_re
     """weight_decay and momentum fixed in train: without `optimizer`: the module's own SGD trains as it is (its
     momentum 0.5, no decay), and the trial says so instead of dropping them silently."""
     values = {**DEFAULTS, "device": "cpu", "epochs": 1, "weight_decay": 1e-3, "momentum": 0.9}
-    ctx = TrialContext(values, setup=TrialSetup(fixed=("epochs", "weight_decay", "momentum")))
+    ctx = TrialContext(TrainingPlan.bare(values, fixed=("epochs", "weight_decay", "momentum")))
     with trial_session(values):
         r = run_fit(lightning_fits.fit, ctx)
     group = SEEN["optimizer"].param_groups[0]

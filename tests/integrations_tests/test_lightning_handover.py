@@ -77,13 +77,13 @@ def test_lightningcli_defaults_are_read_recorded_and_used() -> None:
     the trial trains its own (as any trial), through Lightning's seed_everything as the CLI would call it."""
     pytest.importorskip("jsonargparse")
     from autotune.spec.settings import DEFAULTS
-    from autotune.training import TrialContext, TrialSetup, run_fit, trial_session
+    from autotune.training import TrainingPlan, TrialContext, run_fit, trial_session
 
     lh.plain_cli()
     assert lh.SEEN["val_sizes"] == [200, 200, 200]
     plain_weight = lh.SEEN["first_weight"]
     values = {**DEFAULTS, "device": "cpu"}
-    ctx = TrialContext(values, setup=TrialSetup(searched=(), fixed=()), seed=1234)
+    ctx = TrialContext(TrainingPlan.bare(values, seed=1234, searched=(), fixed=()))
     with trial_session(values):
         res = run_fit(lh.fit_cli, ctx)
     assert lh.SEEN["val_sizes"] == [200, 200, 200]  # 3 epochs, the one callback object, trainer.datamodule

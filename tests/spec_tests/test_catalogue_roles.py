@@ -10,7 +10,7 @@ from autotune.integrations.tables import FRAMEWORKS
 from autotune.spec import APPLIERS, BUILTIN_ONLY, SETTINGS, acting, applied_by
 from autotune.spec.settings import ACTS, DEFAULTS, Setting
 from autotune.speed import probe, strategy, sweep
-from autotune.training import BY_CONTEXT, TrialContext, TrialSetup
+from autotune.training import BY_CONTEXT, TrainingPlan, TrialContext
 from autotune.training.context import applied
 from autotune.training.data import augment
 
@@ -47,7 +47,7 @@ def test_how_a_setting_acts_decides_what_the_probe_and_the_strategy_do_with_it(k
 def _nothing_read(key: str) -> dict[str, str]:
     """A fit that chose `key` (searched) and used nothing of the context but its epochs and report: what the trial
     records as not applied."""
-    ctx = TrialContext({**DEFAULTS, "device": "cpu", "epochs": 1}, setup=TrialSetup(searched=[key]))
+    ctx = TrialContext(TrainingPlan.bare({**DEFAULTS, "device": "cpu", "epochs": 1}, searched=[key]))
     for _ in ctx.epochs():
         ctx.report(val_loss=1.0)
     return ctx._state.unapplied()

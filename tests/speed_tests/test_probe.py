@@ -65,7 +65,8 @@ def sleepy_steps(step_s: float, first_extra_s: float, steps: int = 40):
 
 
 def ctx_with(window: ProbeWindow, epochs: int = 1) -> context.TrialContext:
-    return context.TrialContext({**DEFAULTS, "device": "cpu", "epochs": epochs}, setup=context.TrialSetup(probe=window))
+    return context.TrialContext(context.TrainingPlan.bare({**DEFAULTS, "device": "cpu", "epochs": epochs}),
+                                probe=window)
 
 
 def test_window_times_steady_steps_after_warmup_and_sees_the_compile() -> None:
@@ -90,7 +91,7 @@ def test_an_uncompiled_trial_has_no_compile_time(tmp_path: Path) -> None:
     gate = probe.Gate(cfg, write=write_study)
     window = gate.open(trial, TrialPlan.of(cfg, values, 0, number=trial.number), record).window()
     assert window is not None
-    context.run_fit(sleepy_steps(0.02, 0.3), context.TrialContext(values, setup=context.TrialSetup(probe=window)))
+    context.run_fit(sleepy_steps(0.02, 0.3), context.TrialContext(context.TrainingPlan.bare(values), probe=window))
     m = window.measurement
     assert m is not None and m.first_step_s > 0.25 and m.compile_time_s == 0.0
     assert record.probe is not None and record.probe["compile_time_s"] == 0.0

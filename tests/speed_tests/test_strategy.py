@@ -48,7 +48,7 @@ def test_plan_drops_slower_and_less_exact_and_pins_the_fastest_neutral_settings(
         row(None, error="RuntimeError: nope", blame="precision", precision="bf16", batch_size=64,
             channels_last=False, data_on_device=True),  # a failure of the setting: dropped
     ]
-    plan = strategy.make_plan(cfg, rows)
+    plan = strategy.make_shortlist(cfg, rows)
     kept = {(g["numeric"]["precision"], g["numeric"]["batch_size"]): g["neutral"] for g in plan["groups"]}
     assert kept == {("fp32", 32): {"channels_last": True, "data_on_device": True},
                     ("bf16", 32): {"channels_last": False, "data_on_device": True},
@@ -74,7 +74,7 @@ def test_a_failure_of_the_users_code_drops_no_combination(tmp_path: Path) -> Non
                 data_on_device=True),
             row(None, error="RuntimeError: no bf16 kernel", blame="precision", precision="bf16", batch_size=64,
                 channels_last=False, data_on_device=True)]
-    plan = strategy.make_plan(cfg, rows)
+    plan = strategy.make_shortlist(cfg, rows)
     kept = {(g["numeric"]["precision"], g["numeric"]["batch_size"]) for g in plan["groups"]}
     assert kept == {("fp32", 32), ("bf16", 32)}
     assert [d["why"] for d in plan["dropped"]] == ["RuntimeError: no bf16 kernel"]
@@ -84,7 +84,7 @@ def test_a_precision_slower_everywhere_leaves_the_space(tmp_path: Path) -> None:
     cfg = cfg_for(tmp_path, ACCEL)
     rows = [row(1000 if p == "fp32" else 300, precision=p, batch_size=b, channels_last=c, data_on_device=True)
             for p in ("fp32", "bf16") for b in (32, 64) for c in (False, True)]
-    narrow = strategy.narrowed(cfg, strategy.make_plan(cfg, rows))
+    narrow = strategy.narrowed(cfg, strategy.make_shortlist(cfg, rows))
     assert "precision" not in narrow.space and narrow.train["precision"] == "fp32"
     assert narrow.space["batch_size"].choices == (32, 64)
 
@@ -95,7 +95,7 @@ def test_study_probes_once_and_searches_the_kept_combinations(tmp_path: Path) ->
     user_fits.CALLS.clear()
     space = {"channels_last": {"type": "bool"}, "batch_size": {"type": "categorical", "choices": [32, 64]}}
     res = study_mod.run(cfg_for(tmp_path, space, fit="fit_picky"))
-    plan = res.user_attrs[strategy.PLAN_ATTR]
+    plan = res.user_attrs[strategy.SHORTLIST_ATTR]
     # busy cores (other processes) can leave the two working rows contended, so not `measured`: the neutrals still
     # come from a row that trained, never from one that failed
     assert plan["combinations"] == 4 and plan["measured"] <= 2

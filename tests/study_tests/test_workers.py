@@ -64,20 +64,20 @@ def test_sqlite_with_several_workers_is_refused_before_anything_is_written(tmp_p
 
 def test_plan_cpu_shares_cores_and_rejects_bad_requests(tmp_path: Path) -> None:
     cfg = config.load(write_cfg(tmp_path, f"journal:///{tmp_path}/j.log", 4))
-    slots = workers.plan(cfg, 2, None)
+    slots = workers.slots_for(cfg, 2, None)
     assert [s.index for s in slots] == [0, 1]
     assert all(s.gpu is None and s.threads == max(1, workers.cpu_cores() // 2) for s in slots)
     assert slots[0].env()["OMP_NUM_THREADS"] == str(slots[0].threads)
     with pytest.raises(ConfigError, match=r"--workers: must be >= 1"):
-        workers.plan(cfg, 0, None)
+        workers.slots_for(cfg, 0, None)
     with pytest.raises(ConfigError, match=r"--gpus: train\.device is cpu"):
-        workers.plan(cfg, 2, ["0", "1"])
+        workers.slots_for(cfg, 2, ["0", "1"])
     gpu_cfg = config.load(write_cfg(tmp_path, f"journal:///{tmp_path}/j.log", 4, name="g", device="auto"))
     with pytest.raises(ConfigError, match=r"--gpus: 3 workers need 3 GPU indices, got 2"):
-        workers.plan(gpu_cfg, 3, ["0", "0"])
+        workers.slots_for(gpu_cfg, 3, ["0", "0"])
     if not workers.visible_gpus():
         with pytest.raises(ConfigError, match=r"--gpus: GPU 0 is not visible; 0 visible"):
-            workers.plan(gpu_cfg, 1, ["0"])
+            workers.slots_for(gpu_cfg, 1, ["0"])
 
 
 def _check_placement(groups: list[str | None], n_workers: int | None, per: int, visible: list[str]) -> None:
@@ -136,11 +136,11 @@ def test_plan_splits_the_cores_over_gpu_workers(tmp_path: Path, monkeypatch: pyt
     calls = _fake_gpus(monkeypatch, "1,2,3,4,5,6")
     monkeypatch.setattr(workers, "cpu_cores", lambda: 12)
     cfg = config.load(write_cfg(tmp_path, f"journal:///{tmp_path}/j.log", 4, device="cuda", devices=2))
-    slots = workers.plan(cfg, None, None)
+    slots = workers.slots_for(cfg, None, None)
     assert [(s.gpu, s.threads) for s in slots] == [("1,2", 4), ("3,4", 4), ("5,6", 4)]
     assert [s.env()["CUDA_VISIBLE_DEVICES"] for s in slots] == ["1,2", "3,4", "5,6"]
     with pytest.raises(ConfigError, match=r"--workers: 4 workers x devices 2 need 8 GPUs but 6 visible"):
-        workers.plan(cfg, 4, None)
+        workers.slots_for(cfg, 4, None)
     assert calls == []
 
 
@@ -148,23 +148,23 @@ def test_cuda_n_is_mapped_to_cuda_0_in_its_pinned_worker(tmp_path: Path, monkeyp
     """Physical GPUs 3 and 5 visible: `cuda:1` is GPU 5; its worker sees it alone (CUDA_VISIBLE_DEVICES=5) as cuda:0."""
     _fake_gpus(monkeypatch, "3,5")
     cfg = config.load(write_cfg(tmp_path, f"journal:///{tmp_path}/j.log", 2, device="cuda:1"))
-    slots = workers.plan(cfg, None, None)
+    slots = workers.slots_for(cfg, None, None)
     assert [(s.index, s.gpu) for s in slots] == [(0, "5")]
     assert slots[0].env()["CUDA_VISIBLE_DEVICES"] == "5"
     mapped = workers.worker_config(cfg.to_dict(), slots[0])
     assert mapped["train"]["device"] == "cuda:0"
     assert config.from_dict(mapped, source=cfg.source).fixed()["device"] == "cuda:0"
     assert cfg.to_dict()["train"]["device"] == "cuda:1"  # the study stores what the user wrote
-    assert workers.plan(cfg, 1, None)[0].gpu == "5"
+    assert workers.slots_for(cfg, 1, None)[0].gpu == "5"
     with pytest.raises(ConfigError, match=r"train\.device: cuda:1 puts every worker on one GPU"):
-        workers.plan(cfg, 2, None)
+        workers.slots_for(cfg, 2, None)
     with pytest.raises(ConfigError, match=r"--gpus: train\.device cuda:1 already picks the GPU"):
-        workers.plan(cfg, None, ["0"])
+        workers.slots_for(cfg, None, ["0"])
     far = config.load(write_cfg(tmp_path, f"journal:///{tmp_path}/j.log", 2, name="far", device="cuda:2"))
     with pytest.raises(ConfigError, match=r"train\.device: cuda:2 is not visible; 2 CUDA GPU\(s\) visible"):
-        workers.plan(far, None, None)
+        workers.slots_for(far, None, None)
     plain = config.load(write_cfg(tmp_path, f"journal:///{tmp_path}/j.log", 2, name="plain", device="cuda"))
-    slots = workers.plan(plain, None, None)
+    slots = workers.slots_for(plain, None, None)
     assert [s.gpu for s in slots] == ["3", "5"]
     assert workers.worker_config(plain.to_dict(), slots[1]) == plain.to_dict()  # plain cuda needs no mapping
 

@@ -10,8 +10,7 @@ import pytest
 import torch
 from torch import nn
 
-from autotune.training import ContextMisuse, TrialContext
-from autotune.training.context.state import TrialSetup
+from autotune.training import ContextMisuse, TrainingPlan, TrialContext
 from autotune.training.context.trial import run_fit
 
 X = torch.randn(64, 4, generator=torch.Generator().manual_seed(0))
@@ -20,7 +19,7 @@ Y = (X[:, 0] > 0).long()
 
 def trial(fit: Any, searched: tuple[str, ...] = ("lr",), **settings: Any) -> Any:
     s = {"epochs": 3, "batch_size": 16, "lr": 0.01, "lr_schedule": "constant", "device": "cpu", **settings}
-    return run_fit(fit, TrialContext(s, setup=TrialSetup(searched=searched)))
+    return run_fit(fit, TrialContext(TrainingPlan.bare(s, searched=searched)))
 
 
 def train(ctx: TrialContext, model: nn.Module, each_epoch: Any = None) -> None:

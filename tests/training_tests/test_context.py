@@ -18,7 +18,7 @@ from autotune.core.errors import ConfigError, TrialStopped
 from autotune.spec import Settings
 from autotune.spec.settings import DEFAULTS
 from autotune.study.runner import open_study
-from autotune.training import ContextMisuse, TrialContext, TrialSetup, accel
+from autotune.training import ContextMisuse, TrainingPlan, TrialContext, accel
 from autotune.training.context import limits as stops
 from autotune.training.context import trial as context
 from autotune.training.throughput import ProbeWindow
@@ -325,8 +325,8 @@ def test_finished_training_is_not_stopped_by_the_hang_limit_or_the_probe() -> No
         raise TrialStopped("slow", 0, "projected too slow (speed probe)")
 
     window = ProbeWindow(on_measured=too_slow, min_seconds=60.0)  # measured at the epoch's end
-    ctx = TrialContext({**DEFAULTS, "device": "cpu", "epochs": 1, "batch_size": 50},
-                       setup=TrialSetup(limits=stops.Limits(hang_seconds=1.0), probe=window))
+    ctx = TrialContext(TrainingPlan.bare({**DEFAULTS, "device": "cpu", "epochs": 1, "batch_size": 50},
+                                         limits=stops.Limits(hang_seconds=1.0)), probe=window)
     model, _ = ctx.prepare(user_fits.MLP())
     for _ in ctx.epochs():
         for i, (x, y) in enumerate(ctx.loader((user_fits.X, user_fits.Y))):
@@ -352,8 +352,8 @@ def _own_batches(ctx: TrialContext, model: torch.nn.Module, steps: int, per_samp
 @pytest.mark.parametrize("per_sample", [False, True])
 def test_own_batches_count_their_samples_for_the_epoch_and_the_probe(per_sample: bool) -> None:
     window = ProbeWindow(warmup=2, steps=4, min_seconds=0.0)
-    ctx = TrialContext({**DEFAULTS, "device": "cpu", "epochs": 2, "lr_schedule": "cosine", "optimizer": "sgd",
-                        "lr": 0.1}, setup=TrialSetup(probe=window))
+    ctx = TrialContext(TrainingPlan.bare({**DEFAULTS, "device": "cpu", "epochs": 2, "lr_schedule": "cosine",
+                                          "optimizer": "sgd", "lr": 0.1}), probe=window)
     model, opt = ctx.prepare(user_fits.MLP())
     for _ in ctx.epochs(steps_per_epoch=10):  # the schedule's length: no ctx.loader says it here
         _own_batches(ctx, model, 10, per_sample)
@@ -422,8 +422,8 @@ def test_divergence_and_hang_stop_user_trials(tmp_path: Path) -> None:
     t = autotune.run(cfg).study.trials[0]
     assert t.state.name == "PRUNED" and t.user_attrs["stop_reason"] == "hang"
     assert "hang_seconds" in t.user_attrs["stop_detail"]
-    ctx = TrialContext({**DEFAULTS, "device": "cpu", "epochs": 3},
-                       setup=TrialSetup(limits=stops.Limits(loss_factor=4.0)))
+    ctx = TrialContext(TrainingPlan.bare({**DEFAULTS, "device": "cpu", "epochs": 3},
+                                         limits=stops.Limits(loss_factor=4.0)))
     model, _ = ctx.prepare(torch.nn.Linear(1, 1))
     with pytest.raises(TrialStopped, match="diverged"):
         for i in ctx.epochs():
@@ -431,8 +431,8 @@ def test_divergence_and_hang_stop_user_trials(tmp_path: Path) -> None:
 
 
 def test_early_stopping_watches_val_loss_or_the_objective() -> None:
-    ctx = TrialContext({**DEFAULTS, "device": "cpu", "epochs": 10, "early_stopping_patience": 2},
-                       setup=TrialSetup(early_stopping_on=(("val_loss", "minimize"), ("val_f1", "maximize"))))
+    ctx = TrialContext(TrainingPlan.bare({**DEFAULTS, "device": "cpu", "epochs": 10, "early_stopping_patience": 2},
+                                         early_stopping_on=(("val_loss", "minimize"), ("val_f1", "maximize"))))
     seen = []
     for e in ctx.epochs():
         seen.append(e)
@@ -611,8 +611,8 @@ def _group_lrs(ctx: TrialContext, opt: torch.optim.Optimizer, model: torch.nn.Mo
 
 @pytest.mark.parametrize("schedule", ["cosine", "onecycle"])
 def test_a_schedule_scales_each_groups_own_lr_times_the_searched_lr(schedule: str) -> None:
-    ctx = TrialContext({"device": "cpu", "lr": 0.5, "lr_schedule": schedule, "epochs": 2, "batch_size": 100},
-                       setup=TrialSetup(searched=("lr", "lr_schedule")))
+    ctx = TrialContext(TrainingPlan.bare({"device": "cpu", "lr": 0.5, "lr_schedule": schedule, "epochs": 2,
+                                          "batch_size": 100}, searched=("lr", "lr_schedule")))
     net = user_fits.MLP()
     model, opt = ctx.prepare(net, torch.optim.SGD(user_fits.two_groups(net, 0.1, 6.4)))
     seen = _group_lrs(ctx, opt, model)
@@ -627,15 +627,16 @@ def test_a_schedule_scales_each_groups_own_lr_times_the_searched_lr(schedule: st
 
 
 def test_without_a_searched_lr_the_groups_keep_their_own() -> None:
-    ctx = TrialContext({"device": "cpu", "lr_schedule": "cosine", "epochs": 1, "batch_size": 100},
-                       setup=TrialSetup(searched=("lr_schedule",)))
+    ctx = TrialContext(TrainingPlan.bare({"device": "cpu", "lr_schedule": "cosine", "epochs": 1, "batch_size": 100},
+                                         searched=("lr_schedule",)))
     net = user_fits.MLP()
     model, opt = ctx.prepare(net, torch.optim.SGD(user_fits.two_groups(net, 0.1, 6.4)))
     assert _group_lrs(ctx, opt, model)[0] == pytest.approx([0.1, 6.4])  # the default lr is no multiplier
 
 
 def test_an_optimizer_built_with_the_searched_lr_is_not_scaled_by_it_again() -> None:
-    ctx = TrialContext({"device": "cpu", "lr": 0.5, "epochs": 1, "batch_size": 100}, setup=TrialSetup(searched=("lr",)))
+    ctx = TrialContext(TrainingPlan.bare({"device": "cpu", "lr": 0.5, "epochs": 1, "batch_size": 100},
+                                         searched=("lr",)))
     net = user_fits.MLP()
     model, opt = ctx.prepare(net, torch.optim.Adadelta(net.parameters(), lr=ctx.settings.lr))  # mnist's shape
     assert [g["lr"] for g in opt.param_groups] == [0.5]
@@ -644,16 +645,16 @@ def test_an_optimizer_built_with_the_searched_lr_is_not_scaled_by_it_again() -> 
 
 
 def test_the_builtin_optimizers_onecycle_peaks_at_the_searched_lr() -> None:
-    ctx = TrialContext({"device": "cpu", "lr": 0.5, "optimizer": "sgd", "lr_schedule": "onecycle", "epochs": 2,
-                        "batch_size": 100}, setup=TrialSetup(searched=("lr", "lr_schedule", "optimizer")))
+    ctx = TrialContext(TrainingPlan.bare({"device": "cpu", "lr": 0.5, "optimizer": "sgd", "lr_schedule": "onecycle",
+                                          "epochs": 2, "batch_size": 100}, searched=("lr", "lr_schedule", "optimizer")))
     model, opt = ctx.prepare(user_fits.MLP())
     assert max(lrs[0] for lrs in _group_lrs(ctx, opt, model)) == pytest.approx(0.5, rel=0.01)
     assert opt.param_groups[0]["max_lr"] == pytest.approx(0.5)
 
 
 def test_the_fits_own_scheduler_steps_alone() -> None:
-    ctx = TrialContext({"device": "cpu", "lr": 0.5, "lr_schedule": "cosine", "epochs": 1, "batch_size": 100},
-                       setup=TrialSetup(searched=("lr", "lr_schedule")))
+    ctx = TrialContext(TrainingPlan.bare({"device": "cpu", "lr": 0.5, "lr_schedule": "cosine", "epochs": 1,
+                                          "batch_size": 100}, searched=("lr", "lr_schedule")))
     net = user_fits.MLP()
     model, opt = ctx.prepare(net, torch.optim.SGD(user_fits.two_groups(net, 0.1, 6.4)))
     torch.optim.lr_scheduler.LambdaLR(opt, lambda step: 1.0)  # never stepped: the lr stays
@@ -662,7 +663,7 @@ def test_the_fits_own_scheduler_steps_alone() -> None:
 
 
 def test_a_scheduler_built_before_prepare_cannot_take_a_searched_lr() -> None:
-    ctx = TrialContext({"device": "cpu", "lr": 0.5}, setup=TrialSetup(searched=("lr",)))
+    ctx = TrialContext(TrainingPlan.bare({"device": "cpu", "lr": 0.5}, searched=("lr",)))
     net = user_fits.MLP()
     opt = torch.optim.SGD(user_fits.two_groups(net, 0.1, 6.4))
     torch.optim.lr_scheduler.LambdaLR(opt, lambda step: 1.0)
@@ -672,14 +673,14 @@ def test_a_scheduler_built_before_prepare_cannot_take_a_searched_lr() -> None:
 
 def test_onecycle_keeps_the_searched_momentum_and_takes_optimizers_without_one() -> None:
     """OneCycleLR cycles momentum by default: it would overwrite a searched momentum, and raise on Adadelta."""
-    ctx = TrialContext({"device": "cpu", "lr": 0.5, "optimizer": "sgd", "momentum": 0.7, "lr_schedule": "onecycle",
-                        "epochs": 1, "batch_size": 100},
-                       setup=TrialSetup(searched=("lr", "momentum", "lr_schedule", "optimizer")))
+    ctx = TrialContext(TrainingPlan.bare({"device": "cpu", "lr": 0.5, "optimizer": "sgd", "momentum": 0.7,
+                                          "lr_schedule": "onecycle", "epochs": 1, "batch_size": 100},
+                                         searched=("lr", "momentum", "lr_schedule", "optimizer")))
     model, opt = ctx.prepare(user_fits.MLP())
     _group_lrs(ctx, opt, model)
     assert opt.param_groups[0]["momentum"] == 0.7
-    ctx = TrialContext({"device": "cpu", "lr": 0.5, "lr_schedule": "onecycle", "epochs": 1, "batch_size": 100},
-                       setup=TrialSetup(searched=("lr", "lr_schedule")))
+    ctx = TrialContext(TrainingPlan.bare({"device": "cpu", "lr": 0.5, "lr_schedule": "onecycle", "epochs": 1,
+                                          "batch_size": 100}, searched=("lr", "lr_schedule")))
     net = user_fits.MLP()
     model, opt = ctx.prepare(net, torch.optim.Adadelta(net.parameters(), lr=1.0))  # mnist's optimizer
     assert max(lrs[0] for lrs in _group_lrs(ctx, opt, model)) == pytest.approx(0.5, rel=0.01)
@@ -693,8 +694,8 @@ def test_the_epoch_early_stopping_ends_is_not_pruned_over_epochs_it_will_not_run
             if rec.epoch == stop_at:
                 raise TrialStopped("dominated", rec.epoch, "behind the front")
 
-        ctx = TrialContext({**DEFAULTS, "device": "cpu", "epochs": 10, "early_stopping_patience": 2},
-                           setup=TrialSetup(on_epoch=rule))
+        ctx = TrialContext(TrainingPlan.bare({**DEFAULTS, "device": "cpu", "epochs": 10, "early_stopping_patience": 2}),
+                           on_epoch=rule)
         with pytest.raises(TrialStopped) if stop_at < 4 else contextlib.nullcontext():
             for e in ctx.epochs():
                 ctx.report(val_loss=[1.0, 0.9, 0.95, 0.97][e - 1])
@@ -725,8 +726,8 @@ def test_a_fit_that_sets_the_group_lrs_itself_did_not_apply_the_searched_lr() ->
     applied, whether the context scaled its optimizer or stepped a schedule on it; a torch scheduler of its own
     moving the lrs is not such an overwrite."""
     def run(own_lr: bool, own_scheduler: bool) -> dict[str, str]:
-        ctx = TrialContext({"device": "cpu", "lr": 0.5, "lr_schedule": "cosine", "epochs": 1, "batch_size": 100},
-                           setup=TrialSetup(searched=("lr", "lr_schedule")))
+        ctx = TrialContext(TrainingPlan.bare({"device": "cpu", "lr": 0.5, "lr_schedule": "cosine", "epochs": 1,
+                                              "batch_size": 100}, searched=("lr", "lr_schedule")))
         net = user_fits.MLP()
         model, opt = ctx.prepare(net, torch.optim.SGD(user_fits.two_groups(net, 0.1, 6.4)))
         if own_scheduler:

@@ -230,28 +230,28 @@ def test_workers_times_devices_never_exceeds_what_is_visible(tmp_path: Path, mon
 
     _fake_gpus(monkeypatch, "3,4,5,6,7")
     cfg = _journal(tmp_path, device="cuda", devices=2)
-    assert [s.gpu for s in workers.plan(cfg, None, None)] == ["3,4", "5,6"]  # two workers; GPU 7 stays idle
-    assert workers.plan(cfg, None, None)[1].env()["CUDA_VISIBLE_DEVICES"] == "5,6"
+    assert [s.gpu for s in workers.slots_for(cfg, None, None)] == ["3,4", "5,6"]  # two workers; GPU 7 stays idle
+    assert workers.slots_for(cfg, None, None)[1].env()["CUDA_VISIBLE_DEVICES"] == "5,6"
     with pytest.raises(ConfigError, match=r"--workers: 3 workers x devices 2 need 6 GPUs but 5 visible"):
-        workers.plan(cfg, 3, None)
+        workers.slots_for(cfg, 3, None)
     # asked for: two workers' trials on the same pair of GPUs
-    assert [s.gpu for s in workers.plan(cfg, 2, ["0", "1", "0", "1"])] == ["3,4", "3,4"]
+    assert [s.gpu for s in workers.slots_for(cfg, 2, ["0", "1", "0", "1"])] == ["3,4", "3,4"]
     with pytest.raises(ConfigError, match=r"--gpus: 2 workers x devices 2 need 4 GPU indices, got 2"):
-        workers.plan(cfg, 2, ["0", "1"])
+        workers.slots_for(cfg, 2, ["0", "1"])
     with pytest.raises(ConfigError, match=r"--gpus: worker 0's trials would put two ranks on GPU 0"):
-        workers.plan(cfg, 1, ["0", "0"])
+        workers.slots_for(cfg, 1, ["0", "0"])
     searched = tiny(tmp_path, study={"storage": f"journal:///{tmp_path}/j.log"}, train={"device": "cuda"},
                     space={"devices": {"type": "categorical", "choices": [1, 4]}})
-    assert [s.gpu for s in workers.plan(searched, None, None)] == ["3,4,5,6"]  # the largest a trial may take
+    assert [s.gpu for s in workers.slots_for(searched, None, None)] == ["3,4,5,6"]  # the largest a trial may take
 
 
 def test_workers_times_devices_on_the_cpu(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(workers, "cpu_cores", lambda: 4)
     cfg = _journal(tmp_path, device="cpu", devices=2)
-    slots = workers.plan(cfg, 2, None)
+    slots = workers.slots_for(cfg, 2, None)
     assert [s.threads for s in slots] == [2, 2]  # a worker's threads, split again over its trial's 2 ranks
     with pytest.raises(ConfigError, match=r"--workers: 3 workers x devices 2 = 6 processes but 4 CPU core\(s\)"):
-        workers.plan(cfg, 3, None)
+        workers.slots_for(cfg, 3, None)
 
 
 @pytest.mark.slow

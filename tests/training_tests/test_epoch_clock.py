@@ -11,9 +11,10 @@ import torch
 
 from autotune.core.errors import TrialStopped
 from autotune.spec import Settings
+from autotune.training.context.applied import Applied
 from autotune.training.context.collective import Alone
 from autotune.training.context.epoch_clock import FINITE_CHECK_EVERY, EpochClock, steady_rate, wait_fraction
-from autotune.training.context.records import EpochRecord
+from autotune.training.context.results import EpochRecord
 from autotune.training.context.stepper import Stepper
 
 CPU = torch.device("cpu")
@@ -114,7 +115,7 @@ def test_probe_verdicts_are_returned_and_spare_a_finished_run() -> None:
 def test_timed_counts_input_wait_and_flushes_the_trailing_accumulation() -> None:
     c = clock()
     c.open(1)
-    stepper = Stepper(Settings({"grad_clip": 0.0, "lr_schedule": "constant"}), set(), (), None, 2, {})
+    stepper = Stepper(Settings({"grad_clip": 0.0, "lr_schedule": "constant"}), Applied(), None, 2)
     batches = [(torch.zeros(3, 2),), (torch.zeros(3, 2),)]
     assert [len(b[0]) for b in c.timed(batches, stepper, math.inf, lambda: AssertionError())] == [3, 3]
     assert c.fetched == 6 and c.last_batch and c.train_end is not None
@@ -123,7 +124,7 @@ def test_timed_counts_input_wait_and_flushes_the_trailing_accumulation() -> None
 def test_timed_raises_the_hang_before_any_step() -> None:
     c = clock()
     c.open(1)
-    stepper = Stepper(Settings(), set(), (), None, 1, {})
+    stepper = Stepper(Settings(), Applied(), None, 1)
     with pytest.raises(TrialStopped, match="hung"):
         next(c.timed([(torch.zeros(1),)], stepper, 0.0, lambda: TrialStopped("slow", 0, "hung")))
 

@@ -15,7 +15,7 @@ import torch
 
 from autotune.core import TrialStopped
 from autotune.spec.settings import DEFAULTS
-from autotune.training import Limits, TrialContext, TrialSetup, run_fit
+from autotune.training import Limits, TrainingPlan, TrialContext, run_fit
 from autotune.training.context import energy
 from autotune.training.context.collective import Alone
 from autotune.training.context.memory import MemoryMeter
@@ -26,8 +26,8 @@ from tests import user_fits
 
 
 def _trial(hold_mb: int, limits: Limits | None = None, epochs: int = 2) -> TrialContext:
-    return TrialContext({**DEFAULTS, "device": "cpu", "epochs": epochs, "batch_size": 64},
-                        user_params={"hold_mb": hold_mb}, setup=TrialSetup(limits=limits or Limits()))
+    return TrialContext(TrainingPlan.bare({**DEFAULTS, "device": "cpu", "epochs": epochs, "batch_size": 64},
+                                          user={"hold_mb": hold_mb}, limits=limits or Limits()))
 
 
 def test_a_small_trial_after_a_big_one_records_its_own_peak() -> None:
@@ -275,8 +275,8 @@ def test_dataloader_workers_own_memory_is_in_the_peak_fake_proc(tmp_path: Path) 
 
 def test_dataloader_worker_processes_are_in_the_peak() -> None:
     """A real DataLoader with 2 worker processes, each holding 150 MB of its own while it serves batches."""
-    ctx = TrialContext({**DEFAULTS, "device": "cpu", "epochs": 1, "batch_size": 32, "num_workers": 2,
-                        "data_on_device": False}, user_params={"worker_mb": 150}, setup=TrialSetup())
+    ctx = TrialContext(TrainingPlan.bare({**DEFAULTS, "device": "cpu", "epochs": 1, "batch_size": 32, "num_workers": 2,
+                                          "data_on_device": False}, user={"worker_mb": 150}))
     from tests import guest_fits
 
     res = run_fit(guest_fits.fit_loader_workers_hold_memory, ctx)

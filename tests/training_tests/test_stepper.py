@@ -9,6 +9,7 @@ import torch
 from torch import nn
 
 from autotune.spec import Settings
+from autotune.training.context.applied import Applied
 from autotune.training.context.misuse import ContextMisuse
 from autotune.training.context.stepper import Stepper, scale_lrs
 
@@ -17,7 +18,7 @@ SETTINGS = {"grad_clip": 0.0, "lr_schedule": "constant", "grad_accum_steps": 1, 
 
 def stepper(accum: int = 1, searched: tuple[str, ...] = (), **settings: Any) -> tuple[Stepper, nn.Linear]:
     model = nn.Linear(3, 1)
-    s = Stepper(Settings({**SETTINGS, "grad_accum_steps": accum, **settings}), set(), searched, None, accum, {})
+    s = Stepper(Settings({**SETTINGS, "grad_accum_steps": accum, **settings}), Applied(searched), None, accum)
     s.use(torch.optim.SGD(model.parameters(), lr=0.1), None)
     return s, model
 
@@ -34,7 +35,7 @@ def test_the_optimizer_steps_every_accum_micro_batches_and_at_the_last_batch() -
     assert torch.equal(model.weight, before) and s.micro == 2
     s.backward(loss_of(model), last_batch=True)  # the data ran out: step what accumulated
     assert not torch.equal(model.weight, before) and s.micro == 0
-    assert s.stepped and "grad_accum_steps" in s.reads
+    assert s.stepped and s.applied.was_read("grad_accum_steps")
 
 
 def test_flush_steps_a_trailing_partial_accumulation_once() -> None:
@@ -73,12 +74,12 @@ def test_a_scheduler_of_the_fits_own_steps_the_lr_alone() -> None:
 def test_a_searched_lr_scales_each_group_and_an_overwrite_is_noted_once() -> None:
     model = nn.Linear(3, 1)
     opt = torch.optim.SGD([{"params": [model.weight], "lr": 0.1}, {"params": [model.bias], "lr": 1.0}])
-    s = Stepper(Settings(SETTINGS), set(), ("lr",), None, 1, {})
+    s = Stepper(Settings(SETTINGS), Applied(("lr",)), None, 1)
     s.use(opt, 2.0)
     assert [g["lr"] for g in opt.param_groups] == [0.2, 2.0]
     opt.param_groups[0]["lr"] = 0.5  # the fit sets its own lr (nanoGPT)
     s.backward(loss_of(model), last_batch=False)
-    assert "overwriting" in s.not_applied["lr"] and s.lr_set is None and not s.lr_watch
+    assert "overwriting" in s.applied.not_applied["lr"] and s.lr_set is None and not s.lr_watch
 
 
 def test_scaling_refuses_an_optimizer_with_a_scheduler_already_built() -> None:

@@ -11,7 +11,7 @@ from autotune.core.errors import TrialStopped
 from autotune.spec import Settings
 from autotune.training.context.collective import Alone
 from autotune.training.context.limits import Limits
-from autotune.training.context.records import EpochRecord
+from autotune.training.context.results import EpochRecord
 from autotune.training.context.stop_rules import StopRules
 
 SETTINGS = Settings({"early_stopping_patience": 2, "early_stopping_min_delta": 0.0})

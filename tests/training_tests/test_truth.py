@@ -16,7 +16,7 @@ import torch
 
 import autotune
 from autotune import config
-from autotune.training import ContextMisuse, TrialContext, TrialSetup
+from autotune.training import ContextMisuse, TrainingPlan, TrialContext
 from tests import user_fits
 
 
@@ -93,7 +93,7 @@ def test_a_non_finite_objective_of_any_name_stops_the_trial_at_that_epoch(tmp_pa
 
 
 def test_a_non_finite_metric_that_is_no_objective_is_recorded_and_training_goes_on() -> None:
-    ctx = TrialContext({"device": "cpu", "epochs": 2}, setup=TrialSetup(config=None))
+    ctx = TrialContext(TrainingPlan.bare({"device": "cpu", "epochs": 2}, config=None))
     for epoch in ctx.epochs():
         ctx.report(grad_norm=math.nan if epoch == 1 else 1.0, val_loss=1.0)
     assert len(ctx._state.history) == 2 and ctx._state.stop is None
@@ -177,7 +177,7 @@ def test_the_builtin_optimizer_counts_only_once_it_steps_whoever_reads_its_setti
     searched = {"device": "cpu", "epochs": 1, "batch_size": 100, "optimizer": "sgd", "lr": 0.1, "momentum": 0.5,
                 "weight_decay": 1e-4, "lr_schedule": "cosine"}
     # built and never stepped (the loop evaluates only): nothing of it acted, though the fit read every key
-    ctx = TrialContext(searched, setup=TrialSetup(searched=keys))
+    ctx = TrialContext(TrainingPlan.bare(searched, searched=keys))
     model, opt = ctx.prepare(user_fits.MLP())
     _ = [ctx.settings[k] for k in keys]
     for _ in ctx.epochs():
@@ -185,7 +185,7 @@ def test_the_builtin_optimizer_counts_only_once_it_steps_whoever_reads_its_setti
     assert set(ctx._state.unapplied()) == set(keys)
     assert ctx._state.unapplied()["optimizer"] == "the optimizer the context built never stepped"
     # stepped by the fit's own opt.step() (no ctx.backward): the optimizer's settings acted, the schedule did not
-    ctx = TrialContext(searched, setup=TrialSetup(searched=keys))
+    ctx = TrialContext(TrainingPlan.bare(searched, searched=keys))
     model, opt = ctx.prepare(user_fits.MLP())
     for _ in ctx.epochs():
         for x, y in ctx.loader((user_fits.X, user_fits.Y)):
@@ -197,9 +197,9 @@ def test_the_builtin_optimizer_counts_only_once_it_steps_whoever_reads_its_setti
 
 
 def test_an_own_optimizer_built_with_the_values_read_applies_them() -> None:
-    ctx = TrialContext({"device": "cpu", "epochs": 1, "batch_size": 100, "lr": 0.05, "momentum": 0.7,
-                        "weight_decay": 1e-3, "optimizer": "adam"},
-                       setup=TrialSetup(searched=("lr", "momentum", "weight_decay", "optimizer")))
+    ctx = TrialContext(TrainingPlan.bare({"device": "cpu", "epochs": 1, "batch_size": 100, "lr": 0.05, "momentum": 0.7,
+                                          "weight_decay": 1e-3, "optimizer": "adam"},
+                                         searched=("lr", "momentum", "weight_decay", "optimizer")))
     s = ctx.settings
     net = user_fits.MLP()
     model, opt = ctx.prepare(net, torch.optim.SGD(net.parameters(), lr=s.lr, momentum=s.momentum,

@@ -1,4 +1,4 @@
-"""context/applied.py (imported as `unread`): a searched setting nothing in the trial used is `not_applied`, and
+"""context/applied.py (the ledger) and reasons.py: a searched setting nothing in the trial used is `not_applied`, and
 left out of the recommendation."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from autotune import config
 from autotune.observe import export, progress, report
 from autotune.search import results
 from autotune.spec.settings import Settings
-from autotune.training import TrialContext, TrialSetup, run_fit
+from autotune.training import TrainingPlan, TrialContext, run_fit
 from tests import user_fits
 
 REPO = Path(__file__).resolve().parents[2]
@@ -44,8 +44,8 @@ def test_a_watched_settings_view_notes_what_is_read_not_what_is_asked_about() ->
 
 
 def test_user_parameters_read_through_params_count_as_used() -> None:
-    ctx = TrialContext({"device": "cpu"}, user_params={"width": 8, "depth": 2},
-                       setup=TrialSetup(searched=("user.width", "user.depth")))
+    ctx = TrialContext(TrainingPlan.bare({"device": "cpu"}, user={"width": 8, "depth": 2},
+                                         searched=("user.width", "user.depth")))
     assert ctx.params["width"] == 8 and "depth" in ctx.params
     assert ctx._state.unapplied() == {"user.depth": "ctx.params['depth'] was never read"}
 
@@ -113,8 +113,8 @@ def test_a_setting_the_users_loss_reads_is_applied(tmp_path: Path) -> None:
 
 
 def test_settings_only_a_loop_of_its_own_skips_are_named(tmp_path: Path) -> None:
-    ctx = TrialContext({"device": "cpu", "grad_clip": 0.5, "precision": "bf16"},
-                       setup=TrialSetup(searched=("grad_clip", "precision", "batch_size", "init")))
+    ctx = TrialContext(TrainingPlan.bare({"device": "cpu", "grad_clip": 0.5, "precision": "bf16"},
+                                         searched=("grad_clip", "precision", "batch_size", "init")))
     model, opt = ctx.prepare(user_fits.MLP(), init=False)
     x, y = user_fits.X[:64], user_fits.Y[:64]
     for _ in ctx.epochs():
@@ -152,7 +152,7 @@ def test_a_fixed_setting_nothing_applied_is_not_applied_too() -> None:
     default need no read."""
     values = {"device": "cpu", "epochs": 1, "batch_size": 100, "label_smoothing": 0.1, "momentum": 0.5,
               "cpu_threads": 1, "time_excludes_compile": True, "prune_method": "none"}
-    ctx = TrialContext(values, setup=TrialSetup(fixed=tuple(values)))
+    ctx = TrialContext(TrainingPlan.bare(values, fixed=tuple(values)))
     r = run_fit(user_fits.fit, ctx)
     assert r.not_applied == {
         "label_smoothing": "label_smoothing was never read: the loss is your own (read ctx.settings.label_smoothing "

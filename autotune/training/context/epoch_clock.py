@@ -28,7 +28,7 @@ from autotune.training.context import energy
 from autotune.training.context.collective import Alone
 from autotune.training.context.loaders import first_tensor
 from autotune.training.context.memory import MemoryMeter
-from autotune.training.context.records import EpochRecord
+from autotune.training.context.results import EpochRecord
 from autotune.training.context.stepper import Stepper
 from autotune.training.throughput import ProbeDone, ProbeWindow
 

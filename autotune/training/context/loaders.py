@@ -19,6 +19,7 @@ from autotune.training.context.misuse import ContextMisuse
 from autotune.training.distributed.devices import ShardedBatches
 
 if TYPE_CHECKING:
+    from autotune.training.context.applied import Applied
     from autotune.training.context.collective import Alone
 
 
@@ -137,9 +138,7 @@ class Batches:
         inner = self._inner
         if isinstance(inner, DeviceBatches):
             return inner.batch_size
-        size = inner.loader.batch_size
-        if size is None:  # (a loader given a batch_sampler)
-            size = getattr(inner.loader.batch_sampler, "batch_size", 1)
+        size: Any = inner.loader.batch_size or getattr(inner.loader.batch_sampler, "batch_size", 1)
         return int(size)
 
     @property
@@ -203,9 +202,9 @@ def _fraction(data: Any, tensors: list[torch.Tensor] | None, fraction: float,
 
 
 def build(data: Any, bs: int, shuffle: bool, train: bool, drop_last: bool, extra: dict[str, Any],
-          s: Settings, dev: torch.device, seed: int, not_applied: dict[str, str],
+          s: Settings, dev: torch.device, seed: int, applied: Applied,
           collective: Alone) -> DeviceBatches | LoaderBatches:
-    """`ctx.loader`'s batches per the trial's settings `s` (what could not apply noted in `not_applied`)."""
+    """`ctx.loader`'s batches per the trial's settings `s` (what could not apply noted in the ledger, `applied`)."""
     tensors = as_tensors(data)
     if train and s["data_fraction"] < 1.0:
         data, tensors = _fraction(data, tensors, s["data_fraction"], seed)
@@ -213,7 +212,7 @@ def build(data: Any, bs: int, shuffle: bool, train: bool, drop_last: bool, extra
     if channels_last and train:
         x = tensors[0] if tensors is not None else None
         if x is not None and x.ndim != 4:
-            not_applied.setdefault("channels_last", f"inputs are not 4-D images (shape {tuple(x.shape[1:])})")
+            applied.cannot("channels_last", f"inputs are not 4-D images (shape {tuple(x.shape[1:])})", first=True)
     shard = None
     if train:  # several devices: this rank's part of every global batch (None in one process)
         shard = collective.shard(lambda: len(tensors[0]) if tensors is not None else length(data),
@@ -221,12 +220,12 @@ def build(data: Any, bs: int, shuffle: bool, train: bool, drop_last: bool, extra
     if tensors is not None and s["data_on_device"] and not extra:
         return DeviceBatches(tensors, bs, dev, channels_last, seed, shuffle, drop_last, shard)
     if s["data_on_device"] and train:
-        not_applied["data_on_device"] = ("the data is a Dataset, not tensors: batches come from a DataLoader"
-                                         if tensors is None else "DataLoader arguments were given to ctx.loader")
+        applied.cannot("data_on_device", ("the data is a Dataset, not tensors: batches come from a DataLoader"
+                                            if tensors is None else "DataLoader arguments were given to ctx.loader"))
     dataset = TensorDataset(*tensors) if tensors is not None else data
     if drop_last and shard is None and not isinstance(dataset, IterableDataset) and _shorter(dataset, bs):
         drop_last = False  # a batch larger than the data: its one short batch is the epoch, not none (as DeviceBatches)
-    return LoaderBatches(dataloader(dataset, bs, shuffle, drop_last, extra, s, dev, seed, not_applied, shard),
+    return LoaderBatches(dataloader(dataset, bs, shuffle, drop_last, extra, s, dev, seed, applied, shard),
                          dev, channels_last)
 
 
@@ -238,7 +237,7 @@ def _shorter(dataset: Any, bs: int) -> bool:
 
 
 def dataloader(dataset: Any, bs: int, shuffle: bool, drop_last: bool, extra: dict[str, Any], s: Settings,
-               dev: torch.device, seed: int, not_applied: dict[str, str],
+               dev: torch.device, seed: int, applied: Applied,
                shard: ShardedBatches | None = None) -> DataLoader[Any]:
     """A DataLoader with the trial's workers, pinned memory and prefetch (`extra`: the fit's own arguments)."""
     kwargs: dict[str, Any] = {"batch_size": bs, "num_workers": s["num_workers"],
@@ -248,14 +247,14 @@ def dataloader(dataset: Any, bs: int, shuffle: bool, drop_last: bool, extra: dic
         kwargs["batch_sampler"] = shard
     elif isinstance(dataset, IterableDataset):
         if shuffle:
-            not_applied.setdefault("shuffle", "an IterableDataset is read in its own order")
+            applied.cannot("shuffle", "an IterableDataset is read in its own order", first=True)
     else:
         kwargs["shuffle"] = shuffle
         kwargs["generator"] = torch.Generator().manual_seed(seed)
     if s["num_workers"] > 0:  # DataLoader rejects these two without workers
         kwargs["prefetch_factor"] = s["prefetch_factor"]
-        kwargs["persistent_workers"] = s["persistent_workers"]
-        if torch.cuda.is_initialized():  # type: ignore[no-untyped-call]  # (unannotated in torch) a forked worker must not inherit a CUDA context
+        kwargs["persistent_workers"] = bool(s["persistent_workers"])
+        if torch.cuda.is_initialized():  # type: ignore[no-untyped-call]  # (a forked worker: no CUDA context)
             kwargs["multiprocessing_context"] = "spawn"
     kwargs.update(extra)
     return DataLoader(dataset, **kwargs)

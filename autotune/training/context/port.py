@@ -11,9 +11,9 @@ rules act when the framework's evaluation is reported (`report`), which raises t
 the framework's loop: the trial ends PRUNED with its reason.
 
 The user's recipe is the baseline: a framework's trial changes exactly the settings the trial chose (searched, or
-fixed in `train:`), says which of those the framework received (`received`) or could not apply (`not_applied`),
-and which values it left to the user's code or the framework's defaults (`recipe`: stored apart from the trial's
-settings, shown by `best`).
+fixed in `train:`), says in the trial's ledger (`port.applied`) which of those the framework received (`read`) or
+could not apply (`cannot`), and which values it left to the user's code or the framework's defaults
+(`left_to_recipe`: stored apart from the trial's settings, shown by `best`).
 """
 
 from __future__ import annotations
@@ -27,93 +27,50 @@ import torch
 from torch import nn
 
 from autotune.core import ConfigError, suggest
-from autotune.spec import Settings, is_quality
+from autotune.spec import is_quality
+from autotune.training.context.applied import Applied
 from autotune.training.context.misuse import ContextMisuse
-from autotune.training.context.records import TrainResult
+from autotune.training.context.plan import TrainingPlan
 from autotune.training.context.trial import TrialContext
 
 
 class TrialPort:
-    """One trial context, seen by autotune's own code. `framework`: the framework that owns the training loop
-    ("Lightning", say; None for the built-in trainer), named in what the trial records."""
+    """One trial context, seen by autotune's own code: its plan, its ledger (`applied`), the optimizer and schedule
+    a framework trains with, and a framework's loop (`epoch_begin`, `batch_begin`, `step`, `report`, `finish`).
+    `framework`: the framework that owns the training loop ("Lightning", say; None for the built-in trainer), named
+    in what the trial records."""
 
     def __init__(self, ctx: TrialContext, framework: str | None = None) -> None:
-        self.ctx = ctx
+        self._ctx = ctx
         self._st = st = ctx._state
         if framework is not None:
-            st.framework = framework
+            st.applied.framework = framework
         self._epochs: Generator[int, None, None] | None = None
         self._step_end: float | None = None  # when the last step ended (the input wait: until the next begins)
         self._logged_once = False  # the first evaluation's names were checked against the objectives
-        self.early_stop = False  # early stopping ended training: the framework should stop
 
-    # ------------------------------------------------------------ what the trial chose
-
-    @property
-    def settings(self) -> Settings:
-        """The trial's settings, read without counting as used (the framework's argument is what counts)."""
-        return self._st.raw
-
-    def chosen(self, key: str) -> bool:
-        """The trial chose `key`: searched it, or fixed it explicitly (`train:`, `params`)."""
-        return key in self._st.chosen
-
-    def chosen_unread(self) -> list[str]:
-        """The chosen settings (and `user.` parameters) nothing has read or applied so far."""
-        return sorted(self._st.chosen - self._st.reads)
+    # ------------------------------------------------------------ what the trial chose, and what it applied
 
     @property
-    def config_file(self) -> str | None:
-        """The study's config file (what an error about the user's code names), None for a bare context."""
-        config = self._st.setup.config
-        return config.file if config is not None else None
-
-    # ------------------------------------------------------------ what it applied
-
-    def not_applied(self, key: str, why: str) -> None:
-        """A chosen setting the framework could not apply, with the reason (an unchosen one is not news)."""
-        if key in self._st.chosen:
-            self._st.not_applied[key] = why
-            self._st.reads.discard(key)
-
-    def received(self, key: str, held: bool, why: str = "") -> None:
-        """A setting handed to the framework: applied when the framework holds it (`held`); else, if chosen, not
-        applied with `why` (what the framework holds instead)."""
-        if held:
-            self._st.reads.add(key)
-        else:
-            self.not_applied(key, why)
-
-    def took_effect(self, key: str) -> None:
-        """An optimizer setting or lr_schedule shaped training (the framework's scheduler stepped the one asked)."""
-        self._st.effects.add(key)
-
-    def is_applied(self, key: str) -> bool:
-        """Nothing has said `key` could not apply so far."""
-        return key not in self._st.not_applied
+    def plan(self) -> TrainingPlan:
+        """What the trial trains: its settings (read here without counting as used: the framework's argument is
+        what counts), seed, device, config."""
+        return self._st.plan
 
     @property
-    def optimizer_steps(self) -> int:
-        """The steps the trial's optimizer took (whoever stepped it)."""
-        return int(self._st.stepper.opt_steps)
+    def applied(self) -> Applied:
+        """The trial's ledger: what it chose (`chose`), what the framework received (`read`), what acted
+        (`applied`), could not apply (`cannot`) or was left to the user's recipe (`left_to_recipe`)."""
+        return self._st.applied
 
-    def recipe(self, key: str, value: Any) -> None:
-        """A setting the trial did not choose, left to the user's code or the framework's default: `value` is what
-        it held (stored apart from the trial's settings)."""
-        if key not in self._st.chosen:
-            self._st.recipe[key] = value
-
-    def clip_in_any_precision(self) -> None:
-        """The framework clips gradients itself under mixed precision: the optimizer autotune builds is not fused
-        (a fused one unscales inside its step, and Lightning's precision plugin refuses to clip it)."""
-        self._st.fused = False
-
-    def optimizer_factory(self, **recipe: Any) -> Callable[[Any], torch.optim.Optimizer]:
+    def optimizer_factory(self, fused: bool = True, **recipe: Any) -> Callable[[Any], torch.optim.Optimizer]:
         """The trial's optimizer as a factory of parameters (or groups), `recipe` giving the user's values for the
-        settings the trial did not choose (lr=TrainingArguments.learning_rate, say)."""
+        settings the trial did not choose (lr=TrainingArguments.learning_rate, say). `fused=False`: the framework
+        clips gradients itself under mixed precision (a fused optimizer unscales inside its step, and Lightning's
+        precision plugin refuses to clip it)."""
         st = self._st
-        own = {k: v for k, v in recipe.items() if k not in st.chosen}
-        return lambda params: st.build_optimizer(params, own)
+        own = {k: v for k, v in recipe.items() if not st.applied.chose(k)}
+        return lambda params: st.build_optimizer(params, own, fused=fused)
 
     def schedule(self, steps_per_epoch: int) -> torch.optim.lr_scheduler.LRScheduler | None:
         """The trial's lr_schedule over the optimizer ctx.prepare settled, for a framework to step after every
@@ -124,60 +81,51 @@ class TrialPort:
         stepper.decided = True  # the framework steps it: the context's first step decides nothing more
         return sched
 
-    def fresh(self, model: nn.Module, where: str) -> None:
+    def fresh(self, model: nn.Module, where: str = "", restored: bool = False) -> None:
         """The model a framework trains this trial must be new to this process's study (see TrialState.check_fresh:
-        a module-level model trained by the previous trial stops the run with one line naming it)."""
-        self._st.check_fresh(model, where)
+        a module-level model trained by the previous trial stops the run with one line naming it). `restored`: the
+        adapter restored `model`'s first weights: it is fresh again."""
+        if restored:
+            self._st.forget_trained(model)
+        else:
+            self._st.check_fresh(model, where)
 
-    def forget_trained(self, model: nn.Module) -> None:
-        """The adapter restored `model`'s first weights: it is fresh again for this trial."""
-        self._st.forget_trained(model)
-
-    # ------------------------------------------------------------ the built-in trainer
-
-    def set_chance_loss(self, loss: float) -> None:
-        """A guess's loss on this data: the divergence rule's ceiling."""
-        self._st.chance_loss = loss
-
-    def unapplied(self) -> dict[str, str]:
-        return self._st.unapplied()
-
-    def result(self, returned: Any = None) -> TrainResult:
-        return self._st.result(returned)
+    def chance_loss(self, loss: float) -> None:
+        """A guess's loss on this data (the built-in trainer's): the divergence rule's ceiling."""
+        self._st.rules.chance_loss = loss
 
     # ------------------------------------------------------------ a framework's loop
-
-    @property
-    def started(self) -> bool:
-        return self._epochs is not None
 
     @property
     def running(self) -> bool:
         """An epoch's training clock runs (its training steps count)."""
         return bool(self._st.clock.running)
 
-    def start(self, steps_per_epoch: int, epochs: int | None = None, optimizer: Any = None, model: Any = None,
-              compiled: bool | None = None) -> None:
-        """The context's epochs begin, once the framework knows an epoch's steps. `epochs`: the framework's own
-        count (used when the trial did not choose `epochs`: the recipe's). `optimizer`, `model`, `compiled`: what
-        the framework built, when ctx.prepare did not (the HF Trainer builds its own)."""
+    def epoch_begin(self, steps_per_epoch: int = 1, epochs: int | None = None, optimizer: Any = None,
+                    model: Any = None, compiled: bool | None = None) -> bool:
+        """The next epoch's clock opens; False when the context's epochs are over. The first call starts the
+        context's epochs, once the framework knows an epoch's steps: `epochs` is the framework's own count (used
+        when the trial did not choose `epochs`: the recipe's); `optimizer`, `model`, `compiled`: what the framework
+        built, when ctx.prepare did not (the HF Trainer builds its own). Later calls ignore these."""
+        if self._epochs is None:
+            self._start(steps_per_epoch, epochs, optimizer, model, compiled)
+        assert self._epochs is not None
+        self._step_end = None
+        return next(self._epochs, None) is not None
+
+    def _start(self, steps_per_epoch: int, epochs: int | None, optimizer: Any, model: Any,
+               compiled: bool | None) -> None:
         st = self._st
-        if epochs is not None and not self.chosen("epochs"):
+        if epochs is not None and not st.applied.chose("epochs"):
             st.epochs_planned = max(1, int(epochs))
-            self.recipe("epochs", int(epochs))
+            st.applied.left_to_recipe("epochs", int(epochs))
         if model is not None:
             st.model = model
         if optimizer is not None:  # its steps counted and its lrs noted (a wrapper's inner optimizer steps)
             st.stepper.use(getattr(optimizer, "optimizer", optimizer), None)
         if compiled is not None:
             st.clock.compiled = compiled  # the first step's compile is timed apart
-        self._epochs = self.ctx.epochs(steps_per_epoch=max(1, steps_per_epoch))
-
-    def epoch_begin(self) -> bool:
-        """The next epoch's clock opens; False when the context's epochs are over."""
-        assert self._epochs is not None, "start() first"
-        self._step_end = None
-        return next(self._epochs, None) is not None
+        self._epochs = self._ctx.epochs(steps_per_epoch=max(1, steps_per_epoch))
 
     def batch_begin(self) -> None:
         """A step begins: the wait since the last one's end is input wait; past the hang limit the trial stops."""
@@ -209,14 +157,13 @@ class TrialPort:
             self._logged_once = True
             self._check_objectives(metrics, logged)
         known = st.known
-        self.ctx.report(**{k: v for k, v in metrics.items() if known is None or k in known or k == "train_loss"})
-        self.early_stop = st.stopped_early_at is not None
-        return self.early_stop
+        self._ctx.report(**{k: v for k, v in metrics.items() if known is None or k in known or k == "train_loss"})
+        return st.stopped_early_at is not None
 
     def _check_objectives(self, metrics: Mapping[str, float], logged: str | None) -> None:
         """Each objective a training function reports (not a clock, not measured on a model) is among the first
         evaluation's names; else the framework never logs it, and no trial can be judged."""
-        config = self._st.setup.config
+        config = self._st.plan.config
         if config is None:
             return
         names = sorted(metrics)
@@ -224,18 +171,18 @@ class TrialPort:
             if is_quality(o.metric) and o.metric not in metrics:
                 shown = logged or (", ".join(names) or "nothing")
                 raise ConfigError(config.file, f"objectives.{i}.metric",
-                                  f"{self._st.framework or 'the training function'} logged no {o.metric} in the "
-                                  f"first epoch's evaluation; it logged: {shown}{suggest(o.metric, names)}")
+                                  f"{self._st.applied.framework or 'the training function'} logged no {o.metric} "
+                                  f"in the first epoch's evaluation; it logged: {shown}{suggest(o.metric, names)}")
 
     def finish(self) -> bool:
         """The framework's training ended: the last epoch closes (an unreported one is recorded with its clocks);
-        no epoch opens. False when start() never ran."""
+        no epoch opens. False when no epoch began."""
         epochs, self._epochs = self._epochs, None
         if epochs is None:
             return False
         st = self._st
         if st.in_epoch and st.clock.running and st.stop is None:
-            self.ctx.report()
+            self._ctx.report()
         epochs.close()
         st.in_epoch = st.clock.running = False
         return True
@@ -244,7 +191,7 @@ class TrialPort:
 def refuse_devices(ctx: TrialContext, framework: str) -> None:
     """A framework adapter trains a trial on one device (validation refuses devices > 1 for its fit: reached only
     through other code)."""
-    if ctx.world_size > 1 or int(ctx._state.raw["devices"]) > 1:
+    if ctx.world_size > 1 or int(ctx._state.plan.settings.devices) > 1:
         raise ContextMisuse(f"the {framework} integration trains a trial on one device: devices must be 1")
 
 

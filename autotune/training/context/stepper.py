@@ -28,7 +28,7 @@ from torch import nn
 
 from autotune.core import library_file
 from autotune.spec import Settings
-from autotune.training.context.applied import wrapped
+from autotune.training.context.applied import Applied, wrapped
 from autotune.training.context.misuse import ContextMisuse
 from autotune.training.optimizers import SCHEDULES
 
@@ -114,14 +114,13 @@ def scale_lrs(opt: torch.optim.Optimizer, factor: float) -> None:
 
 
 class Stepper:
-    """One trial's optimizer steps. `settings`: the trial's (watched) settings; `reads`: what the trial read
-    (grad_accum_steps counts as applied once the context steps); `searched`: the searched keys."""
+    """One trial's optimizer steps. `settings`: the trial's (watched) settings; `applied`: the trial's ledger
+    (grad_accum_steps counts as applied once the context steps; what the fit overwrote did not apply)."""
 
-    def __init__(self, settings: Settings, reads: set[str], searched: tuple[str, ...],
-                 scaler: Any, accum: int, not_applied: dict[str, str]) -> None:
+    def __init__(self, settings: Settings, applied: Applied, scaler: Any, accum: int) -> None:
         self.settings = settings
-        self.reads = reads
-        self.searched = searched
+        self.applied = applied
+        self.searched = applied.searched
         self.scaler = scaler  # a GradScaler (fp16 on a GPU) or None
         self.accum = accum  # grad_accum_steps
         self.opt: torch.optim.Optimizer | None = None
@@ -133,16 +132,15 @@ class Stepper:
         self.stepped = False  # the context stepped the optimizer (ctx.backward)
         self.lr_set: list[float] | None = None  # the group lrs the context last set (scaled, or its schedule's)
         # watched for a fit that overwrites them only while a searched lr / lr_schedule could be found not applied
-        self.lr_watch = bool({"lr", "lr_schedule"} & set(searched))
+        self.lr_watch = bool({"lr", "lr_schedule"} & set(self.searched))
         self.overwritten = False  # the fit set the group lrs itself (seen while watched): lr, lr_schedule took none
-        self.not_applied = not_applied  # the trial's: setting -> why it took no effect
         self.steps_per_epoch: int | None = None  # the batches (ctx.backward calls) of an epoch, when known
         self.opt_steps = 0  # steps the optimizer took, whoever called opt.step() (its post-hook counts them)
         self.scaled: tuple[float, list[float], list[float]] | None = None  # (lr, the groups' own lrs, scaled)
         self.lr_sum: Any = 0.0  # group 0's lr at each optimizer step of the epoch (a tensor lr stays on its device)
         self.lr_n = 0
         self.lr_first: Any = None  # the epoch's first step's lr while it has not moved
-        self.handles: list[Any] = []  # the step hooks on the optimizer (removed when the trial ends)
+        self.handles: list[Any] = []  # the step hooks on the optimizers (removed when the trial ends)
         self.closure = False  # its step needs a closure (LBFGS): ctx.backward cannot step it
 
     def use(self, opt: torch.optim.Optimizer, scale: float | None, own: bool = False) -> None:
@@ -187,8 +185,9 @@ class Stepper:
 
     def sync_when_due(self, last_batch: bool) -> None:
         """DDP with accumulation: the next backward all-reduces only where the accumulation ends (no_sync)."""
-        assert self.ddp is not None
-        self.ddp.require_backward_grad_sync = self.micro + 1 >= self.accum or last_batch
+        ddp: Any = self.ddp  # (DistributedDataParallel's own flag: not on nn.Module's type)
+        assert ddp is not None
+        ddp.require_backward_grad_sync = self.micro + 1 >= self.accum or last_batch
 
     def backward(self, loss: torch.Tensor, last_batch: bool) -> None:
         """One micro-batch's backward of its mean `loss`; the optimizer step every `accum` micro-batches and at
@@ -220,7 +219,7 @@ class Stepper:
             self.lr_overwritten()  # (a torch scheduler of the fit's own moves the lrs as it should: not checked)
         if not self.decided:
             self.decided = self.stepped = True
-            self.reads.add("grad_accum_steps")  # (applied by ctx.backward from here on)
+            self.applied.read("grad_accum_steps")  # (applied by ctx.backward from here on)
             self.sched = self.make_schedule()
         if s["grad_clip"] > 0:
             if self.scaler is not None:
@@ -253,7 +252,7 @@ class Stepper:
         why = "your fit sets the optimizer's group lrs itself, overwriting what the context set"
         for key in ("lr", "lr_schedule"):
             if key in self.searched:
-                self.not_applied.setdefault(key, why)
+                self.applied.cannot(key, why, first=True)
         self.overwritten = True
         self.lr_set, self.lr_watch = None, False  # seen once: no more work per step
 

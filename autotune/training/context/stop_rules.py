@@ -24,7 +24,7 @@ from autotune.core import TrialStopped, contention
 from autotune.spec import Settings
 from autotune.training.context.collective import Alone
 from autotune.training.context.limits import Limits, check_divergence, check_memory, check_slow, projected_time_s
-from autotune.training.context.records import EpochRecord, OnEpoch
+from autotune.training.context.results import EpochRecord, OnEpoch
 
 # Waiting for cores made a 2-thread torch run up to 5x slower on these machines (OpenMP spinning): a projection
 # further over its limit than twice that is slow whatever the machine's load.
@@ -51,6 +51,7 @@ class StopRules:
         self.stopped_early_at: int | None = None  # epoch at which early stopping ended training
         self.cpu = cpu or contention.Window().share  # the CPU this trial got since it started
         self.slow_deferred: list[int] = []  # epochs whose slow projection waited for cores: not acted on
+        self.chance_loss = math.inf  # a guess's loss on the data (the built-in trainer's): divergence's ceiling
 
     # ------------------------------------------------------------ in an epoch
 

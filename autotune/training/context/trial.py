@@ -25,9 +25,9 @@ its last ctx.backward step, timed by a CUDA event per step on a GPU; the host ne
 inside an epoch except once every `FINITE_CHECK_EVERY` steps (a blow-up is stopped early).
 
 `TrialContext` is the user's API, 14 names, all of them the user's; what autotune's own code reads of a trial (its
-parts, records, stop and result) is on the private `ctx._state` (state.py), built from the runner's plumbing
-(`TrialSetup`), and reached from outside this package only through the port (port.py: the built-in trainer and the
-framework adapters). The parts, each testable
+plan, ledger, parts, records, stop and result) is on the private `ctx._state` (state.py), built from the plan the
+runner decided (plan.TrainingPlan, handed over as it is), and reached from outside this package only through the
+port (port.py: the built-in trainer and the framework adapters). The parts, each testable
 without a model: epoch_clock (clocks, counters, compile time, the speed probe's hooks), stepper (GradScaler,
 accumulation, clipping, the optimizer and schedule steps), stop_rules (decisions, returned; the context raises
 them), loaders (batches), collective (what the ranks agree on; a no-op in one process) and misuse (ContextMisuse
@@ -49,12 +49,15 @@ from torch import nn
 from autotune.core import TrialStopped, code_where, watchdog
 from autotune.spec import Settings
 from autotune.training import accel
-from autotune.training.context import applied as unread
 from autotune.training.context import misuse
+from autotune.training.context.applied import BUILT_WITH, Applied, WatchedParams, in_groups, wraps
 from autotune.training.context.loaders import Batches, DeviceBatches, build
 from autotune.training.context.misuse import ContextMisuse
-from autotune.training.context.records import SHAPED, TrainResult
-from autotune.training.context.state import TrialSetup, TrialState
+from autotune.training.context.plan import TrainingPlan
+from autotune.training.context.results import SHAPED, OnEpoch, TrainResult
+from autotune.training.context.state import TrialState
+from autotune.training.distributed.devices import Group
+from autotune.training.throughput import ProbeWindow
 
 CUDA_GRAPH_MODES = ("reduce-overhead", "max-autotune")
 
@@ -67,18 +70,28 @@ class TrialContext:
     `.precision`...), `params` (every setting and user parameter by name), `device`, `seed`, `model` (the prepared,
     uncompiled model), `optimizer_factory` (the searched optimizer, as a factory of parameters ->
     torch.optim.Optimizer), `rank` and `world_size` (0 and 1 unless the trial trains on several devices).
-    Its state is autotune's own (`_state`, a state.TrialState: the parts, the records, the result), built from the
-    runner's plumbing (`setup`, a state.TrialSetup: limits, callbacks, the study's config, a device group, the
-    probe); autotune's code outside the context reaches it through port.TrialPort.
+    Its state is autotune's own (`_state`, a state.TrialState: the plan, the ledger, the parts, the records),
+    built from the runner's plan (plan.TrainingPlan; a bare context makes its own from `settings`, `user_params`
+    and `seed`) and its wiring: this rank's device `group`, the speed `probe`'s window, `on_record` (sees each
+    epoch's record) and `on_epoch` (may raise TrialStopped). autotune's code outside the context reaches its state
+    through port.TrialPort.
     """
 
-    def __init__(self, settings: Settings | Mapping[str, Any], *, user_params: Mapping[str, Any] | None = None,
-                 seed: int = 0, setup: TrialSetup | None = None) -> None:
-        st = self._state = TrialState(Settings(settings), setup or TrialSetup())
+    def __init__(self, settings: TrainingPlan | Settings | Mapping[str, Any], *,
+                 user_params: Mapping[str, Any] | None = None, seed: int = 0, group: Group | None = None,
+                 probe: ProbeWindow | None = None, on_record: OnEpoch | None = None,
+                 on_epoch: OnEpoch | None = None) -> None:
+        if isinstance(settings, TrainingPlan):
+            if user_params is not None or seed:
+                raise TypeError("a TrainingPlan carries its own user parameters and seed")
+            plan = settings
+        else:
+            plan = TrainingPlan.bare(settings, user=user_params, seed=seed)
+        st = self._state = TrialState(plan, group, probe, on_record, on_epoch)
         self.settings = st.settings
-        self.params: Mapping[str, Any] = unread.WatchedParams(st.raw, user_params or {}, st.reads)
-        self.seed = seed
-        self.device = st.device
+        self.params: Mapping[str, Any] = WatchedParams(plan.settings, plan.user, st.applied)
+        self.seed = plan.seed
+        self.device = plan.device
         self.rank, self.world_size = st.collective.rank, st.collective.world
 
     @property
@@ -109,15 +122,17 @@ class TrialContext:
         misuse.check_model(model, st.model is not None)
         st.check_fresh(model, "ctx.prepare")
         s = self.settings
-        st.init_asked = init
-        st.model = model = _place(model, s, self.device, init, st.not_applied)
+        ap = st.applied
+        ap.prepared(init)
+        st.model = model = _place(model, s, self.device, init, ap)
         opt = misuse.optimizer_of(self.optimizer_factory if optimizer is None else optimizer, model)
-        own = st.own_optimizer = not unread.wraps(opt, st.built)  # (a Lookahead around ours is ours: not rescaled)
-        if own:  # what the fit read and built its optimizer with (a read for logging is not; a default is not chosen)
-            st.built_with = {k for k in unread.BUILT_WITH if k in st.chosen and k in st.reads
-                             and unread.in_groups(opt, k, s[k])}
-        # a chosen lr scales a fit-built optimizer's lrs, unless the fit read lr (it built with it: not twice)
-        scaled = own and "lr" in st.chosen and "lr" not in st.reads
+        own = not wraps(opt, ap.built)  # (a Lookahead around ours is ours: not rescaled)
+        # what the fit read and built its own optimizer with (a read for logging is not; a default is not chosen)
+        ap.prepared(init, own, [k for k in BUILT_WITH if own and ap.chose(k) and ap.was_read(k)
+                                and in_groups(opt, k, s[k])])
+        # a chosen lr scales a fit-built optimizer's lrs, unless the fit read lr (it built with it: not twice) or
+        # the chosen lr already cannot apply (an adapter found a scheduler of the fit's own holding its lrs)
+        scaled = own and ap.chose("lr") and not ap.was_read("lr") and not ap.refused("lr")
         st.stepper.use(opt, float(s["lr"]) if scaled else None, own)
         ddp = st.stepper.ddp = st.collective.wrap(model)  # (None in one process)
         train_model = model if ddp is None else ddp
@@ -146,10 +161,10 @@ class TrialContext:
         shuffle = train if shuffle is None else shuffle
         drop_last = bool(dataloader_kwargs.pop("drop_last", train and bool(s["compile"])))
         inner = build(data, bs, shuffle, train, drop_last, dataloader_kwargs, s, self.device, self.seed,
-                      st.not_applied, st.collective)
+                      st.applied, st.collective)
         if train and not st.clock.steps_given:  # the ctx.backward calls of an epoch: lr_schedule, the probe
             st.clock.loader_len = st.stepper.steps_per_epoch = len(inner)
-            st.train_on_device = isinstance(inner, DeviceBatches)
+            st.applied.loaded(isinstance(inner, DeviceBatches))
         deadline = st.rules.deadline if st.collective.alone else math.inf  # (several devices: in backward)
         return Batches(inner, train, functools.partial(st.clock.timed, stepper=st.stepper, deadline=deadline,
                                                        hang=self._hang))
@@ -216,7 +231,7 @@ class TrialContext:
         st = self._state
         misuse.check_live(st.stop, "ctx.report")
         misuse.check_report(st.in_epoch, not st.clock.running, st.epoch)
-        misuse.check_names(metrics, st.known, st.setup.config, "ctx.report({key}=...)")
+        misuse.check_names(metrics, st.known, st.plan.config, "ctx.report({key}=...)")
         values = st.metrics(metrics)
         clock = st.clock
         seconds, stop = clock.end(clock.epoch >= st.epochs_total)
@@ -226,13 +241,13 @@ class TrialContext:
         rec.epochs_planned = st.epochs_total
         st.history.append(rec)
         clock.running = False  # (reported)
-        stop = st.rules.verdict(rec, st.history, clock.loss_n > 0, st.epochs_total, st.chance_loss, st.collective)
+        stop = st.rules.verdict(rec, st.history, clock.loss_n > 0, st.epochs_total, st.rules.chance_loss,
+                                 st.collective)
         if stop is not None:
             raise st.stopped(stop) from None
 
 
-def _place(model: nn.Module, s: Settings, dev: torch.device, init: bool,
-           not_applied: dict[str, str]) -> nn.Module:
+def _place(model: nn.Module, s: Settings, dev: torch.device, init: bool, applied: Applied) -> nn.Module:
     """ctx.prepare's model: weight init (`init=False` keeps loaded weights), on the device, channels_last."""
     if init and s["init"] != "default":
         from autotune.training.models import init_weights
@@ -241,22 +256,24 @@ def _place(model: nn.Module, s: Settings, dev: torch.device, init: bool,
     model = model.to(dev)
     if s["channels_last"]:
         if any(isinstance(m, nn.Conv2d) for m in model.modules()):
-            model = model.to(memory_format=torch.channels_last)  # type: ignore[call-overload]  # (torch's stub lacks it)
+            model = model.to(memory_format=torch.channels_last)  # type: ignore[call-overload]
         else:
-            not_applied["channels_last"] = "the model has no 2-D convolution"
+            applied.cannot("channels_last", "the model has no 2-D convolution")
     return model
 
 
 @contextlib.contextmanager
-def trial_session(settings: Settings) -> Iterator[None]:
-    """Around one trial: backend flags set and restored, the compiler's caches reset before and after a
-    compiled trial (a new model must compile afresh and report its compile time; graphs and CUDA-graph
-    pools must not outlive their trial)."""
+def trial_session(plan: TrainingPlan | Settings) -> Iterator[None]:
+    """Around one trial: backend flags set and restored (a plan's torch threads as it decided them), the
+    compiler's caches reset before and after a compiled trial (a new model must compile afresh and report its
+    compile time; graphs and CUDA-graph pools must not outlive their trial)."""
+    settings = plan.settings if isinstance(plan, TrainingPlan) else plan
+    threads = plan.threads.used if isinstance(plan, TrainingPlan) and plan.threads is not None else None
     compiled = bool(settings["compile"])
     if compiled:
         accel.reset_compiler()
     try:
-        with accel.backend_flags(settings):
+        with accel.backend_flags(settings, threads):
             yield
     finally:
         if compiled:
@@ -274,8 +291,11 @@ def unsupported_combination(settings: Settings) -> str | None:
     return None
 
 
-def run_fit(fit: Callable[[TrialContext], Any], ctx: TrialContext) -> TrainResult:
-    """Run a training function on a context (inside `trial_session`) and return what it measured."""
+def run_fit(fit: Callable[[TrialContext], Any], ctx: TrialContext,
+            after: Callable[[TrainResult], None] | None = None) -> TrainResult:
+    """Run a training function on a context (inside `trial_session`) and return what it measured. `after`: steps
+    on the trained model (the built-in trainer's compression), run on the result; the settings they read count
+    as applied too."""
     try:
         returned = fit(ctx)
     except BaseException as e:  # a stop or a failure: what shaped the run so far goes with it (the trial's record)
@@ -288,10 +308,14 @@ def run_fit(fit: Callable[[TrialContext], Any], ctx: TrialContext) -> TrainResul
         _carry_shaped(ctx._state.stop, ctx._state)
         raise ctx._state.stop
     try:
-        return ctx._state.result(returned)
+        result = ctx._state.result(returned)
     except ContextMisuse as e:  # found once fit returned (no epoch, a bad return value): the fit is the place
         e._autotune_where = code_where(fit)
         raise
+    if after is not None:
+        after(result)
+        result.not_applied = ctx._state.unapplied()
+    return result
 
 
 def _carry_shaped(exc: BaseException, state: TrialState) -> None:

@@ -34,8 +34,7 @@ class EpochRecord:
     def __getattr__(self, name: str) -> float:  # rec.val_accuracy reads a reported metric
         metrics = self.__dict__.get("metrics", {})
         if name in metrics:
-            value: float = metrics[name]
-            return value
+            return float(metrics[name])
         raise AttributeError(name)
 
     def value(self, name: str) -> float | None:

@@ -1,16 +1,16 @@
-"""fit/job.py and fit/plan.py: a config and one point of its space to the trial's plan (the seed, what it
-searched and fixed, its limits) and to the trainer's job; the training function."""
+"""fit/plan.py and fit/function.py: a config and one point of its space to the trial's plan (the seed, what it
+searched and fixed, its limits, its training half handed to the context as it is); the training function."""
 
 from __future__ import annotations
 
 from autotune import config
-from autotune.fit import TrainJob, TrialPlan, trial_seed
-from autotune.fit.job import fit_name, job_for, load_fit
+from autotune.fit import TrainingPlan, TrialPlan, trial_seed
+from autotune.fit.function import fit_name, load_fit
 from autotune.spec import RunConfig
 
 
-def job(cfg: RunConfig) -> TrainJob:
-    return job_for(cfg, TrialPlan.of(cfg, cfg.fixed(), 0))
+def job(cfg: RunConfig) -> TrainingPlan:
+    return TrialPlan.of(cfg, cfg.fixed(), 0).training
 
 
 def test_job_measures_inference_only_when_an_objective_or_constraint_needs_it() -> None:
@@ -44,7 +44,7 @@ def test_searched_keys_are_the_active_ones_and_fixed_keys_default_to_train() -> 
         "optimizer": {"type": "categorical", "choices": ["sgd", "adam"]},
         "momentum": {"type": "float", "low": 0.0, "high": 0.9, "when": {"optimizer": "sgd"}}}})
     adam = {**cfg.fixed(), "optimizer": "adam", "momentum": 0.5}
-    assert TrialPlan.for_trial(cfg, adam, 0).searched == {"optimizer"}  # momentum's `when` does not hold
-    assert TrialPlan.for_trial(cfg, {**adam, "optimizer": "sgd"}, 0).searched == {"optimizer", "momentum"}
-    trained = job_for(cfg, TrialPlan.of(cfg, adam, 7))
+    assert TrialPlan.for_trial(cfg, adam, 0).training.searched == {"optimizer"}  # momentum's `when` does not hold
+    assert TrialPlan.for_trial(cfg, {**adam, "optimizer": "sgd"}, 0).training.searched == {"optimizer", "momentum"}
+    trained = TrialPlan.of(cfg, adam, 7).training
     assert trained.seed == 7 and trained.fixed == {"epochs"} and trained.settings["optimizer"] == "adam"
