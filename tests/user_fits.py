@@ -425,12 +425,15 @@ def fit_own_loss_reads_smoothing(ctx: autotune.TrialContext) -> None:
 
 
 def fit_sleeps_forever(ctx: autotune.TrialContext) -> None:
-    """Hangs where no ctx call runs: in a training step (`user.where: step`) or in evaluation between epochs."""
+    """Hangs where no ctx call runs: in a training step (`user.where: step`) or in evaluation between epochs.
+    `user.ready`: a file created just before the step's sleep (a test signals the fit there, not at a guessed time)."""
     model, _ = ctx.prepare(MLP())
     train = ctx.loader((X, Y))
     for _ in ctx.epochs():
         for x, y in train:
             if ctx.params.get("where") == "step":
+                if ctx.params.get("ready"):
+                    open(ctx.params["ready"], "w").close()
                 time.sleep(10_000)  # a step that never returns
             ctx.backward(nn.functional.cross_entropy(model(x), y))
         time.sleep(10_000)  # an evaluation that never returns
