@@ -13,6 +13,7 @@ from optuna.trial import TrialState
 from autotune.core import TrialStopped
 from autotune.search import pruners
 from autotune.spec import RunConfig, TrialRecord, per_epoch
+from autotune.study import records
 from autotune.training import EpochRecord, TrainResult
 
 
@@ -53,13 +54,24 @@ class StudyRules:
             # dominance on the other objectives alone would throw away a trial better on the one not known yet
             self.pruning_off(record, "Pareto pruning", unreported)
         elif self.pareto is not None:
-            curve = record.epoch_values or []
-            # (pareto_asha judges at its rung epochs only: no storage read at the others)
-            if curve and all(math.isfinite(v) for v in curve[-1]) and self.pareto.judges(len(curve), epochs):
-                finished = trial.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED))
-                why = self.pareto.stop(curve[-1], len(curve), finished, epochs, curve=curve)
-                if why is not None:
-                    raise TrialStopped("dominated", len(curve), why)
+            self.pareto_epoch(trial, record.epoch_values or [], epochs, self.pareto)
+
+    def pareto_epoch(self, trial: optuna.Trial, curve: list[list[float]], epochs: int,
+                     pareto: pruners.ParetoStop) -> None:
+        """Pareto pruning after an epoch (`curve`: the trial's per-epoch objectives so far); pareto_asha judges at
+        its rung epochs only: no storage read at the others."""
+        if not curve or not all(math.isfinite(v) for v in curve[-1]) or not pareto.judges(len(curve), epochs):
+            return
+        # the other workers' running trials too (a rung peer as soon as it passed the rung: ASHA's table); the
+        # storage re-reads unfinished trials on every get_trials, so they cost no extra query
+        seen = trial.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED,
+                                                              TrialState.RUNNING))
+        others = [t for t in seen if t.number != trial.number]
+        why = pareto.stop(curve[-1], len(curve), others, epochs, curve=curve)
+        if why is not None:
+            raise TrialStopped("dominated", len(curve), why)
+        if any(t.state == TrialState.RUNNING for t in others):  # several workers: they see this trial's too
+            records.publish(trial, TrialRecord(epoch_values=curve))
 
     def returned_only(self, record: TrialRecord, result: TrainResult) -> None:
         """A fit that reported nothing in its epochs and returned its objectives at the end: the per-epoch pruner
