@@ -46,7 +46,6 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -58,6 +57,7 @@ import optuna  # noqa: E402
 
 from bench import replay_arms, replay_match, replay_syne  # noqa: E402
 from bench import time_to_target as ttt  # noqa: E402
+from bench.replay_measures import GRID, HV, TARGETS, Seed, measures, median_ratio, paired_diff, paired_ratio, rmst  # noqa: E402
 from bench.replay_workload import RECORDINGS, Workload  # noqa: E402
 
 Events = replay_arms.Events
@@ -93,6 +93,10 @@ ARMS: dict[str, tuple[str, dict[str, Any] | None, dict[str, Any]]] = {
     "autotune cost 0.3": ("autotune", None, {}),
     "autotune accurate share only": ("autotune", {"pruner": "pareto_asha", "pruner_args": {"min_epochs": 1}}, {}),
     "autotune learned rungs only": ("autotune", {"pruner": "pareto_asha", "pruner_args": {"accurate_share": 0.0}}, {}),
+    "autotune accurate share 1/4": ("autotune", {"pruner": "pareto_asha", "pruner_args": {"accurate_share": 0.25}}, {}),
+    "autotune accurate share 1/2": ("autotune", {"pruner": "pareto_asha", "pruner_args": {"accurate_share": 0.5}}, {}),
+    "autotune rungs from epoch 2": ("autotune", {"pruner": "pareto_asha", "pruner_args": {"min_epochs": 2}}, {}),
+    "autotune running peers": ("autotune", None, {}),  # the default once running trials joined the rung tables
 }
 # development variants of the predicted front's constants (autotune/search/predicted.py), set for one run
 BLIND = {"COST_WEIGHT": 0.0, "START_POOL": 1}
@@ -107,8 +111,6 @@ BASELINES = ("plain Optuna", "random search", "OptunaHub multi_metric_pruner", "
              "MOASHA rank-corrected")
 SHORT = {"plain Optuna": "plain", "random search": "random", "OptunaHub multi_metric_pruner": "OptunaHub",
          "MOASHA as shipped": "MOASHA", "MOASHA rank-corrected": "MOASHA-rc"}
-TARGETS = (0.90, 0.95)
-GRID = 40  # anytime curves: budget shares 1/GRID .. 1
 
 
 # ---------------------------------------------------------------- workloads, tasks, budgets, references
@@ -183,20 +185,6 @@ def reference(name: str, task: str | None) -> tuple[tuple[tuple[float, float], .
     return front, max(1.1 * max(t for t, _ in front), 2.0 * typical)
 
 
-def hv_log(points: Sequence[tuple[float, float]], t_ref: float) -> float:
-    """Area dominated by (time, accuracy) points against (t_ref, 0) on log time."""
-    f = [p for p in ttt.front(list(points)) if 0 < p[0] < t_ref]
-    area = 0.0
-    for i, (t, a) in enumerate(f):
-        nxt = f[i + 1][0] if i + 1 < len(f) else t_ref
-        area += a * (math.log(nxt) - math.log(t))
-    return area
-
-
-HV: dict[str, Callable[[Sequence[tuple[float, float]], float], float]] = {
-    "lin": lambda pts, t_ref: ttt.hypervolume(list(pts), t_ref), "log": hv_log}
-
-
 # ---------------------------------------------------------------- one run
 
 
@@ -239,109 +227,6 @@ def one_run(job: Job) -> tuple[Job, Events, float]:
         for k, v in saved.items():
             setattr(predicted, k, v)
     return job, ev, time.perf_counter() - t0
-
-
-# ---------------------------------------------------------------- the measures (pure: tests/test_bench_replay.py)
-
-
-@dataclass(frozen=True)
-class Seed:
-    """One run's measures: time to each target (inf: never) per view, the end's hypervolume shares, best accuracy
-    (of counted points), trials, stopped, the anytime hypervolume share (linear) on the budget grid, and `steps`:
-    (simulated seconds, that share) at each of its rises (bench/replay_match.py: time to match, its area)."""
-
-    to: dict[tuple[str, float], float]
-    hv_end: dict[str, float]
-    best_acc: float
-    trials: int
-    stopped: int
-    anytime: tuple[float, ...]
-    steps: tuple[tuple[float, float], ...] = ()
-
-
-def measures(ev: Events, front: Sequence[tuple[float, float]], t_ref: float, budget: float) -> Seed:
-    refs = {v: HV[v](front, t_ref) for v in HV}
-    pts: list[tuple[float, float]] = []
-    to = {(v, q): math.inf for v in HV for q in TARGETS}
-    grid = [budget * (i + 1) / GRID for i in range(GRID)]
-    anytime = [0.0] * GRID
-    gi = 0
-    hv_lin = 0.0
-    steps: list[tuple[float, float]] = []
-    for at, acc, tt, _ in ev:
-        while gi < GRID and grid[gi] < at:
-            anytime[gi] = hv_lin / refs["lin"]
-            gi += 1
-        if acc is None or tt is None:
-            continue
-        pts.append((tt, acc))
-        for v in HV:
-            share = HV[v](pts, t_ref) / refs[v]
-            if v == "lin":
-                if share > hv_lin / refs["lin"] and at <= budget:
-                    steps.append((at, share))
-                hv_lin = share * refs["lin"]
-            for q in TARGETS:
-                if share >= q and math.isinf(to[(v, q)]):
-                    to[(v, q)] = at
-    while gi < GRID:
-        anytime[gi] = hv_lin / refs["lin"]
-        gi += 1
-    return Seed(to, {v: HV[v](pts, t_ref) / refs[v] if pts else 0.0 for v in HV},
-                max((a for _, a in pts), default=0.0), len(ev), sum(1 for e in ev if e[3] == "PRUNED"),
-                tuple(anytime), tuple(steps))
-
-
-def rmst(ts: Sequence[float], budget: float) -> float:
-    """Restricted mean time to target: the mean of min(time, budget) (a seed that never got there: the budget)."""
-    return statistics.fmean(min(t, budget) for t in ts)
-
-
-def _picks(n_seeds: int, n: int, seed: int) -> Any:
-    import numpy as np
-
-    return np.random.default_rng(seed).integers(0, n_seeds, size=(n, n_seeds))
-
-
-def _rmst_reps(ts: Sequence[float], budget: float, picks: Any) -> Any:
-    import numpy as np
-
-    return np.minimum(np.asarray(ts, dtype=float), budget)[picks].mean(axis=1)
-
-
-def paired_ratio(base: Sequence[float], mine: Sequence[float], budget: float, n: int = 2000,
-                 seed: int = 0) -> tuple[float, float, float]:
-    """RMST(base) / RMST(mine) with its 95 % paired bootstrap interval (seed indices resampled together)."""
-    import numpy as np
-
-    picks = _picks(len(base), n, seed)
-    reps = np.sort(_rmst_reps(base, budget, picks) / _rmst_reps(mine, budget, picks))
-    return rmst(base, budget) / rmst(mine, budget), float(reps[int(0.025 * n)]), float(reps[int(0.975 * n) - 1])
-
-
-def median_ratio(per_task: Sequence[tuple[Sequence[float], Sequence[float], float]], n: int = 1000,
-                 seed: int = 0) -> tuple[float, float, float]:
-    """The median over tasks of RMST(base) / RMST(mine), and its 95 % interval: in every replicate each task's
-    seeds are resampled (paired), its ratio recomputed, and the median over tasks taken."""
-    import numpy as np
-
-    point = statistics.median(rmst(b, bud) / rmst(m, bud) for b, m, bud in per_task)
-    ratios = []
-    for k, (b, m, bud) in enumerate(per_task):
-        picks = _picks(len(b), n, seed + k)
-        ratios.append(_rmst_reps(b, bud, picks) / _rmst_reps(m, bud, picks))
-    reps = np.sort(np.median(np.stack(ratios), axis=0))
-    return point, float(reps[int(0.025 * n)]), float(reps[int(0.975 * n) - 1])
-
-
-def paired_diff(base: Sequence[float], mine: Sequence[float], n: int = 2000, seed: int = 0) -> tuple[float, float,
-                                                                                                     float]:
-    """mean(mine - base) with its 95 % bootstrap interval."""
-    import numpy as np
-
-    d = np.asarray(mine, dtype=float) - np.asarray(base, dtype=float)
-    reps = np.sort(d[_picks(len(d), n, seed)].mean(axis=1))
-    return float(d.mean()), float(reps[int(0.025 * n)]), float(reps[int(0.975 * n) - 1])
 
 
 # ---------------------------------------------------------------- tables

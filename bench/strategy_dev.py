@@ -8,6 +8,12 @@ from a checkout of the commit before the change (its "autotune" arm is the old d
     (this tree)    python bench/replay.py --workload lcbench --tasks dev --seeds 3 --workers 1 \
                        --arms autotune --jobs 1 --save /tmp/new.json
     python bench/strategy_dev.py --old /tmp/old.json --new /tmp/new.json
+    python bench/strategy_dev.py --goals /tmp/dev/*/rep_*.json --arms "autotune,autotune cost-aware"
+
+`--goals`: saved runs (`--save` or `--save-each` files, peers and variants merged by seed) read as the report reads
+the report tasks: per variant and worker count, the issue's goals (bench/replay_match.goals: time to match plain
+Optuna, the OptunaHub rule and rank-corrected MOASHA, tasks and seeds resampled; best accuracy within 0.002 of
+plain's on >= 90 % of tasks), on the development tasks only.
 
 Per task (paired by seed): the restricted mean time (RMST, censored at the budget) to 90 % of the fixed reference
 hypervolume and to match plain Optuna's hypervolume at the end of its budget, as ratios old / new (above 1: the new
@@ -28,6 +34,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench import replay  # noqa: E402
+from bench import replay_match as rm  # noqa: E402
 
 
 def _runs(path: Path, arm: str, workers: int = 1) -> dict[str, dict[int, list[Any]]]:
@@ -58,12 +65,40 @@ def hv_end(ev: list[Any], t_ref: float) -> float:
     return replay.HV["lin"](pts, t_ref) if pts else 0.0
 
 
+def goals(paths: list[Path], arms: list[str]) -> None:
+    """The issue's goals per variant in `arms` and worker count, on the dev tasks of the saved runs."""
+    peers = ["plain Optuna", "OptunaHub multi_metric_pruner", "MOASHA rank-corrected"]
+    runs, seeds = replay.load(paths, peers + arms)
+    leaked = sorted({str(t) for t, _, _ in runs if t not in replay.DEV_TASKS})
+    if leaked:
+        raise SystemExit(f"strategy_dev.py: report tasks {', '.join(leaked)} in the runs; development tasks only")
+    budgets = {(t, n): replay.budget_of("lcbench", t, n) for t, n, _ in runs}
+    ms = replay.all_measures("lcbench", runs, budgets)
+    print(f"dev goals: seeds {seeds[0]}-{seeds[-1]}; time to match: geometric mean over tasks x seeds [95 % interval]")
+    print("| variant | block | goal | figure | |\n|---|---|---|---|---|")
+    for n in sorted({n for _, n, _ in runs}):
+        tasks = sorted({t for t, w, a in runs if w == n and a in arms and all((t, w, p) in runs for p in peers)})
+        for arm in arms:
+            if all((t, n, arm) in ms for t in tasks) and tasks:
+                renamed = {(t, w, "autotune" if a == arm else a): v for (t, w, a), v in ms.items()
+                           if w == n and t in tasks and (a == arm or a in peers)}
+                for line in rm.goals(renamed, tasks, n, "autotune", budgets, f"{n}w, {len(tasks)} tasks"):
+                    print(f"| {arm} {line}")
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--old", type=Path, required=True, help="saved replay runs with 'plain Optuna' and 'autotune'")
-    ap.add_argument("--new", type=Path, required=True, help="saved replay runs with 'autotune' (the new default)")
+    ap.add_argument("--old", type=Path, help="saved replay runs with 'plain Optuna' and 'autotune'")
+    ap.add_argument("--new", type=Path, help="saved replay runs with 'autotune' (the new default)")
     ap.add_argument("--workers", type=int, default=1)
+    ap.add_argument("--goals", type=Path, nargs="+", help="saved runs: the goals per variant (--arms)")
+    ap.add_argument("--arms", default="autotune", help="comma-separated variants, with --goals")
     args = ap.parse_args(argv)
+    if args.goals:
+        goals(args.goals, [a for a in args.arms.split(",") if a])
+        return
+    if args.old is None or args.new is None:
+        ap.error("--old and --new (or --goals)")
     old, plain, new = (_runs(args.old, "autotune", args.workers), _runs(args.old, "plain Optuna", args.workers),
                        _runs(args.new, "autotune", args.workers))
     tasks = sorted(set(old) & set(new) & set(plain))

@@ -81,3 +81,31 @@ def test_a_goal_is_met_only_where_the_intervals_lower_end_clears_it() -> None:
     lines = rm.goals(ms, ["t1", "t2"], 1, "autotune", budgets, "1 worker")
     assert lines[0].endswith("| not met |") and "[0.20, 3.33]" in lines[0]  # 20 s / 100 s on t2
     assert lines[1].endswith("| 50% of 2 [0%, 100%] | not met |")
+
+
+def test_strategy_dev_goals_read_saved_dev_runs_and_refuse_report_tasks(tmp_path, capsys) -> None:
+    import json
+
+    from bench import strategy_dev
+
+    peers = ["plain Optuna", "OptunaHub multi_metric_pruner", "MOASHA rank-corrected"]
+
+    def saved(task: str) -> dict:
+        b = replay.budget_of("lcbench", task, 1)
+        slow = [[0.5 * b, 0.5, 1.0, "COMPLETE"]]  # the peers reach their end at half the budget
+        fast = [[0.1 * b, 0.5, 1.0, "COMPLETE"]]  # the variant, at a tenth of the budget: 5x sooner than them
+        return {f"{task}|1|{a}": [fast if a == "autotune v" else slow] * 2 for a in [*peers, "autotune v"]}
+
+    dev = tmp_path / "dev.json"
+    dev.write_text(json.dumps({"workload": "lcbench", "seeds": [0, 1], "runs": {
+        **saved(replay.DEV_TASKS[0]), **saved(replay.DEV_TASKS[1])}}))
+    strategy_dev.main(["--goals", str(dev), "--arms", "autotune v"])
+    out = capsys.readouterr().out
+    # budget / its time: 10x; strict, the peer's own time to its end / its time: 5x
+    assert "| autotune v | 1w, 2 tasks | time to match plain Optuna >= 2x | 10.00x [10.00, 10.00] (strict 5.00x" in out
+    assert "best accuracy >= plain's - 0.002 on >= 90% of tasks | 100% of 2" in out
+    report = next(t for t in replay.task_list("lcbench", "report"))
+    leak = tmp_path / "leak.json"
+    leak.write_text(json.dumps({"workload": "lcbench", "seeds": [0, 1], "runs": saved(str(report))}))
+    with pytest.raises(SystemExit, match="development tasks only"):
+        strategy_dev.main(["--goals", str(leak), "--arms", "autotune v"])

@@ -108,7 +108,9 @@ def _values_at(t: FrozenTrial, step: int) -> list[float] | None:
 
 class ParetoStop(Protocol):
     """A multi-objective stop rule: why a trial with `current` objective values after epoch `step` (of `epochs`)
-    should stop, given the study's finished trials (COMPLETE and PRUNED); None to go on. `curve`: the trial's
+    should stop, given the study's other trials (COMPLETE, PRUNED, and RUNNING ones of other workers, whose stored
+    curve so far is what they published at a rung: pareto_asha counts them, the others read finished trials
+    alone); None to go on. `curve`: the trial's
     values after each epoch so far (the last one is `current`), for rules that judge where it is heading."""
 
     directions: list[str]
@@ -240,14 +242,18 @@ class ParetoPruner:
         return True
 
 
+# the trials in a rung's table: finished ones, and running ones whose curve so far is stored (other workers')
+RUNG_STATES = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.RUNNING)
+
+
 class ParetoASHAPruner:
     """Asynchronous multi-objective successive halving: at rung epochs min_epochs x eta^k (below the last epoch),
-    a trial goes on only if it is among the top 1/eta of the rung table (itself and every finished trial that
-    reached that rung), ranked by non-dominated sorting and crowding distance (`promoted`). With fewer than
-    `n_startup_trials` others at the rung it goes on.
+    a trial goes on only if it is among the top 1/eta of the rung table (itself and every trial that reached that
+    rung: finished, or running on another worker, as ASHA's rung tables hold them), ranked by non-dominated
+    sorting and crowding distance (`promoted`). With fewer than `n_startup_trials` others at the rung it goes on.
 
     `min_epochs: auto` (the default): the rungs are learned (search/rungs.py): the first is the smallest epoch whose
-    quality ranks agree with the next rung's over the finished trials, and a rung whose ranks are unproven cuts
+    quality ranks agree with the next rung's over the trials' curves so far, and a rung whose ranks are unproven cuts
     nothing. `accurate_share` of each rung's promotions go to the most accurate trials by quality alone (the rest by
     MOASHA over the others), so the slow accurate configurations a front's accurate end needs reach their last
     epoch. `metrics`: the objectives' names (the quality one is the first accuracy-like metric; else the first)."""
@@ -281,11 +287,11 @@ class ParetoASHAPruner:
         return out
 
     def _curves(self, trials: list[FrozenTrial]) -> list[list[float]]:
-        """Each finished trial's quality after every epoch, higher better."""
+        """Each rung-table trial's quality after every epoch so far, higher better."""
         sign = 1.0 if self.directions[self.quality] == "maximize" else -1.0
         out = []
         for t in trials:
-            if t.state in (TrialState.COMPLETE, TrialState.PRUNED):
+            if t.state in RUNG_STATES:
                 rec = TrialRecord.of(t).epoch_values or []
                 out.append([sign * v[self.quality] for v in rec if len(v) > self.quality])
         return out
@@ -299,7 +305,7 @@ class ParetoASHAPruner:
 
     def stop(self, current: list[float], step: int, trials: list[FrozenTrial], epochs: int,
              curve: list[list[float]] | None = None) -> str | None:
-        peers = [t for t in trials if t.state in (TrialState.COMPLETE, TrialState.PRUNED)]
+        peers = [t for t in trials if t.state in RUNG_STATES]
         if not self.cut(current, step, peers, epochs):
             return None
         learned = " (learned)" if self.learned is not None else ""

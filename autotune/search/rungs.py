@@ -3,8 +3,9 @@
 A fixed first rung at epoch 1 is a coin flip wherever the first epoch says little about the last: a warm-up, a
 cosine or one-cycle schedule, a large first-epoch start-up, or LCBench's epoch 1 (an untrained network; YAHPO Gym
 advises epochs 2-51). As Syne Tune's PASHA decides how far to train from whether the rankings at consecutive rungs
-agree, `LearnedRungs` measures, over the finished trials, how well the quality ranks at an epoch r agree with the
-ranks at the next rung (r x eta, or the last epoch): Spearman's rank correlation. A rung is *proven* when at least
+agree, `LearnedRungs` measures, over the trials (finished, and other workers' running ones so far), how well the
+quality ranks at an epoch r agree with the ranks at the next rung (r x eta, or the last epoch): Spearman's rank
+correlation. A rung is *proven* when at least
 `min_trials` trials reached its next rung and the correlation is at least `min_agreement` with its lower one-sigma
 bound (Fisher's z) above zero. The first rung is the smallest proven r; the ladder r, r x eta, ... cuts only at its
 proven rungs. Until then nothing is cut: the first trials run on, and their curves are the evidence.
@@ -59,14 +60,14 @@ class Agreement:
 
 
 class LearnedRungs:
-    """The rungs of a successive-halving ladder with reduction `eta`, learned from the finished trials' curves of
+    """The rungs of a successive-halving ladder with reduction `eta`, learned from the trials' curves (so far) of
     one quality objective (`curves`: per trial, its quality after each epoch, higher better)."""
 
     def __init__(self, eta: int, min_agreement: float = MIN_AGREEMENT, min_trials: int = MIN_TRIALS) -> None:
         self.eta = eta
         self.min_agreement = min_agreement
         self.min_trials = min_trials
-        self._key: tuple[int, int] | None = None  # (curves seen, epochs): what `_table` was computed for
+        self._key: tuple[int, int, int] | None = None  # (curves, their epochs, epochs): what `_table` is for
         self._table: dict[int, Agreement] = {}
         self.ladder: list[int] = []  # the learned ladder's cutting rungs for the epochs last asked about
 
@@ -85,16 +86,16 @@ class LearnedRungs:
         return Agreement(rung, versus, rho, len(pairs))
 
     def update(self, curves: Sequence[Sequence[float]], epochs: int) -> list[int]:
-        """The cutting rungs for a run of `epochs` given these curves (recomputed only when their number changed)."""
-        key = (len(curves), epochs)
+        """The cutting rungs for a run of `epochs` given these curves (recomputed only when they changed)."""
+        key = (len(curves), sum(len(c) for c in curves), epochs)  # running trials' curves grow in place
         if key == self._key:
             return self.ladder
         self._key, self._table = key, {}
         first = None
-        for r in self.candidates(epochs):
-            a = self._table[r] = self.agreement(curves, r, epochs)
+        for c in self.candidates(epochs):
+            a = self._table[c] = self.agreement(curves, c, epochs)
             if a.proven(self.min_agreement, self.min_trials):
-                first = r
+                first = c
                 break
         ladder: list[int] = []
         r = first

@@ -13,7 +13,7 @@ from optuna.trial import TrialState
 from autotune.core import TrialStopped
 from autotune.search import pruners
 from autotune.spec import RunConfig, TrialRecord, per_epoch
-from autotune.study.records import epoch_values
+from autotune.study import records
 from autotune.training import EpochRecord, TrainResult
 
 
@@ -66,14 +66,21 @@ class StudyRules:
                 # dominance on the other objectives alone would throw away a trial better on the one not known yet
                 self.pruning_off(record, "Pareto pruning", unreported)
             return
-        values = epoch_values([last], self.epoch_metrics)[0]
+        values = records.epoch_values([last], self.epoch_metrics)[0]
         # (pareto_asha judges at its rung epochs only: no storage read at the others)
-        if all(math.isfinite(v) for v in values) and pareto.judges(len(history), epochs):
-            curve = epoch_values(history, self.epoch_metrics)
-            finished = trial.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED))
-            why = pareto.stop(curve[-1], len(curve), finished, epochs, curve=curve)
-            if why is not None:
-                raise TrialStopped("dominated", len(curve), why)
+        if not all(math.isfinite(v) for v in values) or not pareto.judges(len(history), epochs):
+            return
+        curve = records.epoch_values(history, self.epoch_metrics)
+        # the other workers' running trials too (a rung peer as soon as it passed the rung: ASHA's table); the
+        # storage re-reads unfinished trials on every get_trials, so they cost no extra query
+        seen = trial.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED,
+                                                              TrialState.RUNNING))
+        others = [t for t in seen if t.number != trial.number]
+        why = pareto.stop(curve[-1], len(curve), others, epochs, curve=curve)
+        if why is not None:
+            raise TrialStopped("dominated", len(curve), why)
+        if any(t.state == TrialState.RUNNING for t in others):  # several workers: they see this trial's too
+            records.publish(trial, TrialRecord(epoch_values=curve))
 
     def returned_only(self, record: TrialRecord, result: TrainResult) -> None:
         """A fit that reported nothing in its epochs and returned its objectives at the end: the per-epoch pruner

@@ -6,8 +6,10 @@ written to the storage once, when it ends, in the same transaction that records 
 Optuna writes every `set_user_attr` as its own storage transaction (on SQLite: a commit and an fsync).
 autotune records about twenty per trial (settings, seed, device, the per-epoch `history` and
 `epoch_values`, final metrics, the stop reason), which made its bookkeeping cost several times a plain
-ask/tell. Nothing reads a running trial's attrs: the pruners and `vs_front` read finished trials, the
-report, the dashboard's tables and MLflow tracking read them once the trial ends. So `BufferedTrial`
+ask/tell. Almost nothing reads a running trial's attrs: `vs_front` reads finished trials, the report, the
+dashboard's tables and MLflow tracking read them once the trial ends; only pareto_asha's rung tables hold other
+workers' running trials, so a trial that passes a rung while others run stores its curve so far (`publish`, one
+transaction at a rung epoch; one worker alone never does). So `BufferedTrial`
 holds the trial's record, and `flush` (the objective's `finally`) hands it over at once:
 - on an RDB storage `attach`ed by `storage.make_storage` (SQLite, PostgreSQL, MySQL), they are staged and
   written inside the transaction of Optuna's own `tell` (the one that sets the trial's final state), so
@@ -133,6 +135,12 @@ def shaped(record: TrialRecord, plan: TrialPlan, what: Shaped | None) -> None:
     record.not_applied = dict(what.not_applied) or None
     record.recipe = dict(what.recipe) or None  # settings left to the user's code or the framework's defaults
     record.own_group_lrs, record.effective_lrs = what.effective_lrs if what.effective_lrs is not None else (None, None)
+
+
+def publish(trial: optuna.Trial, record: TrialRecord) -> None:
+    """Write `record`'s attrs now, for a trial still running, in one storage transaction: its curve so far at a
+    pruner's rung, which the other workers' pruners read (epoch_rules.py); the final record rewrites them."""
+    write_user_attrs(trial.storage, compat.trial_id(trial), record.attrs())
 
 
 def write(trial: optuna.Trial, record: TrialRecord) -> None:
@@ -265,5 +273,5 @@ def _upserts(storage: optuna.storages.RDBStorage) -> bool:
     return name in ("postgresql", "mysql") or (name == "sqlite" and sqlite3.sqlite_version_info >= (3, 24, 0))
 
 
-__all__ = ["BufferedTrial", "attach", "epoch_values", "planned", "put", "shaped", "stage", "trained", "write",
-           "write_study", "write_user_attrs"]
+__all__ = ["BufferedTrial", "attach", "epoch_values", "planned", "publish", "put", "shaped", "stage", "trained",
+           "write", "write_study", "write_user_attrs"]

@@ -458,3 +458,28 @@ def test_most_accurate_trial_of_a_rung_is_promoted_even_when_dominated() -> None
     more = peers + [_done([v], v) for v in ([0.5, 0.5], [0.55, 0.8], [0.65, 1.2])]
     assert moasha.stop([0.93, 9.0], 1, more, 10) is not None
     assert pruners.ParetoASHAPruner(MO, min_epochs=1, accurate_share=0.5).stop([0.93, 9.0], 1, more, 10) is None
+
+
+def _running(values_per_epoch: list[list[float]] | None) -> optuna.trial.FrozenTrial:
+    """Another worker's trial, still running: its curve so far stored at its last rung (or nothing yet)."""
+    attrs = {EPOCH_VALUES: values_per_epoch} if values_per_epoch is not None else {}
+    return create_trial(state=TrialState.RUNNING, user_attrs=attrs)
+
+
+def test_pareto_asha_counts_other_workers_running_trials_at_the_rung() -> None:
+    # ASHA's rung table: a trial is in it once it passed the rung, finished or not (several workers: the first
+    # wave is judged against each other instead of all running to their end)
+    p = pruners.ParetoASHAPruner(MO, min_epochs=1, reduction_factor=3, n_startup_trials=3)
+    ahead = [_running([[0.9, 1.0]]), _running([[0.85, 0.8], [0.9, 1.6]]), _running([[0.95, 0.9]])]
+    assert p.stop([0.5, 2.0], 1, ahead, 10) is not None
+    assert p.stop([0.5, 2.0], 1, ahead[:2] + [_running(None)], 10) is None  # one not at the rung yet: too few
+    assert p.stop([0.99, 0.5], 1, ahead, 10) is None
+
+
+def test_learned_rungs_are_proven_by_running_trials_partial_curves() -> None:
+    p = pruners.ParetoASHAPruner(MO, reduction_factor=3, metrics=["val_accuracy", "train_time_s"])
+    partial = [_running([[a, 1.0 + e] for e, a in enumerate(c[:6])]) for c in _warmup_curves(12, 12)]
+    assert p.rungs(12, partial[:3]) == []
+    assert p.rungs(12, partial) == [2]  # epochs 2 and 6 seen in every curve so far; 6 vs 12 not yet
+    grown = [_running([[a, 1.0 + e] for e, a in enumerate(c)]) for c in _warmup_curves(12, 12)]
+    assert p.rungs(12, grown) == [2, 6]  # the same trials, further on: the ladder is recomputed

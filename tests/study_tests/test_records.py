@@ -229,3 +229,25 @@ def test_an_epochs_values_are_what_its_stored_history_holds() -> None:
     assert rec.value("val_f1") is None
     values = records.epoch_values([rec], ["val_accuracy", "train_time_s", "val_f1"])
     assert values[0][:2] == [0.9, 2.0] and math.isnan(values[0][2])
+
+
+def test_a_running_trial_stores_its_curve_at_a_rung_only_beside_other_workers_trials(tmp_path: Path) -> None:
+    """Pareto ASHA's rung table holds other workers' running trials (search/pruners.RUNG_STATES): a trial that
+    passes a rung while another trial runs stores its curve so far there (one write); alone, it writes nothing
+    before its end, as plain ask/tell."""
+    cfg = cfg_for(tmp_path, f"sqlite:///{tmp_path}/r.db", n_trials=1,
+                  objectives=[{"metric": "val_accuracy", "direction": "maximize"},
+                              {"metric": "train_time_s", "direction": "minimize"}],
+                  pruning={"pruner": "pareto_asha", "pruner_args": {"min_epochs": 1, "n_startup_trials": 5}})
+    storage = storage_mod.make_storage(cfg)
+    counter = WriteCounter(storage.engine)
+    study = optuna.create_study(storage=storage, sampler=samplers.make_sampler(cfg), directions=cfg.directions)
+    counter.reset()
+    study.optimize(Objective(cfg, no_training), n_trials=1)
+    alone = counter.statements["INSERT trial_user_attributes"]
+    study.ask()  # another worker's trial, running
+    counter.reset()
+    study.optimize(Objective(cfg, no_training), n_trials=1)
+    assert counter.statements["INSERT trial_user_attributes"] - alone == 1  # at rung epoch 1, of epochs 3
+    mine = study.trials[-1]
+    assert mine.state == TrialState.COMPLETE and len(mine.user_attrs["epoch_values"]) == 3  # the end rewrote it
