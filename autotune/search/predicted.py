@@ -228,7 +228,9 @@ class PredictedFront(Delegating):
         self._snapshots: dict[int, Snapshot] = {}  # trial number -> the study as its sampling read it
         self._model: tuple[int, Model] | None = None  # (trials with a curve it was fit on, the model)
         self.meter = cost.Meter()  # auto: the strategy's CPU seconds against its trials' seconds
-        self._random = optuna.samplers.RandomSampler(seed=seed)  # the cheapest mode's proposals
+        # the cheapest mode's proposals: a stream of its own (the inner sampler's seed would draw its points again:
+        # a random or TPE inner sampler seeded alike proposed trial 1 what this proposed trial 0)
+        self._random = optuna.samplers.RandomSampler(seed=None if seed is None else seed + 1)
         self._modes: dict[int, str] = {}  # trial number -> the mode that proposes it
         self._spent: dict[int, float] = {}  # trial number -> CPU seconds its proposal took so far
         self._ready = False  # predictions have chosen before (an exploring trial then needs no study read)
