@@ -97,6 +97,12 @@ ARMS: dict[str, tuple[str, dict[str, Any] | None, dict[str, Any]]] = {
     "autotune accurate share 1/2": ("autotune", {"pruner": "pareto_asha", "pruner_args": {"accurate_share": 0.5}}, {}),
     "autotune rungs from epoch 2": ("autotune", {"pruner": "pareto_asha", "pruner_args": {"min_epochs": 2}}, {}),
     "autotune running peers": ("autotune", None, {}),  # the default once running trials joined the rung tables
+    "autotune proven rungs": ("autotune", {"pruner": "pareto_asha", "pruner_args": {"first_rung": "proven"}}, {}),
+    "autotune optimistic rungs": ("autotune", {"pruner": "pareto_asha", "pruner_args": {"first_rung": "optimistic"}},
+                                  {}),
+    # the same, once the rung's agreement was corrected for range restriction (search/rungs.unrestricted)
+    "autotune optimistic corrected": ("autotune", {"pruner": "pareto_asha",
+                                                   "pruner_args": {"first_rung": "optimistic"}}, {}),
 }
 # development variants of the predicted front's constants (autotune/search/predicted.py), set for one run
 BLIND = {"COST_WEIGHT": 0.0, "START_POOL": 1}

@@ -260,12 +260,15 @@ class ParetoASHAPruner:
 
     def __init__(self, directions: Sequence[str], min_epochs: int | str = "auto", reduction_factor: int = 3,
                  n_startup_trials: int = 3, metrics: Sequence[str] | None = None, accurate_share: float = 1 / 3,
-                 min_agreement: float = rungs.MIN_AGREEMENT, min_trials: int = rungs.MIN_TRIALS) -> None:
+                 min_agreement: float = rungs.MIN_AGREEMENT, min_trials: int = rungs.MIN_TRIALS,
+                 first_rung: Literal["optimistic", "proven"] = "optimistic") -> None:
         if min_epochs != "auto" and (not isinstance(min_epochs, int) or min_epochs < 1) or reduction_factor < 2:
             raise ValueError(f"needs min_epochs >= 1 (or auto) and reduction_factor >= 2; got {min_epochs}, "
                              f"{reduction_factor}")
         if not 0 <= accurate_share <= 1:
             raise ValueError(f"accurate_share must be a share in [0, 1]; got {accurate_share}")
+        if first_rung not in ("optimistic", "proven"):
+            raise ValueError(f"first_rung must be optimistic or proven; got {first_rung!r}")
         self.directions = list(directions)
         self.min_epochs = min_epochs
         self.eta = reduction_factor
@@ -273,7 +276,8 @@ class ParetoASHAPruner:
         self.accurate_share = accurate_share
         names = list(metrics or [])
         self.quality = next((i for i, m in enumerate(names) if is_quality(m)), 0)
-        self.learned = rungs.LearnedRungs(reduction_factor, min_agreement, min_trials) if min_epochs == "auto" else None
+        self.learned = (rungs.LearnedRungs(reduction_factor, min_agreement, min_trials, first_rung == "optimistic")
+                        if min_epochs == "auto" else None)
 
     def rungs(self, max_epochs: int, trials: list[FrozenTrial] | None = None) -> list[int]:
         """The cutting rungs for a run of `max_epochs`: fixed, or learned from `trials` (the last learned ladder when

@@ -5,10 +5,21 @@ cosine or one-cycle schedule, a large first-epoch start-up, or LCBench's epoch 1
 advises epochs 2-51). As Syne Tune's PASHA decides how far to train from whether the rankings at consecutive rungs
 agree, `LearnedRungs` measures, over the trials (finished, and other workers' running ones so far), how well the
 quality ranks at an epoch r agree with the ranks at the next rung (r x eta, or the last epoch): Spearman's rank
-correlation. A rung is *proven* when at least
+correlation, over the trials that reached both. Once a rung cuts, those are the trials it promoted (its top: a
+narrower spread of quality than all that reached it, which reads as a weaker correlation), so the correlation is
+corrected for that range restriction (Thorndike's case II, `unrestricted`). A rung is *proven* when at least
 `min_trials` trials reached its next rung and the correlation is at least `min_agreement` with its lower one-sigma
-bound (Fisher's z) above zero. The first rung is the smallest proven r; the ladder r, r x eta, ... cuts only at its
-proven rungs. Until then nothing is cut: the first trials run on, and their curves are the evidence.
+bound (Fisher's z) above zero; it is *disproven* when as many trials show a correlation whose upper one-sigma bound
+is below `min_agreement` (ranks that say little about the next rung's).
+
+Two ways to read that evidence (`optimistic`):
+- proven (`optimistic=False`): the first rung is the smallest proven r; the ladder r, r x eta, ... cuts only at its
+  proven rungs. Until then nothing is cut: the first trials run their full length, and their curves are the
+  evidence. On one worker that is the first 6-9 trials at full cost.
+- optimistic (the default): the first rung is the smallest r not disproven, and the ladder cuts at every rung not
+  disproven. A study cuts from epoch 1 at once and moves its first rung up only when the curves of the trials that
+  passed it show its ranks disagree with the next rung's (a warm-up, a one-cycle schedule, an untrained first
+  epoch). A rung is kept unless the evidence is clearly against it.
 """
 
 from __future__ import annotations
@@ -45,6 +56,19 @@ def _ranks(x: np.ndarray) -> np.ndarray:
     return ranks
 
 
+def unrestricted(rho: float, everyone: Sequence[float], selected: Sequence[float]) -> float:
+    """A correlation measured over `selected` (the trials that passed a rung: its top, a narrower spread of quality)
+    as it would read over `everyone` that reached the rung: Thorndike's case II correction for direct range
+    restriction, rho u / sqrt(1 - rho^2 + rho^2 u^2) with u the ratio of the two spreads (1: nothing selected)."""
+    if len(everyone) < 2 or len(selected) < 2:
+        return rho
+    wide, narrow = float(np.std(everyone)), float(np.std(selected))
+    if narrow <= 0 or wide <= narrow:
+        return rho
+    u = wide / narrow
+    return rho * u / math.sqrt(1 - rho * rho + rho * rho * u * u)
+
+
 @dataclass(frozen=True)
 class Agreement:
     rung: int  # the epoch judged
@@ -55,16 +79,27 @@ class Agreement:
     def proven(self, min_agreement: float = MIN_AGREEMENT, min_trials: int = MIN_TRIALS) -> bool:
         if self.trials < max(min_trials, 4) or self.rho < min_agreement:
             return False
-        low = math.tanh(math.atanh(min(self.rho, 0.999999)) - 1.0 / math.sqrt(self.trials - 3))
-        return low > 0.0
+        return self._bound(-1.0) > 0.0
+
+    def disproven(self, min_agreement: float = MIN_AGREEMENT, min_trials: int = MIN_TRIALS) -> bool:
+        """Enough trials, and even the upper one-sigma bound of their correlation is below `min_agreement`."""
+        return self.trials >= max(min_trials, 4) and self._bound(1.0) < min_agreement
+
+    def _bound(self, sigmas: float) -> float:
+        """rho moved by `sigmas` standard errors on Fisher's z scale (n - 3 degrees of freedom)."""
+        z = math.atanh(max(-0.999999, min(self.rho, 0.999999)))
+        return math.tanh(z + sigmas / math.sqrt(self.trials - 3))
 
 
 class LearnedRungs:
     """The rungs of a successive-halving ladder with reduction `eta`, learned from the trials' curves (so far) of
-    one quality objective (`curves`: per trial, its quality after each epoch, higher better)."""
+    one quality objective (`curves`: per trial, its quality after each epoch, higher better). `optimistic`: a rung
+    cuts until it is disproven (else only once it is proven)."""
 
-    def __init__(self, eta: int, min_agreement: float = MIN_AGREEMENT, min_trials: int = MIN_TRIALS) -> None:
+    def __init__(self, eta: int, min_agreement: float = MIN_AGREEMENT, min_trials: int = MIN_TRIALS,
+                 optimistic: bool = True) -> None:
         self.eta = eta
+        self.optimistic = optimistic
         self.min_agreement = min_agreement
         self.min_trials = min_trials
         self._key: tuple[int, int, int] | None = None  # (curves, their epochs, epochs): what `_table` is for
@@ -82,8 +117,11 @@ class LearnedRungs:
         versus = self.next_of(rung, epochs)
         pairs = [(c[rung - 1], c[versus - 1]) for c in curves if len(c) >= versus]
         pairs = [(a, b) for a, b in pairs if math.isfinite(a) and math.isfinite(b)]
-        rho = spearman([a for a, _ in pairs], [b for _, b in pairs]) if len(pairs) >= 3 else 0.0
-        return Agreement(rung, versus, rho, len(pairs))
+        if len(pairs) < 3:
+            return Agreement(rung, versus, 0.0, len(pairs))
+        rho = spearman([a for a, _ in pairs], [b for _, b in pairs])
+        seen = [v for c in curves if len(c) >= rung and math.isfinite(v := c[rung - 1])]
+        return Agreement(rung, versus, unrestricted(rho, seen, [a for a, _ in pairs]), len(pairs))
 
     def update(self, curves: Sequence[Sequence[float]], epochs: int) -> list[int]:
         """The cutting rungs for a run of `epochs` given these curves (recomputed only when they changed)."""
@@ -94,7 +132,7 @@ class LearnedRungs:
         first = None
         for c in self.candidates(epochs):
             a = self._table[c] = self.agreement(curves, c, epochs)
-            if a.proven(self.min_agreement, self.min_trials):
+            if self._cuts(a):
                 first = c
                 break
         ladder: list[int] = []
@@ -102,11 +140,16 @@ class LearnedRungs:
         while r is not None and r < epochs:
             a = self._table.get(r) or self.agreement(curves, r, epochs)
             self._table[r] = a
-            if a.proven(self.min_agreement, self.min_trials):
+            if self._cuts(a):
                 ladder.append(r)
             r *= self.eta
         self.ladder = ladder
         return ladder
+
+    def _cuts(self, a: Agreement) -> bool:
+        if self.optimistic:
+            return not a.disproven(self.min_agreement, self.min_trials)
+        return a.proven(self.min_agreement, self.min_trials)
 
     @property
     def first(self) -> int | None:
@@ -117,4 +160,4 @@ class LearnedRungs:
         return [self._table[r] for r in sorted(self._table)]
 
 
-__all__ = ["MIN_AGREEMENT", "MIN_TRIALS", "Agreement", "LearnedRungs", "spearman"]
+__all__ = ["MIN_AGREEMENT", "MIN_TRIALS", "Agreement", "LearnedRungs", "spearman", "unrestricted"]

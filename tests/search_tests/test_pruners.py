@@ -13,7 +13,7 @@ from optuna.trial import TrialState, create_trial
 import autotune
 from autotune import config
 from autotune.core.errors import ConfigError, TrialStopped
-from autotune.search import pruners
+from autotune.search import pruners, rungs
 from autotune.search.pruners import EPOCH_VALUES
 from autotune.study.runner import open_study
 from tests.support import tiny
@@ -431,7 +431,8 @@ def _warmup_curves(n: int, epochs: int, seed: int = 0) -> list[list[float]]:
 
 
 def test_learned_first_rung_skips_an_uninformative_first_epoch() -> None:
-    p = pruners.ParetoASHAPruner(MO, reduction_factor=3, metrics=["val_accuracy", "train_time_s"])
+    p = pruners.ParetoASHAPruner(MO, reduction_factor=3, metrics=["val_accuracy", "train_time_s"],
+                                 first_rung="proven")
     assert p.min_epochs == "auto"
     done = [_done([[a, 1.0 + e] for e, a in enumerate(c)], [c[-1], 12.0]) for c in _warmup_curves(12, 12)]
     assert p.rungs(12, done[:3]) == []  # three trials prove nothing: no rung cuts yet
@@ -444,6 +445,54 @@ def test_learned_first_rung_skips_an_uninformative_first_epoch() -> None:
     assert p.stop([0.01, 50.0], 2, done, 12) is not None  # epoch 2 is
     # the study is read at the ladder's rungs and at the candidate first rungs below it, not at every epoch
     assert [e for e in range(1, 13) if p.judges(e, 12)] == [1, 2, 6]
+
+
+def test_optimistic_first_rung_cuts_at_once_and_moves_up_when_its_ranks_are_disproven() -> None:
+    """The default: a study cuts from epoch 1 before any evidence, and the curves of the trials that passed epoch 1
+    move the first rung up once they show epoch 1's ranks disagree with the next rung's (a warm-up's coin flip)."""
+    p = pruners.ParetoASHAPruner(MO, reduction_factor=3, metrics=["val_accuracy", "train_time_s"])
+    curves = _warmup_curves(30, 12)
+    done = [_done([[a, 1.0 + e] for e, a in enumerate(c)], [c[-1], 12.0]) for c in curves]
+    assert p.rungs(12, done[:3]) == [1, 3, 9]  # no evidence against any rung: the whole ladder cuts
+    peers = done[:3]
+    assert p.stop([0.01, 50.0], 1, peers, 12) is not None  # the worst trial at epoch 1 is cut at once
+    # 8 trials reached epoch 3: epoch 1's ranks (noise) are disproven there; epoch 2's agree with epoch 6's
+    assert p.rungs(12, done[:8]) == [2, 6]
+    table = {a.rung: a for a in p.learned.table()}
+    assert table[1].disproven() and not table[2].disproven()
+    assert p.stop([0.01, 50.0], 1, done[:8], 12) is None  # epoch 1 no longer cuts
+    assert p.stop([0.01, 50.0], 2, done[:8], 12) is not None
+
+
+def test_optimistic_rung_stays_where_ranks_agree_even_from_promoted_trials_only() -> None:
+    """Curves whose ranks hold from epoch 1 (no warm-up): the trials that passed epoch 1 (the top third, a narrow
+    spread of quality) keep epoch 1 as the first rung; their correlation reads lower than the population's, and a
+    rung is kept unless the evidence is clearly against it."""
+    import random
+
+    rng = random.Random(1)
+    curves = []
+    for _ in range(60):
+        final = rng.uniform(0.5, 0.95)
+        curves.append([final * (1 - 0.5 ** e) + rng.gauss(0, 0.01) for e in range(1, 13)])
+    ranked = sorted(curves, key=lambda c: c[0], reverse=True)
+    # what the rung at epoch 1 let through run on; the others stopped there (their curves end at epoch 1)
+    table = [*ranked[:20], *([c[0]] for c in ranked[20:])]
+    learned = rungs.LearnedRungs(3)
+    assert learned.update(table, 12) == [1, 3, 9]
+    assert rungs.LearnedRungs(3, optimistic=False).update(table, 12)[:1] == [1]
+    # the agreement is corrected for the promoted trials' narrower spread: nearer the whole population's
+    everyone = rungs.spearman([c[0] for c in curves], [c[2] for c in curves])
+    promoted = rungs.spearman([c[0] for c in ranked[:20]], [c[2] for c in ranked[:20]])
+    corrected = learned.agreement(table, 1, 12).rho
+    assert promoted < corrected <= 1.0 and abs(corrected - everyone) < abs(promoted - everyone)
+
+
+def test_range_restriction_correction() -> None:
+    assert rungs.unrestricted(0.5, [0.0, 1.0, 2.0, 3.0], [0.0, 1.0, 2.0, 3.0]) == 0.5  # nothing selected
+    assert rungs.unrestricted(0.0, [0.0, 10.0], [4.0, 5.0]) == 0.0  # no agreement stays none
+    assert 0.5 < rungs.unrestricted(0.5, [0.0, 10.0], [4.0, 5.0]) < 1.0
+    assert rungs.unrestricted(-0.3, [0.0, 10.0], [4.0, 5.0]) < -0.3  # a disagreement is corrected too
 
 
 def test_most_accurate_trial_of_a_rung_is_promoted_even_when_dominated() -> None:
@@ -477,7 +526,8 @@ def test_pareto_asha_counts_other_workers_running_trials_at_the_rung() -> None:
 
 
 def test_learned_rungs_are_proven_by_running_trials_partial_curves() -> None:
-    p = pruners.ParetoASHAPruner(MO, reduction_factor=3, metrics=["val_accuracy", "train_time_s"])
+    p = pruners.ParetoASHAPruner(MO, reduction_factor=3, metrics=["val_accuracy", "train_time_s"],
+                                 first_rung="proven")
     partial = [_running([[a, 1.0 + e] for e, a in enumerate(c[:6])]) for c in _warmup_curves(12, 12)]
     assert p.rungs(12, partial[:3]) == []
     assert p.rungs(12, partial) == [2]  # epochs 2 and 6 seen in every curve so far; 6 vs 12 not yet
