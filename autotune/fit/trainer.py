@@ -212,7 +212,9 @@ class BuiltinFit:
         s = ctx.settings
         assert self.ds is not None
         ds = self.ds
-        ft: dict[str, Any] = {**s, "lr": s["lr"] * compress.FINETUNE_LR_FACTOR, "lr_schedule": "constant",
+        # a copy of the plan's settings: a copy of the watched ctx.settings would count every setting as read
+        ft: dict[str, Any] = {**self.plan.settings, "lr": s["lr"] * compress.FINETUNE_LR_FACTOR,
+                              "lr_schedule": "constant",
                               "epochs": epochs, "compile": False, "early_stopping_patience": 0,
                               "precision": "fp32" if qat else s["precision"]}
         # (a bare context's plan, on the trial's device and threads: nothing is resolved again)

@@ -4,7 +4,6 @@ here knows MLflow: a tracker reaches a run as a callback its caller passes in (a
 
 from __future__ import annotations
 
-import gc
 import math
 import platform
 import sys
@@ -337,8 +336,8 @@ def _run(cfg: RunConfig, fresh: bool, callbacks: list[TrialCallback] | None,
     hooks = start_run(callbacks, study)
     # Everything imported so far (torch, optuna, sympy...) lives for the whole run: frozen out of the garbage
     # collector for the run (accel.frozen_survivors), so the collection before each trial scans only what trials
-    # made (0.5 s per collection otherwise, longer than a digits trial trains).
-    gc.collect()
+    # made (0.5 s per collection otherwise, longer than a digits trial trains). No full collection first: it took
+    # as long in a host with many objects, and garbage frozen here is collectable again once the run ends.
     todo = None
     if cfg.study.n_trials is not None:
         todo = max(0, cfg.study.n_trials - n_finished(study))

@@ -390,6 +390,19 @@ def test_trainer_reports_compression_metrics(tmp_path: Path) -> None:
     assert qconv.weight().dtype == torch.qint8
 
 
+def test_a_fine_tuned_trial_still_names_the_settings_it_did_not_apply(tmp_path: Path) -> None:
+    """Fine-tuning after pruning builds its context from the plan's settings: a copy of the watched ctx.settings
+    counted every setting as read, and a setting the trial never applied vanished from its not_applied."""
+    cfg = _cfg(tmp_path)
+    params = {"data_on_device": True, "num_workers": 2}
+    plain = autotune.train(cfg, params=params)
+    pruned = autotune.train(cfg, params={**params, "prune_method": "l1_unstructured", "prune_amount": 0.5,
+                                         "finetune_epochs": 1})
+    assert "no DataLoader" in plain.not_applied["num_workers"]
+    assert pruned.extra["finetune_time_s"] > 0  # the fine-tuning ran
+    assert "no DataLoader" in pruned.not_applied["num_workers"]
+
+
 def test_half_magnitude_pruning_with_finetune_keeps_accuracy(tmp_path: Path) -> None:
     cfg = _cfg(tmp_path, model={"channels": [16, 32], "hidden": 64}, train={"epochs": 4, "lr": 0.005})
     r = autotune.train(cfg, params={"prune_method": "l1_unstructured", "prune_amount": 0.5, "finetune_epochs": 1})
