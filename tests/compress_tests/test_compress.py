@@ -390,17 +390,25 @@ def test_trainer_reports_compression_metrics(tmp_path: Path) -> None:
     assert qconv.weight().dtype == torch.qint8
 
 
-def test_a_fine_tuned_trial_still_names_the_settings_it_did_not_apply(tmp_path: Path) -> None:
+def test_fine_tuning_reads_only_the_settings_it_uses(tmp_path: Path) -> None:
     """Fine-tuning after pruning builds its context from the plan's settings: a copy of the watched ctx.settings
-    counted every setting as read, and a setting the trial never applied vanished from its not_applied."""
+    counted every setting of the trial as read (the ledger's not_applied then hid what a trial never applied)."""
+    from autotune.fit.plan import TrialPlan
+    from autotune.fit.trainer import BuiltinFit
+    from autotune.training import TrialContext
+
     cfg = _cfg(tmp_path)
-    params = {"data_on_device": True, "num_workers": 2}
-    plain = autotune.train(cfg, params=params)
-    pruned = autotune.train(cfg, params={**params, "prune_method": "l1_unstructured", "prune_amount": 0.5,
-                                         "finetune_epochs": 1})
-    assert "no DataLoader" in plain.not_applied["num_workers"]
-    assert pruned.extra["finetune_time_s"] > 0  # the fine-tuning ran
-    assert "no DataLoader" in pruned.not_applied["num_workers"]
+    settings = {**cfg.fixed(), "epochs": 1, "batch_size": 128}
+    plan = TrialPlan.of(cfg, settings, 0, fixed=frozenset(), study_rules=False).training
+    builtin = BuiltinFit(plan)
+    builtin.ds = ds = data.load(cfg.data, cfg.source)
+    ctx = TrialContext(plan)
+    ledger = ctx._state.applied
+    assert not ledger.was_read("momentum") and not ledger.was_read("weight_decay")
+    spent = builtin.finetune(ctx, models.build(cfg.model, ds.input_shape, ds.n_classes, 0.0, "default"), 1)
+    assert spent > 0
+    assert ledger.was_read("lr") and ledger.was_read("precision")  # what fine-tuning takes from the trial
+    assert not ledger.was_read("momentum") and not ledger.was_read("weight_decay")
 
 
 def test_half_magnitude_pruning_with_finetune_keeps_accuracy(tmp_path: Path) -> None:
