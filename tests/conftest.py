@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gc
 import os
+import signal
 import threading
 import time
 import uuid
@@ -19,6 +20,10 @@ optuna.logging.set_verbosity(optuna.logging.WARNING)
 # and on a 2-core machine shared with other processes, spinning OpenMP threads make them 5-10x slower.
 torch.set_num_threads(1)
 os.environ.setdefault("OMP_NUM_THREADS", "1")
+# A shell starts a background job (`pytest &`) with SIGINT ignored, and every process it spawns inherits that
+# (autotune then leaves Ctrl-C ignored, as Python does): the Ctrl-C tests need the handler an interactive run has.
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 TRIAL_THREADS = ("autotune-rss", "autotune-rapl", "autotune-power")  # a trial's meters: they end with it
