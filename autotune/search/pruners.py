@@ -252,11 +252,13 @@ class ParetoASHAPruner:
     rung: finished, or running on another worker, as ASHA's rung tables hold them), ranked by non-dominated
     sorting and crowding distance (`promoted`). With fewer than `n_startup_trials` others at the rung it goes on.
 
-    `min_epochs: auto` (the default): the rungs are learned (search/rungs.py): the first is the smallest epoch whose
-    quality ranks agree with the next rung's over the trials' curves so far, and a rung whose ranks are unproven cuts
-    nothing. `accurate_share` of each rung's promotions go to the most accurate trials by quality alone (the rest by
-    MOASHA over the others), so the slow accurate configurations a front's accurate end needs reach their last
-    epoch. `metrics`: the objectives' names (the quality one is the first accuracy-like metric; else the first)."""
+    `min_epochs: auto` (the default): the rungs are learned (search/rungs.py) from whether a rung's quality ranks
+    agree with the next rung's over the trials' curves so far. `first_rung: optimistic` (the default): every rung
+    cuts until those curves disprove it, so the first is the smallest epoch not disproven; `proven`: a rung cuts only
+    once they prove it, and nothing is cut before. `accurate_share` of each rung's promotions go to the most accurate
+    trials by quality alone (the rest by MOASHA over the others), so the slow accurate configurations a front's
+    accurate end needs reach their last epoch. `metrics`: the objectives' names (the quality one is the first
+    accuracy-like metric; else the first)."""
 
     def __init__(self, directions: Sequence[str], min_epochs: int | str = "auto", reduction_factor: int = 3,
                  n_startup_trials: int = 3, metrics: Sequence[str] | None = None, accurate_share: float = 1 / 3,

@@ -153,7 +153,7 @@ class LearnedRungs:
 
     @property
     def first(self) -> int | None:
-        """The learned first rung (None: no rung proven yet)."""
+        """The learned first rung (None: no rung cuts: none proven yet, or with `optimistic`, every one disproven)."""
         return self.ladder[0] if self.ladder else None
 
     def table(self) -> list[Agreement]:
