@@ -323,6 +323,7 @@ def test_of_two_candidates_with_equal_predicted_gain_the_cheaper_is_proposed(tmp
 def test_start_up_trials_are_the_cheaper_draws_not_full_cost_random_ones(tmp_path: Path,
                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(predicted, "START_POOL", 8)  # (built, off by default: see predicted.py)
+    monkeypatch.setattr(predicted, "MIN_TRIALS", 8)  # a start-up long enough to compare its trials' times
     cfg = _cfg(tmp_path)
 
     def objective(trial: optuna.Trial) -> tuple[float, float]:
@@ -333,7 +334,7 @@ def test_start_up_trials_are_the_cheaper_draws_not_full_cost_random_ones(tmp_pat
 
     def start_up_time(sampler: optuna.samplers.BaseSampler) -> float:
         study = optuna.create_study(directions=cfg.directions, sampler=sampler)
-        study.optimize(objective, n_trials=MIN_TRIALS)
+        study.optimize(objective, n_trials=predicted.MIN_TRIALS)
         return sum(t.values[1] for t in study.trials[2:])  # from the third trial on, two clocks are known
 
     cheap = [start_up_time(PredictedFront(optuna.samplers.RandomSampler(seed=s), cfg, AUTO_K, seed=s, auto=True))
