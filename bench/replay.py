@@ -103,7 +103,7 @@ ARMS: dict[str, tuple[str, dict[str, Any] | None, dict[str, Any]]] = {
     # the same, once the rung's agreement was corrected for range restriction (search/rungs.unrestricted)
     "autotune optimistic corrected": ("autotune", {"pruner": "pareto_asha",
                                                    "pruner_args": {"first_rung": "optimistic"}}, {}),
-    # the predicted front's constants with optimistic rungs (CONSTANTS below; min trials 4 is the default since)
+    # the predicted front's constants with optimistic rungs (CONSTANTS below)
     "autotune min trials 8": ("autotune", None, {}),
     "autotune explore 4": ("autotune", None, {}),
     "autotune min trials 4": ("autotune", None, {}),

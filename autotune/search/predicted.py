@@ -50,10 +50,10 @@ from autotune.search.pruners import CUMULATIVE
 from autotune.search.sampler_kinds import SAMPLERS
 from autotune.spec import ParamSpec, RunConfig, TrialRecord
 
-# trials with a curve before predictions choose. 4, not TPE's 8-10 random start-up trials: a stopped trial's curve
-# teaches too, and on LCBench's dev tasks (1 worker, 6 seeds) 4 matched 8's end 1.24x [0.94, 1.74] sooner, level
-# at 8 workers (bench/RESULTS.md, "Predictions from the fourth trial")
-MIN_TRIALS = 4
+# trials with a curve before predictions choose: as TPE's random start-up. 4 was tried (bench/RESULTS.md,
+# "Predictions from the fourth trial"): ahead on dev at 1 worker, but on a held-out task at 8 workers the forest,
+# choosing early, locked onto the cheapest corner (1,635 trials, 10x the strategy's CPU) and the report overran
+MIN_TRIALS = 8
 AUTO_K = 256  # `candidates: auto`: candidates per trial where choosing among them is worth its cost
 AUTO_SHARE = cost.CAP_SHARE  # ... that is, while the strategy's CPU time is at most this share of the trials' time
 # Cost-aware proposals are built and off by default: on LCBench's development tasks (8 x 2 seeds, bench/strategy_dev.py)
