@@ -45,11 +45,7 @@ def test_run_end_to_end_then_resume_and_best(tmp_path: Path) -> None:
     r = autotune("run", "best.yaml", cwd=tmp_path)  # the export is a runnable YAML with every setting fixed
     assert r.returncode == 0, r.stderr
     assert "trial   0  COMPLETE" in r.stdout
-
-    r = autotune("run", "s.yaml", "--fresh", "--n-trials", "1", "--storage",
-                 f"journal:///{tmp_path}/j.log", cwd=tmp_path)
-    assert r.returncode == 0, r.stderr
-    assert (tmp_path / "j.log").exists()
+    # (a journal storage given on the command line: cli_tests/test_launch.py's studies run on journals)
 
 
 # One config a stage (schema, YAML, a user's factory, the data) by default: each subprocess costs about 3.5 s of CPU,
