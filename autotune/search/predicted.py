@@ -51,8 +51,7 @@ from autotune.search.sampler_kinds import SAMPLERS
 from autotune.spec import ParamSpec, RunConfig, TrialRecord
 
 # trials with a curve before predictions choose: as TPE's random start-up. 4 was tried (bench/RESULTS.md,
-# "Predictions from the fourth trial"): ahead on dev at 1 worker, but on a held-out task at 8 workers the forest,
-# choosing early, locked onto the cheapest corner (1,635 trials, 10x the strategy's CPU) and the report overran
+# "Predictions from the fourth trial"): a lean at 1 worker on dev (its interval includes 1), level at 8; not kept
 MIN_TRIALS = 8
 AUTO_K = 256  # `candidates: auto`: candidates per trial where choosing among them is worth its cost
 AUTO_SHARE = cost.CAP_SHARE  # ... that is, while the strategy's CPU time is at most this share of the trials' time
