@@ -103,29 +103,22 @@ ARMS: dict[str, tuple[str, dict[str, Any] | None, dict[str, Any]]] = {
     # the same, once the rung's agreement was corrected for range restriction (search/rungs.unrestricted)
     "autotune optimistic corrected": ("autotune", {"pruner": "pareto_asha",
                                                    "pruner_args": {"first_rung": "optimistic"}}, {}),
-    # the predicted front's constants with optimistic rungs (CONSTANTS below)
-    "autotune min trials 8": ("autotune", None, {}),
-    "autotune explore 4": ("autotune", None, {}),
-    "autotune min trials 4": ("autotune", None, {}),
-    "autotune min trials 2": ("autotune", None, {}),
-    "autotune optimism 2": ("autotune", None, {}),
-    "autotune optimism 0.5": ("autotune", None, {}),
-    "autotune local 1/4": ("autotune", None, {}),
 }
+# the predicted front's constants, one at a time with optimistic rungs (bench/RESULTS.md, "Predictions from the fourth
+# trial"): each an autotune arm with that constant set for its run
+SAMPLER_VARIANTS: dict[str, dict[str, Any]] = {
+    "autotune explore 4": {"EXPLORE_EVERY": 4}, "autotune min trials 4": {"MIN_TRIALS": 4},
+    "autotune min trials 2": {"MIN_TRIALS": 2}, "autotune optimism 2": {"OPTIMISM": 2.0},
+    "autotune optimism 0.5": {"OPTIMISM": 0.5}, "autotune local 1/4": {"LOCAL_SHARE": 0.25}}
+ARMS.update({name: ("autotune", None, {}) for name in SAMPLER_VARIANTS})
 # development variants of the predicted front's constants (autotune/search/predicted.py), set for one run
 BLIND = {"COST_WEIGHT": 0.0, "START_POOL": 1}
 CONSTANTS: dict[str, dict[str, Any]] = {"autotune cost-blind": BLIND,
                                         "autotune cost-aware": {"COST_WEIGHT": 1.0, "START_POOL": 8},
                                         "autotune cheap start only": {"START_POOL": 8},
                                         "autotune cost 0.3": {"COST_WEIGHT": 0.3, "START_POOL": 8},
-                                        "autotune explore 4": {"EXPLORE_EVERY": 4},
-                                        "autotune min trials 4": {"MIN_TRIALS": 4},
-                                        "autotune min trials 8": {"MIN_TRIALS": 8},
-                                        "autotune min trials 2": {"MIN_TRIALS": 2},
-                                        "autotune optimism 2": {"OPTIMISM": 2.0},
-                                        "autotune optimism 0.5": {"OPTIMISM": 0.5},
-                                        "autotune local 1/4": {"LOCAL_SHARE": 0.25},
-                                        "autotune accurate share only": BLIND, "autotune learned rungs only": BLIND}
+                                        "autotune accurate share only": BLIND, "autotune learned rungs only": BLIND,
+                                        **SAMPLER_VARIANTS}
 DEFAULT_ARMS = ("plain Optuna", "random search", "OptunaHub multi_metric_pruner", "MOASHA as shipped",
                 "MOASHA rank-corrected", "autotune")
 BASELINES = ("plain Optuna", "random search", "OptunaHub multi_metric_pruner", "MOASHA as shipped",

@@ -61,8 +61,6 @@ def _cells(grid: dict[str, list[object]]) -> list[tuple[object, ...]]:
     return list(itertools.product(*grid.values()))
 
 
-# slow: a whole section of the GPU script on the CPU (several seconds); bench/gpu_check.sh runs it where it matters
-@pytest.mark.slow
 def test_ddp_section_runs_on_the_cpu(gpu_check: ModuleType, tmp_path: Path) -> None:
     """The several-devices rows, on the CPU path (gloo, 2 processes): both rows measured, the second on 2 ranks."""
     chk = gpu_check.Check(torch.device("cpu"), tmp_path, None)
@@ -110,8 +108,6 @@ def test_the_step_hook_section_runs_on_the_cpu(gpu_check: ModuleType, gpu_guest:
     assert {r["kernel"] for r in rows} >= {"fused"}  # (CPU: fused Adam/AdamW/SGD; foreach only on a GPU)
 
 
-# slow: a whole section of the GPU script on the CPU (several seconds); bench/gpu_check.sh runs it where it matters
-@pytest.mark.slow
 def test_the_frameworks_in_bf16_section_runs_on_the_cpu(gpu_check: ModuleType, gpu_guest: ModuleType,
                                                         tmp_path: Path) -> None:
     pytest.importorskip("transformers")

@@ -393,7 +393,6 @@ for url in urls:
 """
 
 
-@pytest.mark.slow  # a mount of its own and four CLI processes: several seconds
 def test_a_journal_and_a_sqlite_file_on_a_read_only_mount_open_read_only(tmp_path: Path) -> None:
     """The storage opening of report, best and dashboard (`make_storage(read_only=True)`); the slow test below runs
     the commands themselves. Today: SQLite's switch to WAL and the journal's lock fail on a read-only mount."""
