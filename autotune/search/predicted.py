@@ -62,12 +62,18 @@ AUTO_SHARE = cost.CAP_SHARE  # ... that is, while the strategy's CPU time is at 
 START_POOL = 1  # start-up trials: the cheapest by predicted time of this many uniform draws (1: the inner sampler's)
 COST_WEIGHT = 0.0  # the cost exponent's scale (cost.alpha x this; 0: gain alone)
 EXPLORE_EVERY = 2  # every this many trials, the inner sampler's own proposal runs as is
+RANDOM_EVERY = 0  # ... and every this many of those exploring trials, uniform random values instead (0: never)
 LOCAL_SHARE = 0.5  # of the candidates not from the inner sampler: near the front's members (the rest: uniform)
 LOCAL_STEP = 0.1  # a local candidate's move per parameter: this share of its range (its own scale: log where log)
 LOCAL_SWITCH = 0.2  # ... a categorical parameter takes another choice with this probability
 OPTIMISM = 1.0  # the optimistic point: the prediction less this many spreads (each objective minimized)
 TREES = 32
-REFIT_GROWTH = 0.0  # the model is refit once the trials with a curve have grown by this share since its last fit
+# the model is refit every trial up to REFIT_ALL trials with a curve, then once they have grown by REFIT_GROWTH since
+# its last fit: refit every trial, thousands of one-minute trials cost O(n^2) CPU (bench/RESULTS.md, "The report's
+# cost"); growth from the start was level on dev at 1 worker but leaned worse at 8 (0.86x [0.65, 1.08]), so the
+# runs dev has (a median 70 trials at 1 worker, 211 at 8) keep a refit per trial
+REFIT_ALL = 500
+REFIT_GROWTH = 0.05
 EPOCHS_KEPT = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)  # the epochs of a curve that train the model (and its last)
 
 
@@ -255,7 +261,8 @@ class PredictedFront(Delegating):
         self._modes[trial.number] = mode
         try:
             if mode != "choose" or (self._ready and trial.number % EXPLORE_EVERY == EXPLORE_EVERY - 1):
-                self._modes[trial.number] = "random" if mode == "random" else "inner"
+                randomly = mode == "random" or (mode == "choose" and self._explores_randomly(trial))
+                self._modes[trial.number] = "random" if randomly else "inner"
                 return {}  # the inner sampler's own proposal, parameter by parameter (or random ones)
             study = self._snapshot(study, trial)  # type: ignore[assignment]  # the inner sampler, the model: one read
             data = self._data(study, trial)
@@ -267,7 +274,7 @@ class PredictedFront(Delegating):
                 return self._cheap_start(trial, data)
             if trial.number % EXPLORE_EVERY == EXPLORE_EVERY - 1:
                 self._ready = True
-                self._modes[trial.number] = "inner"
+                self._modes[trial.number] = "random" if self._explores_randomly(trial) else "inner"
                 return {}
             self._ready = True
             cands = self._pool(study, trial, data.parents)
@@ -276,6 +283,10 @@ class PredictedFront(Delegating):
             return chosen
         finally:
             self._spent[trial.number] = self._spent.get(trial.number, 0.0) + time.thread_time() - t0
+
+    def _explores_randomly(self, trial: FrozenTrial) -> bool:
+        """An exploring trial that draws uniform random values, not the inner sampler's (RANDOM_EVERY)."""
+        return RANDOM_EVERY > 0 and (trial.number // EXPLORE_EVERY) % RANDOM_EVERY == RANDOM_EVERY - 1
 
     def after_trial(self, study: optuna.Study, trial: FrozenTrial, state: TrialState,
                     values: Sequence[float] | None) -> None:
@@ -465,10 +476,13 @@ class PredictedFront(Delegating):
 
 
     def _fit(self, data: Data) -> Model:
-        """The model, refit once the trials with a curve have grown by REFIT_GROWTH since its last fit (a forest
-        refit on every epoch of every trial, each trial, costs more than the few new rows would change)."""
+        """The model, refit for every new trial with a curve up to REFIT_ALL of them, then once they have grown by
+        REFIT_GROWTH since its last fit (past that, a forest refit on every epoch of every trial, each trial, costs
+        more than the few new rows would change)."""
         n = data.trials
-        if self._model is None or n >= max(self._model[0] + 1, (1 + REFIT_GROWTH) * self._model[0]):
+        last = self._model[0] if self._model is not None else 0
+        grown = last + 1 if last < REFIT_ALL else max(last + 1, (1 + REFIT_GROWTH) * last)
+        if self._model is None or n >= grown:
             clocks = [c and lg for c, lg in zip(self._clocks, self._log)]
             self._model = (n, Model(data.x, data.y, clocks, self._seed))
         return self._model[1]

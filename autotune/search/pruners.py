@@ -19,6 +19,7 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from autotune.core import ConfigError, TrialStopped, lookup
+from autotune.core import optuna_compat as compat
 from autotune.search import curves, rungs
 from autotune.search.pareto import dominates, hypervolume_2d, promoted_with_accurate
 from autotune.search.results import pareto_front
@@ -278,6 +279,7 @@ class ParetoASHAPruner:
         self.accurate_share = accurate_share
         names = list(metrics or [])
         self.quality = next((i for i, m in enumerate(names) if is_quality(m)), 0)
+        self._finished: dict[tuple[int, int, Any], list[float]] = {}  # finished trials' quality curves
         self.learned = (rungs.LearnedRungs(reduction_factor, min_agreement, min_trials, first_rung == "optimistic")
                         if min_epochs == "auto" else None)
 
@@ -297,9 +299,17 @@ class ParetoASHAPruner:
         sign = 1.0 if self.directions[self.quality] == "maximize" else -1.0
         out = []
         for t in trials:
-            if t.state in RUNG_STATES:
+            if t.state not in RUNG_STATES:
+                continue
+            # a finished trial's curve does not change: read once (every cut reads every trial's, thousands)
+            key = (compat.trial_id(t), t.number, t.datetime_start)
+            curve = self._finished.get(key)
+            if curve is None:
                 rec = TrialRecord.of(t).epoch_values or []
-                out.append([sign * v[self.quality] for v in rec if len(v) > self.quality])
+                curve = [sign * v[self.quality] for v in rec if len(v) > self.quality]
+                if t.state.is_finished():
+                    self._finished[key] = curve
+            out.append(curve)
         return out
 
     def judges(self, step: int, epochs: int) -> bool:

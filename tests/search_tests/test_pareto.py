@@ -3,6 +3,7 @@ distance, hypervolume."""
 
 from __future__ import annotations
 
+import math
 import random
 
 import numpy as np
@@ -65,6 +66,33 @@ def test_nondominated_ranks_two_objectives_match_peeling_ties_included() -> None
                for _ in range(rng.randint(0, 30))]
         for d in (["maximize", "minimize"], ["minimize", "minimize"]):
             assert pareto.nondominated_ranks(pts, d) == peeled(pts, d)
+
+
+def test_promoted_with_accurate_is_the_accurate_ones_then_moasha_over_the_rest() -> None:
+    """The one-pass promotion against its definition: the `share` most accurate, then MOASHA's smallest top kk
+    that holds enough others (`promoted` once per kk), on tables with ties, 2 and 3 objectives."""
+    rng = random.Random(5)
+
+    def defined(points: list[list[float]], dirs: list[str], eta: int, q: int, share: float) -> set[int]:
+        k = max(1, math.ceil(len(points) / eta))
+        n_acc = min(k, math.ceil(share * k)) if share > 0 else 0
+        sign = -1.0 if dirs[q] == "maximize" else 1.0
+        acc = sorted(range(len(points)), key=lambda i: (sign * points[i][q], i))[:n_acc]
+        for kk in range(k - n_acc, len(points) + 1):
+            picks = [i for i in pareto.promoted(points, dirs, eta, kk) if i not in acc]
+            if len(picks) >= k - n_acc:
+                return set(acc) | set(picks[:k - n_acc])
+        raise AssertionError("unreachable")
+
+    for _ in range(400):
+        dims = rng.choice([2, 3])
+        pts = [[float(rng.randint(0, 4)) if rng.random() < 0.5 else rng.random() for _ in range(dims)]
+               for _ in range(rng.randint(1, 40))]
+        dirs = [rng.choice(["minimize", "maximize"]) for _ in range(dims)]
+        eta, q, share = rng.choice([2, 3, 4]), rng.randrange(dims), rng.choice([0.0, 0.25, 0.5, 1.0])
+        got = pareto.promoted_with_accurate(pts, dirs, eta, q, share)
+        assert len(got) == len(set(got)) == max(1, -(-len(pts) // eta))
+        assert set(got) == defined(pts, dirs, eta, q, share)
 
 
 def test_hypervolume_2d_is_the_hypervolume() -> None:

@@ -280,14 +280,18 @@ def test_a_clock_is_extrapolated_to_corners_no_trial_reached() -> None:
     assert spread.shape == (1, 2) and (spread >= 0).all()
 
 
-def test_the_model_is_refit_only_once_the_trials_have_grown(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_model_is_refit_every_trial_then_only_once_the_trials_have_grown(tmp_path: Path,
+                                                                             monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(predicted, "REFIT_GROWTH", 0.5)
+    monkeypatch.setattr(predicted, "REFIT_ALL", 10)
     cfg = _cfg(tmp_path)
     sampler = PredictedFront(optuna.samplers.RandomSampler(seed=0), cfg, 4, seed=0)
     np_ = __import__("numpy")
     data = predicted.Data(np_.random.default_rng(0).random((40, 13)), np_.random.default_rng(1).random((40, 2)),
-                          [[0.0, 0.0]], [], 10)
-    first = sampler._fit(data)
+                          [[0.0, 0.0]], [], 8)
+    models = [sampler._fit(predicted.Data(data.x, data.y, data.front, [], n)) for n in (8, 8, 9, 10)]
+    assert models[1] is models[0] and models[2] is not models[1] and models[3] is not models[2]  # below 10: each
+    first = models[3]
     assert sampler._fit(predicted.Data(data.x, data.y, data.front, [], 14)) is first  # 14 < 1.5 x 10
     assert sampler._fit(predicted.Data(data.x, data.y, data.front, [], 15)) is not first
 
