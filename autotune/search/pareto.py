@@ -155,5 +155,6 @@ def promoted_with_accurate(points: list[list[float]], directions: list[str], eta
             break
     return by_quality + picks
 
+
 __all__ = ["crowding_distances", "dominates", "hypervolume", "hypervolume_2d", "nondominated_ranks", "promoted",
            "promoted_with_accurate"]

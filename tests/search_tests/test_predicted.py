@@ -86,6 +86,24 @@ def test_after_its_start_trials_run_the_chosen_whole_candidate_or_the_inner_samp
         assert t.params["model.channels"] in ('[8, 16]', '[16, 32]')  # list choices as the space stores them
 
 
+def test_random_every_gives_some_exploring_trials_uniform_values(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    # the dev knob (off by default): every RANDOM_EVERY-th exploring trial is proposed by the random stream
+    monkeypatch.setattr(predicted, "RANDOM_EVERY", 2)
+    cfg = _cfg(tmp_path)
+    inner = optuna.samplers.TPESampler(seed=1, n_startup_trials=samplers.TPE_STARTUP_TRIALS)
+    spy = Spy(inner, cfg, 6, seed=1)
+    modes: dict[int, str] = {}
+    spy.after_trial = lambda study, trial, state, values: modes.setdefault(  # type: ignore[method-assign]
+        trial.number, spy._modes.get(trial.number, "-"))
+    study = optuna.create_study(directions=cfg.directions, sampler=spy)
+    study.optimize(_objective(cfg), n_trials=MIN_TRIALS + 8)
+    late = {n: m for n, m in modes.items() if n >= MIN_TRIALS + EXPLORE_EVERY}
+    exploring = [n for n in late if n % EXPLORE_EVERY == EXPLORE_EVERY - 1]
+    assert exploring and all(late[n] == ("random" if (n // EXPLORE_EVERY) % 2 == 1 else "inner") for n in exploring)
+    assert len(spy.seen) == len([n for n in modes if n >= MIN_TRIALS and n % EXPLORE_EVERY != EXPLORE_EVERY - 1])
+
+
 def test_the_candidate_predicted_to_add_most_to_the_front_is_chosen(tmp_path: Path) -> None:
     cfg = _cfg(tmp_path)
     study = optuna.create_study(directions=cfg.directions)
