@@ -146,10 +146,11 @@ def promoted_with_accurate(points: list[list[float]], directions: list[str], eta
     for i, r in enumerate(ranks):
         fronts.setdefault(r, []).append(i)
     for r in sorted(fronts):
-        front = [i for i in fronts[r] if i not in taken]
-        if len(picks) + len(front) > k - n_acc:
-            cd = crowding_distances(points, fronts[r])
-            front.sort(key=lambda i: (-cd[i], i))
+        front = fronts[r]
+        if len(picks) + len(front) > k - n_acc:  # the whole front sorted, then the taken ones left out (a NaN
+            cd = crowding_distances(points, front)  # distance orders a subset otherwise than the whole)
+            front = sorted(front, key=lambda i: (-cd[i], i))
+        front = [i for i in front if i not in taken]
         picks.extend(front[:k - n_acc - len(picks)])
         if len(picks) >= k - n_acc:
             break

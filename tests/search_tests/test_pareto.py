@@ -70,7 +70,7 @@ def test_nondominated_ranks_two_objectives_match_peeling_ties_included() -> None
 
 def test_promoted_with_accurate_is_the_accurate_ones_then_moasha_over_the_rest() -> None:
     """The one-pass promotion against its definition: the `share` most accurate, then MOASHA's smallest top kk
-    that holds enough others (`promoted` once per kk), on tables with ties, 2 and 3 objectives."""
+    that holds enough others (`promoted` once per kk), on tables with ties, 2 and 3 objectives, NaN and inf."""
     rng = random.Random(5)
 
     def defined(points: list[list[float]], dirs: list[str], eta: int, q: int, share: float) -> set[int]:
@@ -84,10 +84,12 @@ def test_promoted_with_accurate_is_the_accurate_ones_then_moasha_over_the_rest()
                 return set(acc) | set(picks[:k - n_acc])
         raise AssertionError("unreachable")
 
-    for _ in range(400):
+    for _ in range(1500):
         dims = rng.choice([2, 3])
         pts = [[float(rng.randint(0, 4)) if rng.random() < 0.5 else rng.random() for _ in range(dims)]
                for _ in range(rng.randint(1, 40))]
+        if rng.random() < 0.5:  # a diverged peer's values (a stopped trial's curve keeps them)
+            pts[rng.randrange(len(pts))][rng.randrange(dims)] = rng.choice([math.nan, math.inf, -math.inf])
         dirs = [rng.choice(["minimize", "maximize"]) for _ in range(dims)]
         eta, q, share = rng.choice([2, 3, 4]), rng.randrange(dims), rng.choice([0.0, 0.25, 0.5, 1.0])
         got = pareto.promoted_with_accurate(pts, dirs, eta, q, share)

@@ -533,3 +533,20 @@ def test_learned_rungs_are_proven_by_running_trials_partial_curves() -> None:
     assert p.rungs(12, partial) == [2]  # epochs 2 and 6 seen in every curve so far; 6 vs 12 not yet
     grown = [_running([[a, 1.0 + e] for e, a in enumerate(c)]) for c in _warmup_curves(12, 12)]
     assert p.rungs(12, grown) == [2, 6]  # the same trials, further on: the ladder is recomputed
+
+
+def test_a_finished_trials_curve_is_read_once_and_a_running_ones_each_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    # the learned rungs read every rung-table trial's curve at every cut: a finished trial's does not change
+    p = pruners.ParetoASHAPruner(MO, metrics=["val_accuracy", "train_time_s"])
+    study = optuna.create_study(directions=MO)
+    trial = study.ask()
+    reads: list[int] = []
+    of = pruners.TrialRecord.of
+    monkeypatch.setattr(pruners.TrialRecord, "of", lambda t: reads.append(t.number) or of(t))
+    trial.set_user_attr(EPOCH_VALUES, [[0.5, 1.0]])
+    assert p._curves(study.get_trials()) == [[0.5]]
+    trial.set_user_attr(EPOCH_VALUES, [[0.5, 1.0], [0.6, 2.0]])  # running: its curve grows in place
+    assert p._curves(study.get_trials()) == [[0.5, 0.6]]
+    study.tell(trial, state=TrialState.PRUNED)
+    assert p._curves(study.get_trials()) == p._curves(study.get_trials()) == [[0.5, 0.6]]
+    assert reads == [0, 0, 0]  # twice running, once finished
