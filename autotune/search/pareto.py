@@ -6,7 +6,7 @@ pruners and the front-gain rule (pruners.py) and the candidates' choice (predict
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Container, Sequence
 
 import numpy as np
 
@@ -111,17 +111,25 @@ def promoted(points: list[list[float]], directions: list[str], eta: float, k: in
     """The indices of the top ceil(n / eta) points (or `k`) of a rung table, best first: whole successive Pareto
     fronts while they fit, then the last front's most isolated points by crowding distance (MOASHA,
     arXiv:2106.12639, with NSGA-II's tie break; equal distances go to the earlier index)."""
-    k = max(1, math.ceil(len(points) / eta)) if k is None else k
+    return _top(points, directions, max(1, math.ceil(len(points) / eta)) if k is None else k)
+
+
+def _top(points: list[list[float]], directions: list[str], k: int, skip: Container[int] = ()) -> list[int]:
+    """MOASHA's top `k` of the points not in `skip`: one non-dominated sorting, then front after front (an
+    overflowing one sorted whole by crowding distance, then the skipped ones left out: a NaN distance orders a
+    subset otherwise than the whole)."""
     if k <= 0:
         return []
-    ranks = nondominated_ranks(points, directions)
+    fronts: dict[int, list[int]] = {}
+    for i, r in enumerate(nondominated_ranks(points, directions)):
+        fronts.setdefault(r, []).append(i)
     chosen: list[int] = []
-    for r in range(max(ranks, default=-1) + 1):
-        front = [i for i, ri in enumerate(ranks) if ri == r]
-        if len(chosen) + len(front) > k:
-            cd = crowding_distances(points, front)
-            front.sort(key=lambda i: (-cd[i], i))
-        chosen.extend(front[:k - len(chosen)])
+    for r in sorted(fronts):
+        left = [i for i in fronts[r] if i not in skip]
+        if len(chosen) + len(left) > k:
+            cd = crowding_distances(points, fronts[r])
+            left = [i for i in sorted(fronts[r], key=lambda i: (-cd[i], i)) if i not in skip]
+        chosen.extend(left[:k - len(chosen)])
         if len(chosen) >= k:
             break
     return chosen
@@ -132,30 +140,13 @@ def promoted_with_accurate(points: list[list[float]], directions: list[str], eta
     """`promoted`, with ceil(share x k) of its k slots given first to the most accurate points by the `quality`
     objective alone (ties: the earlier index), the rest to the best of the others by MOASHA over the whole table:
     the slow accurate points a front's accurate end needs are promoted even where the (accuracy, time) front at the
-    rung ranks them low."""
+    rung ranks them low. (MOASHA's top kk less the accurate ones, for the smallest kk that leaves enough, is its
+    order's first k - n_acc others: one sorting of the table, not one per accurate slot, on rungs of thousands.)"""
     k = max(1, math.ceil(len(points) / eta))
     n_acc = min(k, math.ceil(share * k)) if share > 0 else 0
     sign = -1.0 if directions[quality] == "maximize" else 1.0
     by_quality = sorted(range(len(points)), key=lambda i: (sign * points[i][quality], i))[:n_acc]
-    taken = set(by_quality)
-    picks: list[int] = []
-    # MOASHA's order, front after front, each by crowding distance (its top kk as a set is `promoted`'s for every
-    # kk): one sorting for the table, not one per slot the accurate ones took (a rung of 2,000 trials, every cut)
-    ranks = nondominated_ranks(points, directions)
-    fronts: dict[int, list[int]] = {}
-    for i, r in enumerate(ranks):
-        fronts.setdefault(r, []).append(i)
-    for r in sorted(fronts):
-        front = fronts[r]
-        if len(picks) + len(front) > k - n_acc:  # the whole front sorted, then the taken ones left out (a NaN
-            cd = crowding_distances(points, front)  # distance orders a subset otherwise than the whole)
-            front = sorted(front, key=lambda i: (-cd[i], i))
-        front = [i for i in front if i not in taken]
-        picks.extend(front[:k - n_acc - len(picks)])
-        if len(picks) >= k - n_acc:
-            break
-    return by_quality + picks
-
+    return by_quality + _top(points, directions, k - n_acc, set(by_quality))
 
 __all__ = ["crowding_distances", "dominates", "hypervolume", "hypervolume_2d", "nondominated_ranks", "promoted",
            "promoted_with_accurate"]

@@ -261,8 +261,7 @@ class PredictedFront(Delegating):
         self._modes[trial.number] = mode
         try:
             if mode != "choose" or (self._ready and trial.number % EXPLORE_EVERY == EXPLORE_EVERY - 1):
-                randomly = mode == "random" or (mode == "choose" and self._explores_randomly(trial))
-                self._modes[trial.number] = "random" if randomly else "inner"
+                self._modes[trial.number] = mode if mode != "choose" else self._exploring(trial)
                 return {}  # the inner sampler's own proposal, parameter by parameter (or random ones)
             study = self._snapshot(study, trial)  # type: ignore[assignment]  # the inner sampler, the model: one read
             data = self._data(study, trial)
@@ -274,7 +273,7 @@ class PredictedFront(Delegating):
                 return self._cheap_start(trial, data)
             if trial.number % EXPLORE_EVERY == EXPLORE_EVERY - 1:
                 self._ready = True
-                self._modes[trial.number] = "random" if self._explores_randomly(trial) else "inner"
+                self._modes[trial.number] = self._exploring(trial)
                 return {}
             self._ready = True
             cands = self._pool(study, trial, data.parents)
@@ -284,9 +283,10 @@ class PredictedFront(Delegating):
         finally:
             self._spent[trial.number] = self._spent.get(trial.number, 0.0) + time.thread_time() - t0
 
-    def _explores_randomly(self, trial: FrozenTrial) -> bool:
-        """An exploring trial that draws uniform random values, not the inner sampler's (RANDOM_EVERY)."""
-        return RANDOM_EVERY > 0 and (trial.number // EXPLORE_EVERY) % RANDOM_EVERY == RANDOM_EVERY - 1
+    def _exploring(self, trial: FrozenTrial) -> str:
+        """An exploring trial's mode: the inner sampler's proposal, or every RANDOM_EVERY-th one uniform values."""
+        randomly = RANDOM_EVERY > 0 and (trial.number // EXPLORE_EVERY) % RANDOM_EVERY == RANDOM_EVERY - 1
+        return "random" if randomly else "inner"
 
     def after_trial(self, study: optuna.Study, trial: FrozenTrial, state: TrialState,
                     values: Sequence[float] | None) -> None:
