@@ -15,7 +15,7 @@ import numpy as np
 import optuna
 import pytest
 from optuna.distributions import FloatDistribution, IntDistribution
-from optuna.trial import TrialState, create_trial
+from optuna.trial import FrozenTrial, TrialState, create_trial
 
 from autotune import config
 from autotune.core.errors import ConfigError
@@ -64,11 +64,18 @@ class Spy(PredictedFront):
     def __init__(self, *a: Any, **k: Any) -> None:
         super().__init__(*a, **k)
         self.seen: list[tuple[list[dict[str, Any]], int]] = []
+        self.accurate: list[int] = []  # the trials chosen for the accurate end
 
-    def _choose(self, data: Any, cands: list[dict[str, Any]]) -> int:
-        i = super()._choose(data, cands)
+    def _choose(self, data: Any, cands: list[dict[str, Any]], accurate: bool = False) -> int:
+        i = super()._choose(data, cands, accurate)
         self.seen.append((cands, i))
         return i
+
+    def _accurate(self, trial: FrozenTrial) -> bool:
+        if super()._accurate(trial):
+            self.accurate.append(trial.number)
+            return True
+        return False
 
 
 def test_after_its_start_trials_run_the_chosen_whole_candidate_or_the_inner_samplers_own(tmp_path: Path) -> None:
@@ -124,6 +131,28 @@ def test_the_candidate_predicted_to_add_most_to_the_front_is_chosen(tmp_path: Pa
     poor = {**good, "lr": 1e-4, "optimizer": "sgd", "momentum": 0.5}  # the same time, a lower ceiling
     assert sampler._choose(data, [slow, poor, good]) == 2
     assert sampler._choose(data, [good, slow, poor]) == 0
+
+
+def test_the_accurate_choice_is_the_candidate_most_accurate_at_its_optimistic_point(tmp_path: Path) -> None:
+    # the accurate end kept in the proposals: accuracy alone (the clock ignored), where a candidate's optimistic
+    # point is beyond the front's best; where none is, the hypervolume choice
+    sampler = PredictedFront(optuna.samplers.RandomSampler(), _cfg(tmp_path), 3, seed=0)
+    front = [[-0.9, math.log(10.0)], [-0.8, math.log(1.0)]]  # minimized: -accuracy, log seconds
+    hope = np.array([[-0.85, 0.0], [-0.95, 5.0], [-0.92, 1.0]])
+    assert sampler._most_accurate(front, hope) == 1  # the slowest, but the most accurate
+    assert sampler._most_accurate(front, hope[[0]]) is None  # faster, not more accurate: no accurate choice
+
+
+def test_every_accurate_every_th_choosing_trial_is_chosen_for_accuracy(tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(predicted, "ACCURATE_EVERY", 2)
+    cfg = _cfg(tmp_path)
+    spy = Spy(optuna.samplers.TPESampler(seed=1, n_startup_trials=samplers.TPE_STARTUP_TRIALS), cfg, 6, seed=1)
+    study = optuna.create_study(directions=cfg.directions, sampler=spy)
+    study.optimize(_objective(cfg), n_trials=MIN_TRIALS + 12)
+    choosing = [n for n in range(MIN_TRIALS, MIN_TRIALS + 12) if n % EXPLORE_EVERY != EXPLORE_EVERY - 1]
+    assert spy.accurate == [n for n in choosing if (n // EXPLORE_EVERY) % 2 == 1]
+    assert len(spy.seen) == len(choosing)
 
 
 def test_no_choice_before_enough_trials_have_a_curve(tmp_path: Path) -> None:
