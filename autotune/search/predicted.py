@@ -14,7 +14,10 @@ objectives from every epoch of every trial recorded so far (`Model`: a random fo
 out, the spread of its trees its uncertainty; a clock that adds up per epoch, such as the training time, also by a
 log-linear fit in the settings, which extrapolates to the corners of the space that a forest cannot reach), and runs
 the candidate whose optimistic point (mean less one spread) adds most to the hypervolume of the front so far.
-Every EXPLORE_EVERY-th trial runs the inner sampler's proposal as is, so its exploration never stops.
+Every EXPLORE_EVERY-th trial runs the inner sampler's proposal as is, so its exploration never stops; every
+ACCURATE_EVERY-th of the others runs the candidate most accurate at its optimistic point (the objectives that are not
+clocks), whatever its time: a slow, accurate point adds a thin slice of hypervolume, so the gain alone finds the
+front's accurate end late.
 
 Cost-aware from the first trial (search/cost.py): a candidate's gain is divided by its predicted training time^alpha
 (cost cooling: alpha falls from 1 as trials finish and a known budget is spent), and before MIN_TRIALS trials have a
