@@ -143,6 +143,14 @@ def test_the_accurate_choice_is_the_candidate_most_accurate_at_its_optimistic_po
     assert sampler._most_accurate(front, hope[[0]]) is None  # faster, not more accurate: no accurate choice
 
 
+def test_a_clocks_optimistic_point_is_its_prediction(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # a measured clock gets no optimism (its spread x 0); the other objectives OPTIMISM spreads
+    sampler = PredictedFront(optuna.samplers.RandomSampler(), _cfg(tmp_path), 3, seed=0)
+    assert sampler._optimism().tolist() == [predicted.OPTIMISM, 0.0]  # (val_accuracy, train_time_s)
+    monkeypatch.setattr(predicted, "CLOCK_OPTIMISM", 1.0)
+    assert sampler._optimism().tolist() == [predicted.OPTIMISM, predicted.OPTIMISM]
+
+
 def test_every_accurate_every_th_choosing_trial_is_chosen_for_accuracy(tmp_path: Path,
                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(predicted, "ACCURATE_EVERY", 2)
