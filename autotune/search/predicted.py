@@ -16,15 +16,15 @@ log-linear fit in the settings, which extrapolates to the corners of the space t
 the candidate whose optimistic point (mean less one spread; a clock at its mean) adds most to the hypervolume of the
 front so far.
 Every EXPLORE_EVERY-th trial runs the inner sampler's proposal as is, so its exploration never stops; every
-ACCURATE_EVERY-th of the others runs the candidate most accurate at its optimistic point (the objectives that are not
-clocks), whatever its time: a slow, accurate point adds a thin slice of hypervolume, so the gain alone finds the
+ACCURATE_EVERY-th of the others runs the candidate best at its optimistic point in the measures of quality (accuracy,
+a loss), whatever its cost: a slow, accurate point adds a thin slice of hypervolume, so the gain alone finds the
 front's accurate end late.
 
 Cost-aware from the first trial (search/cost.py): a candidate's gain is divided by its predicted training time^alpha
 (cost cooling: alpha falls from 1 as trials finish and a known budget is spent), and before MIN_TRIALS trials have a
 curve each trial is the cheapest by predicted time of START_POOL uniform draws (a log-linear fit of the clock on the
 settings, from the second trial on), not a full-cost random one. Trials still running (other workers) are in the
-front the gains are measured against, at their predicted values, so two workers do not run the same candidate.
+front the gains are measured against, at their optimistic points, so two workers do not run the same candidate.
 
 Its price is the sampler's own time (a forest refit and a few hundred predictions per trial: tens of milliseconds
 on a 2-core CPU after a hundred trials): on sub-second trials that outweighs the better choice in real time; on
@@ -52,7 +52,7 @@ from autotune.search.credit import EPOCHS, Delegating
 from autotune.search.pareto import hypervolume, nondominated_ranks
 from autotune.search.pruners import CUMULATIVE
 from autotune.search.sampler_kinds import SAMPLERS
-from autotune.spec import ParamSpec, RunConfig, TrialRecord
+from autotune.spec import ParamSpec, RunConfig, TrialRecord, is_quality
 
 # trials with a curve before predictions choose: as TPE's random start-up. 4 was tried (bench/RESULTS.md,
 # "Predictions from the fourth trial"): a lean at 1 worker on dev (its interval includes 1), level at 8; not kept
@@ -76,11 +76,12 @@ LOCAL_SWITCH = 0.2  # ... a categorical parameter takes another choice with this
 # accuracy (off: 1 of 8); 8 workers, seeds 0-2, 0.87x [0.61, 1.16] and none below either way. 2: 0.92x at 1 worker
 ACCURATE_EVERY = 4
 OPTIMISM = 1.0  # the optimistic point: the prediction less this many spreads (each objective minimized)
-# ... and for a clock: its spread x this (0: a clock's optimistic point is its prediction). A trial's time is nearly a
-# function of its settings and is measured, so optimism on it is hope of nothing: it made near-copies of the front's
-# cheapest member look faster than it forever. On dev (bench/RESULTS.md, "A clock at its prediction") 0 was level at
-# 1 worker (1.01x [0.79, 1.32], seeds 0-5) and ahead at 8 (1.38x [0.99, 2.13]; strict 1.30x [1.01, 1.82], seeds 0-2)
-CLOCK_OPTIMISM = 0.0
+# ... and for a cost (an objective that is not a measure of quality: the training time, a size): its spread x this
+# (0: its optimistic point is its prediction). A trial's time is nearly a function of its settings and is measured,
+# so optimism on it is hope of nothing: it made near-copies of the front's fastest member look faster than it
+# forever. On dev (bench/RESULTS.md, "A clock at its prediction") 0 was level at 1 worker (1.01x [0.79, 1.32], seeds
+# 0-5) and ahead at 8 (1.38x [0.99, 2.13]; strict 1.30x [1.01, 1.82], seeds 0-2)
+COST_OPTIMISM = 0.0
 TREES = 32
 # the model is refit every trial up to REFIT_ALL trials with a curve, then once they have grown by REFIT_GROWTH since
 # its last fit: refit every trial, thousands of one-minute trials cost O(n^2) CPU (bench/RESULTS.md, "The report's
@@ -241,6 +242,7 @@ class PredictedFront(Delegating):
         self._signs = [1.0 if d == "minimize" else -1.0 for d in cfg.directions]  # to minimized
         self._log = [o.metric.endswith("_s") or o.metric.endswith("time") for o in cfg.objectives]
         self._clocks = [o.metric in CUMULATIVE for o in cfg.objectives]
+        self._quality = [is_quality(o.metric) for o in cfg.objectives]  # accuracy, a loss, a user's metric
         self._seed = seed or 0
         # epochs fixed (not searched): every epoch of every trial, the stopped ones' too, is a point (settings, share
         # of the run done) -> values, and a candidate is predicted at the run's end (share 1): the curves of trials
@@ -477,8 +479,8 @@ class PredictedFront(Delegating):
     def _choose(self, data: Data, cands: list[dict[str, Any]], accurate: bool = False) -> int:
         """The candidate whose optimistic point adds most to the front (the running trials' optimistic points in it)
         per predicted second^alpha (cost cooling); the first (the inner sampler's proposal) where none adds.
-        `accurate`: the candidate whose optimistic point is best in the objectives that are not clocks (their sum,
-        each scaled by the front's range), where one is beyond the front's best."""
+        `accurate`: the candidate whose optimistic point is best beyond the front in the measures of quality (their
+        sum, each scaled by the front's range), where one is."""
         model = self._fit(data)
         mean, spread = model.predict(np.array([self._row(c) for c in cands]))
         front = list(data.front)
@@ -500,17 +502,19 @@ class PredictedFront(Delegating):
         return best if g[best] > 0 else 0
 
     def _optimism(self) -> np.ndarray:
-        """Per objective, how many spreads an optimistic point is beyond the prediction."""
-        return np.array([OPTIMISM * (CLOCK_OPTIMISM if c else 1.0) for c in self._clocks])
+        """Per objective, how many spreads an optimistic point is beyond the prediction (a cost: COST_OPTIMISM's
+        share)."""
+        return np.array([OPTIMISM * (1.0 if q else COST_OPTIMISM) for q in self._quality])
 
     def _most_accurate(self, front: list[list[float]], hope: np.ndarray) -> int | None:
-        """The candidate whose optimistic point is best beyond the front in the objectives that are not clocks (each
-        scaled by the front's range), or None where none is beyond it."""
-        cols = [i for i, c in enumerate(self._clocks) if not c]
+        """The candidate whose optimistic point is best beyond the front in the measures of quality (each scaled by
+        the front's range, or its size where the front has none), or None where none is beyond it."""
+        cols = [i for i, q in enumerate(self._quality) if q]
         if not cols or not front:
             return None
         f = np.array(front)[:, cols]
-        span = np.maximum(f.max(axis=0) - f.min(axis=0), 1e-12)
+        span = f.max(axis=0) - f.min(axis=0)
+        span = np.where(span > 1e-12, span, np.maximum(np.abs(f).max(axis=0), 1.0))
         beyond = np.maximum(f.min(axis=0) - hope[:, cols], 0.0) / span
         score = beyond.sum(axis=1)
         best = int(np.argmax(score))

@@ -138,17 +138,21 @@ def test_the_accurate_choice_is_the_candidate_most_accurate_at_its_optimistic_po
     # point is beyond the front's best; where none is, the hypervolume choice
     sampler = PredictedFront(optuna.samplers.RandomSampler(), _cfg(tmp_path), 3, seed=0)
     front = [[-0.9, math.log(10.0)], [-0.8, math.log(1.0)]]  # minimized: -accuracy, log seconds
-    hope = np.array([[-0.85, 0.0], [-0.95, 5.0], [-0.92, 1.0]])
+    hope = np.array([[-0.85, -3.0], [-0.95, 5.0], [-0.92, 1.0]])
     assert sampler._most_accurate(front, hope) == 1  # the slowest, but the most accurate
-    assert sampler._most_accurate(front, hope[[0]]) is None  # faster, not more accurate: no accurate choice
+    assert sampler._most_accurate(front, hope[[0]]) is None  # the fastest, not more accurate: no accurate choice
 
 
 def test_a_clocks_optimistic_point_is_its_prediction(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    # a measured clock gets no optimism (its spread x 0); the other objectives OPTIMISM spreads
+    # a measured cost gets no optimism (its spread x 0); a measure of quality OPTIMISM spreads
     sampler = PredictedFront(optuna.samplers.RandomSampler(), _cfg(tmp_path), 3, seed=0)
     assert sampler._optimism().tolist() == [predicted.OPTIMISM, 0.0]  # (val_accuracy, train_time_s)
-    monkeypatch.setattr(predicted, "CLOCK_OPTIMISM", 1.0)
+    monkeypatch.setattr(predicted, "COST_OPTIMISM", 1.0)
     assert sampler._optimism().tolist() == [predicted.OPTIMISM, predicted.OPTIMISM]
+    three = _cfg(tmp_path, objectives=[*TWO, {"metric": "model_params", "direction": "minimize"}])
+    monkeypatch.setattr(predicted, "COST_OPTIMISM", 0.0)
+    assert PredictedFront(optuna.samplers.RandomSampler(), three, 3, seed=0)._optimism().tolist() == [
+        predicted.OPTIMISM, 0.0, 0.0]  # a size is a cost too
 
 
 def test_every_accurate_every_th_choosing_trial_is_chosen_for_accuracy(tmp_path: Path,
@@ -159,7 +163,8 @@ def test_every_accurate_every_th_choosing_trial_is_chosen_for_accuracy(tmp_path:
     study = optuna.create_study(directions=cfg.directions, sampler=spy)
     study.optimize(_objective(cfg), n_trials=MIN_TRIALS + 12)
     choosing = [n for n in range(MIN_TRIALS, MIN_TRIALS + 12) if n % EXPLORE_EVERY != EXPLORE_EVERY - 1]
-    assert spy.accurate == [n for n in choosing if (n // EXPLORE_EVERY) % 2 == 1]
+    assert EXPLORE_EVERY == 2 and MIN_TRIALS == 8
+    assert spy.accurate == [10, 14, 18]  # of the choosing trials 8, 10, ..., 18: every second
     assert len(spy.seen) == len(choosing)
 
 
