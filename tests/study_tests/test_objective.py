@@ -181,7 +181,9 @@ def test_host_memory_growing_past_the_cap_stops_the_trial_oom(tmp_path: Path) ->
     t = autotune.run(cfg).study.trials[0]
     assert t.state.name == "PRUNED" and t.user_attrs["stop_reason"] == "oom", t.user_attrs
     assert f"over pruning.max_host_memory_mb {cap:g}" in t.user_attrs["stop_detail"]
-    assert "in fit_hoards_memory" in t.user_attrs["stop_detail"]
+    # the user's line it was at: the fit's own, or the model's forward it called (where the check lands is timing)
+    assert "(at user_fits.py:" in t.user_attrs["stop_detail"]
+    assert t.user_attrs["stop_detail"].endswith(("in fit_hoards_memory)", "in forward)")), t.user_attrs["stop_detail"]
     assert (rss_mb() or 0) < cap  # the hoard was released with the trial
 
 
