@@ -13,8 +13,8 @@ parameter moved by a small step in its own scale) and points drawn uniformly ove
 objectives from every epoch of every trial recorded so far (`Model`: a random forest, settings and epochs in, values
 out, the spread of its trees its uncertainty; a clock that adds up per epoch, such as the training time, also by a
 log-linear fit in the settings, which extrapolates to the corners of the space that a forest cannot reach), and runs
-the candidate whose optimistic point (mean less one spread; a clock at its mean) adds most to the hypervolume of the
-front so far.
+the candidate whose optimistic point (mean less one spread; a cost, such as the time, at its mean) adds most to the
+hypervolume of the front so far.
 Every EXPLORE_EVERY-th trial runs the inner sampler's proposal as is, so its exploration never stops; every
 ACCURATE_EVERY-th of the others runs the candidate best at its optimistic point in the measures of quality (accuracy,
 a loss), whatever its cost: a slow, accurate point adds a thin slice of hypervolume, so the gain alone finds the
@@ -299,14 +299,19 @@ class PredictedFront(Delegating):
         finally:
             self._spent[trial.number] = self._spent.get(trial.number, 0.0) + time.thread_time() - t0
 
+    @staticmethod
+    def _every(trial: FrozenTrial, n: int) -> bool:
+        """Whether `trial` falls in every n-th round of EXPLORE_EVERY trials (an exploring trial among the exploring
+        ones, a choosing one among the choosing ones); never where n is 0."""
+        return n > 0 and (trial.number // EXPLORE_EVERY) % n == n - 1
+
     def _accurate(self, trial: FrozenTrial) -> bool:
         """Whether a choosing trial is chosen for the accurate end alone (every ACCURATE_EVERY-th one)."""
-        return ACCURATE_EVERY > 0 and (trial.number // EXPLORE_EVERY) % ACCURATE_EVERY == ACCURATE_EVERY - 1
+        return self._every(trial, ACCURATE_EVERY)
 
     def _exploring(self, trial: FrozenTrial) -> str:
         """An exploring trial's mode: the inner sampler's proposal, or every RANDOM_EVERY-th one uniform values."""
-        randomly = RANDOM_EVERY > 0 and (trial.number // EXPLORE_EVERY) % RANDOM_EVERY == RANDOM_EVERY - 1
-        return "random" if randomly else "inner"
+        return "random" if self._every(trial, RANDOM_EVERY) else "inner"
 
     def after_trial(self, study: optuna.Study, trial: FrozenTrial, state: TrialState,
                     values: Sequence[float] | None) -> None:
@@ -484,10 +489,11 @@ class PredictedFront(Delegating):
         model = self._fit(data)
         mean, spread = model.predict(np.array([self._row(c) for c in cands]))
         front = list(data.front)
+        optimism = self._optimism()
         if data.pending:  # at their optimistic points: the hope a candidate near them holds is theirs to test
             p_mean, p_spread = model.predict(np.array([self._row(p) for p in data.pending]))
-            front += (p_mean - self._optimism() * p_spread).tolist()
-        hope = mean - self._optimism() * spread
+            front += (p_mean - optimism * p_spread).tolist()
+        hope = mean - optimism * spread
         if accurate:
             best = self._most_accurate(front, hope)
             if best is not None:
