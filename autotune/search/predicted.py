@@ -82,6 +82,14 @@ OPTIMISM = 1.0  # the optimistic point: the prediction less this many spreads (e
 # forever. On dev (bench/RESULTS.md, "A clock at its prediction") 0 was level at 1 worker (1.01x [0.79, 1.32], seeds
 # 0-5) and ahead at 8 (1.38x [0.99, 2.13]; strict 1.30x [1.01, 1.82], seeds 0-2)
 COST_OPTIMISM = 0.0
+# built, off by default: a candidate's optimism on a cost, x 1/sqrt(1 + the trials run or running near it) (a count
+# bonus), so an unexplored region keeps its hope on the time and a crowded corner loses it. "Near": a Gaussian kernel
+# over the features' RMS distance with this scale (0: off). On dev (bench/RESULTS.md, "A cost's optimism by the
+# trials near it") 0.1 was level with the default at 1 worker (0.99x [0.85, 1.15], seeds 0-9), at 8 (0.93x [0.64,
+# 1.30], seeds 0-2) and on the MNIST-1D replay, and no better than the optimistic clock it was to replace
+NEAR_SCALE = 0.0
+NEAR_COST_OPTIMISM = 1.0  # ... the cost's optimism of a candidate no trial is near, where NEAR_SCALE is on
+NEAR_QUALITY = False  # ... and the count shrinks the optimism on quality too
 TREES = 32
 # the model is refit every trial up to REFIT_ALL trials with a curve, then once they have grown by REFIT_GROWTH since
 # its last fit: refit every trial, thousands of one-minute trials cost O(n^2) CPU (bench/RESULTS.md, "The report's
@@ -176,6 +184,17 @@ class Model:
         return per_tree.mean(axis=0) + self._linear(x), per_tree.std(axis=0)
 
 
+def near_share(rows: np.ndarray, seen: np.ndarray | None, scale: float) -> np.ndarray:
+    """Per row, 1/sqrt(1 + n), n the trials near it: each seen row counts exp(-d^2 / 2 scale^2), d the RMS over the
+    features of the difference (a count bonus, as in UCB's; the forest's spread does not shrink where trials crowd)."""
+    if seen is None or not len(seen):
+        return np.ones(len(rows))
+    d2 = np.maximum((rows ** 2).sum(axis=1)[:, None] + (seen ** 2).sum(axis=1)[None, :] - 2.0 * rows @ seen.T, 0.0)
+    d2 /= rows.shape[1]
+    n = np.exp(-d2 / (2.0 * scale * scale)).sum(axis=1)
+    return np.asarray(1.0 / np.sqrt(1.0 + n), dtype=float)
+
+
 def gains(front: list[list[float]], points: np.ndarray) -> np.ndarray:
     """How much each point would add to the hypervolume of `front` (minimized), against a reference just beyond
     both."""
@@ -215,6 +234,7 @@ class Data:
     pending: tuple[dict[str, Any], ...] = ()  # the parameters of trials still running (other workers')
     finished: int = 0  # trials complete or stopped
     budget_used: float | None = None  # the share of a known budget spent (cost cooling)
+    seen: np.ndarray | None = None  # the feature rows of the trials run or running (the count bonus)
 
     @property
     def ready(self) -> bool:
@@ -442,8 +462,11 @@ class PredictedFront(Delegating):
         n, finished = 0, 0
         pending = tuple(dict(t.params) for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
                         if (trial is None or t.number != trial.number) and t.params)
+        seen = [self._features.row(p) for p in pending] if NEAR_SCALE > 0 else []
         for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED)):
             finished += 1
+            if NEAR_SCALE > 0 and t.params:
+                seen.append(self._features.row(t.params))
             curve = TrialRecord.of(t).epoch_values or []
             if t.state == TrialState.COMPLETE and t.values is not None:
                 done.append((self._to_min(t.values), dict(t.params)))
@@ -469,7 +492,7 @@ class PredictedFront(Delegating):
         ranks = nondominated_ranks([v for v, _ in done], ["minimize"] * len(self._signs))
         front = [done[i] for i, r in enumerate(ranks) if r == 0]
         return Data(np.array(rows), np.array(ys), [v for v, _ in front], [p for _, p in front], n, pending, finished,
-                    self._budget_used(study))
+                    self._budget_used(study), np.array(seen) if seen else None)
 
     def _row(self, params: dict[str, Any], epoch: int | None = None) -> list[float]:
         """A point's features and, last, the log of the epochs done after `epoch` (a candidate: all of its run)."""
@@ -487,13 +510,15 @@ class PredictedFront(Delegating):
         `accurate`: the candidate whose optimistic point is best beyond the front in the measures of quality (their
         sum, each scaled by the front's range), where one is."""
         model = self._fit(data)
-        mean, spread = model.predict(np.array([self._row(c) for c in cands]))
+        rows = np.array([self._row(c) for c in cands])
+        mean, spread = model.predict(rows)
         front = list(data.front)
         optimism = self._optimism()
         if data.pending:  # at their optimistic points: the hope a candidate near them holds is theirs to test
-            p_mean, p_spread = model.predict(np.array([self._row(p) for p in data.pending]))
-            front += (p_mean - optimism * p_spread).tolist()
-        hope = mean - optimism * spread
+            p_rows = np.array([self._row(p) for p in data.pending])
+            p_mean, p_spread = model.predict(p_rows)
+            front += (p_mean - self._near_optimism(data, p_rows[:, :-1], optimism) * p_spread).tolist()
+        hope = mean - self._near_optimism(data, rows[:, :-1], optimism) * spread
         if accurate:
             best = self._most_accurate(front, hope)
             if best is not None:
@@ -511,6 +536,16 @@ class PredictedFront(Delegating):
         """Per objective, how many spreads an optimistic point is beyond the prediction (a cost: COST_OPTIMISM's
         share)."""
         return np.array([OPTIMISM * (1.0 if q else COST_OPTIMISM) for q in self._quality])
+
+    def _near_optimism(self, data: Data, rows: np.ndarray, optimism: np.ndarray) -> np.ndarray:
+        """Per row (a candidate's features) and objective, its optimism: `optimism`, where the count bonus is on a
+        cost's NEAR_COST_OPTIMISM (and a quality's, with NEAR_QUALITY) x 1/sqrt(1 + the trials near it)."""
+        if NEAR_SCALE <= 0:
+            return np.broadcast_to(optimism, (len(rows), len(optimism)))
+        share = near_share(rows, data.seen, NEAR_SCALE)[:, None]
+        cost_col = np.array([not q for q in self._quality])
+        out = np.where(cost_col, OPTIMISM * NEAR_COST_OPTIMISM * share, optimism)
+        return np.where(~cost_col, optimism * share, out) if NEAR_QUALITY else out
 
     def _most_accurate(self, front: list[list[float]], hope: np.ndarray) -> int | None:
         """The candidate whose optimistic point is best beyond the front in the measures of quality (each scaled by

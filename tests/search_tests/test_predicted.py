@@ -155,6 +155,28 @@ def test_a_clocks_optimistic_point_is_its_prediction(tmp_path: Path, monkeypatch
         predicted.OPTIMISM, 0.0, 0.0]  # a size is a cost too
 
 
+def test_a_costs_optimism_shrinks_with_the_trials_already_run_near_a_candidate(tmp_path: Path,
+                                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    # the count bonus: a crowded corner loses its hope on the time, an unexplored region keeps it
+    seen = np.array([[0.0, 0.0], [0.01, 0.0], [0.0, 0.02], [0.5, 0.5]])
+    rows = np.array([[0.0, 0.0], [0.5, 0.5], [0.95, 0.05]])
+    share = predicted.near_share(rows, seen, 0.1)
+    assert share[0] < share[1] < share[2] and share[2] == pytest.approx(1.0, abs=1e-3)
+    assert share[1] == pytest.approx(1 / math.sqrt(2.0), rel=1e-3)  # one trial exactly there
+    assert share[0] == pytest.approx(1 / math.sqrt(4.0), rel=0.02)  # three trials nearly there
+    assert predicted.near_share(rows, None, 0.1).tolist() == [1.0, 1.0, 1.0]
+    sampler = PredictedFront(optuna.samplers.RandomSampler(), _cfg(tmp_path), 3, seed=0)
+    data = predicted.Data(np.zeros((1, 3)), np.zeros((1, 2)), [], [], 4, seen=seen)
+    off = sampler._near_optimism(data, rows, sampler._optimism())
+    assert off.tolist() == [[predicted.OPTIMISM, 0.0]] * 3  # NEAR_SCALE 0: COST_OPTIMISM's (val_accuracy, time)
+    monkeypatch.setattr(predicted, "NEAR_SCALE", 0.1)
+    on = sampler._near_optimism(data, rows, sampler._optimism())
+    assert on[:, 0].tolist() == [predicted.OPTIMISM] * 3  # quality keeps its optimism
+    assert np.allclose(on[:, 1], predicted.OPTIMISM * predicted.NEAR_COST_OPTIMISM * share)
+    monkeypatch.setattr(predicted, "NEAR_QUALITY", True)
+    assert np.allclose(sampler._near_optimism(data, rows, sampler._optimism())[:, 0], predicted.OPTIMISM * share)
+
+
 def test_every_accurate_every_th_choosing_trial_is_chosen_for_accuracy(tmp_path: Path,
                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(predicted, "ACCURATE_EVERY", 2)
