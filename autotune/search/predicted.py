@@ -542,10 +542,10 @@ class PredictedFront(Delegating):
         cost's NEAR_COST_OPTIMISM (and a quality's, with NEAR_QUALITY) x 1/sqrt(1 + the trials near it)."""
         if NEAR_SCALE <= 0:
             return np.broadcast_to(optimism, (len(rows), len(optimism)))
-        share = near_share(rows, data.seen, NEAR_SCALE)[:, None]
-        cost_col = np.array([not q for q in self._quality])
-        out = np.where(cost_col, OPTIMISM * NEAR_COST_OPTIMISM * share, optimism)
-        return np.where(~cost_col, optimism * share, out) if NEAR_QUALITY else out
+        cost = ~np.array(self._quality, dtype=bool)
+        base = np.where(cost, OPTIMISM * NEAR_COST_OPTIMISM, optimism)
+        shrunk = cost | NEAR_QUALITY
+        return np.where(shrunk, base * near_share(rows, data.seen, NEAR_SCALE)[:, None], base)
 
     def _most_accurate(self, front: list[list[float]], hope: np.ndarray) -> int | None:
         """The candidate whose optimistic point is best beyond the front in the measures of quality (each scaled by
