@@ -114,7 +114,9 @@ SAMPLER_VARIANTS: dict[str, dict[str, Any]] = {
     "autotune random explore 1/2": {"RANDOM_EVERY": 2}, "autotune accurate 1/2": {"ACCURATE_EVERY": 2},
     "autotune accurate 1/4": {"ACCURATE_EVERY": 4}, "autotune accurate off": {"ACCURATE_EVERY": 0},
     "autotune clock at its mean": {"COST_OPTIMISM": 0.0}, "autotune optimistic clock": {"COST_OPTIMISM": 1.0},
-    "autotune near clock 0.1": {"NEAR_SCALE": 0.1}, "autotune near all 0.1": {"NEAR_SCALE": 0.1, "NEAR_QUALITY": True}}
+    "autotune near clock 0.1": {"NEAR_SCALE": 0.1}, "autotune near all 0.1": {"NEAR_SCALE": 0.1, "NEAR_QUALITY": True},
+    "autotune share 0.1": {"AUTO_SHARE": 0.1}, "autotune share 0.2": {"AUTO_SHARE": 0.2},
+    "autotune share 0.02": {"AUTO_SHARE": 0.02}, "autotune share 0": {"AUTO_SHARE": 0.0}}
 ARMS.update({name: ("autotune", None, {}) for name in SAMPLER_VARIANTS})
 # development variants of the predicted front's constants (autotune/search/predicted.py), set for one run
 BLIND = {"COST_WEIGHT": 0.0, "START_POOL": 1}

@@ -271,7 +271,7 @@ class PredictedFront(Delegating):
         self._fixed_epochs = int(fixed) if fixed else None
         self._snapshots: dict[int, Snapshot] = {}  # trial number -> the study as its sampling read it
         self._model: tuple[int, Model] | None = None  # (trials with a curve it was fit on, the model)
-        self.meter = cost.Meter()  # auto: the strategy's CPU seconds against its trials' seconds
+        self.meter = cost.Meter(AUTO_SHARE)  # auto: the strategy's CPU seconds against its trials' seconds
         # the cheapest mode's proposals: a stream of its own (the inner sampler's seed would draw its points again:
         # a random or TPE inner sampler seeded alike proposed trial 1 what this proposed trial 0)
         self._random = optuna.samplers.RandomSampler(seed=None if seed is None else seed + 1)
@@ -290,8 +290,8 @@ class PredictedFront(Delegating):
         if not search_space:
             return {}
         t0 = time.thread_time()
-        if self.auto:  # (the study read this may take is the strategy's cost too)
-            self._count_trials(study)
+        if self.auto:  # (the study read this may take is the strategy's cost too: the one read a choice then uses)
+            self._count_trials(self._snapshot(study, trial) if self._awaiting else study)
             self._awaiting.add(trial.number)
         mode = self.meter.mode() if self.auto else "choose"
         self._modes[trial.number] = mode
