@@ -116,7 +116,8 @@ SAMPLER_VARIANTS: dict[str, dict[str, Any]] = {
     "autotune clock at its mean": {"COST_OPTIMISM": 0.0}, "autotune optimistic clock": {"COST_OPTIMISM": 1.0},
     "autotune near clock 0.1": {"NEAR_SCALE": 0.1}, "autotune near all 0.1": {"NEAR_SCALE": 0.1, "NEAR_QUALITY": True},
     "autotune share 0.1": {"AUTO_SHARE": 0.1}, "autotune share 0.2": {"AUTO_SHARE": 0.2},
-    "autotune share 0.02": {"AUTO_SHARE": 0.02}, "autotune share 0": {"AUTO_SHARE": 0.0}}
+    "autotune share 0.02": {"AUTO_SHARE": 0.02}, "autotune share 0": {"AUTO_SHARE": 0.0},
+    "autotune refit all 250": {"REFIT_ALL": 250}}
 ARMS.update({name: ("autotune", None, {}) for name in SAMPLER_VARIANTS})
 # development variants of the predicted front's constants (autotune/search/predicted.py), set for one run
 BLIND = {"COST_WEIGHT": 0.0, "START_POOL": 1}
