@@ -1,6 +1,6 @@
 """The replay benchmark's report on LCBench, sized to 2 cores, resumable: the tables bench/RESULTS.md shows.
 
-    python bench/replay.py --workload lcbench --report [--jobs 2]        # 18-20 minutes on 2 quiet cores
+    python bench/replay.py --workload lcbench --report [--jobs 2]        # 18-22 minutes on 2 quiet cores
     python bench/replay.py --workload lcbench --report --full --jobs 16  # 50 seeds everywhere (a 16-core machine)
 
 Blocks (REPORT tasks, seeds from REPORT_SEED: nothing was chosen on them): a budget of 20 median full-training

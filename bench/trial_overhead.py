@@ -5,8 +5,9 @@
 One run of bench/vs_optuna.py's arm (its config, torch on 1 thread, after the same warm-up), alone on the machine.
 Per trial its wall time (start to end) against its history's `train_time_s` (the training, compile included):
 the rest is the trial's start-up, evaluation, stop rules, proposal and records. For autotune's arm the stages
-are timed too (the proposal, the trainer outside its training, Optuna's ask and tell between trials, the memory
-housekeeping), with the strategy's meter: how many trials each proposal mode made and its measured price.
+are timed too (the proposal, the trainer outside its training, the memory housekeeping, and outside the objective:
+Optuna's ask and tell, the run's start), with the strategy's meter: how many trials each proposal mode made and its
+measured price.
 
 The replay (bench/replay_backend.py) charges a trial its recording's set-up and per-epoch evaluation and the arm's
 own CPU seconds; this says what a real trial costs beyond that (bench/RESULTS.md, "Where a real run's clock goes").
@@ -125,7 +126,7 @@ def main() -> None:
         inner = STAGES["trainer (with its training)"] - train
         rows = [("proposal", STAGES["proposal"]), ("trainer outside its training", inner),
                 ("memory housekeeping", STAGES["memory housekeeping"]),
-                ("Optuna's ask and tell, between trials", elapsed - STAGES["objective"])]
+                ("outside the objective: ask, tell, the run's start", elapsed - STAGES["objective"])]
         for label, s in rows:
             print(f"  {label:<40} {s:6.2f}s  {s / n * 1e3:6.1f} ms a trial")
     meter = meter_of(study)

@@ -94,9 +94,9 @@ TREES = 32
 # the model is refit every trial up to REFIT_ALL trials with a curve, then once they have grown by REFIT_GROWTH since
 # its last fit: refit every trial, thousands of one-minute trials cost O(n^2) CPU (bench/RESULTS.md, "The report's
 # cost"); growth from the start was level on dev at 1 worker but leaned worse at 8 (0.86x [0.65, 1.08]), so the
-# runs dev has (a median 70 trials at 1 worker, 211 at 8) keep a refit per trial; 250, not 500: level on dev at 8
-# workers (time to match 1.04x [0.82, 1.29]), and the report's 600-1,100-trial runs no longer refit 500 times
-REFIT_ALL = 250
+# runs dev has (a median 70 trials at 1 worker, 211 at 8) keep a refit per trial (250, level on dev at 8 workers, was
+# reverted with the meter's single read: bench/RESULTS.md, "Where a real run's clock goes")
+REFIT_ALL = 500
 REFIT_GROWTH = 0.05
 EPOCHS_KEPT = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)  # the epochs of a curve that train the model (and its last)
 
@@ -291,8 +291,8 @@ class PredictedFront(Delegating):
         if not search_space:
             return {}
         t0 = time.thread_time()
-        if self.auto:  # (the study read this may take is the strategy's cost too: the one read a choice then uses)
-            self._count_trials(self._snapshot(study, trial) if self._awaiting else study)
+        if self.auto:  # (the study read this may take is the strategy's cost too)
+            self._count_trials(study)
             self._awaiting.add(trial.number)
         mode = self.meter.mode() if self.auto else "choose"
         self._modes[trial.number] = mode

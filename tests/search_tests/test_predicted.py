@@ -518,38 +518,3 @@ def test_the_cap_counts_a_real_runs_trial_times_from_their_records(tmp_path: Pat
     times = [TrialRecord.of(t).metric("train_time_s") for t in res.study.trials]
     assert None not in times
     assert sampler.meter.trial_s == pytest.approx(sum(times[:-1]), rel=1e-6)  # the last: no proposal after it
-
-
-class Staged(PredictedFront):
-    """Shown each finished trial at after_trial without its records, as a real run's staged records are (written in
-    the transaction that ends the trial, after Optuna calls after_trial)."""
-
-    def after_trial(self, study: optuna.Study, trial: FrozenTrial, state: TrialState, values: Any) -> None:
-        bare = create_trial(state=state, values=values, params=trial.params, distributions=trial.distributions)
-        bare.number = trial.number
-        super().after_trial(study, bare, state, values)
-
-
-def test_the_meter_learns_the_trials_times_from_the_read_a_proposal_makes_anyway(tmp_path: Path) -> None:
-    """`candidates: auto` where the cap does not bind: learning the finished trials' times (their records are read
-    at the next proposal) costs no study read beyond the one a choice or the inner sampler's proposal makes, and the
-    times are counted."""
-    reads = {}
-    for auto in (False, True):
-        cfg = _cfg(tmp_path, {"candidates": "auto"})
-        sampler = Staged(optuna.samplers.TPESampler(seed=0, n_startup_trials=2), cfg, 6, seed=0, auto=auto)
-        sampler.meter.trial_s = 1e6  # hours of trials: every mode affordable
-        study = optuna.create_study(directions=cfg.directions, sampler=sampler)
-        storage_get = study._storage.get_all_trials
-        reads[auto] = 0
-
-        def counting(*a: Any, auto: bool = auto, storage_get: Any = storage_get, **k: Any) -> Any:
-            reads[auto] += 1
-            return storage_get(*a, **k)
-
-        study._storage.get_all_trials = counting  # type: ignore[method-assign]
-        study.optimize(_objective(cfg), n_trials=MIN_TRIALS + 2 * EXPLORE_EVERY)
-        if auto:
-            assert sampler.meter.used["choose"] > 0 and sampler.meter.used["random"] == 0
-            assert sampler.meter.trial_s > 1e6  # the finished trials' times, read from their records
-    assert reads[True] == reads[False], reads
