@@ -92,6 +92,12 @@ def make_cfg(task: str, name: str, storage: str, seed: int, budget: float, strat
 
 def run_plain(cfg: Any, sampler: str, seed: int, budget: float) -> tuple[float, list[tuple]]:
     """A user's own study: Optuna's default (or random) sampler, `autotune.train` in a hand-written objective."""
+    t0 = time.time()
+    return t0, events(plain_study(cfg, sampler, seed, budget), t0, budget)
+
+
+def plain_study(cfg: Any, sampler: str, seed: int, budget: float) -> optuna.Study:
+    """`run_plain`'s study, run for `budget` seconds (each trial's train_time_s a user attr)."""
     def objective(trial: optuna.Trial) -> tuple[float, float]:
         params = space.sample(trial, cfg)  # the same suggest calls a hand-written objective makes
         r = autotune.train(cfg, params={k: v for k, v in params.items() if k in cfg.space}, seed=trial.number)
@@ -99,12 +105,11 @@ def run_plain(cfg: Any, sampler: str, seed: int, budget: float) -> tuple[float, 
         trial.set_user_attr("train_time_s", r.train_time_s)
         return r.val_accuracy, r.train_time_s
 
-    t0 = time.time()
     # Optuna's default sampler for several objectives is TPESampler() (its defaults), seeded here like the rest
     smp = optuna.samplers.RandomSampler(seed=seed) if sampler == "random" else optuna.samplers.TPESampler(seed=seed)
     study = optuna.create_study(directions=["maximize", "minimize"], sampler=smp)
     study.optimize(objective, timeout=budget)
-    return t0, events(study, t0, budget)
+    return study
 
 
 def run_autotune(cfg: Any) -> tuple[float, list[tuple]]:

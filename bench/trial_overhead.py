@@ -36,7 +36,6 @@ from bench import time_to_target as ttt  # noqa: E402
 from bench import vs_optuna as vo  # noqa: E402
 
 STAGES: dict[str, float] = collections.Counter()
-CALLS: dict[str, int] = collections.Counter()
 
 
 def timed(owner: Any, name: str, label: str) -> None:
@@ -50,7 +49,6 @@ def timed(owner: Any, name: str, label: str) -> None:
             return f(*a, **k)
         finally:
             STAGES[label] += time.perf_counter() - t0
-            CALLS[label] += 1
     setattr(owner, name, wrapper)
 
 
@@ -97,7 +95,7 @@ def main() -> None:
                            study=spec.get("study"))
         t0 = time.perf_counter()
         if spec["kind"] == "plain":
-            study = plain_study(cfg, spec["sampler"], args.seed, args.budget)
+            study = ttt.plain_study(cfg, spec["sampler"], args.seed, args.budget)
         else:
             time_stages()
             study = ttt.autotune.run(cfg).study
@@ -109,8 +107,9 @@ def main() -> None:
     for t in trials:
         assert t.datetime_start is not None and t.datetime_complete is not None
         w = (t.datetime_complete - t.datetime_start).total_seconds()
-        history = TrialRecord.of(t).history or []
-        tt = float(history[-1]["train_time_s"]) if history else 0.0
+        record = TrialRecord.of(t)  # (plain Optuna's trials store train_time_s; autotune's stopped ones, a history)
+        history = record.history or []
+        tt = record.metric("train_time_s") or (float(history[-1]["train_time_s"]) if history else 0.0)
         wall, train = wall + w, train + tt
         s = states[t.state.name]
         s[0] += 1
@@ -118,8 +117,8 @@ def main() -> None:
         s[2] += len(history)
     n = max(1, len(trials))
     print(f"elapsed {elapsed:.1f}s; {len(trials)} trials: "
-          + ", ".join(f"{k.lower()} {int(v[0])} ({v[1]:.1f}s training, {v[2] / max(v[0], 1):.1f} epochs each)"
-                      for k, v in states.items()))
+          + ", ".join(f"{k.lower()} {int(v[0])} ({v[1]:.1f}s training"
+                      + (f", {v[2] / max(v[0], 1):.1f} epochs each)" if v[2] else ")") for k, v in states.items()))
     print(f"in trials {wall:.1f}s: training {train:.1f}s, the rest {wall - train:.1f}s ({(wall - train) / n * 1e3:.0f} "
           f"ms a trial); outside any trial {elapsed - wall:.1f}s")
     if STAGES:
@@ -128,29 +127,13 @@ def main() -> None:
                 ("memory housekeeping", STAGES["memory housekeeping"]),
                 ("outside the objective: ask, tell, the run's start", elapsed - STAGES["objective"])]
         for label, s in rows:
-            print(f"  {label:<40} {s:6.2f}s  {s / n * 1e3:6.1f} ms a trial")
+            print(f"  {label:<50} {s:6.2f}s  {s / n * 1e3:6.1f} ms a trial")
     meter = meter_of(study)
     if meter is not None:
         print(f"strategy's meter: modes {dict(meter.used)}, spent {meter.spent_s:.2f}s of the trials' "
               f"{meter.trial_s:.2f}s (cap {meter.cap:.0%}); last prices "
               + ", ".join(f"{k} {v * 1e3:.1f} ms" for k, v in meter.price_s.items()))
     print(f"load average at end {vo.loadavg()} (pid {os.getpid()})")
-
-
-def plain_study(cfg: Any, sampler: str, seed: int, budget: float) -> optuna.Study:
-    """bench/time_to_target.run_plain's study, kept, with each trial's history stored."""
-    from autotune.search import space
-
-    def objective(trial: optuna.Trial) -> tuple[float, float]:
-        params = space.sample(trial, cfg)
-        r = ttt.autotune.train(cfg, params={k: v for k, v in params.items() if k in cfg.space}, seed=trial.number)
-        trial.set_user_attr("history", [h.as_dict() for h in r.history])
-        return r.val_accuracy, r.train_time_s
-
-    smp = optuna.samplers.RandomSampler(seed=seed) if sampler == "random" else optuna.samplers.TPESampler(seed=seed)
-    study = optuna.create_study(directions=["maximize", "minimize"], sampler=smp)
-    study.optimize(objective, timeout=budget)
-    return study
 
 
 if __name__ == "__main__":
