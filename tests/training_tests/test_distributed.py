@@ -153,6 +153,15 @@ def test_both_ranks_stop_at_the_same_step(tmp_path: Path, sections: dict[str, An
     assert gone({row[0] for rows in log.values() for row in rows})
 
 
+def test_a_peers_lost_connection_waits_for_the_death_that_caused_it() -> None:
+    """The survivor's "connection closed" can arrive before the dead rank is reaped; the launcher then still names
+    the dead rank, not the survivor's consequence (CI once saw the consequence when ranks were killed at once)."""
+    from tests import rank_targets
+
+    with pytest.raises(RankFailed, match=r"^rank 1 of 2 \(pid \d+\) was killed by SIGKILL in epoch 1; the other"):
+        distributed.launch(rank_targets.consequence_before_cause, None, 2, torch.device("cpu"))
+
+
 @pytest.mark.parametrize(("crash", "error"), [
     ("sigkill", r"^RankFailed: rank 1 of 2 \(pid \d+\) was killed by SIGKILL in epoch 2; the other rank"),
     ("raise", r"^ValueError: bad shard on rank 1 \(at user_fits\.py:\d+ in fit_ranks, rank 1 of 2\)$"),

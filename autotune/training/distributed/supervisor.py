@@ -25,6 +25,9 @@ STORE_TIMEOUT_S = 60  # ranks joining the store
 FINISH_GRACE_S = 10  # once rank 0 is done, the others have this long to exit before they are killed
 HANG_GRACE_S = 10  # hang_seconds is checked by the ranks every FINITE_CHECK_EVERY steps; past this, killed
 POLL_S = 0.5
+# A rank's lost-connection error can reach the launcher before the peer's death that caused it is reaped: the
+# others are killed this long after such an error, not at once, so a dead peer is seen dead, not as one killed here.
+CONSEQUENCE_GRACE_S = 2.0
 # Imported once in the forkserver, inherited by every rank: DDP imports torch._dynamo (3 s here).
 PRELOAD = ["torch", "torch.distributed", "torch._dynamo", "torch.nn.parallel", "autotune.fit.trainer",
            "sklearn.datasets", "sklearn.model_selection"]
@@ -139,6 +142,7 @@ class _Supervisor:
         self.hang_seconds = hang_seconds
         self.epoch = 0  # the last epoch rank 0 reported
         self.done_at: float | None = None  # rank 0's result or stop arrived
+        self.consequence_at: float | None = None  # a rank's lost-connection error arrived
         self.hung = False
         self.parent_error: BaseException | None = None
 
@@ -158,6 +162,8 @@ class _Supervisor:
                 self.hung = True
                 self._kill_all()
             if self.done_at is not None and now > self.done_at + FINISH_GRACE_S:
+                self._kill_all()
+            if self.consequence_at is not None and now > self.consequence_at + CONSEQUENCE_GRACE_S:
                 self._kill_all()
         return self._outcome()
 
@@ -179,7 +185,9 @@ class _Supervisor:
             self._call(self.on_epoch, msg[1], rk, answer=True)
         else:
             rk.final = msg
-            if kind in ("error", "config"):
+            if kind == "error" and msg[3]:  # a consequence: its cause (a peer's death or error) may be on its way
+                self.consequence_at = self.consequence_at or time.monotonic()
+            elif kind in ("error", "config"):
                 self._kill_all()
             elif rk.rank == 0 and self.done_at is None:
                 self.done_at = time.monotonic()
