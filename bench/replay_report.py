@@ -1,11 +1,14 @@
 """The replay benchmark's report on LCBench, sized to 2 cores, resumable: the tables bench/RESULTS.md shows.
 
-    python bench/replay.py --workload lcbench --report [--jobs 2]        # 18-22 minutes on 2 quiet cores
-    python bench/replay.py --workload lcbench --report --full --jobs 16  # 50 seeds everywhere (a 16-core machine)
+    python bench/replay.py --workload lcbench --report [--jobs 2]                   # the report: budget 20
+    python bench/replay.py --workload lcbench --report --budgets 20 60 [--jobs 2]   # + budget 60, from the same cache
+    python bench/replay.py --workload lcbench --report --full --jobs 16             # 50 seeds everywhere (16 cores)
 
 Blocks (REPORT tasks, seeds from REPORT_SEED: nothing was chosen on them): a budget of 20 median full-training
 times at 1 worker on all 26 report tasks x 3 seeds; at 8 workers (budget / 8 x 2) every other report task (13) x
-1 seed; with a budget of 60 at 1 worker every fourth report task (7) x 1 seed (60 at 8 workers: --full only).
+1 seed: the report the 20 minutes on 2 cores were set for. `--budgets 20 60` adds a budget of 60 at 1 worker on
+every fourth report task (7) x 1 seed (about a sixth of the CPU more; the budget-20 cells are read from the cache,
+so run it after the report); 60 at 8 workers: --full only.
 `--full`: every block, 60 at 8 workers too, on all 26 tasks x 50 seeds (CPU seconds per cell measured:
 bench/RESULTS.md; hours on 16 cores). Arms: plain Optuna MO-TPE, the OptunaHub rule, rank-corrected MOASHA (the
 goals' baselines) and autotune; `--arms` adds others.
@@ -179,7 +182,8 @@ def print_block(block: Block, arms: list[str], ms: Any, budgets: dict[tuple[Any,
     return rm.goals(ms, tasks, n, "autotune", budgets, block.tag) if "autotune" in arms else []
 
 
-def main(argv: list[str]) -> None:
+def parse(argv: list[str]) -> argparse.Namespace:
+    """The command's arguments; the budgets default to 20 (the report), 20 and 60 with --full."""
     ap = argparse.ArgumentParser(prog="replay.py --workload lcbench --report", description=__doc__.splitlines()[0])
     ap.add_argument("--report", action="store_true")
     ap.add_argument("--workload", default="lcbench", choices=["lcbench"])
@@ -189,8 +193,9 @@ def main(argv: list[str]) -> None:
     ap.add_argument("--tasks-small", type=int, default=13, help="report tasks at the other worker counts (every "
                                                                 "other one)")
     ap.add_argument("--tasks-budget", type=int, default=7, help="report tasks at the other budgets (every fourth)")
-    ap.add_argument("--budgets", type=float, nargs="+", default=[20.0, 60.0],
-                    help="1-worker budgets in median full-training times of the task")
+    ap.add_argument("--budgets", type=float, nargs="+", default=None,
+                    help="1-worker budgets in median full-training times of the task (20 60: the larger one's block "
+                         "too; --full: both by default)")
     ap.add_argument("--workers", type=int, nargs="+", default=[1, 8])
     ap.add_argument("--only", default=None, help="comma-separated task ids: a subset of the blocks' tasks (a trial)")
     ap.add_argument("--arms", default=None, help=f"comma-separated (default: {', '.join(REPORT_ARMS)})")
@@ -199,6 +204,13 @@ def main(argv: list[str]) -> None:
     ap.add_argument("--json", type=Path, default=None, help="write the tables' figures here (JSON)")
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     args = ap.parse_args(argv)
+    if args.budgets is None:
+        args.budgets = [20.0, 60.0] if args.full else [20.0]
+    return args
+
+
+def main(argv: list[str]) -> None:
+    args = parse(argv)
     t0, load0 = time.perf_counter(), os.getloadavg()
     arms = [a for a in args.arms.split(",") if a] if args.arms else list(REPORT_ARMS)
     unknown = [a for a in arms if a not in R.ARMS]
@@ -239,4 +251,4 @@ def main(argv: list[str]) -> None:
           f"{load0[0]:.1f}, at end " + " ".join(f"{x:.1f}" for x in os.getloadavg()))
 
 
-__all__ = ["Block", "REPORT_ARMS", "fingerprint", "main", "plan", "run_cell"]
+__all__ = ["Block", "REPORT_ARMS", "fingerprint", "main", "parse", "plan", "run_cell"]

@@ -57,3 +57,18 @@ def test_an_unknown_arm_is_one_line_and_exit_2(capsys) -> None:
     assert e.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("replay.py: --arms: unknown nope; known: plain Optuna, ")
+
+
+def _blocks(argv: list[str]) -> list[tuple[int, float, int, int]]:
+    a = rr.parse(argv)
+    return [(b.workers, b.budget_trials, len(b.tasks), len(b.seeds))
+            for b in rr.plan(a.full, a.seeds, a.seeds_small, a.tasks_small, a.tasks_budget, a.budgets, a.workers)]
+
+
+def test_the_report_is_the_budget_20_blocks_and_budget_60_is_added_from_the_same_cache() -> None:
+    """The report the 20 minutes were set for: 26 tasks x 3 seeds at 1 worker, 13 x 1 at 8; `--budgets 20 60` adds
+    7 tasks x 1 seed at budget 60 (the budget-20 cells unchanged, so read from the cache); --full has both."""
+    assert _blocks(["--report"]) == [(1, 20.0, 26, 3), (8, 20.0, 13, 1)]
+    assert _blocks(["--report", "--budgets", "20", "60"]) == [(1, 20.0, 26, 3), (8, 20.0, 13, 1), (1, 60.0, 7, 1)]
+    assert _blocks(["--report", "--full"]) == [(1, 20.0, 26, 50), (8, 20.0, 26, 50), (1, 60.0, 26, 50),
+                                               (8, 60.0, 26, 50)]
