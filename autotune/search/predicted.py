@@ -280,6 +280,7 @@ class PredictedFront(Delegating):
         self._spent: dict[int, float] = {}  # trial number -> CPU seconds its proposal took so far
         self._ready = False  # predictions have chosen before (an exploring trial then needs no study read)
         self._awaiting: set[int] = set()  # trials proposed here whose time the meter has not counted yet
+        self._finished_rows: dict[int, tuple[bool, list[list[float]], list[list[float]]]] = {}  # trial id -> rows
 
     # ---- Optuna's sampler interface
 
@@ -468,32 +469,45 @@ class PredictedFront(Delegating):
             finished += 1
             if NEAR_SCALE > 0 and t.params:
                 seen.append(self._features.row(t.params))
-            curve = TrialRecord.of(t).epoch_values or []
             if t.state == TrialState.COMPLETE and t.values is not None:
                 done.append((self._to_min(t.values), dict(t.params)))
-            if not curve:
-                continue
-            n += 1
-            # epochs searched: each epoch of a curve is a point (settings, epochs) -> values; epochs fixed: (settings,
-            # share of the run) -> values; else only a completed trial's last values are what its settings give
-            if EPOCHS in self._dists or self._fixed_epochs:
-                keep = {e for e in EPOCHS_KEPT if e <= len(curve)} | {len(curve)}
-            elif t.state == TrialState.COMPLETE:
-                keep = {len(curve)}
-            else:
-                continue
-            for e in sorted(keep):
-                vals = curve[e - 1]
-                if len(vals) != len(self._signs) or not all(map(math.isfinite, vals)):
-                    continue
-                rows.append(self._row({**t.params, EPOCHS: e}, e))
-                ys.append(self._to_min(vals))
+            cached = self._finished_rows.get(t._trial_id)
+            if cached is None:  # a finished trial's curve never changes: its rows are made once
+                cached = self._finished_rows[t._trial_id] = self._rows_of(t)
+            has_curve, t_rows, t_ys = cached
+            n += has_curve
+            rows += t_rows
+            ys += t_ys
         if not rows:
             return None
         ranks = nondominated_ranks([v for v, _ in done], ["minimize"] * len(self._signs))
         front = [done[i] for i, r in enumerate(ranks) if r == 0]
         return Data(np.array(rows), np.array(ys), [v for v, _ in front], [p for _, p in front], n, pending, finished,
                     self._budget_used(study), np.array(seen) if seen else None)
+
+    def _rows_of(self, t: FrozenTrial) -> tuple[bool, list[list[float]], list[list[float]]]:
+        """A finished trial's part of the model's data: (whether it has a curve, its feature rows, their minimized
+        values)."""
+        curve = TrialRecord.of(t).epoch_values or []
+        rows: list[list[float]] = []
+        ys: list[list[float]] = []
+        if not curve:
+            return False, rows, ys
+        # epochs searched: each epoch of a curve is a point (settings, epochs) -> values; epochs fixed: (settings,
+        # share of the run) -> values; else only a completed trial's last values are what its settings give
+        if EPOCHS in self._dists or self._fixed_epochs:
+            keep = {e for e in EPOCHS_KEPT if e <= len(curve)} | {len(curve)}
+        elif t.state == TrialState.COMPLETE:
+            keep = {len(curve)}
+        else:
+            return True, rows, ys
+        for e in sorted(keep):
+            vals = curve[e - 1]
+            if len(vals) != len(self._signs) or not all(map(math.isfinite, vals)):
+                continue
+            rows.append(self._row({**t.params, EPOCHS: e}, e))
+            ys.append(self._to_min(vals))
+        return True, rows, ys
 
     def _row(self, params: dict[str, Any], epoch: int | None = None) -> list[float]:
         """A point's features and, last, the log of the epochs done after `epoch` (a candidate: all of its run)."""
