@@ -161,7 +161,7 @@ def load_factory(ref: str, file: str = "<config>", key: str = "factory", near: s
                                          f"pip install 'autotune[{EXTRAS[missing]}]'") from None
         raise ConfigError(file, key, f"cannot import {mod_name!r}: {describe_exception(e)}") from None
     _FOLDERS.extend(f for f in added if f not in _FOLDERS)
-    _ARGV0[:] = argv0  # (processes that import it by name see the same command line: `importable`)
+    _ARGV0[:] = argv0  # (processes that import it by name see the same command line: `as_imported`)
     fn = module.__dict__.get(attr)
     if fn is None or not callable(fn):
         raise ConfigError(file, key, f"module {mod_name!r} has no callable {attr!r}")
@@ -203,14 +203,28 @@ def _on_path(folders: list[str]) -> Iterator[list[str]]:
 @contextlib.contextmanager
 def importable() -> Iterator[None]:
     """While processes that import the user's modules by name are started (multiprocessing hands them this
-    process's sys.path and sys.argv): the folders `load_factory` found them in are on sys.path, and sys.argv is what
-    the last module it imported saw (`[its file]`: a script that parses its arguments at import, in a DDP rank)."""
+    process's sys.path): the folders `load_factory` found them in are on sys.path. (Their sys.argv stays this
+    process's: the main script a new process runs again sees its own command line; the user's module is imported
+    there under `module_argv`, as `as_imported` sets it.)"""
+    with _on_path(_FOLDERS):
+        yield
+
+
+def module_argv() -> list[str]:
+    """sys.argv as the last user module `load_factory` imported saw it (`[its file]`; empty before any)."""
+    return list(_ARGV0)
+
+
+@contextlib.contextmanager
+def as_imported(argv: list[str]) -> Iterator[None]:
+    """In a new process (a DDP rank), while the user's module is imported by name: sys.argv is `argv` (the
+    `module_argv` of the process that started it, where that is known), so a script that parses its arguments at
+    import sees its own defaults there too. Restored after."""
     saved = sys.argv
-    if _ARGV0:
-        sys.argv = list(_ARGV0)
+    if argv:
+        sys.argv = list(argv)
     try:
-        with _on_path(_FOLDERS):
-            yield
+        yield
     finally:
         sys.argv = saved
 

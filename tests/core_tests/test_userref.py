@@ -71,3 +71,23 @@ def test_a_users_module_missing_a_framework_names_the_extra(tmp_path: Path, monk
         userref.load_factory("needs_lightning_fit:fit", "run.yaml", "trainer", near=str(tmp_path / "run.yaml"))
     assert str(info.value) == ("run.yaml: trainer: cannot import 'needs_lightning_fit': it needs lightning, which is "
                                "not installed: pip install 'autotune[lightning]'")
+
+
+def test_a_new_process_imports_the_users_module_under_the_argv_it_was_imported_with(tmp_path: Path) -> None:
+    """`module_argv` is what the user's module saw here (`[its file]`); `as_imported` sets it for the import in a DDP
+    rank and restores the process's own after (the rank's main script, run again first, keeps its command line)."""
+    (tmp_path / "sidefx_user_argv.py").write_text("import sys\nSEEN = list(sys.argv)\n\ndef fit(ctx):\n    pass\n")
+    before, argv = list(sys.path), list(sys.argv)
+    try:
+        userref.load_factory("sidefx_user_argv:fit", near=str(tmp_path / "run.yaml"))
+        mine = str(tmp_path.resolve() / "sidefx_user_argv.py")
+        assert sys.modules["sidefx_user_argv"].SEEN == [mine] == userref.module_argv()
+        assert sys.argv == argv
+        with userref.as_imported(userref.module_argv()):
+            assert sys.argv == [mine]
+        assert sys.argv == argv
+        with userref.as_imported([]):  # nothing imported by load_factory: the process's own
+            assert sys.argv == argv
+    finally:
+        sys.modules.pop("sidefx_user_argv", None)
+        sys.path[:] = before

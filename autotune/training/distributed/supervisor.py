@@ -17,7 +17,16 @@ from typing import Any
 
 import torch
 
-from autotune.core import AutotuneError, ConfigError, TrialStopped, exit_text, importable, message_and_where
+from autotune.core import (
+    AutotuneError,
+    ConfigError,
+    TrialStopped,
+    as_imported,
+    exit_text,
+    importable,
+    message_and_where,
+    module_argv,
+)
 from autotune.training.distributed.group import Group, backend_for
 
 COLLECTIVE_TIMEOUT_S = 600  # a collective left waiting this long raises (a rank deadlocked in user code)
@@ -80,7 +89,9 @@ def launch(target: Target, payload: Any, world: int, device: torch.device,
     import torch.distributed as dist
 
     try:
-        pickle.dumps((target, payload))
+        # unpickled in the rank under the command line the module was imported with here (`as_imported`); the
+        # rank's main script, which multiprocessing runs again first, sees this process's own
+        blob = pickle.dumps((target, payload))
     except Exception as e:
         raise RankFailed(f"devices {world} trains in new processes, so the training function must be importable by "
                          f"name (a module-level function, not a lambda, closure or notebook cell): {type(e).__name__}: "
@@ -100,7 +111,7 @@ def launch(target: Target, payload: Any, world: int, device: torch.device,
     try:
         for r in range(world):
             mine, theirs = ctx.Pipe()
-            p = ctx.Process(target=_rank_main, args=(target, payload, r, spec, theirs, lifeline),
+            p = ctx.Process(target=_rank_main, args=(blob, module_argv(), r, spec, theirs, lifeline),
                             name=f"autotune-rank-{r}")
             with importable():  # the rank imports the training function's module by name, as this process did
                 p.start()
@@ -269,12 +280,14 @@ def _exit_text(code: int | None) -> str:
 # ---------------------------------------------------------------- a rank's process
 
 
-def _rank_main(target: Target, payload: Any, rank: int, spec: _Spec, conn: Connection, lifeline: Connection) -> None:
+def _rank_main(blob: bytes, argv: list[str], rank: int, spec: _Spec, conn: Connection, lifeline: Connection) -> None:
     """Entry point of one rank: join the group, run the target, send one last message, leave the group."""
     _die_with_launcher(lifeline)
     torch.set_num_threads(spec.threads)
     final: tuple[Any, ...]
     try:
+        with as_imported(argv):  # the training function's module, imported by name here
+            target, payload = pickle.loads(blob)
         if spec.device_type == "cuda":
             device = torch.device("cuda", rank)
             torch.cuda.set_device(device)
