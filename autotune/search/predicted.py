@@ -471,9 +471,10 @@ class PredictedFront(Delegating):
                 seen.append(self._features.row(t.params))
             if t.state == TrialState.COMPLETE and t.values is not None:
                 done.append((self._to_min(t.values), dict(t.params)))
-            cached = self._finished_rows.get(t._trial_id)
+            key = compat.trial_id(t)
+            cached = self._finished_rows.get(key)
             if cached is None:  # a finished trial's curve never changes: its rows are made once
-                cached = self._finished_rows[t._trial_id] = self._rows_of(t)
+                cached = self._finished_rows[key] = self._rows_of(t)
             has_curve, t_rows, t_ys = cached
             n += has_curve
             rows += t_rows
