@@ -117,7 +117,9 @@ SAMPLER_VARIANTS: dict[str, dict[str, Any]] = {
     "autotune near clock 0.1": {"NEAR_SCALE": 0.1}, "autotune near all 0.1": {"NEAR_SCALE": 0.1, "NEAR_QUALITY": True},
     "autotune share 0.1": {"AUTO_SHARE": 0.1}, "autotune share 0.2": {"AUTO_SHARE": 0.2},
     "autotune share 0.02": {"AUTO_SHARE": 0.02}, "autotune share 0": {"AUTO_SHARE": 0.0},
-    "autotune refit all 250": {"REFIT_ALL": 250}}
+    "autotune refit all 250": {"REFIT_ALL": 250},
+    "autotune floored clock": {"COST_OPTIMISM": 1.0, "COST_FLOOR": True},
+    "autotune accurate owed": {"ACCURATE_OWED": True}}
 ARMS.update({name: ("autotune", None, {}) for name in SAMPLER_VARIANTS})
 # development variants of the predicted front's constants (autotune/search/predicted.py), set for one run
 BLIND = {"COST_WEIGHT": 0.0, "START_POOL": 1}

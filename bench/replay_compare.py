@@ -26,6 +26,14 @@ from bench import replay as R  # noqa: E402
 from bench import replay_match as rm  # noqa: E402
 
 
+def workload_of(files: list[Path]) -> str:
+    """The one workload the saved runs replayed (lcbench, mnist1d, ...): comparing across workloads is an error."""
+    names = {json.loads(f.read_text()).get("workload", "lcbench") for f in files}
+    if len(names) != 1:
+        raise SystemExit(f"replay_compare: the files replayed different workloads: {sorted(names)}")
+    return names.pop()
+
+
 def runs_of(files: list[Path], rename: dict[str, str]) -> dict[tuple[str, int, str], dict[int, Any]]:
     """(task, workers, arm) -> {seed: events}, the arms in `rename` only, under their new names."""
     out: dict[tuple[str, int, str], dict[int, Any]] = {}
@@ -46,6 +54,7 @@ def main() -> None:
     ap.add_argument("--arm", default="autotune")
     ap.add_argument("--baseline", default="plain Optuna")
     args = ap.parse_args()
+    name = workload_of([*args.old, *args.new])
     by = {**runs_of(args.new, {args.arm: "new", args.baseline: args.baseline}),
           **runs_of(args.old, {args.arm: "old"})}
     n = min(k[1] for k in by)
@@ -57,8 +66,8 @@ def main() -> None:
         for a in arms:
             runs[(t, n, a)] = [by[(t, n, a)][s] for s in common]
         print(f"task {t}: seeds {common[0]}-{common[-1]} ({len(common)})" if common else f"task {t}: no common seed")
-    budgets = {(t, n): R.budget_of("lcbench", t, n) for t in tasks}
-    ms = R.all_measures("lcbench", runs, budgets)
+    budgets = {(t, n): R.budget_of(name, t or None, n) for t in tasks}
+    ms = R.all_measures(name, runs, budgets)
     R.summary(n, list(tasks), arms, ms, budgets)
     for mine, base in (("new", args.baseline), ("old", args.baseline), ("new", "old")):
         print(f"\n{mine} vs {base}")

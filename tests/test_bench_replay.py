@@ -152,3 +152,26 @@ def test_every_peer_and_autotune_run_on_lcbench(arm: str) -> None:
         # epochs are fixed on LCBench: a stopped trial never counts (the counting rule), a completed one always
         assert all(e[3] == "COMPLETE" for e in counted) and all(e[1] is not None for e in ev if e[3] == "COMPLETE")
         assert all(0 < e[1] <= 1 and e[2] > 0 for e in counted)
+
+
+def test_two_versions_compare_on_the_workload_their_runs_replayed(tmp_path, capsys, monkeypatch) -> None:
+    # replay_compare reads the workload from the saved runs (it read every file as LCBench's, and failed on MNIST-1D)
+    import json
+
+    from bench import replay_compare
+
+    run, cfg = replay.runner("random search", replay.SPACES["mnist1d"])
+    wl = replay.recording("mnist1d")
+    budget = replay.budget_of("mnist1d", None, 1)
+    evs = {arm: [[list(e) for e in run(cfg, wl, s, budget, 1)] for s in (0, 1)] for arm in ("a", "b")}
+    saved = tmp_path / "runs.json"
+    saved.write_text(json.dumps({"workload": "mnist1d", "seeds": [0, 1],
+                                 "runs": {"|1|autotune": evs["a"], "|1|plain Optuna": evs["b"]}}))
+    monkeypatch.setattr("sys.argv", ["replay_compare", "--old", str(saved), "--new", str(saved)])
+    replay_compare.main()
+    same = capsys.readouterr().out.split("new vs old")[1]  # one version against itself
+    assert "time to match, strict: 1.00x [1.00, 1.00]" in same and "anytime hypervolume: 1.00x [1.00, 1.00]" in same
+    other = tmp_path / "lc.json"
+    other.write_text(json.dumps({"workload": "lcbench", "seeds": [], "runs": {}}))
+    with pytest.raises(SystemExit, match="different workloads"):
+        replay_compare.workload_of([saved, other])

@@ -177,6 +177,28 @@ def test_a_costs_optimism_shrinks_with_the_trials_already_run_near_a_candidate(t
     assert np.allclose(sampler._near_optimism(data, rows, sampler._optimism())[:, 0], predicted.OPTIMISM * share)
 
 
+def test_a_costs_optimism_never_reaches_past_the_fronts_fastest_member(tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    # COST_FLOOR: a cost's optimistic point is floored at the completed front's best in it (or at the prediction,
+    # where that is better); quality keeps its optimism
+    sampler = PredictedFront(optuna.samplers.RandomSampler(), _cfg(tmp_path), 3, seed=0)
+    front = [[-0.9, math.log(10.0)], [-0.8, math.log(2.0)]]  # minimized: -accuracy, log seconds
+    data = predicted.Data(np.zeros((1, 3)), np.zeros((1, 2)), front, [{}, {}], 4)
+    mean = np.array([[-0.75, math.log(2.2)], [-0.85, math.log(6.0)], [-0.7, math.log(1.0)]])
+    hope = mean - np.array([[0.05, 0.5]] * 3)
+    assert np.array_equal(sampler._floored(data, mean, hope), hope)  # off: unchanged
+    monkeypatch.setattr(predicted, "COST_FLOOR", True)
+    got = sampler._floored(data, mean, hope)
+    assert got[:, 0].tolist() == hope[:, 0].tolist()  # accuracy's optimism kept
+    assert got[0, 1] == pytest.approx(math.log(2.0))  # a near-copy of the fastest member: no faster than it
+    assert got[1, 1] == pytest.approx(math.log(6.0) - 0.5)  # the front's middle: its optimism kept
+    assert got[2, 1] == pytest.approx(math.log(1.0))  # predicted faster than the front: its prediction
+    empty = predicted.Data(np.zeros((1, 3)), np.zeros((1, 2)), [], [], 4)
+    assert np.array_equal(sampler._floored(empty, mean, hope), hope)  # no completed trial: nothing to floor at
+    g = predicted.gains(front, sampler._floored(data, mean, hope)[[0]])
+    assert g[0] == 0.0  # a copy of the fastest member adds nothing at the fast end
+
+
 def test_every_accurate_every_th_choosing_trial_is_chosen_for_accuracy(tmp_path: Path,
                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(predicted, "ACCURATE_EVERY", 2)
@@ -188,6 +210,25 @@ def test_every_accurate_every_th_choosing_trial_is_chosen_for_accuracy(tmp_path:
     assert EXPLORE_EVERY == 2 and MIN_TRIALS == 8
     assert spy.accurate == [10, 14, 18]  # of the choosing trials 8, 10, ..., 18: every second
     assert len(spy.seen) == len(choosing)
+
+
+def test_an_owed_accurate_choice_is_made_at_the_next_choice_the_cap_allows(tmp_path: Path,
+                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    # ACCURATE_OWED: one accurate choice per EXPLORE_EVERY x ACCURATE_EVERY trials of the whole study, made wherever
+    # a choice runs; where choices are few (the cap binds), they go to the accurate end first
+    from types import SimpleNamespace
+
+    sampler = PredictedFront(optuna.samplers.RandomSampler(), _cfg(tmp_path), 3, seed=0)
+
+    def at(n: int) -> bool:
+        return sampler._accurate(SimpleNamespace(number=n))  # type: ignore[arg-type]
+
+    assert EXPLORE_EVERY * predicted.ACCURATE_EVERY == 8
+    assert [n for n in range(8, 40, 2) if at(n)] == [14, 22, 30, 38]  # off: every fourth choosing trial
+    monkeypatch.setattr(predicted, "ACCURATE_OWED", True)
+    sampler = PredictedFront(optuna.samplers.RandomSampler(), _cfg(tmp_path), 3, seed=0)
+    assert not at(6)  # none owed before the 8th trial
+    assert [at(n) for n in (20, 30, 31, 40, 41, 42)] == [True, True, True, True, True, False]  # 5 owed by trial 41
 
 
 def test_no_choice_before_enough_trials_have_a_curve(tmp_path: Path) -> None:
