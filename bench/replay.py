@@ -96,6 +96,9 @@ ARMS: dict[str, tuple[str, dict[str, Any] | None, dict[str, Any]]] = {
     "autotune accurate share 1/4": ("autotune", {"pruner": "pareto_asha", "pruner_args": {"accurate_share": 0.25}}, {}),
     "autotune accurate share 1/2": ("autotune", {"pruner": "pareto_asha", "pruner_args": {"accurate_share": 0.5}}, {}),
     "autotune rungs from epoch 2": ("autotune", {"pruner": "pareto_asha", "pruner_args": {"min_epochs": 2}}, {}),
+    "autotune alone 1/4": ("autotune", {"pruner": "pareto_asha", "pruner_args": {"alone_share": 0.25}}, {}),
+    "autotune alone 1/5": ("autotune", {"pruner": "pareto_asha", "pruner_args": {"alone_share": 0.2}}, {}),
+    "autotune alone off": ("autotune", {"pruner": "pareto_asha", "pruner_args": {"alone_share": None}}, {}),
     "autotune running peers": ("autotune", None, {}),  # the default once running trials joined the rung tables
     "autotune proven rungs": ("autotune", {"pruner": "pareto_asha", "pruner_args": {"first_rung": "proven"}}, {}),
     "autotune optimistic rungs": ("autotune", {"pruner": "pareto_asha", "pruner_args": {"first_rung": "optimistic"}},

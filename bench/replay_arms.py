@@ -77,7 +77,9 @@ def run_autotune(cfg: RunConfig, workload: Workload, seed: int, budget: float, w
     # in memory where the machine has it: the same reads and writes (their CPU time charged as before), without the
     # disk's fsync waits, which a real run pays in wall time and the simulated clock never charges
     with tempfile.TemporaryDirectory(dir=SHM if SHM.is_dir() else None) as tmp:
-        cfg = cfg.model_copy(update={"study": cfg.study.model_copy(update={"storage": f"sqlite:///{tmp}/study.db"})})
+        # the budget is the study's timeout, as a user's run file gives it (simulated seconds: the trials' clocks)
+        cfg = cfg.model_copy(update={"study": cfg.study.model_copy(update={"storage": f"sqlite:///{tmp}/study.db",
+                                                                           "timeout": budget})})
         storage = make_storage(cfg)
         study = optuna.create_study(directions=cfg.directions, sampler=make_sampler(cfg, seed),
                                     pruner=optuna_pruner(cfg), storage=storage, study_name="replay")

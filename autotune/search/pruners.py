@@ -247,6 +247,13 @@ class ParetoPruner:
 RUNG_STATES = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.RUNNING)
 
 
+# a trial too alone at a rung to be ranked stops once its projected training passes this share of the study's
+# timeout (none: a first configuration 11x the median's took over half of a 20-median-trial budget alone). On dev
+# (bench/RESULTS.md, "A trial alone held to the run's time"), 1 worker, seeds 0-5: time to match the default's end
+# 1.19x [0.90, 1.57], anytime hypervolume 1.16x [1.06, 1.30]; 1/4 gave 1.13x and 1.13x
+ALONE_SHARE = 0.2
+
+
 class ParetoASHAPruner:
     """Asynchronous multi-objective successive halving: at rung epochs min_epochs x eta^k (below the last epoch),
     a trial goes on only if it is among the top 1/eta of the rung table (itself and every trial that reached that
@@ -259,12 +266,18 @@ class ParetoASHAPruner:
     once they prove it, and nothing is cut before. `accurate_share` of each rung's promotions go to the most accurate
     trials by quality alone (the rest by MOASHA over the others), so the slow accurate configurations a front's
     accurate end needs reach their last epoch. `metrics`: the objectives' names (the quality one is the first
-    accuracy-like metric; else the first)."""
+    accuracy-like metric; else the first).
+
+    A trial that runs alone with too few others at a rung to be ranked (the first trials on one worker) is still
+    held to the run's time: where the study has a `timeout` (`budget_s`) and a clock objective, it stops once its
+    projected training time passes `alone_share` of it (null: never). The timeout is wall time, so a trial slowed
+    by other processes spends the run's time as surely as a slow configuration does."""
 
     def __init__(self, directions: Sequence[str], min_epochs: int | str = "auto", reduction_factor: int = 3,
                  n_startup_trials: int = 3, metrics: Sequence[str] | None = None, accurate_share: float = 1 / 3,
                  min_agreement: float = rungs.MIN_AGREEMENT, min_trials: int = rungs.MIN_TRIALS,
-                 first_rung: Literal["optimistic", "proven"] = "optimistic") -> None:
+                 first_rung: Literal["optimistic", "proven"] = "optimistic",
+                 alone_share: float | None = ALONE_SHARE) -> None:
         if min_epochs != "auto" and (not isinstance(min_epochs, int) or min_epochs < 1) or reduction_factor < 2:
             raise ValueError(f"needs min_epochs >= 1 (or auto) and reduction_factor >= 2; got {min_epochs}, "
                              f"{reduction_factor}")
@@ -272,6 +285,8 @@ class ParetoASHAPruner:
             raise ValueError(f"accurate_share must be a share in [0, 1]; got {accurate_share}")
         if first_rung not in ("optimistic", "proven"):
             raise ValueError(f"first_rung must be optimistic or proven; got {first_rung!r}")
+        if alone_share is not None and not 0 < alone_share <= 1:
+            raise ValueError(f"alone_share must be a share in (0, 1] or null; got {alone_share}")
         self.directions = list(directions)
         self.min_epochs = min_epochs
         self.eta = reduction_factor
@@ -279,6 +294,9 @@ class ParetoASHAPruner:
         self.accurate_share = accurate_share
         names = list(metrics or [])
         self.quality = next((i for i, m in enumerate(names) if is_quality(m)), 0)
+        self.clock = names.index("train_time_s") if "train_time_s" in names else None
+        self.alone_share = alone_share
+        self.budget_s: float | None = None  # the study's timeout (set by the registry's builder)
         self._finished: dict[tuple[int, int, Any], list[float]] = {}  # finished trials' quality curves
         self.learned = (rungs.LearnedRungs(reduction_factor, min_agreement, min_trials, first_rung == "optimistic")
                         if min_epochs == "auto" else None)
@@ -322,10 +340,31 @@ class ParetoASHAPruner:
     def stop(self, current: list[float], step: int, trials: list[FrozenTrial], epochs: int,
              curve: list[list[float]] | None = None) -> str | None:
         peers = [t for t in trials if t.state in RUNG_STATES]
+        over = self.over_budget(current, step, peers, epochs)
+        if over is not None:
+            return over
         if not self.cut(current, step, peers, epochs):
             return None
         learned = " (learned)" if self.learned is not None else ""
         return f"outside the non-dominated top 1/{self.eta} of the trials at rung epoch {step}{learned}"
+
+    def over_budget(self, current: list[float], step: int, others: list[FrozenTrial], max_epochs: int) -> str | None:
+        """Why a trial alone at rung `step` (a step `judges` passed) stops: no other trial runs, too few reached
+        the rung to rank it, and its training time, projected linearly to `max_epochs`, is over `alone_share` of the
+        study's timeout; None otherwise."""
+        if (self.alone_share is None or not self.budget_s or self.clock is None or step >= max_epochs
+                or len(current) <= self.clock):
+            return None
+        if any(t.state == TrialState.RUNNING for t in others):  # several workers: one slow trial holds one of them
+            return None
+        if sum(_values_at(t, step) is not None for t in others) >= self.n_startup_trials:
+            return None
+        projected = current[self.clock] * max_epochs / step
+        limit = self.alone_share * self.budget_s
+        if not math.isfinite(projected) or projected <= limit:
+            return None
+        return (f"projected {projected:.0f}s of training, over {self.alone_share:g} of the study's timeout "
+                f"({self.budget_s:g}s), with too few trials at rung epoch {step} to rank it")
 
     def cut(self, current: list[float], step: int, others: list[FrozenTrial], max_epochs: int) -> bool:
         if step not in self.rungs(max_epochs, others):
@@ -371,7 +410,9 @@ def _pareto(cfg: RunConfig, args: dict[str, Any]) -> ParetoStop:
 
 
 def _pareto_asha(cfg: RunConfig, args: dict[str, Any]) -> ParetoStop:
-    return ParetoASHAPruner(_epoch_directions(cfg), metrics=_epoch_metrics(cfg), **args)
+    pruner = ParetoASHAPruner(_epoch_directions(cfg), metrics=_epoch_metrics(cfg), **args)
+    pruner.budget_s = cfg.study.timeout
+    return pruner
 
 
 @dataclass(frozen=True)

@@ -6,6 +6,7 @@ contract test keeps equal to the registries; the rules that span fields or need 
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -206,6 +207,10 @@ class ParamSpec(_Model):
         """float and int: low < high (integers for int, > 0 with log), a positive step, no choices."""
         if self.low is None or self.high is None:
             raise ValueError("low: type float and int need low and high")
+        for key in ("low", "high", "step"):
+            v = getattr(self, key)
+            if v is not None and not math.isfinite(v):  # (NaN passes every comparison; int(inf) overflows)
+                raise ValueError(f"{key}: must be a finite number; got {v}")
         if self.choices is not None:
             raise ValueError(f"choices: is for type categorical, not {self.type}")
         if self.low >= self.high:

@@ -10,6 +10,7 @@ applies it (`applied_by`: which part of the trial context, or of the built-in tr
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -107,8 +108,9 @@ class Setting:
             if not isinstance(value, str) or not value:
                 raise ValueError(f"must be a non-empty string; got {shown(value)}")
             return value
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise ValueError(f"must be a number; got {shown(value)}")
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            # (NaN passes every comparison below; int(inf) raises OverflowError)
+            raise ValueError(f"must be a finite number ({self.rule().strip()}); got {shown(value)}")
         if self.kind == "int":
             if float(value) != int(value):
                 raise ValueError(f"must be an integer; got {shown(value)}")

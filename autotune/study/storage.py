@@ -155,9 +155,12 @@ def _journal(cfg: RunConfig, url: str, file: str, read_only: bool = False) -> op
             path.parent.mkdir(parents=True, exist_ok=True)
         # records written whole; a lock left by a SIGKILLed worker of this host is broken at once, not after 30 s
         backend = JournalFile(str(path), read_only=read_only)
+        return orphans.JournalStorage(backend)  # (replays the file's log: a file that is no journal fails here)
     except OSError as e:
         raise ConfigError(file, "study.storage", f"cannot open journal file {path}: {e}") from None
-    return orphans.JournalStorage(backend)
+    except (ValueError, KeyError, TypeError) as e:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+        raise ConfigError(file, "study.storage", f"{path} is not an Optuna journal file ({type(e).__name__}); "
+                                                 "journal:/// takes a new file or one a study wrote") from None
 
 
 def _sql_driver(url: str, file: str) -> str:

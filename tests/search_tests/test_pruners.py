@@ -550,3 +550,33 @@ def test_a_finished_trials_curve_is_read_once_and_a_running_ones_each_time(monke
     study.tell(trial, state=TrialState.PRUNED)
     assert p._curves(study.get_trials()) == p._curves(study.get_trials()) == [[0.5, 0.6]]
     assert reads == [0, 0, 0]  # twice running, once finished
+
+
+def test_a_trial_too_alone_at_a_rung_to_be_ranked_is_held_to_the_studys_timeout(tmp_path: Path) -> None:
+    # the first trials on one worker have nothing to be ranked against: one stops once its training, projected to
+    # its last epoch, passes alone_share of the study's timeout; ranked trials, trials beside other workers' and
+    # studies without a timeout never do
+    names = ["val_accuracy", "train_time_s"]
+    p = pruners.ParetoASHAPruner(MO, min_epochs=1, reduction_factor=3, n_startup_trials=3, metrics=names,
+                                 alone_share=0.25)
+    p.budget_s = 1000.0
+    why = p.stop([0.5, 30.0], 1, [], 10)  # 30 s an epoch: 300 s projected, over 250
+    assert why is not None and "projected 300s" in why and "0.25 of the study's timeout (1000s)" in why
+    assert p.stop([0.5, 20.0], 1, [], 10) is None  # 200 s projected: it goes on
+    ranked = [_done([[0.9, 1.0]], [0.9, 1.0]), _done([[0.8, 1.0]], [0.8, 1.0]), _done([[0.7, 1.0]], [0.7, 1.0])]
+    assert p.stop([0.99, 30.0], 1, ranked, 10) is None  # three at the rung: ranked (and the most accurate)
+    assert p.stop([0.5, 270.0], 9, [], 10) is not None  # a later rung alone too (300 s projected)
+    assert p.stop([0.5, 30.0], 1, [_running([[0.9, 1.0]])], 10) is None  # another worker's trial runs: not alone
+    p.budget_s = None
+    assert p.stop([0.5, 30.0], 1, [], 10) is None  # no timeout: nothing to hold it to
+    default = pruners.ParetoASHAPruner(MO, min_epochs=1, n_startup_trials=3, metrics=names)
+    default.budget_s = 1000.0
+    assert default.alone_share == pruners.ALONE_SHARE == 0.2 and default.stop([0.5, 30.0], 1, [], 10) is not None
+    off = pruners.ParetoASHAPruner(MO, min_epochs=1, n_startup_trials=3, metrics=names, alone_share=None)
+    off.budget_s = 1000.0
+    assert off.stop([0.5, 30.0], 1, [], 10) is None  # alone_share null: never
+    built = pruners.pareto_pruner(tiny(tmp_path, study={"timeout": 600.0},
+                                       pruning={"pruner": "pareto_asha", "pruner_args": {"alone_share": 0.25}}))
+    assert isinstance(built, pruners.ParetoASHAPruner) and built.budget_s == 600.0
+    with pytest.raises(config.ConfigError, match=r"pruning\.pruner_args: pareto_asha: .*alone_share"):
+        pruners.pareto_pruner(tiny(tmp_path, pruning={"pruner": "pareto_asha", "pruner_args": {"alone_share": 2}}))

@@ -114,6 +114,17 @@ def test_journal_file_is_shared_by_two_storages(tmp_path: Path) -> None:
     assert [t.state.name for t in other.trials] == ["COMPLETE"] * 3
 
 
+@pytest.mark.parametrize("content", [b"study:\n  name: x\n", b'{"op_code": 0}\n', b"\xff\xfe\x00\x01oops\n"])
+def test_a_journal_url_naming_a_file_that_is_no_journal_is_one_clear_error(tmp_path: Path, content: bytes) -> None:
+    # a typo pointing journal:/// at a YAML, a log or a binary file: one line naming the key, not the journal
+    # reader's traceback, and the file left as it was
+    wrong = tmp_path / "run.yaml"
+    wrong.write_bytes(content)
+    with pytest.raises(ConfigError, match=r"^s\.yaml: study\.storage: .*run\.yaml is not an Optuna journal file"):
+        storage.make_storage(bare(f"journal:///{wrong}"))
+    assert wrong.read_bytes() == content
+
+
 def test_journal_refuses_heartbeats(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"^s\.yaml: study\.heartbeat_interval: the journal backend has no "
                                           r"heartbeats; use postgresql://"):
