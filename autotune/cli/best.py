@@ -18,6 +18,9 @@ def cmd(args: argparse.Namespace) -> int:
 
     with without_user_code() if not args.save_model else contextlib.nullcontext():
         cfg = common.load(args)
+        for flag, out in (("--export", args.export), ("--save-model", args.save_model)):  # before any work
+            if out:
+                common.output_file(Path(out), args.file, flag, reads=[args.file])
         study = open_study(cfg, create=False, read_only=True)
         result = TuneResult(study=study, config=cfg)
         with faults_named(cfg):

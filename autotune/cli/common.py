@@ -8,13 +8,36 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
 from typing import Any
 
-from autotune.core import AutotuneError, config_warnings_as_lines, redact
+from autotune.core import AutotuneError, ConfigError, config_warnings_as_lines, redact
 from autotune.spec import SAMPLER_NAMES
 
 STORAGE_ENV = "AUTOTUNE_STORAGE"  # a URL with a password reaches launch's jobs here, never in their pickled arguments
+
+
+def port(text: str) -> int:
+    """argparse's type for a TCP port: 0 (a free one) to 65535."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a port number 0-65535; got {text!r}") from None
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"must be a port number 0-65535; got {value}")
+    return value
+
+
+def output_file(path: Path, file: str, flag: str, reads: Iterable[str | None] = ()) -> Path:
+    """`path` as a file a command may write, checked before any work: not a folder, and not a file the command
+    reads (`reads`: the run file), which writing would destroy."""
+    if path.is_dir():
+        raise ConfigError(file, flag, f"{path} is a folder; give a file name")
+    for read in reads:
+        if read is not None and Path(read).is_file() and path.exists() and path.resolve() == Path(read).resolve():
+            raise ConfigError(file, flag, f"{path} is the run file this command reads; give another path")
+    return path
 
 
 def quoted(url: str) -> str:

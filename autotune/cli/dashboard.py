@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from autotune.cli import common
 from autotune.core import ConfigError, redact, without_user_code
 
 
@@ -30,4 +31,4 @@ def add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("file", nargs="?", help="the YAML run file whose storage to show")
     p.add_argument("--storage", help="storage URL (overrides study.storage, or instead of FILE)")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
-    p.add_argument("--port", type=int, default=8080, help="port (default 8080; 0 picks a free one)")
+    p.add_argument("--port", type=common.port, default=8080, help="port (default 8080; 0 picks a free one)")

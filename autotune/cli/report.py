@@ -6,6 +6,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from autotune.cli import common
 from autotune.core import ConfigError, file_stem, without_user_code
 
 
@@ -35,7 +36,8 @@ def cmd(args: argparse.Namespace) -> int:
         raise ConfigError("autotune report", "FILE_OR_STUDY", "give the YAML run file, or --storage URL --study NAME")
     with without_user_code():
         study, cfg = _study_and_config(args.target, args.storage, args.study)
-        out = Path(args.output or f"{file_stem(study.study_name)}.html")
+        out = common.output_file(Path(args.output or f"{file_stem(study.study_name)}.html"),
+                                 args.target or "autotune report", "-o", reads=[args.target])
         with faults_named(cfg):  # (the trials read here; a full disk under the HTML file is not the storage's)
             study.get_trials(deepcopy=False)
         path = report.write(study, cfg, out)

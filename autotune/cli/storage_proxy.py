@@ -33,4 +33,4 @@ def add_args(p: argparse.ArgumentParser) -> None:
     common.add_study_flags(p)
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only; "
                                                         "0.0.0.0 for every machine: no authentication)")
-    p.add_argument("--port", type=int, default=13000, help="port (default 13000)")
+    p.add_argument("--port", type=common.port, default=13000, help="port (default 13000)")

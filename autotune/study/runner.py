@@ -107,7 +107,7 @@ def open_study(cfg: RunConfig, fresh: bool = False, create: bool = True,
                device_name: str | None = None, read_only: bool = False) -> optuna.Study:
     """`device_name`: the device's name when already known (a `--workers` driver asks a child: never CUDA itself).
     `read_only` (report, best): an existing study, loaded without writing anything (read-only media)."""
-    storage = storage_mod.make_storage(cfg, read_only=read_only)
+    storage = storage_mod.make_storage(cfg, read_only=read_only, create=create or not read_only)
     name = cfg.study.name
     if fresh:
         try:

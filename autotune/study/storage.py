@@ -36,13 +36,16 @@ SHARED = "journal:///path on one machine or postgresql://USER:PASSWORD@HOST/DB (
 # ---------------------------------------------------------------- opening
 
 
-def make_storage(cfg: RunConfig, read_only: bool = False) -> optuna.storages.BaseStorage:
+def make_storage(cfg: RunConfig, read_only: bool = False, create: bool = True) -> optuna.storages.BaseStorage:
     """The study's storage; an unreachable one is a ConfigError before anything is written. `read_only` (report,
     best, dashboard): opening a storage that exists writes nothing (no directory made, SQLite left in its journal
     mode, the journal's lock not taken), so a study on a read-only mount can be read; one that does not exist yet
-    is made as usual."""
+    is made as usual (a dashboard watches it), or, with `create` False (report, best), is a ConfigError: a mistyped
+    path makes no file."""
     url = cfg.study.storage
     file = cfg.file
+    if not create:
+        _must_exist(cfg, url)
     if url.startswith("journal://"):
         return _journal(cfg, url, file, read_only)
     if url.startswith(proxy.PREFIX):  # Optuna's gRPC storage proxy (`autotune storage-proxy`): no heartbeats
@@ -69,10 +72,7 @@ def make_storage(cfg: RunConfig, read_only: bool = False) -> optuna.storages.Bas
         url = shown = _sql_driver(url, file)
         engine["connect_args"] = {"connect_timeout": 10}
         engine["pool_pre_ping"] = True
-    if cfg.study.heartbeat_interval is not None and not read_only:  # SQLite too: owners may sit on another host
-        kwargs["heartbeat_interval"] = cfg.study.heartbeat_interval
-        kwargs["grace_period"] = cfg.study.grace_period or 2 * cfg.study.heartbeat_interval
-        kwargs["heartbeat_stale_trial_callback"] = orphans.retry_once
+    kwargs.update(_heartbeats(cfg) if not read_only else {})
     try:
         storage = _rdb(url, engine, kwargs)
         if url.startswith("sqlite:///") and not read_only:
@@ -84,6 +84,26 @@ def make_storage(cfg: RunConfig, read_only: bool = False) -> optuna.storages.Bas
     except Exception as e:  # sqlalchemy's errors differ by driver
         msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise ConfigError(file, "study.storage", f"cannot reach {redact(shown)}: {msg}") from None
+
+
+def _heartbeats(cfg: RunConfig) -> dict[str, Any]:
+    """RDBStorage's heartbeat arguments where the study asks for them (SQLite too: owners may sit on another
+    host)."""
+    if cfg.study.heartbeat_interval is None:
+        return {}
+    return {"heartbeat_interval": cfg.study.heartbeat_interval,
+            "grace_period": cfg.study.grace_period or 2 * cfg.study.heartbeat_interval,
+            "heartbeat_stale_trial_callback": orphans.retry_once}
+
+
+def _must_exist(cfg: RunConfig, url: str) -> None:
+    """A file storage (SQLite, journal) a command that only reads was pointed at must exist: a mistyped path is
+    one line, and no file is made."""
+    for prefix in ("sqlite:///", "journal://"):
+        path = url[len(prefix):] if url.startswith(prefix) else ""
+        if path and not path.startswith(":memory:") and not Path(path).exists():
+            study = f"no study {cfg.study.name!r}: " if cfg.file != "--storage" else ""
+            raise ConfigError(cfg.file, "study.storage", f"{study}{path} does not exist (nothing is stored there yet)")
 
 
 def _sqlite_read_only(db: Path) -> str:
@@ -269,7 +289,8 @@ def load_stored(url: str, name: str | None, read_only: bool = False) -> tuple[op
 def read_stored(url: str, name: str | None, read_only: bool = False) -> tuple[optuna.Study, StudyRecord]:
     """(study, its stored record), the record read from the storage once: what is checked (a worker's code hash) is
     then what is run (`config_of` on the same record), whatever a writer changes in between."""
-    study = find_study(make_storage(bare_config(url), read_only), url, name, "--storage", "--study")
+    study = find_study(make_storage(bare_config(url), read_only, create=not read_only), url, name, "--storage",
+                       "--study")
     record = StudyRecord.of(study)
     if not isinstance(record.config, dict):
         raise ConfigError("--storage", "--study", f"study {study.study_name!r} was not made by autotune (no "

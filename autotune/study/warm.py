@@ -33,9 +33,10 @@ def source(cfg: RunConfig) -> optuna.Study | None:
     if ws is None:
         return None
     url = ws.storage or cfg.study.storage
-    probe = cfg.model_copy(update={"study": cfg.study.model_copy(update={"storage": url, "warm_start": None})})
+    probe = cfg.model_copy(update={"study": cfg.study.model_copy(update={"storage": url, "warm_start": None,
+                                                                         "name": ws.study})})
     try:
-        storage = make_storage(probe)
+        storage = make_storage(probe, read_only=True, create=False)  # (a missing file is made by nothing here)
     except ConfigError as e:
         raise ConfigError(e.file, "study.warm_start.storage", e.message) from None
     return find_study(storage, url, ws.study, cfg.file, "study.warm_start.study")

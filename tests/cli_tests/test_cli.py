@@ -39,6 +39,14 @@ def test_run_end_to_end_then_resume_and_best(tmp_path: Path) -> None:
     assert "4 finished, running 1 more" in r.stdout
     assert len(optuna.load_study(study_name="cli", storage=f"sqlite:///{tmp_path}/studies/cli.db").trials) == 5
 
+    run_file = (tmp_path / "s.yaml").read_text()
+    r = autotune("best", "s.yaml", "--export", "s.yaml", cwd=tmp_path)  # the run file itself: refused, untouched
+    assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
+    assert "s.yaml: --export: s.yaml is the run file this command reads; give another path" in r.stderr
+    assert (tmp_path / "s.yaml").read_text() == run_file
+    r = autotune("report", "s.yaml", "-o", "studies", cwd=tmp_path)  # a folder: refused before the report is made
+    assert r.returncode == 2 and "s.yaml: -o: studies is a folder; give a file name" in r.stderr, r.stderr
+    assert "Traceback" not in r.stderr and not list(tmp_path.glob(".*.tmp"))
     r = autotune("best", "s.yaml", "--export", "best.yaml", cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     assert "Recommended configuration" in r.stdout and (tmp_path / "best.yaml").exists()
@@ -79,10 +87,19 @@ def test_validate_cifar_example_without_the_data(tmp_path: Path) -> None:
     assert not (tmp_path / "studies").exists()
 
 
+def test_a_port_out_of_range_is_refused_before_anything_opens(tmp_path: Path) -> None:
+    for cmd in (["dashboard"], ["storage-proxy", "s.yaml"]):
+        (tmp_path / "s.yaml").write_text(SMALL)
+        r = autotune(*cmd, "--port", "99999", cwd=tmp_path)
+        assert r.returncode == 2 and "--port: must be a port number 0-65535; got 99999" in r.stderr, r.stderr
+        assert "Traceback" not in r.stderr and not (tmp_path / "studies").exists()
+
+
 def test_best_without_study(tmp_path: Path) -> None:
     (tmp_path / "s.yaml").write_text(SMALL)
     r = autotune("best", "s.yaml", cwd=tmp_path)
     assert r.returncode == 2 and "no study 'cli'" in r.stderr
+    assert not (tmp_path / "studies").exists()  # a reading command makes no database
 
 
 def test_read_only_commands_print_no_optuna_logs_and_leave_its_verbosity(tmp_path: Path) -> None:

@@ -125,6 +125,20 @@ def test_a_journal_url_naming_a_file_that_is_no_journal_is_one_clear_error(tmp_p
     assert wrong.read_bytes() == content
 
 
+@pytest.mark.parametrize("scheme", ["sqlite:///", "journal:///"])
+def test_a_reading_command_pointed_at_a_missing_file_makes_nothing(tmp_path: Path, scheme: str) -> None:
+    # report and best open with create=False: a mistyped path is one line naming the key, and no file or folder
+    # is made (a dashboard, create=True, still watches a storage not made yet)
+    missing = tmp_path / "typo" / "study.db"
+    with pytest.raises(ConfigError, match=r"^s\.yaml: study\.storage: no study 'cnn-digits': .*typo/study\.db does "
+                                          r"not exist \(nothing is stored there yet\)$"):
+        storage.make_storage(bare(f"{scheme}{missing}", name="cnn-digits"), read_only=True, create=False)
+    assert not (tmp_path / "typo").exists()
+    storage.make_storage(bare(f"{scheme}{missing}"), read_only=True)  # create: made as before
+    assert missing.is_file()
+    storage.make_storage(bare(f"{scheme}{missing}"), read_only=True, create=False)  # exists now: opens
+
+
 def test_journal_refuses_heartbeats(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"^s\.yaml: study\.heartbeat_interval: the journal backend has no "
                                           r"heartbeats; use postgresql://"):
