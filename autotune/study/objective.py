@@ -27,7 +27,7 @@ from typing import Any
 import optuna
 from optuna.trial import TrialState
 
-from autotune.core import TrialStopped, describe_exception, hostmem, lifetime, user_where, watchdog
+from autotune.core import AutotuneError, TrialStopped, describe_exception, hostmem, lifetime, user_where, watchdog
 from autotune.fit import REAL, Backend, TrialPlan, fit_name, load_fit, trainer
 from autotune.search import lr_scaling_text, pruners
 from autotune.spec import RunConfig, is_quality, per_epoch
@@ -138,7 +138,12 @@ class Objective:
     def _run(self, trial: records.BufferedTrial) -> float | list[float]:
         """The trial's stages: plan, admit, train, judge, record (the module's doc)."""
         self.backend.tidy(accel.freeze_survivors)
-        point = self.points.sample(trial.trial)
+        try:
+            point = self.points.sample(trial.trial)
+        except (optuna.TrialPruned, AutotuneError):
+            raise
+        except Exception as e:  # the sampler's own (its args, a space the stored trials disagree with): stored, counted
+            self.failures.fail(trial.record, e, 0)
         plan = TrialPlan.for_trial(self.cfg, point, trial.number, cap=self.cpu_cap)
         if self.attempts.start_cap(plan) is not None:  # busy cores before the first trial: it starts capped
             plan = TrialPlan.for_trial(self.cfg, point, trial.number, cap=self.cpu_cap)

@@ -207,3 +207,19 @@ def test_the_study_stop_rules_read_each_epoch_as_the_context_measured_it(tmp_pat
     last = seen[-1]
     assert t.user_attrs["history"] == [r.as_dict() for r in last]
     assert t.user_attrs["epoch_values"] == [[r.val_accuracy, r.train_time_s] for r in last]
+
+
+def test_a_sampler_that_fails_while_sampling_stores_its_error_and_counts_towards_repeated_errors(
+        tmp_path: Path) -> None:
+    """sampler_args Optuna's constructor takes but its sampling cannot use (n_startup_trials: "abc"): each trial is
+    stored failing with the sampler's own error, not an empty one, and the same error 2 times in a row stops the run
+    naming it."""
+    cfg = user_study(tmp_path, "fit", space={"lr": {"type": "float", "low": 1e-3, "high": 1e-1, "log": True}},
+                     objectives=["val_accuracy"],  # (one objective: TPE proposes every trial)
+                     study={"name": "o", "storage": f"sqlite:///{tmp_path}/o.db", "n_trials": 4, "sampler": "tpe",
+                            "sampler_args": {"n_startup_trials": "abc"}, "max_repeated_errors": 2})
+    with pytest.raises(RepeatedFailure, match=r"2 trials in a row failed with TypeError"):
+        autotune.run(cfg)
+    trials = optuna.load_study(study_name="o", storage=f"sqlite:///{tmp_path}/o.db").trials
+    assert [t.state.name for t in trials] == ["FAIL"] * 2
+    assert all("TypeError" in str(TrialRecord.of(t).error) for t in trials)
