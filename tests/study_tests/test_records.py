@@ -127,8 +127,8 @@ def _plain_and_autotune(cfg: config.RunConfig, loop: str) -> tuple[WriteCounter,
     opened: list[WriteCounter] = []
     make = storage_mod.make_storage
 
-    def counting(c: config.RunConfig, read_only: bool = False) -> Any:
-        s = make(c, read_only=read_only)
+    def counting(c: config.RunConfig, read_only: bool = False, create: bool = True) -> Any:
+        s = make(c, read_only=read_only, create=create)
         opened.append(WriteCounter(s.engine))
         return s
 
