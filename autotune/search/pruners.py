@@ -359,7 +359,7 @@ class ParetoASHAPruner:
             return None
         if sum(_values_at(t, step) is not None for t in others) >= self.n_startup_trials:
             return None
-        projected = current[self.clock] * max_epochs / step
+        projected = projected_time_s(current[self.clock], step, max_epochs)
         limit = self.alone_share * self.budget_s
         if not math.isfinite(projected) or projected <= limit:
             return None
